@@ -1,0 +1,32 @@
+"""reliable-kafka: Storm's guaranteed message processing for Kafka and PySpark.
+
+The public API in one place; PySpark integration lives in ``reliable_kafka.spark`` (imported
+separately, so that plain consumers never load Spark).
+"""
+
+from reliable_kafka.acker import AckerStats, AckerWorker
+from reliable_kafka.bolt import BasicBolt, Bolt, BoltCollector, BoltStats, Tuple
+from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.errors import (
+    BrokerStartError,
+    ConfigError,
+    DecodeError,
+    DeliveryError,
+    JarResolutionError,
+    ReliableKafkaError,
+    TopologyError,
+)
+from reliable_kafka.local import LocalCluster
+from reliable_kafka.spout import SourceRecord, Spout, SpoutCollector, SpoutStats
+from reliable_kafka.topology import TopologyTopics, ensure_topics
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AckerWorker", "AckerStats",
+    "Spout", "SpoutCollector", "SourceRecord", "SpoutStats", "Backoff",
+    "Bolt", "BasicBolt", "BoltCollector", "BoltStats", "Tuple",
+    "LocalCluster", "TopologyTopics", "ensure_topics",
+    "ReliableKafkaError", "ConfigError", "DecodeError", "BrokerStartError", "JarResolutionError",
+    "TopologyError", "DeliveryError",
+]

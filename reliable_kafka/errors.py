@@ -1,0 +1,103 @@
+"""The one error hierarchy of reliable-kafka.
+
+Every error the library raises derives from :class:`ReliableKafkaError`. Subclasses carry the data
+needed to act on them (coordinates, raw bytes, whether a retry can help), and some also derive from
+a built-in kind (``ValueError``) so that callers can catch them either way.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ReliableKafkaError",
+    "ConfigError",
+    "DecodeError",
+    "BrokerStartError",
+    "JarResolutionError",
+    "TopologyError",
+    "DeliveryError",
+]
+
+
+class ReliableKafkaError(Exception):
+    """Base of every error raised by reliable-kafka.
+
+    ``retriable`` says whether trying the same operation again can succeed.
+    """
+
+    retriable: bool = False
+
+
+class ConfigError(ReliableKafkaError, ValueError):
+    """A configuration value or key is wrong; the message names it and what is accepted."""
+
+
+class DecodeError(ReliableKafkaError, ValueError):
+    """Bytes that do not decode as the expected reliable-kafka record.
+
+    Never fatal for a worker: the worker counts it, logs it with its coordinates, copies the raw
+    bytes to a quarantine topic and goes on. ``raw`` keeps the bytes so nothing is lost.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        reason: str,
+        raw: bytes | None,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        self.what = what
+        self.reason = reason
+        self.raw = raw
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = ""
+        if self.topic is not None:
+            where = f" at {self.topic}[{self.partition}]@{self.offset}"
+        size = "no bytes" if self.raw is None else f"{len(self.raw)} bytes"
+        return f"cannot decode {self.what}{where} ({size}): {self.reason}"
+
+    def at(self, topic: str, partition: int, offset: int) -> "DecodeError":
+        """The same error, placed at a record's coordinates."""
+        return DecodeError(
+            self.what, self.reason, self.raw, topic=topic, partition=partition, offset=offset
+        )
+
+
+class BrokerStartError(ReliableKafkaError):
+    """The embedded Kafka broker did not start; ``hint`` says what to do about it."""
+
+    def __init__(self, message: str, *, hint: str, log_tail: str = "") -> None:
+        self.hint = hint
+        self.log_tail = log_tail
+        text = f"{message}\n  what to do: {hint}"
+        if log_tail:
+            text += f"\n  broker log (last lines):\n{log_tail}"
+        super().__init__(text)
+
+
+class JarResolutionError(ReliableKafkaError):
+    """Maven could not resolve the jars for Kafka or Spark's Kafka connector."""
+
+    retriable = True
+
+
+class TopologyError(ReliableKafkaError):
+    """The topology's topics are missing or have the wrong shape (e.g. partition count)."""
+
+
+class DeliveryError(ReliableKafkaError):
+    """Kafka did not confirm a write; ``topic``/``partition`` say where it was going."""
+
+    retriable = True
+
+    def __init__(self, message: str, *, topic: str | None = None, partition: int | None = None):
+        self.topic = topic
+        self.partition = partition
+        super().__init__(message)

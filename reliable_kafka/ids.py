@@ -1,0 +1,72 @@
+"""Tuple ids: random, non-zero, signed 64-bit integers (Avro ``long``), as in Storm.
+
+Ids only need to be unpredictable enough that a subset of a tree's events XORs to zero by chance
+with odds of about 2^-64; they need not be cryptographic. Each process draws from its own
+generator, reseeded after ``fork`` so that forked workers (e.g. PySpark's Python workers) never
+repeat their parent's ids.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+
+__all__ = ["new_id", "new_ids", "to_signed", "to_unsigned", "partition_for_root", "partitions_for_roots"]
+
+_MASK64 = (1 << 64) - 1
+_SIGN = 1 << 63
+
+_rng = random.Random(os.urandom(32))
+_np_rng = np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
+
+
+def _reseed() -> None:
+    global _np_rng
+    _rng.seed(os.urandom(32))
+    _np_rng = np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
+
+
+os.register_at_fork(after_in_child=_reseed)
+
+
+def to_signed(value: int) -> int:
+    """Map any integer to the signed 64-bit range (two's complement)."""
+    value &= _MASK64
+    return value - (1 << 64) if value & _SIGN else value
+
+
+def to_unsigned(value: int) -> int:
+    """The unsigned 64-bit reading of a signed id."""
+    return value & _MASK64
+
+
+def new_id() -> int:
+    """A fresh random non-zero signed 64-bit id."""
+    while True:
+        value = _rng.getrandbits(64)
+        if value:
+            return value - (1 << 64) if value & _SIGN else value
+
+
+def new_ids(count: int) -> np.ndarray:
+    """``count`` fresh random non-zero ids as an int64 array."""
+    ids = _np_rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=count,
+                           dtype=np.int64, endpoint=True)
+    zeros = ids == 0
+    while zeros.any():
+        ids[zeros] = _np_rng.integers(1, np.iinfo(np.int64).max, size=int(zeros.sum()),
+                                      dtype=np.int64)
+        zeros = ids == 0
+    return ids
+
+
+def partition_for_root(root: int, partitions: int) -> int:
+    """The ack-topic partition of a root: ``root mod partitions``, reading the root unsigned."""
+    return (root & _MASK64) % partitions
+
+
+def partitions_for_roots(roots: np.ndarray, partitions: int) -> np.ndarray:
+    """Vectorised :func:`partition_for_root` over an int64 array."""
+    return (roots.view(np.uint64) % np.uint64(partitions)).astype(np.int64)

@@ -1,0 +1,133 @@
+"""Round trips and malformed input for the Avro contract (schemas/ + reliable_kafka.codec)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reliable_kafka import codec
+from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.errors import DecodeError, ReliableKafkaError
+
+ids = st.integers(min_value=-(2**63), max_value=2**63 - 1).filter(lambda v: v != 0)
+any_long = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@given(st.dictionaries(ids, any_long, max_size=20))
+def test_anchors_round_trip(anchors):
+    assert codec.decode_anchors(codec.encode_anchors(anchors)) == anchors
+
+
+@given(
+    sender=any_long,
+    entries=st.lists(st.tuples(st.integers(0, 3), ids, any_long), max_size=600),
+)
+def test_ack_batch_round_trip(sender, entries):
+    kinds = [k for k, _, _ in entries]
+    roots = [r for _, r, _ in entries]
+    vals = [v for _, _, v in entries]
+    batch = codec.decode_ack_batch(codec.encode_ack_batch(sender, kinds, roots, vals))
+    assert batch.sender == sender
+    assert batch.kinds.dtype == np.uint8 and batch.roots.dtype == np.int64
+    assert batch.kinds.tolist() == kinds
+    assert batch.roots.tolist() == roots
+    assert batch.vals.tolist() == vals
+
+
+def test_ack_batch_layout_is_columns_of_little_endian_int64():
+    raw = codec.encode_ack_batch(7, [1], [0x0102030405060708], [-1])
+    assert raw[0] == codec.FORMAT_VERSION
+    assert bytes([8, 7, 6, 5, 4, 3, 2, 1]) in raw  # the root, little-endian, inside the bytes field
+    assert b"\xff" * 8 in raw
+
+
+@given(spout=any_long, entries=st.lists(st.tuples(ids, st.sampled_from(list(OutcomeKind))), max_size=200))
+def test_outcomes_round_trip(spout, entries):
+    batch = codec.decode_outcomes(
+        codec.encode_outcomes(spout, [r for r, _ in entries], [k for _, k in entries])
+    )
+    assert batch.spout == spout
+    assert batch.roots.tolist() == [r for r, _ in entries]
+    assert batch.kinds.tolist() == [int(k) for _, k in entries]
+
+
+@given(
+    st.builds(
+        codec.ParkedRecord,
+        reason=st.text(max_size=50),
+        attempts=st.integers(0, 1000),
+        source_topic=st.text(min_size=1, max_size=30),
+        source_partition=st.integers(0, 10_000),
+        source_offset=st.integers(0, 2**62),
+        source_timestamp_ms=st.integers(-1, 2**50),
+        component=st.text(max_size=20),
+        parked_at_ms=st.integers(0, 2**50),
+    )
+)
+def test_parked_round_trip(parked):
+    assert codec.decode_parked(codec.encode_parked(parked)) == parked
+
+
+def test_parked_stamps_wall_clock_when_unset():
+    parked = codec.decode_parked(codec.encode_parked(codec.ParkedRecord("r", 0, "t", 0, 1)))
+    assert parked.parked_at_ms > 1_600_000_000_000
+
+
+DECODERS = [codec.decode_anchors, codec.decode_ack_batch, codec.decode_outcomes, codec.decode_parked]
+
+
+@pytest.mark.parametrize("decode", DECODERS)
+@pytest.mark.parametrize(
+    "raw, reason",
+    [
+        (None, "no bytes"),
+        (b"", "empty"),
+        (b"\x07abc", "unknown format version 7"),
+        (b"\x01", "EOFError"),
+        (b"\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", ""),
+    ],
+)
+def test_malformed_bytes_raise_decode_error_with_raw(decode, raw, reason):
+    with pytest.raises(DecodeError) as info:
+        decode(raw)
+    assert reason in str(info.value)
+    assert info.value.raw == raw or raw is None
+    assert isinstance(info.value, ReliableKafkaError) and isinstance(info.value, ValueError)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=200))
+@pytest.mark.parametrize("decode", DECODERS)
+def test_random_bytes_never_raise_anything_but_decode_error(decode, raw):
+    try:
+        decode(raw)
+    except DecodeError as error:
+        assert error.raw == raw
+
+
+def test_trailing_bytes_are_rejected():
+    raw = codec.encode_anchors({1: 2}) + b"\x00"
+    with pytest.raises(DecodeError, match="trailing"):
+        codec.decode_anchors(raw)
+
+
+def test_ack_batch_count_must_match_columns():
+    good = codec.encode_ack_batch(1, [0, 1], [5, 6], [7, 8])
+    # count is the second field: sender 1 is zigzag 0x02, then count 2 is 0x04; claim 3 instead
+    bad = good[:2] + bytes([6]) + good[3:]
+    with pytest.raises(DecodeError, match="count 3"):
+        codec.decode_ack_batch(bad)
+
+
+def test_anchors_reject_root_zero_and_repeated_roots():
+    with pytest.raises(DecodeError, match="root id 0"):
+        codec.decode_anchors(codec.encode_anchors([(0, 5)]))
+    with pytest.raises(DecodeError, match="twice"):
+        codec.decode_anchors(codec.encode_anchors([(3, 5), (3, 6)]))
+
+
+def test_decode_error_can_be_placed_at_coordinates():
+    with pytest.raises(DecodeError) as info:
+        codec.decode_ack_batch(b"\x01")
+    placed = info.value.at("t.acks", 3, 42)
+    assert "t.acks[3]@42" in str(placed) and placed.raw == b"\x01"
