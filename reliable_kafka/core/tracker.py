@@ -1,0 +1,559 @@
+"""The spout's in-flight tracker: which source offsets are done, what to redeliver, what to commit.
+
+Seed 001's ``InflightRecordTracker`` (kinesis-storm-spout) keeps every emitted record of a shard
+in a linked map and moves a checkpoint when the oldest one is acked. This tracker keeps the same
+facts per Kafka partition, with a heap of pending offsets instead of the linked map:
+
+* an emitted offset is *pending* until its tree COMPLETED, its dead-letter write was confirmed, or
+  the shell declared it done at once (untracked, no tuples, at-most-once);
+* the **commit point** of a partition is its smallest pending offset, or, when nothing is pending,
+  the consumer's position (highest offset seen + 1). Offsets never seen (compaction, transaction
+  markers) never block. Hence invariant 1 of DESIGN section 8: every offset below a commit point
+  is done;
+* FAILED and TIMED_OUT trees are redelivered after a backoff with a new root, up to
+  ``max_retries`` times, then dead-lettered;
+* a local backstop timer fails roots that got no outcome at all (no acker running).
+
+The tracker is pure: no Kafka client, no threads; time comes from an injected ``clock`` (ms). It is
+not thread-safe: the spout shell calls it from its poll loop.
+
+Typical shell loop::
+
+    tracker = InFlightTracker(max_pending=10_000, max_retries=5)
+    # on assign: tracker.assign(tp, committed=offset, done_above=decode_done_above(offset, meta))
+    # per record: if tracker.should_skip(tp, off): continue; root = tracker.emitted(tp, off)
+    # per outcome: action = tracker.on_outcome(root, kind)  -> DEAD_LETTER: write, then
+    #              tracker.dead_lettered(tp, off) once the broker confirmed the write
+    # periodically: tracker.due_redeliveries(), tracker.expire_backstop(),
+    #               commit tracker.commit_points() with encode_done_above(...) as metadata
+    # pause all partitions while tracker.over_max_pending(), resume once it is False
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import heapq
+import itertools
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.errors import ConfigError
+from reliable_kafka.ids import new_id
+
+__all__ = [
+    "TopicPartition",
+    "ActionKind",
+    "OutcomeAction",
+    "Redelivery",
+    "TrackerStats",
+    "Backoff",
+    "InFlightTracker",
+]
+
+TopicPartition = tuple[str, int]
+"""A source partition: ``(topic, partition)``."""
+
+BACKSTOP_REASON = "backstop timeout"
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ActionKind(enum.Enum):
+    """What the shell must do after an outcome."""
+
+    DONE = "DONE"                # the offset is done; nothing to do
+    REDELIVER = "REDELIVER"      # due_redeliveries() will hand it out after the backoff
+    DEAD_LETTER = "DEAD_LETTER"  # write it to the DLQ, then call dead_lettered(tp, offset)
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeAction:
+    """The tracker's decision about one root's outcome.
+
+    ``attempt`` is the attempt the outcome was about (1 = first delivery), so for DEAD_LETTER it is
+    the number of attempts made. ``due_ms`` is set for REDELIVER: when the redelivery becomes due.
+    """
+
+    kind: ActionKind
+    tp: TopicPartition
+    offset: int
+    attempt: int
+    reason: str
+    due_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Redelivery:
+    """A record to re-read and emit again, with a new root, as attempt ``attempt`` (>= 2)."""
+
+    tp: TopicPartition
+    offset: int
+    attempt: int
+    reason: str
+
+
+@dataclass(slots=True)
+class TrackerStats:
+    """Counters since the tracker was created (never reset by revoke).
+
+    ``failed``/``timed_out`` count outcomes from ackers; ``backstop_expired`` counts local expiries;
+    ``redelivered`` counts records handed out by ``due_redeliveries``; ``dead_lettered`` counts
+    confirmed dead-letter writes; ``ignored_outcomes`` counts outcomes for roots not held.
+    """
+
+    emitted: int = 0
+    completed: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    backstop_expired: int = 0
+    redelivered: int = 0
+    dead_lettered: int = 0
+    ignored_outcomes: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backoff:
+    """Exponential backoff before a redelivery.
+
+    ``delay_ms(n)`` is the wait after attempt ``n`` failed: ``initial_ms * multiplier**(n-1)``,
+    capped at ``max_ms``. With ``jitter = j > 0`` the delay is multiplied by a uniform factor in
+    ``[1-j, 1+j]`` (then capped again); with ``jitter = 0`` (default) it is deterministic.
+    Defaults: 100 ms, x2, at most 30 s.
+    """
+
+    initial_ms: int = 100
+    multiplier: float = 2.0
+    max_ms: int = 30_000
+    jitter: float = 0.0
+    rng: random.Random | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.initial_ms < 0:
+            raise ConfigError(f"Backoff: initial_ms must be >= 0, got {self.initial_ms}")
+        if not self.multiplier >= 1.0:
+            raise ConfigError(f"Backoff: multiplier must be >= 1.0, got {self.multiplier}")
+        if self.max_ms < self.initial_ms:
+            raise ConfigError(
+                f"Backoff: max_ms ({self.max_ms}) must be >= initial_ms ({self.initial_ms})")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ConfigError(f"Backoff: jitter must be within [0, 1], got {self.jitter}")
+        if self.rng is None:
+            object.__setattr__(self, "rng", random.Random())
+
+    def delay_ms(self, attempt: int) -> int:
+        """Milliseconds to wait before redelivering a record whose attempt ``attempt`` failed."""
+        if attempt < 1:
+            raise ValueError(f"Backoff: attempt numbers start at 1, got {attempt}")
+        try:
+            delay = min(self.initial_ms * self.multiplier ** (attempt - 1), self.max_ms)
+        except OverflowError:
+            delay = self.max_ms
+        if self.jitter:
+            delay = min(delay * (1.0 + self.rng.uniform(-self.jitter, self.jitter)), self.max_ms)
+        return int(round(delay))
+
+
+class _State(enum.Enum):
+    IN_FLIGHT = 1     # held under a root, waiting for its outcome
+    RETRY = 2         # failed; waiting for its backoff to elapse
+    REDELIVERING = 3  # handed out by due_redeliveries; waiting for emitted() again
+    DEAD_LETTER = 4   # retries exhausted; waiting for dead_lettered()
+
+
+class _Entry:
+    """One pending offset. ``token`` changes on every state change, so queued heap/deque items
+    that carry an older token are stale and skipped (lazy deletion)."""
+
+    __slots__ = ("tp", "offset", "root", "attempt", "state", "reason", "token")
+
+    def __init__(self, tp: TopicPartition, offset: int) -> None:
+        self.tp = tp
+        self.offset = offset
+        self.root: int | None = None
+        self.attempt = 1
+        self.state = _State.IN_FLIGHT
+        self.reason = ""
+        self.token = 0
+
+
+class _Partition:
+    """Pending and done offsets of one source partition."""
+
+    __slots__ = ("pending", "_pending_heap", "done", "_done_heap", "position")
+
+    def __init__(self, committed: int | None, done_above: Iterable[int] = ()) -> None:
+        self.pending: dict[int, _Entry] = {}
+        self._pending_heap: list[int] = []   # min-heap over pending offsets, lazily cleaned
+        self.done: set[int] = set()          # offsets done above the commit point
+        self._done_heap: list[int] = []
+        # Next offset after everything seen (None: nothing seen, nothing committed).
+        self.position = committed
+        if committed is not None:
+            self.done.update(o for o in done_above if o >= committed)
+            self._done_heap = list(self.done)
+            heapq.heapify(self._done_heap)
+
+    def add_pending(self, entry: _Entry) -> None:
+        offset = entry.offset
+        heapq.heappush(self._pending_heap, offset)
+        self.pending[offset] = entry
+        self.done.discard(offset)
+        if self.position is None or offset >= self.position:
+            self.position = offset + 1
+
+    def mark_done(self, offset: int) -> None:
+        self.pending.pop(offset, None)
+        if offset not in self.done:
+            self.done.add(offset)
+            heapq.heappush(self._done_heap, offset)
+        if self.position is None or offset >= self.position:
+            self.position = offset + 1
+        if len(self._pending_heap) > 2 * len(self.pending) + 64:
+            # One stuck offset at the top would keep stale items forever: rebuild (amortised O(1)).
+            self._pending_heap = list(self.pending)
+            heapq.heapify(self._pending_heap)
+        self.commit_point()  # keeps ``done`` small: offsets below the commit point leave it
+
+    def commit_point(self) -> int | None:
+        """Smallest pending offset, else the position advanced over offsets already done."""
+        heap = self._pending_heap
+        while heap and heap[0] not in self.pending:
+            heapq.heappop(heap)
+        if heap:
+            point = heap[0]
+        elif self.position is None:
+            return None
+        else:
+            point = self.position
+            while point in self.done:  # done offsets primed from metadata, skipped on replay
+                point += 1
+            self.position = point
+        done_heap = self._done_heap
+        while done_heap and done_heap[0] < point:
+            self.done.discard(heapq.heappop(done_heap))
+        if len(done_heap) > 2 * len(self.done) + 64:
+            self._done_heap = list(self.done)
+            heapq.heapify(self._done_heap)
+        return point
+
+
+class InFlightTracker:
+    """Pending source offsets per partition, their roots, retries and commit points.
+
+    Configuration (keyword-only):
+
+    * ``max_pending`` (10_000): roots in flight at which the shell should pause (None: no limit).
+    * ``max_retries`` (5): redeliveries after the first attempt; a record gets at most
+      ``max_retries + 1`` attempts, then goes to the dead-letter topic (None: retry forever).
+    * ``backoff`` (``Backoff()``): wait before each redelivery.
+    * ``message_timeout_ms`` (30_000) + ``backstop_grace_ms`` (10_000): the local backstop deadline
+      of every root; a root without an outcome by then is failed locally (``message_timeout_ms``
+      None disables the backstop).
+    * ``clock``: a callable returning milliseconds (default: ``time.monotonic``); tests inject a
+      fake clock.
+
+    Re-emitting an offset that is still pending (a redelivery, or Kafka handing the record again
+    after a seek or restart) replaces its root: the old root is forgotten, so a late outcome for it
+    is ignored. Re-emitting an offset below the commit point makes it pending again, so the commit
+    point moves back to it.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_pending: int | None = 10_000,
+        max_retries: int | None = 5,
+        backoff: Backoff | None = None,
+        message_timeout_ms: int | None = 30_000,
+        backstop_grace_ms: int = 10_000,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        where = "InFlightTracker"
+        if max_pending is not None and max_pending < 1:
+            raise ConfigError(f"{where}: max_pending must be >= 1 or None, got {max_pending}")
+        if max_retries is not None and max_retries < 0:
+            raise ConfigError(f"{where}: max_retries must be >= 0 or None, got {max_retries}")
+        if message_timeout_ms is not None and message_timeout_ms <= 0:
+            raise ConfigError(
+                f"{where}: message_timeout_ms must be > 0 or None, got {message_timeout_ms}")
+        if backstop_grace_ms < 0:
+            raise ConfigError(f"{where}: backstop_grace_ms must be >= 0, got {backstop_grace_ms}")
+        self.max_pending = max_pending
+        self.max_retries = max_retries
+        self.backoff = backoff if backoff is not None else Backoff()
+        self._backstop_ms = (None if message_timeout_ms is None
+                             else message_timeout_ms + backstop_grace_ms)
+        self._clock = clock if clock is not None else _monotonic_ms
+        self.stats = TrackerStats()
+        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._roots: dict[int, _Entry] = {}
+        self._tokens = itertools.count(1)
+        # Backstop deadlines in emission order: with one timeout for all, that is deadline order.
+        self._backstop: deque[tuple[int, int, _Entry]] = deque()
+        self._retries: list[tuple[int, int, _Entry]] = []  # heap of (due_ms, token, entry)
+
+    # -- partitions --------------------------------------------------------------------------
+
+    def assign(self, tp: TopicPartition, *, committed: int | None,
+               done_above: Iterable[int] = ()) -> None:
+        """Start tracking ``tp`` from its committed offset (None: no committed offset).
+
+        ``done_above``: offsets recorded as done above ``committed`` (decoded commit metadata);
+        ``should_skip`` reports them and they count as done. Assigning a partition already held
+        first drops it, as ``revoke`` does.
+        """
+        if committed is None:
+            done_above = list(done_above)
+            if done_above:
+                raise ValueError(f"assign {tp}: done_above given without a committed offset")
+        elif committed < 0:
+            raise ValueError(f"assign {tp}: committed offset must be >= 0, got {committed}")
+        if tp in self._partitions:
+            self.revoke(tp)
+        part = _Partition(committed, done_above)
+        part.commit_point()
+        self._partitions[tp] = part
+
+    def revoke(self, tp: TopicPartition) -> int | None:
+        """Forget ``tp`` and return its final commit point (None if nothing is known).
+
+        Its roots become unknown, so their late outcomes are ignored; pending offsets are left to
+        the next owner, which replays them from the commit point.
+        """
+        part = self._partitions.pop(tp, None)
+        if part is None:
+            return None
+        point = part.commit_point()
+        for entry in part.pending.values():
+            if entry.root is not None:
+                del self._roots[entry.root]
+            entry.token = 0  # invalidates its queued retry and backstop items
+        return point
+
+    def partitions(self) -> list[TopicPartition]:
+        """The partitions being tracked."""
+        return list(self._partitions)
+
+    # -- emission ----------------------------------------------------------------------------
+
+    def should_skip(self, tp: TopicPartition, offset: int) -> bool:
+        """True when the record at ``offset`` is already done (below the commit point or recorded
+        done above it, e.g. from commit metadata): the shell skips it on replay."""
+        part = self._partitions.get(tp)
+        if part is None or offset in part.pending:
+            return False
+        if offset in part.done:
+            return True
+        point = part.commit_point()
+        return point is not None and offset < point
+
+    def emitted(self, tp: TopicPartition, offset: int, *, root: int | None = None,
+                attempt: int = 1) -> int:
+        """Record that the record at ``offset`` was emitted as ``root``; returns the root.
+
+        ``root`` defaults to a fresh id; ``attempt`` is 1 for a first delivery and
+        ``Redelivery.attempt`` for a redelivery. A partition not assigned yet is tracked from
+        here, with no committed offset.
+        """
+        if attempt < 1:
+            raise ValueError(f"emitted {tp}@{offset}: attempt numbers start at 1, got {attempt}")
+        part = self._partitions.get(tp)
+        if part is None:
+            part = self._partitions[tp] = _Partition(None)
+        entry = part.pending.get(offset)
+        if root is None:
+            root = new_id()
+            while root in self._roots:
+                root = new_id()
+        elif root == 0:
+            raise ValueError(f"emitted {tp}@{offset}: root ids are non-zero")
+        else:
+            holder = self._roots.get(root)
+            if holder is not None and holder is not entry:
+                raise ValueError(f"emitted {tp}@{offset}: root {root} is already held by "
+                                 f"{holder.tp}@{holder.offset}; draw a new root")
+        if entry is None:
+            entry = _Entry(tp, offset)
+            part.add_pending(entry)
+        elif entry.root is not None:
+            del self._roots[entry.root]  # the old root is forgotten: its late outcome is ignored
+        entry.root = root
+        entry.attempt = attempt
+        entry.state = _State.IN_FLIGHT
+        entry.token = next(self._tokens)
+        self._roots[root] = entry
+        if self._backstop_ms is not None:
+            self._backstop.append((self._clock() + self._backstop_ms, entry.token, entry))
+            if len(self._backstop) > 2 * len(self._roots) + 1024:
+                self._backstop = deque(item for item in self._backstop if item[2].token == item[1])
+        self.stats.emitted += 1
+        return root
+
+    def done_immediately(self, tp: TopicPartition, offset: int) -> None:
+        """Mark ``offset`` done without tracking (untracked, no tuples emitted, at-most-once)."""
+        self._finish(tp, offset)
+
+    def dead_lettered(self, tp: TopicPartition, offset: int) -> None:
+        """The broker confirmed the dead-letter write of ``offset``: it is done now.
+
+        Also for a record the shell parked itself (e.g. one that does not deserialise). A
+        confirmation arriving after ``tp`` was revoked is ignored: the partition is not ours to
+        commit any more.
+        """
+        if tp not in self._partitions:
+            return
+        self._finish(tp, offset)
+        self.stats.dead_lettered += 1
+
+    def _finish(self, tp: TopicPartition, offset: int) -> None:
+        part = self._partitions.get(tp)
+        if part is None:
+            part = self._partitions[tp] = _Partition(None)
+        entry = part.pending.get(offset)
+        if entry is not None:
+            if entry.root is not None:
+                del self._roots[entry.root]
+            entry.token = 0
+        part.mark_done(offset)
+
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def on_outcome(self, root: int, kind: OutcomeKind | int) -> OutcomeAction | None:
+        """Apply an acker's outcome; None (and counted) when ``root`` is not held."""
+        kind = OutcomeKind(kind)
+        entry = self._roots.pop(root, None)
+        if entry is None:
+            self.stats.ignored_outcomes += 1
+            return None
+        if kind is OutcomeKind.COMPLETED:
+            self.stats.completed += 1
+            entry.token = 0
+            self._partitions[entry.tp].mark_done(entry.offset)
+            return OutcomeAction(ActionKind.DONE, entry.tp, entry.offset, entry.attempt, kind.name)
+        if kind is OutcomeKind.FAILED:
+            self.stats.failed += 1
+        else:
+            self.stats.timed_out += 1
+        return self._failed(entry, kind.name, self._clock())
+
+    def _failed(self, entry: _Entry, reason: str, now_ms: int) -> OutcomeAction:
+        """Retry path shared by acker outcomes and backstop expiry; the offset stays pending."""
+        entry.root = None
+        entry.reason = reason
+        entry.token = next(self._tokens)
+        if self.max_retries is None or entry.attempt <= self.max_retries:
+            entry.state = _State.RETRY
+            due = now_ms + self.backoff.delay_ms(entry.attempt)
+            heapq.heappush(self._retries, (due, entry.token, entry))
+            return OutcomeAction(ActionKind.REDELIVER, entry.tp, entry.offset, entry.attempt,
+                                 reason, due)
+        entry.state = _State.DEAD_LETTER
+        return OutcomeAction(ActionKind.DEAD_LETTER, entry.tp, entry.offset, entry.attempt, reason)
+
+    def reset_timeout(self, root: int) -> bool:
+        """Push the backstop deadline of ``root`` (Storm's resetTimeout); False if not held."""
+        entry = self._roots.get(root)
+        if entry is None:
+            return False
+        entry.token = next(self._tokens)
+        if self._backstop_ms is not None:
+            self._backstop.append((self._clock() + self._backstop_ms, entry.token, entry))
+        return True
+
+    # -- time --------------------------------------------------------------------------------
+
+    def due_redeliveries(self, now_ms: int | None = None) -> list[Redelivery]:
+        """Records whose backoff has elapsed, oldest due first; each is handed out once.
+
+        The shell re-reads each record and calls ``emitted(tp, offset, attempt=r.attempt)``; the
+        offset stays pending (and blocks the commit point) until then.
+        """
+        now = self._clock() if now_ms is None else now_ms
+        out: list[Redelivery] = []
+        while self._retries and self._retries[0][0] <= now:
+            _, token, entry = heapq.heappop(self._retries)
+            if entry.token != token:
+                continue
+            entry.state = _State.REDELIVERING
+            entry.token = next(self._tokens)
+            out.append(Redelivery(entry.tp, entry.offset, entry.attempt + 1, entry.reason))
+        self.stats.redelivered += len(out)
+        return out
+
+    def expire_backstop(self, now_ms: int | None = None) -> list[OutcomeAction]:
+        """Fail locally, as TIMED_OUT with reason ``"backstop timeout"``, every root whose backstop
+        deadline has passed; returns the REDELIVER / DEAD_LETTER actions."""
+        now = self._clock() if now_ms is None else now_ms
+        actions: list[OutcomeAction] = []
+        queue = self._backstop
+        while queue and queue[0][0] <= now:
+            _, token, entry = queue.popleft()
+            if entry.token != token:
+                continue
+            del self._roots[entry.root]
+            self.stats.backstop_expired += 1
+            actions.append(self._failed(entry, BACKSTOP_REASON, now))
+        return actions
+
+    def next_due_ms(self) -> int | None:
+        """Earliest time at which ``due_redeliveries`` or ``expire_backstop`` has work (None: no
+        work scheduled): the shell may sleep until then."""
+        retries, queue = self._retries, self._backstop
+        while retries and retries[0][2].token != retries[0][1]:
+            heapq.heappop(retries)
+        while queue and queue[0][2].token != queue[0][1]:
+            queue.popleft()
+        times = [retries[0][0]] if retries else []
+        if queue:
+            times.append(queue[0][0])
+        return min(times) if times else None
+
+    # -- backpressure ------------------------------------------------------------------------
+
+    def pending_roots(self) -> int:
+        """Roots in flight (emitted, no outcome yet), over all partitions."""
+        return len(self._roots)
+
+    def over_max_pending(self) -> bool:
+        """True while ``pending_roots() >= max_pending`` (Storm's rule: emit only below it).
+
+        The shell pauses its partitions while this is True and resumes them as soon as it is False
+        again (no hysteresis). Redeliveries are emitted even while paused: their offsets are
+        already pending, and they are what lets the commit point move on.
+        """
+        return self.max_pending is not None and len(self._roots) >= self.max_pending
+
+    # -- commits -----------------------------------------------------------------------------
+
+    def commit_point(self, tp: TopicPartition) -> int | None:
+        """The offset to commit for ``tp``: every offset below it is done. None if nothing known."""
+        part = self._partitions.get(tp)
+        return None if part is None else part.commit_point()
+
+    def commit_points(self) -> dict[TopicPartition, int]:
+        """Commit points of every tracked partition that has one."""
+        points = {tp: part.commit_point() for tp, part in self._partitions.items()}
+        return {tp: point for tp, point in points.items() if point is not None}
+
+    def done_above(self, tp: TopicPartition) -> list[int]:
+        """Offsets done above the commit point of ``tp``, ascending (for the commit metadata)."""
+        part = self._partitions.get(tp)
+        if part is None:
+            return []
+        point = part.commit_point()
+        return sorted(o for o in part.done if point is None or o > point)
+
+    def pending_offsets(self, tp: TopicPartition) -> list[int]:
+        """Offsets of ``tp`` not done yet, ascending (O(n log n): for inspection and tests)."""
+        part = self._partitions.get(tp)
+        return [] if part is None else sorted(part.pending)

@@ -1,0 +1,740 @@
+"""In-flight tracker: commit points with gaps, retries, dead letters, backstop, rebalance.
+
+The state machine at the end drives the tracker with random operations against a brute-force
+model and a ground truth of which records are really done (invariant 1: nothing below a commit
+point is pending or lost, also across revoke/assign with commit metadata).
+"""
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
+from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.core.tracker import (
+    ActionKind,
+    Backoff,
+    InFlightTracker,
+    OutcomeAction,
+    Redelivery,
+)
+from reliable_kafka.errors import ConfigError
+
+TP = ("orders", 0)
+TP2 = ("orders", 1)
+COMPLETED, FAILED, TIMED_OUT = OutcomeKind.COMPLETED, OutcomeKind.FAILED, OutcomeKind.TIMED_OUT
+
+
+class FakeClock:
+    """Milliseconds that move only when a test says so."""
+
+    def __init__(self, now: int = 0) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def make(**kwargs):
+    clock = FakeClock()
+    kwargs.setdefault("backoff", Backoff(initial_ms=100, multiplier=2.0, max_ms=1_000))
+    return InFlightTracker(clock=clock, **kwargs), clock
+
+
+# -- commit point ----------------------------------------------------------------------------
+
+
+def test_commit_point_is_smallest_pending_offset_and_gaps_never_block():
+    tracker, _ = make()
+    roots = {off: tracker.emitted(TP, off) for off in (0, 1, 2, 5, 6, 9)}  # 3, 4, 7, 8: gaps
+    assert tracker.commit_point(TP) == 0
+    for off in (1, 5):
+        tracker.on_outcome(roots[off], COMPLETED)
+    assert tracker.commit_point(TP) == 0
+    assert tracker.done_above(TP) == [1, 5]
+    tracker.on_outcome(roots[0], COMPLETED)
+    assert tracker.commit_point(TP) == 2
+    assert tracker.done_above(TP) == [5]
+    tracker.on_outcome(roots[2], COMPLETED)
+    assert tracker.commit_point(TP) == 6
+    tracker.on_outcome(roots[9], COMPLETED)
+    tracker.on_outcome(roots[6], COMPLETED)
+    assert tracker.commit_point(TP) == 10  # nothing pending: highest seen + 1
+    assert tracker.done_above(TP) == []
+    assert tracker.pending_offsets(TP) == []
+    assert tracker.stats.emitted == 6 and tracker.stats.completed == 6
+
+
+def test_unknown_partition_has_no_commit_point():
+    tracker, _ = make()
+    assert tracker.commit_point(TP) is None
+    assert tracker.commit_points() == {}
+    assert tracker.done_above(TP) == []
+    assert not tracker.should_skip(TP, 0)
+    assert tracker.revoke(TP) is None
+
+
+def test_commit_points_of_all_partitions():
+    tracker, _ = make()
+    tracker.assign(TP, committed=40)
+    tracker.assign(TP2, committed=None)
+    tracker.emitted(TP, 40)
+    assert tracker.commit_points() == {TP: 40}
+    tracker.done_immediately(TP2, 7)
+    assert tracker.commit_points() == {TP: 40, TP2: 8}
+    assert sorted(tracker.partitions()) == [TP, TP2]
+
+
+def test_done_immediately_moves_the_commit_point_and_forgets_a_pending_root():
+    tracker, _ = make()
+    tracker.done_immediately(TP, 0)
+    root = tracker.emitted(TP, 1)
+    tracker.done_immediately(TP, 2)
+    assert tracker.commit_point(TP) == 1
+    tracker.done_immediately(TP, 1)  # e.g. switched to at-most-once
+    assert tracker.commit_point(TP) == 3
+    assert tracker.pending_roots() == 0
+    assert tracker.on_outcome(root, FAILED) is None
+
+
+def test_outcome_for_unknown_or_already_decided_root_is_ignored():
+    tracker, _ = make()
+    root = tracker.emitted(TP, 0)
+    assert tracker.on_outcome(12345, COMPLETED) is None
+    done = OutcomeAction(ActionKind.DONE, TP, 0, 1, "COMPLETED")
+    assert tracker.on_outcome(root, COMPLETED) == done
+    assert tracker.on_outcome(root, FAILED) is None  # a replayed acker re-sends it
+    assert tracker.stats.ignored_outcomes == 2
+    assert tracker.commit_point(TP) == 1
+
+
+def test_outcome_kind_may_be_a_plain_int_from_the_wire():
+    tracker, _ = make()
+    root = tracker.emitted(TP, 0)
+    assert tracker.on_outcome(root, 0).kind is ActionKind.DONE
+    with pytest.raises(ValueError):
+        tracker.on_outcome(tracker.emitted(TP, 1), 7)
+
+
+def test_reemitting_a_pending_offset_forgets_the_old_root():
+    tracker, _ = make()
+    old = tracker.emitted(TP, 3)
+    new = tracker.emitted(TP, 3)  # Kafka handed the record again after a seek or restart
+    assert new != old
+    assert tracker.pending_roots() == 1
+    assert tracker.on_outcome(old, COMPLETED) is None
+    assert tracker.commit_point(TP) == 3
+    assert tracker.on_outcome(new, COMPLETED).kind is ActionKind.DONE
+    assert tracker.commit_point(TP) == 4
+
+
+def test_reemitting_below_the_commit_point_moves_it_back():
+    tracker, _ = make()
+    for off in range(5):
+        tracker.done_immediately(TP, off)
+    assert tracker.commit_point(TP) == 5
+    root = tracker.emitted(TP, 2)
+    assert tracker.commit_point(TP) == 2
+    tracker.on_outcome(root, COMPLETED)
+    assert tracker.commit_point(TP) == 5
+
+
+def test_given_roots_are_used_and_duplicates_refused():
+    tracker, _ = make()
+    assert tracker.emitted(TP, 0, root=77) == 77
+    with pytest.raises(ValueError, match="already held"):
+        tracker.emitted(TP, 1, root=77)
+    assert tracker.emitted(TP, 0, root=77) == 77  # the same record again under the same root
+    with pytest.raises(ValueError):
+        tracker.emitted(TP, 1, root=0)
+    with pytest.raises(ValueError):
+        tracker.emitted(TP, 1, attempt=0)
+    assert tracker.pending_offsets(TP) == [0]
+
+
+# -- retries and dead letters ----------------------------------------------------------------
+
+
+def test_failed_record_is_redelivered_after_backoff_then_dead_lettered():
+    tracker, clock = make(max_retries=2)
+    root = tracker.emitted(TP, 10)
+    tracker.emitted(TP, 11)
+    action = tracker.on_outcome(root, FAILED)
+    assert action == OutcomeAction(ActionKind.REDELIVER, TP, 10, 1, "FAILED", due_ms=100)
+    assert tracker.next_due_ms() == 100
+    clock.now = 99
+    assert tracker.due_redeliveries() == []
+    clock.now = 100
+    assert tracker.due_redeliveries() == [Redelivery(TP, 10, 2, "FAILED")]
+    assert tracker.due_redeliveries() == []  # handed out once
+    assert tracker.commit_point(TP) == 10     # still pending while redelivered
+    root = tracker.emitted(TP, 10, attempt=2)
+    action = tracker.on_outcome(root, TIMED_OUT)
+    assert action.kind is ActionKind.REDELIVER and action.attempt == 2 and action.due_ms == 300
+    assert tracker.due_redeliveries(now_ms=300) == [Redelivery(TP, 10, 3, "TIMED_OUT")]
+    root = tracker.emitted(TP, 10, attempt=3)
+    action = tracker.on_outcome(root, FAILED)
+    assert action == OutcomeAction(ActionKind.DEAD_LETTER, TP, 10, 3, "FAILED")
+    assert tracker.commit_point(TP) == 10  # parked until the DLQ write is confirmed
+    assert tracker.due_redeliveries(now_ms=10**9) == []
+    tracker.dead_lettered(TP, 10)
+    assert tracker.commit_point(TP) == 11
+    s = tracker.stats
+    assert (s.failed, s.timed_out, s.redelivered, s.dead_lettered) == (2, 1, 2, 1)
+
+
+def test_max_retries_zero_dead_letters_at_first_failure():
+    tracker, _ = make(max_retries=0)
+    action = tracker.on_outcome(tracker.emitted(TP, 0), FAILED)
+    assert action.kind is ActionKind.DEAD_LETTER and action.attempt == 1
+
+
+def test_max_retries_none_retries_forever_with_capped_backoff():
+    tracker, clock = make(max_retries=None)
+    attempt = 1
+    for _ in range(30):
+        action = tracker.on_outcome(tracker.emitted(TP, 0, attempt=attempt), FAILED)
+        assert action.kind is ActionKind.REDELIVER
+        assert action.due_ms - clock.now <= 1_000
+        clock.now = action.due_ms
+        (redelivery,) = tracker.due_redeliveries()
+        attempt = redelivery.attempt
+    assert attempt == 31
+
+
+@given(st.integers(0, 8), st.lists(st.sampled_from(["FAILED", "TIMED_OUT", "backstop"]),
+                                   min_size=9, max_size=9))
+def test_retries_respect_max_retries_then_dead_letter(max_retries, reasons):
+    tracker, clock = make(max_retries=max_retries, message_timeout_ms=1_000, backstop_grace_ms=0)
+    attempt, redelivers = 1, 0
+    for reason in reasons:
+        root = tracker.emitted(TP, 5, attempt=attempt)
+        if reason == "backstop":
+            clock.now += 1_000
+            (action,) = tracker.expire_backstop()
+            assert action.reason == "backstop timeout"
+            assert tracker.on_outcome(root, COMPLETED) is None  # too late: already failed locally
+        else:
+            action = tracker.on_outcome(root, OutcomeKind[reason])
+            assert action.reason == reason
+        assert action.attempt == attempt
+        if action.kind is ActionKind.DEAD_LETTER:
+            break
+        assert action.kind is ActionKind.REDELIVER
+        redelivers += 1
+        clock.now = action.due_ms
+        (redelivery,) = tracker.due_redeliveries()
+        assert redelivery.attempt == attempt + 1
+        attempt = redelivery.attempt
+    assert action.kind is ActionKind.DEAD_LETTER
+    assert redelivers == max_retries and attempt == max_retries + 1
+    assert tracker.commit_point(TP) == 5
+    tracker.dead_lettered(TP, 5)
+    assert tracker.commit_point(TP) == 6
+
+
+def test_dead_lettered_also_finishes_a_record_the_shell_parked_itself():
+    tracker, _ = make()
+    tracker.emitted(TP, 0)
+    tracker.dead_lettered(TP, 1)  # e.g. a record that failed to deserialise
+    assert tracker.done_above(TP) == [1]
+    assert tracker.stats.dead_lettered == 1
+
+
+def test_dead_letter_confirmation_after_revoke_is_ignored():
+    tracker, _ = make(max_retries=0)
+    tracker.on_outcome(tracker.emitted(TP, 4), FAILED)
+    assert tracker.revoke(TP) == 4
+    tracker.dead_lettered(TP, 4)  # the DLQ callback fires late
+    assert tracker.partitions() == [] and tracker.commit_points() == {}
+
+
+# -- backoff ---------------------------------------------------------------------------------
+
+
+def test_backoff_defaults_are_exponential_and_capped():
+    backoff = Backoff()
+    assert [backoff.delay_ms(n) for n in range(1, 6)] == [100, 200, 400, 800, 1600]
+    assert backoff.delay_ms(9) == 25_600
+    assert backoff.delay_ms(10) == 30_000
+    assert backoff.delay_ms(10_000) == 30_000  # no overflow
+    with pytest.raises(ValueError):
+        backoff.delay_ms(0)
+
+
+@given(st.integers(0, 5_000), st.floats(1.0, 10.0), st.integers(0, 100_000), st.integers(1, 200))
+def test_backoff_is_exponential_monotonic_and_capped(initial, multiplier, extra, attempts):
+    cap = initial + extra
+    backoff = Backoff(initial_ms=initial, multiplier=multiplier, max_ms=cap)
+    delays = [backoff.delay_ms(n) for n in range(1, attempts + 1)]
+    assert delays[0] == initial
+    assert delays == sorted(delays)
+    assert all(d <= cap for d in delays)
+    for n, d in enumerate(delays, start=1):
+        exact = initial * multiplier ** min(n - 1, 2000) if initial else 0
+        assert d == round(min(exact, cap))
+
+
+@given(st.floats(0.0, 1.0), st.integers(1, 20), st.integers(0, 2**32))
+def test_backoff_jitter_stays_within_its_band(jitter, attempt, seed):
+    backoff = Backoff(initial_ms=100, multiplier=2.0, max_ms=30_000, jitter=jitter,
+                      rng=random.Random(seed))
+    base = min(100 * 2.0 ** (attempt - 1), 30_000)
+    delay = backoff.delay_ms(attempt)
+    assert round(base * (1 - jitter)) - 1 <= delay <= min(30_000, round(base * (1 + jitter)) + 1)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"initial_ms": -1}, {"multiplier": 0.5}, {"initial_ms": 10, "max_ms": 5}, {"jitter": 1.5},
+])
+def test_backoff_rejects_bad_configuration(kwargs):
+    with pytest.raises(ConfigError):
+        Backoff(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"max_pending": 0}, {"max_retries": -1}, {"message_timeout_ms": 0}, {"backstop_grace_ms": -1},
+])
+def test_tracker_rejects_bad_configuration(kwargs):
+    with pytest.raises(ConfigError):
+        InFlightTracker(**kwargs)
+
+
+# -- backstop --------------------------------------------------------------------------------
+
+
+def test_backstop_fails_roots_without_outcome_after_timeout_plus_grace():
+    tracker, clock = make(message_timeout_ms=1_000, backstop_grace_ms=500)
+    late = tracker.emitted(TP, 0)
+    clock.now = 200
+    answered = tracker.emitted(TP, 1)
+    later = tracker.emitted(TP, 2)
+    tracker.on_outcome(answered, COMPLETED)
+    assert tracker.next_due_ms() == 1_500
+    assert tracker.expire_backstop(now_ms=1_499) == []
+    (action,) = tracker.expire_backstop(now_ms=1_500)
+    assert action == OutcomeAction(ActionKind.REDELIVER, TP, 0, 1, "backstop timeout",
+                                   due_ms=1_600)
+    assert tracker.on_outcome(late, COMPLETED) is None  # the acker answered after all: ignored
+    clock.now = 1_700
+    (action,) = tracker.expire_backstop()  # offset 1 completed: only 2 expires
+    assert action.offset == 2
+    assert tracker.stats.backstop_expired == 2 and tracker.stats.timed_out == 0
+    assert [r.offset for r in tracker.due_redeliveries()] == [0]
+    assert tracker.commit_point(TP) == 0
+    assert tracker.on_outcome(later, COMPLETED) is None
+
+
+def test_reset_timeout_pushes_the_backstop_deadline():
+    tracker, clock = make(message_timeout_ms=1_000, backstop_grace_ms=0)
+    root = tracker.emitted(TP, 0)
+    clock.now = 900
+    assert tracker.reset_timeout(root)
+    assert tracker.expire_backstop(now_ms=1_500) == []
+    assert len(tracker.expire_backstop(now_ms=1_900)) == 1
+    assert not tracker.reset_timeout(root)
+
+
+def test_backstop_can_be_disabled():
+    tracker, _ = make(message_timeout_ms=None)
+    tracker.emitted(TP, 0)
+    assert tracker.next_due_ms() is None
+    assert tracker.expire_backstop(now_ms=10**12) == []
+
+
+def test_default_clock_is_monotonic_milliseconds():
+    tracker = InFlightTracker()
+    tracker.emitted(TP, 0)
+    assert tracker.expire_backstop() == []  # 40 s have not passed
+    assert tracker.next_due_ms() > 0
+
+
+# -- backpressure ----------------------------------------------------------------------------
+
+
+def test_over_max_pending_counts_roots_in_flight():
+    tracker, _ = make(max_pending=3, max_retries=1)
+    roots = [tracker.emitted(TP, off) for off in range(3)]
+    assert tracker.pending_roots() == 3 and tracker.over_max_pending()
+    tracker.on_outcome(roots[0], COMPLETED)
+    assert not tracker.over_max_pending()
+    tracker.on_outcome(roots[1], FAILED)  # waiting for redelivery: not a root in flight
+    assert tracker.pending_roots() == 1
+    assert not InFlightTracker(max_pending=None).over_max_pending()
+
+
+# -- rebalance -------------------------------------------------------------------------------
+
+
+def test_revoke_returns_commit_point_and_forgets_the_partition():
+    tracker, clock = make(message_timeout_ms=1_000)
+    roots = [tracker.emitted(TP, off) for off in range(4)]
+    other = tracker.emitted(TP2, 0)
+    tracker.on_outcome(roots[0], COMPLETED)
+    tracker.on_outcome(roots[2], COMPLETED)
+    tracker.on_outcome(roots[3], FAILED)
+    assert tracker.revoke(TP) == 1
+    assert tracker.partitions() == [TP2]
+    assert tracker.pending_roots() == 1
+    assert tracker.on_outcome(roots[1], COMPLETED) is None
+    clock.now = 10**9
+    assert tracker.due_redeliveries() == []                   # its retries went with it
+    assert [a.tp for a in tracker.expire_backstop()] == [TP2]  # and its backstop deadlines
+    assert tracker.on_outcome(other, COMPLETED) is None
+
+
+def test_assign_with_done_above_skips_recorded_offsets_on_replay():
+    tracker, _ = make()
+    tracker.assign(TP, committed=100, done_above=[99, 102, 103, 106])
+    assert tracker.commit_point(TP) == 100
+    assert tracker.done_above(TP) == [102, 103, 106]
+    assert tracker.should_skip(TP, 99)  # below the committed offset: done
+    replay = {}
+    for off in range(100, 108):
+        if not tracker.should_skip(TP, off):
+            replay[off] = tracker.emitted(TP, off)
+    assert sorted(replay) == [100, 101, 104, 105, 107]
+    for off in (100, 101):
+        tracker.on_outcome(replay[off], COMPLETED)
+    assert tracker.commit_point(TP) == 104  # 102 and 103 count as done
+    for off in (104, 105):
+        tracker.on_outcome(replay[off], COMPLETED)
+    assert tracker.commit_point(TP) == 107
+    tracker.on_outcome(replay[107], COMPLETED)
+    assert tracker.commit_point(TP) == 108 and tracker.done_above(TP) == []
+
+
+def test_assign_when_recorded_offsets_follow_the_committed_one():
+    tracker, _ = make()
+    tracker.assign(TP, committed=10, done_above=[10, 11, 13])
+    assert tracker.commit_point(TP) == 12
+    assert tracker.should_skip(TP, 11) and tracker.should_skip(TP, 13)
+    assert not tracker.should_skip(TP, 12)
+
+
+def test_assigning_a_held_partition_drops_what_was_held():
+    tracker, _ = make()
+    root = tracker.emitted(TP, 5)
+    tracker.assign(TP, committed=3)
+    assert tracker.pending_roots() == 0 and tracker.commit_point(TP) == 3
+    assert tracker.on_outcome(root, COMPLETED) is None
+
+
+def test_assign_rejects_done_above_without_a_committed_offset():
+    tracker, _ = make()
+    with pytest.raises(ValueError):
+        tracker.assign(TP, committed=None, done_above=[3])
+    with pytest.raises(ValueError):
+        tracker.assign(TP, committed=-1)
+
+
+def test_revoke_and_metadata_round_trip_skip_exactly_the_done_records():
+    tracker, _ = make()
+    roots = {off: tracker.emitted(TP, off) for off in range(20)}
+    for off in (0, 1, 5, 6, 7, 15):
+        tracker.on_outcome(roots[off], COMPLETED)
+    point, done = tracker.commit_point(TP), tracker.done_above(TP)
+    metadata, truncated = encode_done_above(point, done)
+    assert (point, done, truncated) == (2, [5, 6, 7, 15], False)
+    assert tracker.revoke(TP) == 2
+    successor, _ = make()
+    successor.assign(TP, committed=2, done_above=decode_done_above(2, metadata))
+    assert [o for o in range(2, 20) if successor.should_skip(TP, o)] == [5, 6, 7, 15]
+
+
+# -- scale and bounded memory ----------------------------------------------------------------
+
+
+def test_hundred_thousand_pending_offsets_complete_in_random_order():
+    tracker, _ = make(max_pending=None)
+    offsets = [o for o in range(130_000) if o % 4 != 3][:100_000]  # with gaps
+    roots = [tracker.emitted(TP, off) for off in offsets]
+    order = list(range(len(offsets)))
+    random.Random(7).shuffle(order)
+    done = [False] * len(offsets)
+    lowest = 0
+    for step, i in enumerate(order):
+        tracker.on_outcome(roots[i], COMPLETED)
+        done[i] = True
+        while lowest < len(offsets) and done[lowest]:
+            lowest += 1
+        if step % 997 == 0:
+            expected = offsets[lowest] if lowest < len(offsets) else offsets[-1] + 1
+            assert tracker.commit_point(TP) == expected
+    assert tracker.commit_point(TP) == offsets[-1] + 1
+    assert tracker.done_above(TP) == []
+
+
+def test_one_stuck_offset_keeps_internal_queues_bounded():
+    tracker, _ = make(max_pending=None)
+    tracker.emitted(TP, 0)  # never answered
+    for off in range(1, 20_001):
+        tracker.on_outcome(tracker.emitted(TP, off), COMPLETED)
+    assert tracker.commit_point(TP) == 0
+    assert len(tracker.done_above(TP)) == 20_000  # inherent: they must be remembered
+    part = tracker._partitions[TP]
+    assert len(part._pending_heap) <= 2 * len(part.pending) + 64
+    assert len(tracker._backstop) <= 2 * tracker.pending_roots() + 1024
+
+
+# -- all outcomes COMPLETED: every offset ends done --------------------------------------------
+
+
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=120), st.randoms(use_true_random=False),
+       st.integers(0, 50))
+def test_every_offset_is_eventually_done_when_all_complete(gaps, rnd, start):
+    tracker, _ = make()
+    tracker.assign(TP, committed=start)
+    offsets, off = [], start
+    for gap in gaps:
+        off += gap
+        offsets.append(off)
+        off += 1
+    roots = {o: tracker.emitted(TP, o) for o in offsets}
+    pending = set(offsets)
+    order = list(offsets)
+    rnd.shuffle(order)
+    for o in order:
+        assert tracker.on_outcome(roots[o], COMPLETED).kind is ActionKind.DONE
+        pending.discard(o)
+        point = tracker.commit_point(TP)
+        assert point == (min(pending) if pending else offsets[-1] + 1)
+        done_above = sorted(x for x in offsets if x not in pending and x > point)
+        assert tracker.done_above(TP) == done_above
+    assert tracker.pending_roots() == 0 and tracker.pending_offsets(TP) == []
+
+
+# -- the model-based state machine -----------------------------------------------------------
+
+TPS = [TP, TP2]
+TIMEOUT, GRACE = 100, 20
+INITIAL, MULTIPLIER, CAP = 10, 2, 50
+
+
+class _ModelEntry:
+    def __init__(self, state, root, attempt, at):
+        self.state, self.root, self.attempt, self.at = state, root, attempt, at
+
+
+class _ModelPartition:
+    """Brute force: plain dict and sets, recomputed from scratch on every question."""
+
+    def __init__(self, base, done=()):
+        self.base = base
+        self.pending: dict[int, _ModelEntry] = {}
+        self.done = set(done)
+        self.max_seen = None
+
+    def saw(self, offset):
+        self.max_seen = offset if self.max_seen is None else max(self.max_seen, offset)
+
+    def commit_point(self):
+        if self.pending:
+            return min(self.pending)
+        starts = [s for s in (self.base, None if self.max_seen is None else self.max_seen + 1)
+                  if s is not None]
+        if not starts:
+            return None
+        point = max(starts)
+        while point in self.done:
+            point += 1
+        return point
+
+
+class TrackerMachine(RuleBasedStateMachine):
+    @initialize(max_retries=st.integers(0, 3), max_pending=st.integers(1, 6))
+    def setup(self, max_retries, max_pending):
+        self.clock = FakeClock()
+        self.max_retries = max_retries
+        self.max_pending = max_pending
+        self.tracker = InFlightTracker(
+            max_pending=max_pending, max_retries=max_retries,
+            backoff=Backoff(initial_ms=INITIAL, multiplier=MULTIPLIER, max_ms=CAP),
+            message_timeout_ms=TIMEOUT, backstop_grace_ms=GRACE, clock=self.clock)
+        # TP is assigned with a committed offset; TP2 is tracked from its first emit.
+        self.tracker.assign(TP, committed=0)
+        self.model = {TP: _ModelPartition(0), TP2: _ModelPartition(None)}
+        self.log = {tp: [] for tp in TPS}          # offsets that exist in the source partition
+        self.cursor = {tp: 0 for tp in TPS}        # next log index the consumer reads
+        self.truly_done = {tp: set() for tp in TPS}
+        self.flights: dict[int, tuple] = {}        # root -> (tp, offset)
+        self.stale: list[int] = []
+        self.handed: list[Redelivery] = []
+
+    # helpers
+
+    def _emit(self, tp, offset, attempt):
+        m = self.model[tp]
+        old = m.pending.get(offset)
+        if old is not None and old.root is not None:
+            del self.flights[old.root]
+            self.stale.append(old.root)
+        root = self.tracker.emitted(tp, offset, attempt=attempt)
+        m.pending[offset] = _ModelEntry("flight", root, attempt, self.clock.now + TIMEOUT + GRACE)
+        m.done.discard(offset)
+        m.saw(offset)
+        self.flights[root] = (tp, offset)
+
+    def _fail(self, tp, offset, reason, action):
+        entry = self.model[tp].pending[offset]
+        assert (action.tp, action.offset, action.attempt, action.reason) == (
+            tp, offset, entry.attempt, reason)
+        entry.root = None
+        if entry.attempt <= self.max_retries:
+            entry.state = "retry"
+            entry.at = self.clock.now + min(INITIAL * MULTIPLIER ** (entry.attempt - 1), CAP)
+            entry.reason = reason
+            assert action.kind is ActionKind.REDELIVER and action.due_ms == entry.at
+        else:
+            entry.state = "dlq"
+            assert action.kind is ActionKind.DEAD_LETTER
+
+    def _finish(self, tp, offset):
+        m = self.model[tp]
+        m.pending.pop(offset, None)
+        m.done.add(offset)
+        m.saw(offset)
+        self.truly_done[tp].add(offset)
+
+    # rules
+
+    @rule(tp=st.sampled_from(TPS), gap=st.sampled_from([0, 0, 0, 1, 3]),
+          tracked=st.sampled_from([True, True, True, False]))
+    def read(self, tp, gap, tracked):
+        log = self.log[tp]
+        if self.cursor[tp] == len(log):
+            log.append(log[-1] + 1 + gap if log else gap)
+        offset = log[self.cursor[tp]]
+        self.cursor[tp] += 1
+        skip = self.tracker.should_skip(tp, offset)
+        assert skip == (offset in self.model[tp].done)
+        if skip:
+            assert offset in self.truly_done[tp]
+        elif tracked:
+            self._emit(tp, offset, 1)
+        else:
+            self.tracker.done_immediately(tp, offset)
+            self._finish(tp, offset)
+
+    @precondition(lambda self: self.flights or self.stale)
+    @rule(data=st.data(), kind=st.sampled_from(list(OutcomeKind)))
+    def outcome(self, data, kind):
+        # Insertion order, not sorted: roots are random, and draws must replay the same way.
+        root = data.draw(st.sampled_from(list(self.flights) + self.stale[-4:]))
+        action = self.tracker.on_outcome(root, kind)
+        if root not in self.flights:
+            assert action is None
+            return
+        tp, offset = self.flights.pop(root)
+        self.stale.append(root)
+        if kind is COMPLETED:
+            assert action == OutcomeAction(ActionKind.DONE, tp, offset,
+                                           self.model[tp].pending[offset].attempt, "COMPLETED")
+            self._finish(tp, offset)
+        else:
+            self._fail(tp, offset, kind.name, action)
+
+    @rule(dt=st.integers(0, 80))
+    def redeliveries_due(self, dt):
+        self.clock.now += dt
+        expected = {(tp, off, e.attempt + 1, e.reason) for tp in TPS
+                    for off, e in self.model[tp].pending.items()
+                    if e.state == "retry" and e.at <= self.clock.now}
+        got = self.tracker.due_redeliveries()
+        assert len(got) == len(expected)
+        assert {(r.tp, r.offset, r.attempt, r.reason) for r in got} == expected
+        for r in got:
+            self.model[r.tp].pending[r.offset].state = "handed"
+        self.handed.extend(got)
+
+    @precondition(lambda self: self.handed)
+    @rule(data=st.data())
+    def redeliver(self, data):
+        r = self.handed.pop(data.draw(st.integers(0, len(self.handed) - 1)))
+        entry = self.model[r.tp].pending.get(r.offset)
+        if entry is not None and entry.state == "handed":  # not revoked or re-read meanwhile
+            self._emit(r.tp, r.offset, r.attempt)
+
+    @rule(dt=st.integers(0, 150))
+    def backstop(self, dt):
+        self.clock.now += dt
+        expected = {(tp, off) for root, (tp, off) in self.flights.items()
+                    if self.model[tp].pending[off].at <= self.clock.now}
+        actions = self.tracker.expire_backstop()
+        assert {(a.tp, a.offset) for a in actions} == expected and len(actions) == len(expected)
+        for action in actions:
+            root = self.model[action.tp].pending[action.offset].root
+            del self.flights[root]
+            self.stale.append(root)
+            self._fail(action.tp, action.offset, "backstop timeout", action)
+
+    @precondition(lambda self: any(e.state == "dlq" for tp in TPS
+                                   for e in self.model[tp].pending.values()))
+    @rule(data=st.data())
+    def dead_letter_confirmed(self, data):
+        parked = sorted((tp, off) for tp in TPS for off, e in self.model[tp].pending.items()
+                        if e.state == "dlq")
+        tp, offset = data.draw(st.sampled_from(parked))
+        self.tracker.dead_lettered(tp, offset)
+        self._finish(tp, offset)
+
+    @precondition(lambda self: any(self.model[tp].pending for tp in TPS))
+    @rule(data=st.data())
+    def kafka_delivers_a_pending_record_again(self, data):
+        pending = sorted((tp, off) for tp in TPS for off in self.model[tp].pending)
+        tp, offset = data.draw(st.sampled_from(pending))
+        self._emit(tp, offset, 1)
+
+    @rule(tp=st.sampled_from(TPS), max_bytes=st.sampled_from([4096, 4096, 16, 10, 0]))
+    def rebalance(self, tp, max_bytes):
+        point, above = self.tracker.commit_point(tp), self.tracker.done_above(tp)
+        metadata = "" if point is None else encode_done_above(point, above, max_bytes=max_bytes)[0]
+        assert self.tracker.revoke(tp) == point
+        decoded = [] if point is None else decode_done_above(point, metadata)
+        assert decoded == above[: len(decoded)]
+        assert set(decoded) <= self.truly_done[tp]
+        for root, (t, _) in list(self.flights.items()):
+            if t == tp:
+                del self.flights[root]
+                self.stale.append(root)
+        self.tracker.assign(tp, committed=point, done_above=decoded)
+        self.model[tp] = _ModelPartition(point, decoded)
+        # The next owner resumes reading at the commit point.
+        self.cursor[tp] = 0 if point is None else next(
+            (i for i, o in enumerate(self.log[tp]) if o >= point), len(self.log[tp]))
+
+    # invariants
+
+    @invariant()
+    def commit_point_never_passes_a_pending_or_undone_record(self):
+        if not hasattr(self, "tracker"):
+            return
+        for tp in TPS:
+            m = self.model[tp]
+            point = self.tracker.commit_point(tp)
+            assert point == m.commit_point()
+            assert self.tracker.pending_offsets(tp) == sorted(m.pending)
+            if point is None:
+                continue
+            assert all(off >= point for off in m.pending)
+            # Invariant 1: every record below the commit point really is done.
+            assert all(off in self.truly_done[tp] for off in self.log[tp] if off < point)
+            assert self.tracker.done_above(tp) == sorted(o for o in m.done if o > point)
+
+    @invariant()
+    def roots_and_backpressure_match(self):
+        if not hasattr(self, "tracker"):
+            return
+        assert self.tracker.pending_roots() == len(self.flights)
+        assert self.tracker.over_max_pending() == (len(self.flights) >= self.max_pending)
+        times = [e.at for tp in TPS for e in self.model[tp].pending.values()
+                 if e.state in ("flight", "retry")]
+        assert self.tracker.next_due_ms() == (min(times) if times else None)
+
+
+TrackerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=60,
+                                            deadline=None)
+test_tracker_matches_model = TrackerMachine.TestCase
