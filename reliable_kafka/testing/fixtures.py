@@ -1,0 +1,81 @@
+"""Pytest fixtures for tests against a real Kafka (load with ``pytest_plugins``).
+
+- ``kafka_bootstrap`` (session): a bootstrap address; the broker starts on first use only, one
+  per session, from the source :func:`reliable_kafka.testing.session.choose_kafka_source` picks.
+- ``topic_name`` (function): a unique topic name derived from the test's name (not created).
+- ``unique_topic`` (function): a factory ``unique_topic(prefix="rk-test") -> str``.
+- ``create_topic`` (function): a factory that creates a unique (or named) topic on the session
+  broker and waits until it is ready:
+  ``create_topic(name=None, *, partitions=1, replication_factor=1, config=None) -> str``.
+- ``kafka_cluster`` (module): a started 3-broker :class:`reliable_kafka.broker.EmbeddedCluster`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+
+import pytest
+
+from reliable_kafka.broker import EmbeddedCluster
+from reliable_kafka.testing.session import session_kafka
+from reliable_kafka.testing.topics import create_topics, unique_name
+
+__all__ = ["kafka_bootstrap", "topic_name", "unique_topic", "create_topic", "kafka_cluster"]
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """The test session's Kafka bootstrap address (RK_BOOTSTRAP, Docker, or embedded)."""
+    with session_kafka() as bootstrap:
+        yield bootstrap
+
+
+@pytest.fixture
+def unique_topic() -> Callable[..., str]:
+    """A factory of unique topic names: ``unique_topic(prefix="rk-test")``."""
+
+    def unique_topic(prefix: str = "rk-test") -> str:
+        return unique_name(prefix)
+
+    return unique_topic
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A unique topic name that says which test made it (the topic is not created)."""
+    test = re.sub(r"[^a-zA-Z0-9._-]+", "-", request.node.name).strip("-.")[:60] or "rk-test"
+    return unique_name(test)
+
+
+@pytest.fixture
+def create_topic(kafka_bootstrap: str) -> Callable[..., str]:
+    """A factory creating topics on the session broker; returns the topic's name."""
+
+    def create(
+        name: str | None = None,
+        *,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        config: Mapping[str, str] | None = None,
+    ) -> str:
+        topic = name or unique_name("rk-test")
+        create_topics(
+            kafka_bootstrap,
+            {topic: partitions},
+            replication_factor=replication_factor,
+            config=dict(config or {}),
+        )
+        return topic
+
+    return create
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster() -> Iterator[EmbeddedCluster]:
+    """A 3-broker embedded cluster for this test module (always embedded: tests kill brokers)."""
+    cluster = EmbeddedCluster(brokers=3).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
