@@ -1,0 +1,353 @@
+"""The acker worker: a consumer-group member over ``<topology>.acks`` (DESIGN section 4).
+
+Per assigned partition it folds decoded ack batches into an :class:`AckerTable`, publishes the
+decisions to the owning spouts on ``<topology>.outcomes``, and commits the partition only up to the
+smallest first offset of a pending root, after the outcomes decided below it were delivered. The
+committed offset is therefore a snapshot point: a restarted or rebalanced worker replays from it
+and rebuilds the same table.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from reliable_kafka import codec
+from reliable_kafka.core.acker_table import AckerTable, Outcomes
+from reliable_kafka.errors import ConfigError, DecodeError, DeliveryError, TopologyError
+from reliable_kafka.ids import new_id
+from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics, partition_count
+from reliable_kafka.transport import Quarantine, flush_or_raise, new_consumer, new_producer
+
+__all__ = ["AckerWorker", "AckerStats"]
+
+log = logging.getLogger(__name__)
+
+MAX_OUTCOMES_PER_RECORD = 5000
+
+
+@dataclass
+class AckerStats:
+    """Counters of one worker since it started (a restarted worker starts from zero)."""
+
+    records: int = 0
+    entries_folded: int = 0
+    completed: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    expired_ownerless: int = 0
+    invalid_entries: int = 0
+    quarantined: int = 0
+    outcome_records: int = 0
+    pending: int = 0
+    committed: dict[int, int] = field(default_factory=dict)
+
+
+class _Partition:
+    """What the worker holds for one assigned ack partition."""
+
+    __slots__ = ("table", "next_offset", "event_ms", "event_wall_ms", "committed")
+
+    def __init__(self, table: AckerTable, committed: int | None) -> None:
+        self.table = table
+        self.next_offset: int | None = None  # offset after the last record folded
+        self.event_ms: int | None = None  # largest record timestamp seen
+        self.event_wall_ms = 0  # wall clock when that timestamp was seen
+        self.committed = committed
+
+    def clock_ms(self, wall_ms: int) -> int | None:
+        """Event time, carried forward by wall time while the partition is idle."""
+        if self.event_ms is None:
+            return None
+        return self.event_ms + max(0, wall_ms - self.event_wall_ms)
+
+    def commit_offset(self) -> int | None:
+        low = self.table.low_offset()
+        return low if low is not None else self.next_offset
+
+
+class AckerWorker:
+    """One acker process (or thread). Several workers with the same group share the partitions.
+
+    Keyword arguments (defaults in brackets):
+    - ``topology``, ``bootstrap_servers``: required.
+    - ``ackers`` [1]: partitions of the ack topic when this worker creates it; an existing topic is
+      used as it is (its partition count is N).
+    - ``timeout_ms`` [30000]: message timeout, as Storm's ``topology.message.timeout.secs``.
+    - ``timeout_buckets`` [4]: rotating buckets; a root times out between ``timeout_ms`` and
+      ``timeout_ms * (1 + 1/buckets)`` after its last INIT or RESET_TIMEOUT.
+    - ``group_id`` [``<topology>.ackers``], ``commit_interval_ms`` [1000], ``batch_size`` [500].
+    - ``create_topics`` [True]: create missing topology topics (else refuse to start without them).
+    - ``replication_factor`` [1]: for topics this worker creates.
+    - ``max_entries_per_record`` [100000]: larger ack records are quarantined, not folded.
+    - ``kafka_config``: librdkafka settings passed through to the consumer and producer.
+    """
+
+    def __init__(
+        self,
+        *,
+        topology: str,
+        bootstrap_servers: str,
+        ackers: int = 1,
+        timeout_ms: int = 30_000,
+        timeout_buckets: int = 4,
+        group_id: str | None = None,
+        commit_interval_ms: int = 1000,
+        batch_size: int = 500,
+        create_topics: bool = True,
+        replication_factor: int = 1,
+        max_entries_per_record: int = 100_000,
+        kafka_config: dict | None = None,
+        name: str | None = None,
+    ) -> None:
+        if ackers < 1:
+            raise ConfigError(f"an acker worker needs ackers >= 1 (ack topic partitions), got {ackers}")
+        if timeout_ms <= 0:
+            raise ConfigError(f"timeout_ms must be positive, got {timeout_ms}")
+        self.topics = TopologyTopics(topology, ackers=ackers)
+        self.bootstrap_servers = bootstrap_servers
+        self.timeout_ms = timeout_ms
+        self.timeout_buckets = timeout_buckets
+        self.group_id = group_id or f"{topology}.ackers"
+        self.commit_interval_ms = commit_interval_ms
+        self.batch_size = batch_size
+        self.create_topics = create_topics
+        self.replication_factor = replication_factor
+        self.max_entries_per_record = max_entries_per_record
+        self.kafka_config = dict(kafka_config or {})
+        self.name = name or f"acker-{new_id() & 0xFFFF:04x}"
+        self.stats = AckerStats()
+        self._partitions: dict[int, _Partition] = {}
+        self._outcome_partitions = 0
+        self._retry_outcomes: list[tuple[int, bytes]] = []
+        self._consumer = None
+        self._producer = None
+        self._quarantine: Quarantine | None = None
+        self._last_commit = 0.0
+        self.ready = threading.Event()  # set once the worker consumes (for tests and supervisors)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None, *, handle_signals: bool = False) -> AckerStats:
+        """Consume until ``stop`` is set (or SIGTERM/SIGINT with ``handle_signals``)."""
+        stop = stop or threading.Event()
+        if handle_signals:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: stop.set())
+        self._connect()
+        try:
+            while not stop.is_set():
+                self.poll_once()
+        finally:
+            self._shutdown()
+        return self.stats
+
+    def _connect(self) -> None:
+        admin = admin_client(self.bootstrap_servers, self.kafka_config)
+        if self.create_topics:
+            ensure_topics(admin, self.topics, replication_factor=self.replication_factor)
+        elif partition_count(admin, self.topics.acks) is None:
+            raise TopologyError(
+                f"{self.name}: ack topic {self.topics.acks} does not exist; run with create_topics "
+                f"or create the topology's topics first"
+            )
+        self._outcome_partitions = partition_count(admin, self.topics.outcomes) or 0
+        if not self._outcome_partitions:
+            raise TopologyError(f"{self.name}: outcome topic {self.topics.outcomes} does not exist")
+        self._producer = new_producer(self.bootstrap_servers, self.kafka_config)
+        self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
+        self._consumer = new_consumer(
+            self.bootstrap_servers,
+            self.group_id,
+            self.kafka_config,
+            **{"isolation.level": "read_committed", "partition.assignment.strategy": "cooperative-sticky"},
+        )
+        self._consumer.subscribe(
+            [self.topics.acks], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+        log.info("%s: consuming %s as group %s", self.name, self.topics.acks, self.group_id)
+
+    def _shutdown(self) -> None:
+        try:
+            if self._consumer is not None:
+                self._publish(self._advance_clocks())
+                self._commit(force=True)
+                self._consumer.close()  # revokes: the callback commits once more
+        finally:
+            self._consumer = None
+            if self._producer is not None:
+                self._producer.flush(10)
+            log.info("%s: stopped; %s", self.name, self.stats)
+
+    # --- rebalance ------------------------------------------------------------------------------
+
+    def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
+        committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
+        for tp in partitions:
+            table = AckerTable(timeout_ms=self.timeout_ms, buckets=self.timeout_buckets)
+            offset = committed.get(tp.partition)
+            self._partitions[tp.partition] = _Partition(table, offset if offset is not None and offset >= 0 else None)
+        log.info("%s: assigned %s (replaying from %s)", self.name, [tp.partition for tp in partitions], committed)
+        self.ready.set()
+
+    def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
+        revoked = {tp.partition for tp in partitions}
+        try:
+            self._publish(self._advance_clocks())
+            self._commit(force=True, only=revoked)
+        except (KafkaException, DeliveryError) as exc:
+            # the next owner replays from the last commit: nothing is lost, outcomes repeat
+            log.warning("%s: could not commit revoked partitions %s: %s", self.name, sorted(revoked), exc)
+        for partition in revoked:
+            self._partitions.pop(partition, None)
+        log.info("%s: revoked %s", self.name, sorted(revoked))
+
+    def _on_lost(self, consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._partitions.pop(tp.partition, None)
+        log.warning("%s: lost %s; the new owner replays them", self.name, [tp.partition for tp in partitions])
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def poll_once(self, timeout: float = 0.2) -> None:
+        """Fold one consumed batch, publish its decisions, and commit when the interval passed."""
+        self._retry_failed_outcomes()
+        decided: list[Outcomes] = []
+        for message in self._consumer.consume(num_messages=self.batch_size, timeout=timeout):
+            if message.error() is not None:
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    log.warning("%s: consumer error: %s", self.name, message.error())
+                continue
+            outcomes = self._fold(message)
+            if outcomes is not None and len(outcomes):
+                decided.append(outcomes)
+        decided.extend(self._advance_clocks())
+        self._publish(decided)
+        self._producer.poll(0)
+        self._commit()
+
+    def _fold(self, message: Message) -> Outcomes | None:
+        state = self._partitions.get(message.partition())
+        if state is None:  # a message from a partition revoked in this very poll
+            return None
+        self.stats.records += 1
+        state.next_offset = message.offset() + 1
+        try:
+            batch = codec.decode_ack_batch(message.value())
+        except DecodeError as error:
+            self._quarantine.decode_error(message, error)
+            self.stats.quarantined += 1
+            return None
+        if len(batch) > self.max_entries_per_record:
+            self._quarantine.park(
+                message, f"ack record holds {len(batch)} entries, more than max_entries_per_record="
+                f"{self.max_entries_per_record}; not folded"
+            )
+            self.stats.quarantined += 1
+            return None
+        timestamp = message.timestamp()[1]
+        wall_ms = int(time.time() * 1000)
+        if timestamp <= 0:
+            timestamp = wall_ms
+        if state.event_ms is None or timestamp >= state.event_ms:
+            state.event_ms, state.event_wall_ms = timestamp, wall_ms
+        invalid_before = state.table.stats.invalid_entries
+        outcomes = state.table.fold(
+            batch.kinds, batch.roots, batch.vals,
+            sender=batch.sender, event_time_ms=timestamp, offset=message.offset(),
+        )
+        self.stats.entries_folded += len(batch)
+        invalid = state.table.stats.invalid_entries - invalid_before
+        if invalid:
+            self.stats.invalid_entries += invalid
+            self._quarantine.park(
+                message, f"{invalid} of {len(batch)} entries invalid (root 0 or unknown kind); "
+                f"the valid ones were folded"
+            )
+            self.stats.quarantined += 1
+        return outcomes
+
+    def _advance_clocks(self) -> list[Outcomes]:
+        wall_ms = int(time.time() * 1000)
+        decided = []
+        for state in self._partitions.values():
+            now = state.clock_ms(wall_ms)
+            if now is not None:
+                outcomes = state.table.advance(now)
+                if len(outcomes):
+                    decided.append(outcomes)
+        return decided
+
+    # --- outcomes and commits -------------------------------------------------------------------
+
+    def _publish(self, decided: list[Outcomes]) -> None:
+        for outcomes in decided:
+            kinds = outcomes.kinds
+            self.stats.completed += int(np.count_nonzero(kinds == 0))
+            self.stats.failed += int(np.count_nonzero(kinds == 1))
+            self.stats.timed_out += int(np.count_nonzero(kinds == 2))
+            for owner, (roots, owner_kinds) in outcomes.by_owner().items():
+                partition = (owner & ((1 << 64) - 1)) % self._outcome_partitions
+                for start in range(0, len(roots), MAX_OUTCOMES_PER_RECORD):
+                    stop = start + MAX_OUTCOMES_PER_RECORD
+                    value = codec.encode_outcomes(owner, roots[start:stop], owner_kinds[start:stop])
+                    self._send_outcome(partition, value)
+
+    def _send_outcome(self, partition: int, value: bytes) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    self.topics.outcomes, value, partition=partition, on_delivery=self._outcome_delivered
+                )
+                self.stats.outcome_records += 1
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    def _outcome_delivered(self, error, message) -> None:
+        if error is not None:  # kept and sent again: a lost outcome would stall its tree
+            log.error("%s: outcome to partition %s not delivered (%s); retrying", self.name, message.partition(), error)
+            self._retry_outcomes.append((message.partition(), message.value()))
+
+    def _retry_failed_outcomes(self) -> None:
+        retries, self._retry_outcomes = self._retry_outcomes, []
+        for partition, value in retries:
+            self._send_outcome(partition, value)
+
+    def _commit(self, *, force: bool = False, only: set[int] | None = None) -> None:
+        now = time.monotonic()
+        if not force and (now - self._last_commit) * 1000 < self.commit_interval_ms:
+            return
+        self._last_commit = now
+        offsets = []
+        for partition, state in self._partitions.items():
+            if only is not None and partition not in only:
+                continue
+            offset = state.commit_offset()
+            if offset is not None and offset != state.committed:
+                offsets.append((partition, state, offset))
+        self.stats.pending = sum(state.table.pending for state in self._partitions.values())
+        if not offsets:
+            return
+        try:
+            # outcomes decided below the new low points must be delivered first (DESIGN section 4)
+            flush_or_raise(self._producer, what=f"{self.name} outcomes")
+            if self._retry_outcomes:
+                return
+            self._consumer.commit(
+                offsets=[TopicPartition(self.topics.acks, p, off) for p, _, off in offsets], asynchronous=False
+            )
+        except (KafkaException, DeliveryError) as exc:
+            if only is not None:
+                raise
+            log.warning("%s: commit postponed: %s", self.name, exc)  # the low point only lags
+            return
+        for partition, state, offset in offsets:
+            state.committed = offset
+            self.stats.committed[partition] = offset

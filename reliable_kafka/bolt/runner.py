@@ -1,0 +1,377 @@
+"""Bolts: consume a data topic, hand each tuple to the user's handler with a collector.
+
+``Bolt`` is Storm's rich bolt (the handler emits with explicit anchors and acks or fails each
+tuple, possibly later); ``BasicBolt`` anchors every output to the input, acks when the handler
+returns and fails the input when it raises. Safety never depends on when a bolt commits its own
+input offsets (a lost ack only delays the tree until its timeout and replay); with
+``transactional=True`` outputs, ack entries and input offsets commit in one Kafka transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from reliable_kafka import codec
+from reliable_kafka.core.anchors import Anchored, ack_entries, anchor_child, fail_roots
+from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.errors import ConfigError, DecodeError, TopologyError
+from reliable_kafka.ids import new_id
+from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
+from reliable_kafka.transport import AckSender, Quarantine, flush_or_raise, new_consumer, new_producer
+
+__all__ = ["Tuple", "BoltCollector", "Bolt", "BasicBolt", "BoltStats"]
+
+log = logging.getLogger(__name__)
+
+
+class Tuple:
+    """A record of a data topic as a bolt sees it; ``tracked`` when it carries ``rk-anchors``."""
+
+    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms", "anchored")
+
+    def __init__(self, topic, partition, offset, key, value, headers, timestamp_ms, anchored: Anchored):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.headers = headers  # the record's headers without rk-anchors
+        self.timestamp_ms = timestamp_ms
+        self.anchored = anchored
+
+    @property
+    def tracked(self) -> bool:
+        return self.anchored.tracked
+
+    @property
+    def roots(self) -> list[int]:
+        return list(self.anchored.anchors)
+
+    @property
+    def coordinates(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+    def __repr__(self) -> str:
+        return f"Tuple({self.coordinates}, key={self.key!r}, tracked={self.tracked})"
+
+
+@dataclass
+class BoltStats:
+    received: int = 0
+    untracked: int = 0
+    emitted: int = 0
+    acked: int = 0
+    failed: int = 0
+    handler_errors: int = 0
+    quarantined: int = 0
+    delivery_errors: int = 0
+    transactions: int = 0
+    aborted_transactions: int = 0
+
+
+class BoltCollector:
+    """Emits tuples and acks, fails or resets the timeout of inputs; entries are packed per batch."""
+
+    def __init__(self, bolt: "Bolt") -> None:
+        self._bolt = bolt
+
+    def emit(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        anchors: Tuple | Sequence[Tuple] | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Send a record to ``topic``, anchored to ``anchors`` (one tuple or several; None: unanchored)."""
+        if anchors is None:
+            parents: Iterable[Tuple] = ()
+        elif isinstance(anchors, Tuple):
+            parents = (anchors,)
+        else:
+            parents = anchors
+        child = anchor_child(parent.anchored for parent in parents)
+        self._bolt._produce(topic, value, key, headers, partition, child)
+
+    def ack(self, tuple_: Tuple) -> None:
+        if tuple_.tracked:
+            self._bolt._acks.add_many(EventKind.ACK, ack_entries(tuple_.anchored))
+        self._bolt.stats.acked += 1
+
+    def fail(self, tuple_: Tuple) -> None:
+        for root in fail_roots(tuple_.anchored):
+            self._bolt._acks.add(EventKind.FAIL, root)
+        self._bolt.stats.failed += 1
+
+    def reset_timeout(self, tuple_: Tuple) -> None:
+        """Push the deadline of ``tuple_``'s trees (for long work on one tuple)."""
+        for root in tuple_.anchored.anchors:
+            self._bolt._acks.add(EventKind.RESET_TIMEOUT, root)
+
+
+class _BasicCollector(BoltCollector):
+    """A basic bolt's collector: outputs are anchored to the current input unless told otherwise."""
+
+    current: Tuple | None = None
+
+    def emit(self, topic, value, *, key=None, anchors=None, headers=None, partition=None) -> None:
+        super().emit(topic, value, key=key, anchors=anchors if anchors is not None else self.current,
+                     headers=headers, partition=partition)
+
+
+class Bolt:
+    """Runs ``handler(tuple, collector)`` for each record of ``source_topics``.
+
+    Keyword arguments (defaults in brackets):
+    - ``topology``, ``bootstrap_servers``, ``source_topics``, ``group_id``, ``handler``: required.
+    - ``transactional`` [False]: outputs, ack entries and input offsets in one transaction per
+      consumed batch (``transactional.id`` = ``<group_id>.<name>``: give each bolt process a stable
+      ``name`` so that its restart fences the dead incarnation at once).
+    - ``batch_size`` [500], ``commit_interval_ms`` [1000], ``kafka_config`` (librdkafka, copied),
+      ``name`` [random].
+    """
+
+    _collector_class = BoltCollector
+    topic_wait_s = 30.0  # how long start() waits for an acker to create the topology's topics
+
+    def __init__(
+        self,
+        *,
+        topology: str,
+        bootstrap_servers: str,
+        source_topics: list[str] | str,
+        group_id: str,
+        handler: Callable[[Tuple, BoltCollector], None],
+        transactional: bool = False,
+        batch_size: int = 500,
+        commit_interval_ms: int = 1000,
+        kafka_config: dict | None = None,
+        name: str | None = None,
+    ) -> None:
+        if not callable(handler):
+            raise ConfigError(f"Bolt: handler must be callable, got {handler!r}")
+        self.topics = TopologyTopics(topology)
+        self.bootstrap_servers = bootstrap_servers
+        self.source_topics = [source_topics] if isinstance(source_topics, str) else list(source_topics)
+        self.group_id = group_id
+        self.handler = handler
+        self.transactional = transactional
+        self.batch_size = batch_size
+        self.commit_interval_ms = commit_interval_ms
+        self.kafka_config = dict(kafka_config or {})
+        self.task_id = new_id()
+        self.name = name or f"bolt-{self.task_id & 0xFFFF:04x}"
+        self.stats = BoltStats()
+        self.collector = self._collector_class(self)
+        self._consumer = None
+        self._producer = None
+        self._acks: AckSender | None = None
+        self._quarantine: Quarantine | None = None
+        self._last_commit = 0.0
+        self._uncommitted = False
+        self.ready = threading.Event()
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None, *, handle_signals: bool = False) -> BoltStats:
+        stop = stop or threading.Event()
+        if handle_signals:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: stop.set())
+        self.start()
+        try:
+            while not stop.is_set():
+                self.poll_once()
+        finally:
+            self.close()
+        return self.stats
+
+    def start(self) -> None:
+        admin = admin_client(self.bootstrap_servers, self.kafka_config)
+        ack_partitions = partition_count(admin, self.topics.acks, wait=self.topic_wait_s)
+        if ack_partitions is None:
+            raise TopologyError(
+                f"{self.name}: ack topic {self.topics.acks} does not exist; start an acker worker for "
+                f"topology {self.topics.topology!r} first"
+            )
+        overrides = {}
+        if self.transactional:
+            overrides = {"transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 10_000}
+        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, **overrides)
+        if self.transactional:
+            self._producer.init_transactions(30)
+        self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=ack_partitions,
+                               sender=self.task_id)
+        self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
+        self._consumer = new_consumer(
+            self.bootstrap_servers, self.group_id, self.kafka_config,
+            **({"isolation.level": "read_committed"}),
+        )
+        self._consumer.subscribe(self.source_topics, on_assign=lambda c, p: self.ready.set(),
+                                 on_revoke=self._on_revoke)
+        log.info("%s: reading %s as group %s%s", self.name, self.source_topics, self.group_id,
+                 " (transactional)" if self.transactional else "")
+
+    def close(self) -> None:
+        try:
+            if self._consumer is not None and not self.transactional:
+                self._flush_and_commit(force=True)
+            if self._consumer is not None:
+                self._consumer.close()
+        finally:
+            self._consumer = None
+            if self._producer is not None:
+                self._producer.flush(10)
+            log.info("%s: stopped; %s", self.name, self.stats)
+
+    def _on_revoke(self, consumer, partitions) -> None:
+        if not self.transactional:
+            self._flush_and_commit(force=True)
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def poll_once(self, timeout: float = 0.1) -> None:
+        messages = [m for m in self._consumer.consume(num_messages=self.batch_size, timeout=timeout)
+                    if self._usable(m)]
+        if self.transactional:
+            if messages:
+                self._process_in_transaction(messages)
+            return
+        for message in messages:
+            self._process(message)
+            self._consumer.store_offsets(message)
+            self._uncommitted = True
+        self._acks.send()
+        self._producer.poll(0)
+        self._flush_and_commit()
+
+    def _usable(self, message: Message) -> bool:
+        if message.error() is None:
+            return True
+        if message.error().code() != KafkaError._PARTITION_EOF:
+            log.warning("%s: consumer error: %s", self.name, message.error())
+        return False
+
+    def _process(self, message: Message) -> None:
+        self.stats.received += 1
+        headers = list(message.headers() or [])
+        anchors: dict[int, int] = {}
+        raw = [v for k, v in headers if k == codec.ANCHORS_HEADER]
+        if raw:
+            try:
+                anchors = codec.decode_anchors(raw[-1])
+            except DecodeError as error:
+                # its tree cannot be acked: upstream times it out and replays it; the copy keeps it
+                self._quarantine.decode_error(message, error)
+                self.stats.quarantined += 1
+                return
+            headers = [(k, v) for k, v in headers if k != codec.ANCHORS_HEADER]
+        else:
+            self.stats.untracked += 1
+        timestamp = message.timestamp()
+        tuple_ = Tuple(message.topic(), message.partition(), message.offset(), message.key(), message.value(),
+                       headers, timestamp[1] if timestamp else -1, Anchored(anchors))
+        self._call(tuple_)
+
+    def _call(self, tuple_: Tuple) -> None:
+        try:
+            self.handler(tuple_, self.collector)
+        except Exception:
+            self.stats.handler_errors += 1
+            log.exception("%s: handler %s raised on %s; failing the tuple", self.name,
+                          getattr(self.handler, "__name__", self.handler), tuple_.coordinates)
+            self.collector.fail(tuple_)
+
+    def _produce(self, topic, value, key, headers, partition, anchors: dict[int, int]) -> None:
+        headers = [(k, v) for k, v in (headers or []) if k != codec.ANCHORS_HEADER]
+        if anchors:
+            headers.append((codec.ANCHORS_HEADER, codec.encode_anchors(anchors)))
+        kwargs = {"key": key, "headers": headers, "on_delivery": self._delivered}
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self._producer.produce(topic, value, **kwargs)
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        self.stats.emitted += 1
+
+    def _delivered(self, error, message) -> None:
+        if error is not None:  # the child's edge stays in its tree: it times out and replays
+            self.stats.delivery_errors += 1
+            log.error("%s: output to %s not delivered: %s", self.name, message.topic(), error)
+
+    def _flush_and_commit(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self._uncommitted or (not force and (now - self._last_commit) * 1000 < self.commit_interval_ms):
+            return
+        self._last_commit = now
+        try:
+            # inputs are committed after their outputs and acks were delivered: fewer replays
+            flush_or_raise(self._producer, what=f"{self.name} outputs and acks")
+            self._consumer.commit(asynchronous=False)
+            self._uncommitted = False
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError._NO_OFFSET:
+                self._uncommitted = False
+                return
+            log.warning("%s: commit postponed: %s", self.name, exc)
+        except Exception as exc:  # DeliveryError: the broker is away; try again next round
+            log.warning("%s: commit postponed: %s", self.name, exc)
+
+    def _process_in_transaction(self, messages: list[Message]) -> None:
+        producer, consumer = self._producer, self._consumer
+        producer.begin_transaction()
+        try:
+            for message in messages:
+                self._process(message)
+            self._acks.send()
+            positions = consumer.position(consumer.assignment())
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+            producer.commit_transaction(30)
+            self.stats.transactions += 1
+        except KafkaException as exc:
+            error = exc.args[0]
+            self.stats.aborted_transactions += 1
+            log.warning("%s: transaction aborted (%s); the batch will be processed again", self.name, error)
+            if error.txn_requires_abort():
+                producer.abort_transaction(30)
+                self._rewind()
+            elif not error.retriable():
+                raise
+
+    def _rewind(self) -> None:
+        """Seek every assigned partition back to its committed offset (the aborted batch repeats)."""
+        assignment = self._consumer.assignment()
+        for tp in self._consumer.committed(assignment, timeout=30):
+            self._consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+
+
+class BasicBolt(Bolt):
+    """Storm's basic bolt: outputs are anchored to the input; ack on return, fail on raise."""
+
+    _collector_class = _BasicCollector
+
+    def _call(self, tuple_: Tuple) -> None:
+        self.collector.current = tuple_
+        try:
+            self.handler(tuple_, self.collector)
+        except Exception as exc:  # the basic bolt's contract: a raise fails the input (and replays it)
+            self.stats.handler_errors += 1
+            log.warning("%s: handler %s raised on %s, failing the tuple: %r", self.name,
+                        getattr(self.handler, "__name__", self.handler), tuple_.coordinates, exc)
+            self.collector.fail(tuple_)
+        else:
+            self.collector.ack(tuple_)
+        finally:
+            self.collector.current = None

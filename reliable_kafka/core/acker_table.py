@@ -1,0 +1,617 @@
+"""The acker's per-partition table: root -> (ack val, owner, failed flag, deadline bucket).
+
+One :class:`AckerTable` per ack-topic partition. The shell decodes an ack record into columns and
+calls :meth:`AckerTable.fold`; the table XORs the entries into one value per root and returns the
+roots it decided (:class:`Outcomes`). Storm's acker, batched:
+
+* ``val ^= entry.val`` for INIT and ACK entries (FAIL and RESET_TIMEOUT carry no val; theirs is
+  ignored). An INIT names the owner: the batch's ``sender`` (a spout task id).
+* After a whole batch is folded, each root it touched is decided: failed and owner known ->
+  FAILED; ``val == 0`` and owner known -> COMPLETED; otherwise it stays pending. FAIL wins over
+  completion in the same batch, and a FAIL that comes before the INIT waits for it.
+* Timeouts use event time. The partition clock is the largest event time seen (record timestamps
+  passed to ``fold``, wall time passed to ``advance``); it never moves back. Time is cut into
+  buckets of width ``w = ceil(timeout_ms / buckets)``. A root touched (created, INIT or
+  RESET_TIMEOUT) when the clock read ``c`` gets the deadline bucket ``d = (c + timeout_ms) // w``
+  and expires at the first call whose clock reaches ``(d + 1) * w``: never while the clock is at
+  or below ``c + timeout_ms``, always once it reaches ``c + timeout_ms + w``. Expiry happens
+  before the batch that moved the clock is folded (events at time t see the state as of t).
+  An expired root with an owner gives TIMED_OUT; one whose INIT never came is dropped and
+  counted (``expired_ownerless``). Buckets live in a ring of ``buckets + 1`` (Storm's
+  RotatingMap); expiry scans the table once per rotation.
+* Commit low point: every bucket keeps the smallest ack-record offset at which one of its roots
+  was first seen, and its live count. :meth:`AckerTable.low_offset` is the minimum over buckets
+  that still hold roots: never above the first offset of any pending root, so a replay from it
+  rebuilds the table. A root that moves bucket (RESET_TIMEOUT, a late INIT) carries its old
+  bucket's minimum along, which can only be lower than its own.
+
+Storage is columnar NumPy, no Python object per root: an open-addressing hash table of groups of
+8 slots (keys and vals int64, owner as a uint16 index into the spout task ids seen, one meta
+byte: live, failed, "not in its home group", ring bucket), 19 bytes a slot. The group count is
+prime and a key probes its home group, then further groups by double hashing. As in Facebook's
+F14 tables, each group counts the keys that probed past it while full (one byte, sticky at 255);
+a lookup stops at the first group with a zero count, so there are no tombstones and a deleted
+slot is free at once. Loads stay between 0.6 and 0.85: about 22 to 32 bytes a pending root.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.errors import ConfigError, ReliableKafkaError
+
+__all__ = ["AckerTable", "AckerStats", "Outcomes"]
+
+# Table geometry and sizing.
+_GROUP = 8                # slots a lookup compares at once (8 int64 keys: one cache line)
+_GROUP_BITS = 3
+_WIDE_PROBE = 8           # probe positions a second lookup round looks at, at least
+_MAX_FILL = 0.85          # grow when the live roots would exceed this share of the slots ...
+_TARGET_LOAD = 0.60       # ... to a size where they fill this share
+_SHRINK_AT = 0.15         # shrink (to _TARGET_LOAD) when they fill less than this share
+
+# One meta byte per slot; 0 is a free slot.
+_LIVE = 0x80
+_FAILED = 0x40            # a FAIL was seen
+_FAR = 0x20               # the root sits past both its choices (it is in their overflow counts)
+_BUCKET = 0x1F            # ring index of the root's deadline bucket
+_MAX_BUCKETS = _BUCKET - 1  # the ring has buckets + 1 indices
+
+# Bit tricks on a group's 8 meta bytes read as one little-endian word (byte i = slot i).
+_META8 = np.dtype("<u8")
+_HIGH_BITS = np.uint64(0x8080808080808080)
+_ONE = np.uint64(1)
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying permutes uint64, equal roots stay equal
+_SHIFT32 = np.uint64(32)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_STUCK = 255              # an overflow count that reached this stays there until a rebuild
+
+_MAX_OWNER_INDEX = 0xFFFF  # owner indices are uint16; 0 means "INIT not seen yet"
+_NO_OFFSET = np.iinfo(np.int64).max
+
+# Per event kind (EventKind value = index): the bit it sets in a root's per-batch summary.
+_INIT_BIT, _ACK_BIT, _FAIL_BIT, _RESET_BIT = 1, 2, 4, 8
+_KIND_BITS = np.array([_INIT_BIT, _ACK_BIT, _FAIL_BIT, _RESET_BIT], dtype=np.uint8)
+_MAX_KIND = len(_KIND_BITS) - 1
+
+
+def _prime_at_least(n: int) -> int:
+    """Smallest prime >= max(n, 2): a group count that every probe step is coprime with."""
+    n = max(n, 2)
+    while True:
+        if (n % 2 or n == 2) and all(n % d for d in range(3, int(n**0.5) + 1, 2)):
+            return n
+        n += 1
+
+
+def _run_starts(values: np.ndarray) -> np.ndarray:
+    """True where a sorted array starts a run of equal values."""
+    first = np.empty(len(values), dtype=bool)
+    first[:1] = True
+    np.not_equal(values[1:], values[:-1], out=first[1:])
+    return first
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """The roots one call decided, in columns (parallel arrays)."""
+
+    roots: np.ndarray   # int64 root ids
+    owners: np.ndarray  # int64 spout task ids (the INIT's sender)
+    kinds: np.ndarray   # uint8 OutcomeKind values
+
+    def __len__(self) -> int:
+        return len(self.roots)
+
+    def by_owner(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Owner task id -> (roots, kinds) for that owner, ready to publish one record each."""
+        if not len(self.roots):
+            return {}
+        order = np.argsort(self.owners, kind="stable")
+        owners = self.owners[order]
+        starts = np.flatnonzero(_run_starts(owners))
+        ends = np.append(starts[1:], len(owners))
+        roots, kinds = self.roots[order], self.kinds[order]
+        return {int(owners[s]): (roots[s:e], kinds[s:e]) for s, e in zip(starts, ends)}
+
+    @staticmethod
+    def empty() -> "Outcomes":
+        """No decisions."""
+        return Outcomes(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.uint8))
+
+    @staticmethod
+    def concat(parts: list["Outcomes"]) -> "Outcomes":
+        """The decisions of several calls, in order."""
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return Outcomes.empty()
+        if len(parts) == 1:
+            return parts[0]
+        return Outcomes(np.concatenate([p.roots for p in parts]),
+                        np.concatenate([p.owners for p in parts]),
+                        np.concatenate([p.kinds for p in parts]))
+
+
+@dataclass
+class AckerStats:
+    """Counters since the table was created (the shell exports them as metrics)."""
+
+    entries_folded: int = 0     # valid entries XORed in
+    completed: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    expired_ownerless: int = 0  # roots that timed out before their INIT arrived
+    invalid_entries: int = 0    # root 0 or unknown kind: skipped
+    rebuilds: int = 0           # rehashes into a larger or smaller table
+
+
+class AckerTable:
+    """Pending roots of one ack partition, folded batch by batch.
+
+    Keyword-only configuration:
+
+    * ``timeout_ms`` (default 30_000, Storm's message timeout): how long a root may stay pending
+      after it was first seen, its INIT, or its last RESET_TIMEOUT, in event time.
+    * ``buckets`` (default 4, 1 to 30): timeout buckets; expiry comes at most ``timeout_ms /
+      buckets`` late, and the commit low point moves in steps of about that much.
+    * ``initial_capacity`` (default 1024): slots allocated up front (rounded up to a prime number
+      of groups of 8). The table grows and shrinks by itself; this only saves early rebuilds.
+    """
+
+    def __init__(self, *, timeout_ms: int = 30_000, buckets: int = 4,
+                 initial_capacity: int = 1024) -> None:
+        if not isinstance(timeout_ms, int) or timeout_ms < 1:
+            raise ConfigError(f"AckerTable: timeout_ms must be a positive int, got {timeout_ms!r}")
+        if not isinstance(buckets, int) or not 1 <= buckets <= _MAX_BUCKETS:
+            raise ConfigError(f"AckerTable: buckets must be an int from 1 to {_MAX_BUCKETS}, "
+                              f"got {buckets!r}")
+        if not isinstance(initial_capacity, int) or initial_capacity < 1:
+            raise ConfigError("AckerTable: initial_capacity must be a positive int, "
+                              f"got {initial_capacity!r}")
+        self._timeout = timeout_ms
+        self._width = -(-timeout_ms // buckets)
+        self._ring = buckets + 1
+        self._min_groups = _prime_at_least(-(-initial_capacity // _GROUP))
+        self._allocate(self._min_groups)
+        self._live = 0
+        self._bucket_count = np.zeros(self._ring, np.int64)
+        self._bucket_low = np.full(self._ring, _NO_OFFSET, np.int64)
+        self._clock: int | None = None
+        self._owner_index: dict[int, int] = {}
+        self._owner_ids = np.zeros(16, np.int64)  # owner index -> spout task id; [0] unused
+        self._stats = AckerStats()
+
+    # ----------------------------------------------------------------------------- public API
+
+    @property
+    def timeout_ms(self) -> int:
+        return self._timeout
+
+    @property
+    def bucket_width_ms(self) -> int:
+        """Width of one timeout bucket: the most an expiry can come late."""
+        return self._width
+
+    @property
+    def clock_ms(self) -> int | None:
+        """The partition clock (largest event or wall time seen), None before the first call."""
+        return self._clock
+
+    @property
+    def pending(self) -> int:
+        """Roots held (not yet decided)."""
+        return self._live
+
+    @property
+    def capacity(self) -> int:
+        """Slots allocated."""
+        return len(self._keys)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by all of the table's arrays."""
+        return sum(a.nbytes for a in (self._keys, self._vals, self._owner, self._meta,
+                                      self._overflow, self._bucket_count, self._bucket_low,
+                                      self._owner_ids))
+
+    @property
+    def stats(self) -> AckerStats:
+        """A snapshot of the counters."""
+        return dataclasses.replace(self._stats)
+
+    def low_offset(self) -> int | None:
+        """Smallest ack-record offset a replay must start from; None when nothing is pending."""
+        held = self._bucket_count > 0
+        if not held.any():
+            return None
+        return int(self._bucket_low[held].min())
+
+    def advance(self, now_ms: int) -> Outcomes:
+        """Move the clock to ``now_ms`` (wall time, when the partition is idle) and expire."""
+        return self._advance_clock(int(now_ms))
+
+    def fold(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, *, sender: int,
+             event_time_ms: int, offset: int) -> Outcomes:
+        """Fold one ack record's entries; returns what this call decided (expiries first).
+
+        ``kinds`` (EventKind values), ``roots`` and ``vals`` (int64) are parallel columns;
+        ``sender`` is the task that wrote the record (the owner, for its INITs);
+        ``event_time_ms`` its timestamp and ``offset`` its offset in the ack partition.
+        Entries with root 0 or an unknown kind are skipped and counted as invalid.
+        """
+        kinds = np.asarray(kinds)
+        roots = np.asarray(roots, dtype=np.int64)
+        vals = np.asarray(vals, dtype=np.int64)
+        if kinds.ndim != 1 or kinds.shape != roots.shape or kinds.shape != vals.shape:
+            raise ValueError("AckerTable.fold: kinds, roots and vals must be 1-d arrays of one "
+                             f"length, got shapes {kinds.shape}, {roots.shape}, {vals.shape}")
+        expired = self._advance_clock(int(event_time_ms))
+        if not len(roots):
+            return expired
+        invalid = (roots == 0) | (kinds > _MAX_KIND)
+        if kinds.dtype.kind != "u":
+            invalid |= kinds < 0
+        if invalid.any():
+            self._stats.invalid_entries += int(np.count_nonzero(invalid))
+            valid = ~invalid
+            kinds, roots, vals = kinds[valid], roots[valid], vals[valid]
+            if not len(roots):
+                return expired
+        self._stats.entries_folded += len(roots)
+
+        # One row per root: XOR of its INIT/ACK vals, OR of its kinds' bits. Sorting by the
+        # mixed key groups equal roots (mixing is a permutation) and is the key's hash anyway.
+        bits = _KIND_BITS[kinds]
+        mixed = roots.view(np.uint64) * _MIX
+        order = np.argsort(mixed)
+        mixed = mixed[order]
+        starts = np.flatnonzero(_run_starts(mixed))
+        mixed = mixed[starts]
+        uroots = roots[order[starts]]
+        uxor = np.bitwise_xor.reduceat(np.where(bits <= _ACK_BIT, vals, 0)[order], starts)
+        ubits = np.bitwise_or.reduceat(bits[order], starts)
+
+        need = self._live + len(uroots)
+        if need > self._fill_limit or (need < self._shrink_limit
+                                       and self._groups > self._min_groups):
+            self._rebuild(need)
+        step = self._step(mixed)
+        pair = self._choices(self._home(mixed), step)
+        slots = self._find(uroots, pair, step)
+        absent = np.flatnonzero(slots < 0)
+        if len(absent):
+            slots[absent] = self._insert(uroots[absent], pair[absent], step[absent], offset)
+
+        self._vals[slots] ^= uxor
+        init = (ubits & _INIT_BIT) != 0
+        if init.any():
+            self._owner[slots[init]] = self._owner_index_of(int(sender))
+        fail = (ubits & _FAIL_BIT) != 0
+        if fail.any():
+            self._meta[slots[fail]] |= _FAILED
+        touched = slots[(ubits & (_INIT_BIT | _RESET_BIT)) != 0]
+        if len(touched):
+            self._move_to_head(touched)
+
+        failed = (self._meta[slots] & _FAILED) != 0
+        done = (self._owner[slots] != 0) & (failed | (self._vals[slots] == 0))
+        if not done.any():
+            return expired
+        slots, failed = slots[done], failed[done]
+        n_failed = int(np.count_nonzero(failed))
+        self._stats.failed += n_failed
+        self._stats.completed += len(slots) - n_failed
+        decided = Outcomes(uroots[done], self._owner_ids[self._owner[slots]],
+                           np.where(failed, np.uint8(OutcomeKind.FAILED),
+                                    np.uint8(OutcomeKind.COMPLETED)))
+        self._remove(slots)
+        return Outcomes.concat([expired, decided])
+
+    # ----------------------------------------------------------------------------- time
+
+    def _head_bucket(self) -> int:
+        """Ring index of the deadline a root touched now gets."""
+        return ((self._clock + self._timeout) // self._width) % self._ring
+
+    def _advance_clock(self, now: int) -> Outcomes:
+        if self._clock is None:
+            self._clock = now
+            return Outcomes.empty()
+        if now <= self._clock:
+            return Outcomes.empty()
+        old, new = self._clock // self._width, now // self._width
+        self._clock = now
+        if new == old:
+            return Outcomes.empty()
+        # Live deadlines lie in [old, old + buckets]; every one below ``new`` is due.
+        due = [(old + i) % self._ring for i in range(min(new - old, self._ring))]
+        if not self._bucket_count[due].any():
+            return Outcomes.empty()
+        is_due = np.zeros(256, dtype=bool)
+        for flags in (_LIVE, _LIVE | _FAILED, _LIVE | _FAR, _LIVE | _FAILED | _FAR):
+            is_due[[flags | b for b in due]] = True
+        slots = np.flatnonzero(is_due[self._meta])
+        owner = self._owner[slots]
+        known = owner != 0
+        n_known = int(np.count_nonzero(known))
+        self._stats.timed_out += n_known
+        self._stats.expired_ownerless += len(slots) - n_known
+        timed_out = Outcomes(self._keys[slots[known]], self._owner_ids[owner[known]],
+                             np.full(n_known, OutcomeKind.TIMED_OUT, np.uint8))
+        self._remove(slots)
+        return timed_out
+
+    def _move_to_head(self, slots: np.ndarray) -> None:
+        """Give ``slots`` the newest deadline, carrying their old buckets' low offsets along."""
+        head = self._head_bucket()
+        old = self._meta[slots] & _BUCKET
+        moving = old != head
+        if not moving.any():
+            return
+        slots, old = slots[moving], old[moving]
+        self._meta[slots] = (self._meta[slots] & np.uint8(~_BUCKET & 0xFF)) | np.uint8(head)
+        self._bucket_low[head] = min(self._bucket_low[head], self._bucket_low[old].min())
+        self._bucket_count -= np.bincount(old, minlength=self._ring)
+        self._bucket_count[head] += len(slots)
+        self._bucket_low[self._bucket_count == 0] = _NO_OFFSET
+
+    # ----------------------------------------------------------------------------- hash table
+
+    def _allocate(self, groups: int) -> None:
+        self._groups = groups
+        slots = groups * _GROUP
+        self._keys = np.zeros(slots, np.int64)
+        self._vals = np.zeros(slots, np.int64)
+        self._owner = np.zeros(slots, np.uint16)
+        self._meta = np.zeros(slots, np.uint8)
+        self._overflow = np.zeros(groups, np.uint8)  # keys that probed past each group
+        self._max_probe = 0                           # longest probe path of any key placed
+        self._fill_limit = int(_MAX_FILL * slots)
+        self._shrink_limit = int(_SHRINK_AT * slots)
+
+    def _home(self, mixed: np.ndarray) -> np.ndarray:
+        """Home group of each mixed key: its high 32 bits scaled to the group count."""
+        return (((mixed >> _SHIFT32) * np.uint64(self._groups)) >> _SHIFT32).astype(np.intp)
+
+    def _step(self, mixed: np.ndarray) -> np.ndarray:
+        """Probe step of each mixed key (double hashing), from its low bits. The group count is
+        prime, so every step visits every group."""
+        return ((mixed & _LOW32) % np.uint64(self._groups - 1)).astype(np.intp) + 1
+
+    def _choices(self, home: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """The two groups (probe positions 0 and 1) each key may sit in; one row per key."""
+        pair = np.empty((len(home), 2), np.intp)
+        pair[:, 0] = home
+        np.remainder(home + step, self._groups, out=pair[:, 1])
+        return pair
+
+    def _find(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """Slot of each of the distinct ``keys``, -1 where absent.
+
+        One round settles almost every key: a key lives in one of its two groups unless both
+        were full when it came; the overflow counts of both then say so, and only such keys
+        look further (at every position up to the longest path in use, in one round).
+        """
+        slots = np.full(len(keys), -1, np.intp)
+        hit = np.flatnonzero(np.take(self._keys.reshape(-1, _GROUP), pair.ravel(), axis=0)
+                             .reshape(len(keys), 2 * _GROUP) == keys[:, None])
+        # hit = row * 16 + choice * 8 + slot in group, and pair.ravel()[row * 2 + choice].
+        slots[hit >> (_GROUP_BITS + 1)] = ((pair.ravel()[hit >> _GROUP_BITS] << _GROUP_BITS)
+                                           + (hit & (_GROUP - 1)))
+        overflow = self._overflow[pair]
+        todo = np.flatnonzero((slots < 0) & (np.minimum(overflow[:, 0], overflow[:, 1]) != 0))
+        if len(todo):
+            self._find_further(keys[todo], pair[todo, 0], step[todo], todo, slots)
+        return slots
+
+    def _find_further(self, keys: np.ndarray, home: np.ndarray, step: np.ndarray,
+                      todo: np.ndarray, slots: np.ndarray) -> None:
+        """Look at probe positions 2 .. max(longest path, _WIDE_PROBE) of keys ``todo``."""
+        reach = max(self._max_probe, _WIDE_PROBE)
+        path = (home[:, None] + step[:, None] * np.arange(2, reach + 1)) % self._groups
+        hit = np.flatnonzero(np.take(self._keys.reshape(-1, _GROUP), path.ravel(), axis=0)
+                             .reshape(len(todo), -1) == keys[:, None])
+        slots[todo[hit // ((reach - 1) * _GROUP)]] = ((path.ravel()[hit >> _GROUP_BITS]
+                                                       << _GROUP_BITS) + (hit & (_GROUP - 1)))
+
+    def _insert(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray,
+                offset: int) -> np.ndarray:
+        """Slots for new roots (val 0, no owner, newest bucket, first seen at ``offset``)."""
+        slots = self._place(keys, pair, step)
+        head = self._head_bucket()
+        self._vals[slots] = 0
+        self._owner[slots] = 0
+        self._meta[slots] |= np.uint8(head)
+        self._live += len(slots)
+        self._bucket_count[head] += len(slots)
+        self._bucket_low[head] = min(self._bucket_low[head], offset)
+        return slots
+
+    def _place(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """Claim a free slot for each of the distinct, absent ``keys``: in whichever of its two
+        groups has more room, or, both full, in the first group with room further on its
+        probe path. Claimed slots get the key and a live mark; keys placed past both choices
+        also get _FAR and are counted in their two choices' overflow counts.
+
+        Every key writes itself into the first free slot of its group; where several chose
+        one slot a single write survives, and the others try again (that group's next free
+        slot, or the next group on their path).
+        """
+        meta8 = self._meta.view(_META8)
+        room = np.bitwise_count(~meta8[pair] & _HIGH_BITS)
+        position = (room[:, 1] > room[:, 0]).astype(np.intp)
+        group = np.where(position, pair[:, 1], pair[:, 0])
+        slots = np.empty(len(keys), np.intp)
+        todo = np.arange(len(keys))
+        while True:
+            free = ~meta8[group] & _HIGH_BITS  # the high bit of each free slot's meta byte
+            full = free == 0
+            if full.any():
+                position[todo[full]] += 1
+                group = np.where(full, (group + step[todo]) % self._groups, group)
+                continue
+            slot = (group << _GROUP_BITS) + (np.bitwise_count(free ^ (free - _ONE)) >> 3) - 1
+            self._keys[slot] = keys[todo]
+            won = self._keys[slot] == keys[todo]
+            if won.all():
+                slots[todo] = slot
+                break
+            slots[todo[won]] = slot[won]
+            self._meta[slot[won]] = _LIVE  # taken: the losers look past it
+            todo, group = todo[~won], group[~won]
+        far = position > 1
+        self._meta[slots] = np.where(far, np.uint8(_LIVE | _FAR), np.uint8(_LIVE))
+        if far.any():
+            self._max_probe = max(self._max_probe, int(position.max()))
+            self._count_overflow(pair[far], +1)
+        return slots
+
+    def _count_overflow(self, pair: np.ndarray, delta: int) -> None:
+        """Add ``delta`` to the overflow counts of the groups in ``pair`` (the two choices of
+        keys placed further on). A count that reaches _STUCK stays there until a rebuild."""
+        groups = pair.ravel()
+        count = self._overflow[groups]
+        if delta < 0:
+            np.subtract.at(self._overflow, groups[count < _STUCK], 1)
+        elif int(count.max()) + len(groups) < _STUCK:
+            np.add.at(self._overflow, groups, 1)
+        else:
+            groups, passes = np.unique(groups, return_counts=True)
+            self._overflow[groups] = np.minimum(self._overflow[groups] + passes, _STUCK)
+
+    def _remove(self, slots: np.ndarray) -> None:
+        """Drop decided roots; their slots are free at once."""
+        meta = self._meta[slots]
+        self._bucket_count -= np.bincount(meta & _BUCKET, minlength=self._ring)
+        self._bucket_low[self._bucket_count == 0] = _NO_OFFSET
+        self._live -= len(slots)
+        far = np.flatnonzero(meta & _FAR)
+        if len(far):
+            mixed = self._keys[slots[far]].view(np.uint64) * _MIX
+            self._count_overflow(self._choices(self._home(mixed), self._step(mixed)), -1)
+        self._keys[slots] = 0
+        self._meta[slots] = 0
+
+    def _rebuild(self, need: int) -> None:
+        """Rehash the live roots into a fresh table where ``need`` roots fill _TARGET_LOAD."""
+        groups = _prime_at_least(max(self._min_groups, -(-int(need / _TARGET_LOAD) // _GROUP)))
+        old_vals, old_owner, old_meta = self._vals, self._owner, self._meta
+        live = np.flatnonzero(old_meta >= _LIVE)
+        keys = self._keys[live]
+        mixed = keys.view(np.uint64) * _MIX
+        self._allocate(groups)
+        home = self._home(mixed)
+        order = np.argsort(home, kind="stable")
+        live, keys, mixed, home = live[order], keys[order], mixed[order], home[order]
+        # The table is empty: the first 8 keys of each home group go straight into it, the
+        # rest to their second choice or further.
+        rank = np.arange(len(home))
+        rank -= np.maximum.accumulate(np.where(_run_starts(home), rank, 0))
+        direct = rank < _GROUP
+        placed = np.empty(len(keys), np.intp)
+        placed[direct] = home[direct] * _GROUP + rank[direct]
+        self._keys[placed[direct]] = keys[direct]
+        self._meta[placed[direct]] = _LIVE
+        spill = np.flatnonzero(~direct)
+        if len(spill):
+            step = self._step(mixed[spill])
+            placed[spill] = self._place(keys[spill], self._choices(home[spill], step), step)
+        self._vals[placed] = old_vals[live]
+        self._owner[placed] = old_owner[live]
+        self._meta[placed] |= old_meta[live] & np.uint8(~_FAR & 0xFF)
+        self._stats.rebuilds += 1
+
+    # ----------------------------------------------------------------------------- owners
+
+    def _owner_index_of(self, sender: int) -> int:
+        index = self._owner_index.get(sender)
+        if index is not None:
+            return index
+        index = len(self._owner_index) + 1
+        if index > _MAX_OWNER_INDEX:
+            self._compact_owners()
+            index = len(self._owner_index) + 1
+            if index > _MAX_OWNER_INDEX:
+                raise ReliableKafkaError(
+                    f"AckerTable: more than {_MAX_OWNER_INDEX} spout tasks own pending roots in "
+                    "one ack partition; use more ack partitions")
+        if index >= len(self._owner_ids):
+            self._owner_ids = np.concatenate([self._owner_ids, np.zeros_like(self._owner_ids)])
+        self._owner_ids[index] = sender
+        self._owner_index[sender] = index
+        return index
+
+    def _compact_owners(self) -> None:
+        """Forget spout tasks that own no pending root (e.g. earlier incarnations)."""
+        used = np.unique(self._owner[self._meta >= _LIVE])
+        used = used[used != 0]
+        remap = np.zeros(_MAX_OWNER_INDEX + 1, np.uint16)
+        remap[used] = np.arange(1, len(used) + 1, dtype=np.uint16)
+        self._owner[:] = remap[self._owner]
+        ids = self._owner_ids[used]
+        self._owner_ids = np.zeros(max(16, 2 * (len(used) + 1)), np.int64)
+        self._owner_ids[1:len(used) + 1] = ids
+        self._owner_index = {int(t): i + 1 for i, t in enumerate(ids)}
+
+    # ----------------------------------------------------------------------------- checks
+
+    def _state_of(self, root: int) -> dict | None:
+        """One root's entry (for tests and debugging): val, owner, failed, bucket."""
+        key = np.array([root], np.int64)
+        mixed = key.view(np.uint64) * _MIX
+        step = self._step(mixed)
+        slot = int(self._find(key, self._choices(self._home(mixed), step), step)[0])
+        if slot < 0:
+            return None
+        meta = int(self._meta[slot])
+        owner = int(self._owner[slot])
+        return {"val": int(self._vals[slot]),
+                "owner": int(self._owner_ids[owner]) if owner else None,
+                "failed": bool(meta & _FAILED), "bucket": meta & _BUCKET}
+
+    def _audit(self) -> list[str]:
+        """Internal invariants that do not hold; empty when the table is sound."""
+        problems = []
+        live = np.flatnonzero(self._meta >= _LIVE)
+        if len(live) != self._live:
+            problems.append(f"live slots {len(live)} != pending {self._live}")
+        if np.any(self._keys[live] == 0) or np.any(self._keys[self._meta < _LIVE] != 0):
+            problems.append("key 0 in a live slot or a key in a free slot")
+        if np.any(self._meta[self._meta < _LIVE] != 0):
+            problems.append("a free slot with meta bits")
+        if self._bucket_count.sum() != self._live or np.any(self._bucket_count < 0):
+            problems.append(f"bucket counts {self._bucket_count.tolist()} vs {self._live}")
+        counts = np.bincount(self._meta[live] & _BUCKET, minlength=self._ring)
+        if len(counts) > self._ring or not np.array_equal(counts, self._bucket_count):
+            problems.append("bucket counts do not match the slots' buckets")
+        if np.any(self._bucket_low[self._bucket_count == 0] != _NO_OFFSET):
+            problems.append("an empty bucket still holds a low offset")
+        keys = self._keys[live]
+        if len(np.unique(keys)) != len(keys):
+            problems.append("a root is stored twice")
+        mixed = keys.view(np.uint64) * _MIX
+        step = self._step(mixed)
+        pair = self._choices(self._home(mixed), step)
+        in_pair = ((live >> _GROUP_BITS)[:, None] == pair).any(axis=1)
+        if not np.array_equal(in_pair, (self._meta[live] & _FAR) == 0):
+            problems.append("a _FAR bit is wrong")
+        far = np.flatnonzero(~in_pair)
+        if len(far):
+            path = (pair[far, :1] + step[far, None] * np.arange(self._max_probe + 1)
+                    ) % self._groups
+            if not (path == (live[far] >> _GROUP_BITS)[:, None]).any(axis=1).all():
+                problems.append("a root lies beyond the longest recorded probe path")
+        expected = np.zeros(self._groups, np.int64)
+        np.add.at(expected, pair[far].ravel(), 1)
+        actual = self._overflow.astype(np.int64)
+        if np.any((actual != expected) & (actual != _STUCK)) or np.any(
+                actual < np.minimum(expected, _STUCK)):
+            problems.append("overflow counts do not match the far roots")
+        found = self._find(keys, pair, step)
+        if not np.array_equal(found, live):
+            problems.append("a live root is not found where it is stored")
+        return problems

@@ -1,0 +1,492 @@
+"""The spout: source topics in, tracked tuple trees out (DESIGN section 5).
+
+Each source record becomes the root of a tree: the user's handler emits tuples anchored to it (by
+default the record itself, forwarded to ``emit_to``), the spout sends one INIT for the root, and
+the record stays in flight until an acker reports its outcome. The consumer group's committed
+offset is the tracker's commit point: every record below it completed or was dead-lettered.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from reliable_kafka import codec
+from reliable_kafka.codec import ParkedRecord
+from reliable_kafka.core.anchors import Anchored, ack_entries, anchor_child, spout_root
+from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
+from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.core.tracker import ActionKind, Backoff, InFlightTracker, OutcomeAction
+from reliable_kafka.errors import ConfigError, DecodeError, TopologyError
+from reliable_kafka.ids import new_id
+from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
+from reliable_kafka.transport import (
+    AckSender,
+    OutcomeListener,
+    Quarantine,
+    message_coordinates,
+    new_consumer,
+    new_producer,
+    park,
+)
+
+__all__ = ["Spout", "SpoutCollector", "SourceRecord", "SpoutStats", "Guarantee", "forward_to"]
+
+log = logging.getLogger(__name__)
+
+Guarantee = Literal["at_least_once", "at_most_once", "none"]
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """A record read from a source topic, as the spout's handler sees it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp_ms: int
+    attempt: int = 1
+
+    @property
+    def coordinates(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+@dataclass
+class SpoutStats:
+    read: int = 0
+    emitted: int = 0
+    completed: int = 0
+    replayed: int = 0
+    dead_lettered: int = 0
+    handler_errors: int = 0
+    output_delivery_errors: int = 0
+    metadata_truncated: int = 0
+    skipped_done: int = 0
+    paused: bool = False
+    committed: dict[TopicPartitionKey, int] = field(default_factory=dict)
+
+
+class SpoutCollector:
+    """What a spout handler emits with: every tuple is anchored to the current record's root."""
+
+    def __init__(self, spout: "Spout") -> None:
+        self._spout = spout
+        self._root: int | None = None
+        self._parent: Anchored | None = None
+
+    def _begin(self, root: int | None) -> None:
+        self._root = root
+        self._parent = spout_root(root) if root is not None else None
+
+    def emit(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Send a tuple of the current tree to ``topic`` (tracked when the spout tracks)."""
+        anchors = anchor_child([self._parent]) if self._parent is not None else {}
+        self._spout._produce_output(topic, value, key, headers, partition, anchors, self._root)
+
+    def emit_unanchored(
+        self, topic: str, value: bytes | None, *, key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None, partition: int | None = None,
+    ) -> None:
+        """Send a record that belongs to no tree (not tracked, never replayed)."""
+        self._spout._produce_output(topic, value, key, headers, partition, {}, None)
+
+
+def forward_to(topic: str) -> Callable[[SourceRecord, SpoutCollector], None]:
+    """The default handler: emit the source record unchanged (key, value, headers) to ``topic``."""
+
+    def forward(record: SourceRecord, collector: SpoutCollector) -> None:
+        collector.emit(topic, record.value, key=record.key, headers=record.headers)
+
+    forward.__name__ = f"forward_to({topic})"
+    return forward
+
+
+class Spout:
+    """Reads source topics in a consumer group and owns the roots of their records' trees.
+
+    Keyword arguments (defaults in brackets):
+    - ``topology``, ``bootstrap_servers``, ``source_topics``, ``group_id``: required.
+    - ``emit_to`` / ``handler``: where tuples go. ``emit_to="t"`` forwards each record to topic t;
+      ``handler(record, collector)`` emits any number of tuples (none: the record is done at once).
+    - ``guarantee`` ["at_least_once"]: "at_most_once" commits before emitting and tracks nothing;
+      "none" tracks nothing and commits as it reads.
+    - ``ackers`` [None]: None reads N from the ack topic; 0 turns tracking off (every emit counts as
+      completed at once, as Storm with zero ackers).
+    - ``max_pending`` [10000], ``max_retries`` [5], ``backoff`` [Backoff()],
+      ``message_timeout_ms`` [30000], ``backstop_grace_ms`` [10000]: as Storm's
+      ``topology.max.spout.pending`` and ``topology.message.timeout.secs``; the backstop fails a
+      root locally when no outcome arrives within timeout + grace (no acker running).
+    - ``commit_interval_ms`` [1000], ``batch_size`` [500], ``kafka_config`` (librdkafka, copied).
+    """
+
+    topic_wait_s = 30.0  # how long start() waits for an acker to create the topology's topics
+
+    def __init__(
+        self,
+        *,
+        topology: str,
+        bootstrap_servers: str,
+        source_topics: list[str] | str,
+        group_id: str,
+        emit_to: str | None = None,
+        handler: Callable[[SourceRecord, SpoutCollector], None] | None = None,
+        guarantee: Guarantee = "at_least_once",
+        ackers: int | None = None,
+        max_pending: int = 10_000,
+        max_retries: int = 5,
+        backoff: Backoff | None = None,
+        message_timeout_ms: int = 30_000,
+        backstop_grace_ms: int = 10_000,
+        commit_interval_ms: int = 1000,
+        batch_size: int = 500,
+        kafka_config: dict | None = None,
+        name: str | None = None,
+    ) -> None:
+        if (emit_to is None) == (handler is None):
+            raise ConfigError("Spout: give exactly one of emit_to (forward records) or handler")
+        if guarantee not in ("at_least_once", "at_most_once", "none"):
+            raise ConfigError(f"Spout: guarantee must be at_least_once, at_most_once or none, not {guarantee!r}")
+        self.topics = TopologyTopics(topology)
+        self.bootstrap_servers = bootstrap_servers
+        self.source_topics = [source_topics] if isinstance(source_topics, str) else list(source_topics)
+        self.group_id = group_id
+        self.handler = handler or forward_to(emit_to)
+        self.guarantee = guarantee
+        self.ackers = ackers
+        self.commit_interval_ms = commit_interval_ms
+        self.batch_size = batch_size
+        self.kafka_config = dict(kafka_config or {})
+        self.task_id = new_id()
+        self.name = name or f"spout-{self.task_id & 0xFFFF:04x}"
+        self.tracker = InFlightTracker(
+            max_pending=max_pending,
+            max_retries=max_retries,
+            backoff=backoff,
+            message_timeout_ms=message_timeout_ms,
+            backstop_grace_ms=backstop_grace_ms,
+        )
+        self.stats = SpoutStats()
+        self._collector = SpoutCollector(self)
+        self._records: dict[tuple[TopicPartitionKey, int], SourceRecord] = {}
+        self._local_failures: list[int] = []
+        self._committed: dict[TopicPartitionKey, tuple[int, str]] = {}
+        self._last_commit = 0.0
+        self._consumer = None
+        self._producer = None
+        self._acks: AckSender | None = None
+        self._listener: OutcomeListener | None = None
+        self.ready = threading.Event()
+
+    @property
+    def tracking(self) -> bool:
+        return self.guarantee == "at_least_once" and self._acks is not None and self._acks.ack_partitions > 0
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None, *, handle_signals: bool = False) -> SpoutStats:
+        """Read, emit and commit until ``stop`` is set (or SIGTERM/SIGINT with ``handle_signals``)."""
+        stop = stop or threading.Event()
+        if handle_signals:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: stop.set())
+        self.start()
+        try:
+            while not stop.is_set():
+                self.poll_once()
+        finally:
+            self.close()
+        return self.stats
+
+    def start(self) -> None:
+        self._producer = new_producer(self.bootstrap_servers, self.kafka_config)
+        ack_partitions = 0
+        if self.guarantee == "at_least_once" and self.ackers != 0:
+            admin = admin_client(self.bootstrap_servers, self.kafka_config)
+            found = partition_count(admin, self.topics.acks, wait=self.topic_wait_s)
+            if found is None:
+                raise TopologyError(
+                    f"{self.name}: ack topic {self.topics.acks} does not exist; start an acker worker "
+                    f"for topology {self.topics.topology!r} first (or pass ackers=0 to track nothing)"
+                )
+            if self.ackers is not None and found != self.ackers:
+                raise TopologyError(f"{self.name}: {self.topics.acks} has {found} partitions, ackers={self.ackers}")
+            ack_partitions = found
+            self._listener = OutcomeListener(
+                bootstrap_servers=self.bootstrap_servers, topics=self.topics, spout_id=self.task_id,
+                kafka_config=self.kafka_config,
+                quarantine=Quarantine(self._producer, topic=self.topics.quarantine, component=self.name),
+            )
+            self._listener.start()
+        self._acks = AckSender(
+            self._producer, acks_topic=self.topics.acks, ack_partitions=ack_partitions, sender=self.task_id
+        )
+        extra = {"enable.auto.commit": True, "enable.auto.offset.store": True} if self.guarantee == "none" else {}
+        self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, **extra)
+        self._consumer.subscribe(self.source_topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=self._on_lost)
+        log.info("%s: reading %s as group %s (%s, %d ack partitions)", self.name, self.source_topics,
+                 self.group_id, self.guarantee, ack_partitions)
+
+    def close(self) -> None:
+        try:
+            if self._consumer is not None:
+                self._commit(force=True)
+                self._consumer.close()
+        finally:
+            self._consumer = None
+            if self._producer is not None:
+                self._producer.flush(10)
+            if self._listener is not None:
+                self._listener.close()
+            log.info("%s: stopped; %s", self.name, self.stats)
+
+    # --- rebalance ------------------------------------------------------------------------------
+
+    def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
+        for tp in consumer.committed(partitions, timeout=30):
+            key = (tp.topic, tp.partition)
+            committed = tp.offset if tp.offset >= 0 else None
+            done_above: list[int] = []
+            if committed is not None and tp.metadata:
+                try:
+                    done_above = decode_done_above(committed, tp.metadata)
+                except DecodeError as error:
+                    log.warning("%s: ignoring commit metadata of %s[%s]: %s", self.name, tp.topic, tp.partition, error)
+            self.tracker.assign(key, committed=committed, done_above=done_above)
+            if committed is not None:
+                self._committed[key] = (committed, tp.metadata or "")
+        log.info("%s: assigned %s", self.name, [(tp.topic, tp.partition) for tp in partitions])
+        self.ready.set()
+
+    def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
+        self._commit(force=True, only={(tp.topic, tp.partition) for tp in partitions})
+        for tp in partitions:
+            self._forget((tp.topic, tp.partition))
+
+    def _on_lost(self, consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._forget((tp.topic, tp.partition))
+
+    def _forget(self, key: TopicPartitionKey) -> None:
+        self.tracker.revoke(key)
+        self._committed.pop(key, None)
+        for record_key in [k for k in self._records if k[0] == key]:
+            del self._records[record_key]
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def poll_once(self, timeout: float = 0.1) -> None:
+        """One round: outcomes, timeouts, redeliveries, new records, INITs, commit."""
+        self._take_outcomes()
+        self._redeliver_due()
+        self._apply_backpressure()
+        messages = self._consumer.consume(num_messages=self.batch_size, timeout=timeout)
+        if self.guarantee == "at_most_once":
+            self._commit_before_emit(messages)
+        for message in messages:
+            if message.error() is not None:
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    log.warning("%s: consumer error: %s", self.name, message.error())
+                continue
+            self.stats.read += 1
+            self._process(_source_record(message))
+        self._acks.send()
+        self._producer.poll(0)
+        self._commit()
+
+    def _process(self, record: SourceRecord) -> None:
+        key = (record.topic, record.partition)
+        if record.attempt == 1 and self.tracker.should_skip(key, record.offset):
+            self.stats.skipped_done += 1
+            return
+        root = new_id() if self.tracking else None
+        self._collector._begin(root)
+        parent = self._collector._parent
+        emitted_before = self.stats.emitted
+        try:
+            self.handler(record, self._collector)
+        except Exception:
+            self.stats.handler_errors += 1
+            log.exception("%s: handler %s raised on %s (attempt %d); the record will be retried",
+                          self.name, getattr(self.handler, "__name__", self.handler), record.coordinates,
+                          record.attempt)
+            if root is None:
+                self.tracker.done_immediately(key, record.offset)
+                return
+            self.tracker.emitted(key, record.offset, root=root, attempt=record.attempt)
+            self._records[(key, record.offset)] = record
+            self._act(self.tracker.on_outcome(root, OutcomeKind.FAILED))
+            return
+        finally:
+            self._collector._begin(None)
+        if root is None or self.stats.emitted == emitted_before:
+            self.tracker.done_immediately(key, record.offset)
+            return
+        self.tracker.emitted(key, record.offset, root=root, attempt=record.attempt)
+        self._records[(key, record.offset)] = record
+        self._acks.add_many(EventKind.INIT, ack_entries(parent))
+
+    def _produce_output(self, topic, value, key, headers, partition, anchors, root) -> None:
+        headers = [(k, v) for k, v in (headers or []) if k != codec.ANCHORS_HEADER]
+        if anchors:
+            headers.append((codec.ANCHORS_HEADER, codec.encode_anchors(anchors)))
+        kwargs = {"key": key, "headers": headers,
+                  "on_delivery": functools.partial(self._output_delivered, root)}
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self._producer.produce(topic, value, **kwargs)
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        if anchors:
+            self.stats.emitted += 1
+
+    def _output_delivered(self, root: int | None, error, message) -> None:
+        if error is not None:
+            self.stats.output_delivery_errors += 1
+            log.error("%s: tuple to %s not delivered: %s", self.name, message.topic(), error)
+            if root is not None:
+                self._local_failures.append(root)
+
+    # --- outcomes, retries, dead letters --------------------------------------------------------
+
+    def _take_outcomes(self) -> None:
+        failures, self._local_failures = self._local_failures, []
+        for root in failures:
+            self._act(self.tracker.on_outcome(root, OutcomeKind.FAILED))
+        if self._listener is not None:
+            for root, kind in self._listener.poll(0.0):
+                self._act(self.tracker.on_outcome(root, kind))
+        for action in self.tracker.expire_backstop():
+            self._act(action)
+
+    def _act(self, action: OutcomeAction | None) -> None:
+        if action is None:
+            return
+        record_key = (action.tp, action.offset)
+        if action.kind is ActionKind.DONE:
+            self.stats.completed += 1
+            self._records.pop(record_key, None)
+        elif action.kind is ActionKind.DEAD_LETTER:
+            record = self._records.get(record_key)
+            if record is not None:
+                self._dead_letter(record, action)
+        # REDELIVER: the tracker schedules it; _redeliver_due picks it up after the backoff
+
+    def _dead_letter(self, record: SourceRecord, action: OutcomeAction) -> None:
+        def delivered(error, message, record=record, action=action):
+            if error is not None:
+                log.error("%s: dead letter for %s not written (%s); retrying", self.name, record.coordinates, error)
+                self._dead_letter(record, action)
+                return
+            self.stats.dead_lettered += 1
+            self.tracker.dead_lettered((record.topic, record.partition), record.offset)
+            self._records.pop(((record.topic, record.partition), record.offset), None)
+
+        reason = f"{action.reason} after {record.attempt} attempts"
+        log.warning("%s: %s %s; parked in %s", self.name, record.coordinates, reason, self.topics.dlq)
+        park(
+            self._producer, self.topics.dlq, key=record.key, value=record.value, headers=record.headers,
+            parked=ParkedRecord(reason=reason, attempts=record.attempt, source_topic=record.topic,
+                                source_partition=record.partition, source_offset=record.offset,
+                                source_timestamp_ms=record.timestamp_ms, component=self.name),
+            on_delivery=delivered,
+        )
+
+    def _redeliver_due(self) -> None:
+        for redelivery in self.tracker.due_redeliveries():
+            record = self._records.get((redelivery.tp, redelivery.offset))
+            if record is None:  # its partition was revoked meanwhile: the next owner replays it
+                continue
+            self.stats.replayed += 1
+            self._process(_replace_attempt(record, redelivery.attempt))
+
+    def _apply_backpressure(self) -> None:
+        assignment = self._consumer.assignment()
+        over = self.tracker.over_max_pending()
+        if over and not self.stats.paused and assignment:
+            self._consumer.pause(assignment)
+            self.stats.paused = True
+        elif not over and self.stats.paused:
+            self._consumer.resume(assignment)
+            self.stats.paused = False
+
+    # --- commits --------------------------------------------------------------------------------
+
+    def _commit_before_emit(self, messages: list[Message]) -> None:
+        ends: dict[TopicPartitionKey, int] = {}
+        for message in messages:
+            if message.error() is None:
+                ends[(message.topic(), message.partition())] = message.offset() + 1
+        if ends:
+            self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()],
+                                  asynchronous=False)
+
+    def _commit(self, *, force: bool = False, only: set[TopicPartitionKey] | None = None) -> None:
+        if self.guarantee != "at_least_once":
+            return
+        now = time.monotonic()
+        if not force and (now - self._last_commit) * 1000 < self.commit_interval_ms:
+            return
+        self._last_commit = now
+        offsets = []
+        for key, point in self.tracker.commit_points().items():
+            if point is None or (only is not None and key not in only):
+                continue
+            metadata, truncated = encode_done_above(point, self.tracker.done_above(key))
+            if truncated:
+                self.stats.metadata_truncated += 1
+            if self._committed.get(key) != (point, metadata):
+                offsets.append((key, point, metadata))
+        if not offsets:
+            return
+        try:
+            self._consumer.commit(
+                offsets=[TopicPartition(t, p, o, m) for (t, p), o, m in offsets], asynchronous=False
+            )
+        except KafkaException as exc:
+            log.warning("%s: commit postponed: %s", self.name, exc)
+            return
+        for key, point, metadata in offsets:
+            self._committed[key] = (point, metadata)
+            self.stats.committed[key] = point
+
+
+def _source_record(message: Message) -> SourceRecord:
+    timestamp = message.timestamp()
+    return SourceRecord(
+        topic=message.topic(),
+        partition=message.partition(),
+        offset=message.offset(),
+        key=message.key(),
+        value=message.value(),
+        headers=list(message.headers() or []),
+        timestamp_ms=timestamp[1] if timestamp else -1,
+    )
+
+
+def _replace_attempt(record: SourceRecord, attempt: int) -> SourceRecord:
+    return SourceRecord(record.topic, record.partition, record.offset, record.key, record.value,
+                        record.headers, record.timestamp_ms, attempt)

@@ -1,0 +1,133 @@
+"""A topology's own topics: names, shapes, creation and verification.
+
+``<name>.acks`` (N partitions, one per acker shard), ``<name>.outcomes``, ``<name>.dlq`` (dead
+letters) and ``<name>.quarantine`` (events that do not decode). The ack topic's partition count
+is the single source of truth for N: spouts and bolts read it from the broker, so nobody can
+route an entry to the wrong shard by configuration.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from reliable_kafka.errors import ConfigError, TopologyError
+
+__all__ = ["TopologyTopics", "ensure_topics", "partition_count", "admin_client"]
+
+
+@dataclass(frozen=True)
+class TopologyTopics:
+    """Names and shape of a topology's topics.
+
+    ``ackers`` is N, the number of acker shards (ack topic partitions); 0 turns tracking off.
+    ``outcome_partitions`` defaults to ``max(ackers, 1)``.
+    """
+
+    topology: str
+    ackers: int = 1
+    outcome_partitions: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.topology or any(c in self.topology for c in " /\\"):
+            raise ConfigError(f"topology name {self.topology!r} must be a non-empty Kafka topic prefix")
+        if self.ackers < 0:
+            raise ConfigError(f"ackers must be >= 0, got {self.ackers}")
+
+    @property
+    def acks(self) -> str:
+        return f"{self.topology}.acks"
+
+    @property
+    def outcomes(self) -> str:
+        return f"{self.topology}.outcomes"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.topology}.dlq"
+
+    @property
+    def quarantine(self) -> str:
+        return f"{self.topology}.quarantine"
+
+    def shapes(self) -> dict[str, int]:
+        """topic -> partition count the topology needs."""
+        shapes = {
+            self.outcomes: self.outcome_partitions or max(self.ackers, 1),
+            self.dlq: 1,
+            self.quarantine: 1,
+        }
+        if self.ackers:
+            shapes[self.acks] = self.ackers
+        return shapes
+
+
+def admin_client(bootstrap_servers: str, kafka_config: dict | None = None) -> AdminClient:
+    return AdminClient({**(kafka_config or {}), "bootstrap.servers": bootstrap_servers})
+
+
+def partition_count(admin: AdminClient, topic: str, *, timeout: float = 10.0, wait: float = 0.0) -> int | None:
+    """Partitions of ``topic``, or None when it does not exist (after waiting up to ``wait`` s)."""
+    deadline = time.monotonic() + wait
+    while True:
+        described = admin.list_topics(timeout=timeout).topics.get(topic)
+        if described is not None and described.error is None and described.partitions:
+            return len(described.partitions)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.2)
+
+
+def ensure_topics(
+    admin: AdminClient,
+    topics: TopologyTopics,
+    *,
+    replication_factor: int = 1,
+    timeout: float = 30.0,
+) -> None:
+    """Create the topology's missing topics; refuse existing ones with the wrong partition count.
+
+    Raises :class:`TopologyError` naming the topic, the partitions found and needed, and what to do.
+    """
+    existing = admin.list_topics(timeout=timeout).topics
+    missing = []
+    for topic, partitions in topics.shapes().items():
+        if topic in existing and existing[topic].error is None:
+            found = len(existing[topic].partitions)
+            if found != partitions:
+                raise TopologyError(
+                    f"topology {topics.topology!r}: topic {topic} has {found} partitions, "
+                    f"needs {partitions}; use the same ackers setting as when it was created, "
+                    f"or delete the topic (losing its pending trees) and start again"
+                )
+        else:
+            missing.append(NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor))
+    if missing:
+        for topic, future in admin.create_topics(missing, operation_timeout=timeout).items():
+            try:
+                future.result(timeout=timeout)
+            except KafkaException as exc:
+                if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":  # a concurrent worker won the race
+                    raise TopologyError(f"topology {topics.topology!r}: cannot create {topic}: {exc}") from exc
+    _wait_for_leaders(admin, list(topics.shapes()), timeout)
+
+
+def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        metadata = admin.list_topics(timeout=timeout).topics
+        ready = all(
+            name in metadata
+            and metadata[name].error is None
+            and metadata[name].partitions
+            and all(p.leader >= 0 for p in metadata[name].partitions.values())
+            for name in names
+        )
+        if ready:
+            return
+        if time.monotonic() > deadline:
+            raise TopologyError(f"topics {names} have no leader after {timeout:.0f}s; is the broker healthy?")
+        time.sleep(0.1)

@@ -1,0 +1,287 @@
+"""Kafka plumbing shared by spouts, bolts, ackers and the Spark integration.
+
+Thin: it moves bytes between Kafka and the pure core. Producers are idempotent with ``acks=all``
+so a retried send never duplicates an ack entry (a duplicated ACK would break a tree's XOR).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Iterable
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from reliable_kafka import codec
+from reliable_kafka.codec import ParkedRecord
+from reliable_kafka.core.ack_packer import AckPacker
+from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.errors import ConfigError, DecodeError, DeliveryError
+from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
+
+__all__ = [
+    "new_producer",
+    "new_consumer",
+    "AckSender",
+    "OutcomeListener",
+    "Quarantine",
+    "park",
+    "message_coordinates",
+    "flush_or_raise",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_ENTRIES_PER_RECORD = 2000  # 17 bytes an entry: ~34 KB records, well under message.max.bytes
+
+_PRODUCER_DEFAULTS = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "queue.buffering.max.messages": 500_000,
+}
+
+
+def _merged(kafka_config: dict | None, required: dict, defaults: dict) -> dict:
+    config = {**defaults, **(kafka_config or {})}  # the user's dict is copied, never changed
+    config.update(required)
+    return config
+
+
+def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, **overrides) -> Producer:
+    """An idempotent ``acks=all`` producer; ``kafka_config`` passes librdkafka settings through."""
+    config = _merged(kafka_config, {"bootstrap.servers": bootstrap_servers}, _PRODUCER_DEFAULTS)
+    config.update(overrides)
+    return Producer(config)
+
+
+def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | None = None, **overrides) -> Consumer:
+    """A consumer with manual commits and offset storage (the layer decides what is committed)."""
+    defaults = {"auto.offset.reset": "earliest", "enable.partition.eof": False}
+    required = {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+    }
+    config = _merged(kafka_config, required, defaults)
+    config.update(overrides)
+    return Consumer(config)
+
+
+def message_coordinates(message: Message) -> str:
+    return f"{message.topic()}[{message.partition()}]@{message.offset()}"
+
+
+class AckSender:
+    """Packs ack-topic entries per partition and produces one record per partition per ``send``.
+
+    ``sender`` is the task id written into each record (the owner, for INIT entries).
+    With ``ack_partitions == 0`` (no ackers) entries are dropped.
+    """
+
+    def __init__(
+        self,
+        producer: Producer,
+        *,
+        acks_topic: str,
+        ack_partitions: int,
+        sender: int,
+        max_entries_per_record: int = MAX_ENTRIES_PER_RECORD,
+    ) -> None:
+        self.producer = producer
+        self.acks_topic = acks_topic
+        self.sender = sender
+        self.max_entries_per_record = max_entries_per_record
+        self.delivery_errors: list[KafkaError] = []
+        self.records_sent = 0
+        self.entries_sent = 0
+        self._packer = AckPacker(ack_partitions=ack_partitions)
+
+    @property
+    def ack_partitions(self) -> int:
+        return self._packer.ack_partitions
+
+    def __len__(self) -> int:
+        return len(self._packer)
+
+    def add(self, kind: EventKind, root: int, val: int = 0) -> None:
+        self._packer.add(kind, root, val)
+
+    def add_many(self, kind: EventKind, entries: Iterable[tuple[int, int]]) -> None:
+        self._packer.add_many(kind, entries)
+
+    def send(self) -> int:
+        """Produce everything added so far (does not flush the producer); returns entries sent."""
+        sent = 0
+        for partition, (kinds, roots, vals) in self._packer.drain().items():
+            for start in range(0, len(kinds), self.max_entries_per_record):
+                stop = start + self.max_entries_per_record
+                value = codec.encode_ack_batch(self.sender, kinds[start:stop], roots[start:stop], vals[start:stop])
+                _produce(self.producer, self.acks_topic, value, partition=partition, on_delivery=self._delivered)
+                self.records_sent += 1
+            sent += len(kinds)
+        self.entries_sent += sent
+        return sent
+
+    def _delivered(self, error, message) -> None:
+        if error is not None:
+            log.error("ack batch to %s[%s] not delivered: %s", self.acks_topic, message.partition(), error)
+            self.delivery_errors.append(error)
+
+
+def _produce(producer: Producer, topic: str, value: bytes, **kwargs) -> None:
+    """produce(), waiting for room when librdkafka's local queue is full instead of failing."""
+    while True:
+        try:
+            producer.produce(topic, value, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+class Quarantine:
+    """Copies records that cannot be used to ``<topology>.quarantine``, counted and logged.
+
+    The original key, value and headers are kept; the ``rk-parked`` header says why and from where.
+    """
+
+    def __init__(self, producer: Producer, *, topic: str, component: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.component = component
+        self.count = 0
+
+    def park(self, message: Message, reason: str) -> None:
+        self.count += 1
+        log.warning(
+            "%s: %s at %s; copied to %s and skipped",
+            self.component, reason, message_coordinates(message), self.topic,
+        )
+        timestamp = message.timestamp()[1] if message.timestamp() else -1
+        park(
+            self.producer,
+            self.topic,
+            key=message.key(),
+            value=message.value(),
+            headers=message.headers(),
+            parked=ParkedRecord(
+                reason=reason,
+                attempts=0,
+                source_topic=message.topic(),
+                source_partition=message.partition(),
+                source_offset=message.offset(),
+                source_timestamp_ms=timestamp,
+                component=self.component,
+            ),
+        )
+
+    def decode_error(self, message: Message, error: DecodeError) -> None:
+        self.park(message, str(error.at(message.topic(), message.partition(), message.offset())))
+
+
+def park(
+    producer: Producer,
+    topic: str,
+    *,
+    key: bytes | None,
+    value: bytes | None,
+    headers,
+    parked: ParkedRecord,
+    on_delivery: Callable | None = None,
+) -> None:
+    """Write a record to a dead-letter or quarantine topic with the ``rk-parked`` header."""
+    kept = [(k, v) for k, v in (headers or []) if k != codec.PARKED_HEADER]
+    kept.append((codec.PARKED_HEADER, codec.encode_parked(parked)))
+    while True:
+        try:
+            producer.produce(topic, value, key=key, headers=kept, on_delivery=on_delivery)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+class OutcomeListener:
+    """Reads the outcomes addressed to one spout task from ``<topology>.outcomes``.
+
+    Outcomes go to partition ``spout_id mod P``; several spouts may share it, so entries for other
+    spouts are skipped. ``start`` pins the position to the current end *before* the spout sends its
+    first INIT, so no outcome of this incarnation can be missed.
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        topics: TopologyTopics,
+        spout_id: int,
+        kafka_config: dict | None = None,
+        quarantine: Quarantine | None = None,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topics = topics
+        self.spout_id = spout_id
+        self.kafka_config = kafka_config
+        self.quarantine = quarantine
+        self.undecodable = 0
+        self._consumer: Consumer | None = None
+
+    def start(self, *, timeout: float = 30.0) -> None:
+        consumer = new_consumer(
+            self.bootstrap_servers,
+            f"{self.topics.topology}.outcome-reader",
+            self.kafka_config,
+            **{"isolation.level": "read_committed"},
+        )
+        partitions = partition_count(admin_client(self.bootstrap_servers, self.kafka_config),
+                                     self.topics.outcomes, wait=timeout)
+        if partitions is None:
+            consumer.close()
+            raise ConfigError(
+                f"outcome topic {self.topics.outcomes} is missing; start an acker worker or call "
+                f"ensure_topics() for topology {self.topics.topology!r} first"
+            )
+        partition = (self.spout_id & ((1 << 64) - 1)) % partitions
+        _, high = consumer.get_watermark_offsets(
+            TopicPartition(self.topics.outcomes, partition), timeout=timeout, cached=False
+        )
+        consumer.assign([TopicPartition(self.topics.outcomes, partition, high)])
+        self._consumer = consumer
+
+    def poll(self, timeout: float = 0.0, *, max_records: int = 500) -> list[tuple[int, OutcomeKind]]:
+        """Outcomes for this spout that arrived since the last call."""
+        if self._consumer is None:
+            raise RuntimeError("OutcomeListener.start() was not called")
+        outcomes: list[tuple[int, OutcomeKind]] = []
+        for message in self._consumer.consume(num_messages=max_records, timeout=timeout):
+            if message.error() is not None:
+                log.warning("outcome consumer: %s", message.error())
+                continue
+            try:
+                batch = codec.decode_outcomes(message.value())
+            except DecodeError as error:
+                self.undecodable += 1
+                if self.quarantine is not None:
+                    self.quarantine.decode_error(message, error)
+                else:
+                    log.warning("%s", error.at(message.topic(), message.partition(), message.offset()))
+                continue
+            if batch.spout != self.spout_id:
+                continue
+            outcomes.extend(zip(batch.roots.tolist(), map(OutcomeKind, batch.kinds.tolist())))
+        return outcomes
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def flush_or_raise(producer: Producer, *, timeout: float = 30.0, what: str = "records") -> None:
+    """Flush and raise :class:`DeliveryError` if anything is still queued after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    remaining = producer.flush(timeout)
+    while remaining and time.monotonic() < deadline:
+        remaining = producer.flush(max(0.1, deadline - time.monotonic()))
+    if remaining:
+        raise DeliveryError(f"{remaining} {what} not delivered within {timeout:.0f}s; is the broker up?")

@@ -1,0 +1,136 @@
+"""Bad input is never fatal: counted, logged with coordinates, copied to quarantine; good data flows."""
+
+from __future__ import annotations
+
+import numpy as np
+from confluent_kafka import Producer
+
+from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, codec
+from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.ids import new_id, partition_for_root
+from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.testing.records import produce_values, read_topic
+from reliable_kafka.testing.topics import create_topics, unique_name
+from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+
+def _send(bootstrap: str, topic: str, values: list[tuple[int, bytes]], headers=None) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition, value in values:
+        producer.produce(topic, value, partition=partition, headers=headers)
+    assert producer.flush(30) == 0
+
+
+def _outcomes(bootstrap: str, topics: TopologyTopics) -> dict[int, int]:
+    decided = {}
+    for message in read_topic(bootstrap, topics.outcomes):
+        batch = codec.decode_outcomes(message.value())
+        decided.update(zip(batch.roots.tolist(), batch.kinds.tolist()))
+    return decided
+
+
+def _parked(bootstrap: str, topic: str) -> list[tuple[bytes, codec.ParkedRecord]]:
+    return [(m.value(), codec.decode_parked(dict(m.headers())[codec.PARKED_HEADER]))
+            for m in read_topic(bootstrap, topic)]
+
+
+def test_acker_quarantines_every_kind_of_bad_ack_record_and_keeps_folding(kafka_bootstrap):
+    topics = TopologyTopics(unique_name("bad-acks"), ackers=1)
+    ensure_topics(admin_client(kafka_bootstrap), topics)
+    spout, root, edge = new_id(), new_id(), new_id()
+    good_init = codec.encode_ack_batch(spout, [EventKind.INIT], [root], [edge])
+    garbage = b"\x01this is not avro at all"
+    wrong_version = b"\x09" + good_init[1:]
+    mixed = codec.encode_ack_batch(7, [EventKind.ACK, 9, EventKind.ACK], [0, root, root], [5, 5, edge])
+    oversized = codec.encode_ack_batch(7, np.ones(60, np.uint8), np.arange(1, 61), np.zeros(60, np.int64))
+    _send(kafka_bootstrap, topics.acks, [(0, good_init), (0, garbage), (0, wrong_version), (0, oversized), (0, mixed)])
+    worker = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, max_entries_per_record=50,
+                         commit_interval_ms=100)
+    with LocalCluster(worker) as cluster:
+        cluster.wait_until(lambda: worker.stats.records == 5 and worker.stats.completed == 1, timeout=60,
+                           what="acker folded around the bad records", progress=lambda: str(worker.stats))
+        cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, worker.group_id, topics.acks) == {0: 5},
+                           timeout=30, what="acker committed past the bad records")
+    assert _outcomes(kafka_bootstrap, topics) == {root: OutcomeKind.COMPLETED}
+    parked = _parked(kafka_bootstrap, topics.quarantine)
+    assert [value for value, _ in parked] == [garbage, wrong_version, oversized, mixed]
+    reasons = [p.reason for _, p in parked]
+    assert "ack_batch" in reasons[0] and f"{topics.acks}[0]@1" in reasons[0]
+    assert "unknown format version 9" in reasons[1]
+    assert "max_entries_per_record" in reasons[2]
+    assert "2 of 3 entries invalid" in reasons[3]
+    assert [(p.source_topic, p.source_partition, p.source_offset) for _, p in parked] == [
+        (topics.acks, 0, 1), (topics.acks, 0, 2), (topics.acks, 0, 3), (topics.acks, 0, 4)]
+    assert worker.stats.quarantined == 4 and worker.stats.invalid_entries == 2
+
+
+def test_bolt_quarantines_records_whose_anchors_header_is_invalid(kafka_bootstrap):
+    topology = unique_name("bad-anchors")
+    source = f"{topology}-in"
+    create_topics(kafka_bootstrap, {source: 1})
+    ensure_topics(admin_client(kafka_bootstrap), TopologyTopics(topology))
+    _send(kafka_bootstrap, source, [(0, b"bad")], headers=[(codec.ANCHORS_HEADER, b"\x01\x99")])
+    _send(kafka_bootstrap, source, [(0, b"zero-root")],
+          headers=[(codec.ANCHORS_HEADER, codec.encode_anchors([(0, 1)]))])
+    _send(kafka_bootstrap, source, [(0, b"untracked")])
+    _send(kafka_bootstrap, source, [(0, b"tracked")], headers=[(codec.ANCHORS_HEADER, codec.encode_anchors({5: 6}))])
+    seen = []
+    bolt = Bolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
+                group_id=f"{topology}-bolt", handler=lambda t, c: (seen.append((t.value, t.tracked)), c.ack(t)))
+    with LocalCluster(bolt) as cluster:
+        cluster.wait_until(lambda: len(seen) == 2, timeout=60, what="the good records reached the handler")
+    assert seen == [(b"untracked", False), (b"tracked", True)]
+    parked = _parked(kafka_bootstrap, TopologyTopics(topology).quarantine)
+    assert [value for value, _ in parked] == [b"bad", b"zero-root"]
+    assert parked[1][1].source_offset == 1 and "root id 0" in parked[1][1].reason
+    assert bolt.stats.quarantined == 2
+
+
+def test_spout_ignores_outcomes_for_unknown_roots_and_quarantines_undecodable_ones(kafka_bootstrap):
+    topology = unique_name("bad-outcomes")
+    source, out = f"{topology}-src", f"{topology}-out"
+    create_topics(kafka_bootstrap, {source: 1, out: 1})
+    topics = TopologyTopics(topology)
+    spout = Spout(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
+                  group_id=f"{topology}-spout", emit_to=out)
+    acker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap)
+    sink = Bolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=out,
+                group_id=f"{topology}-sink", handler=lambda t, c: c.ack(t))
+    with LocalCluster(acker, spout, sink) as cluster:
+        # outcomes nobody asked for: an unknown root of this spout, and bytes that do not decode
+        partition = partition_for_root(spout.task_id, 1)
+        _send(kafka_bootstrap, topics.outcomes, [
+            (partition, codec.encode_outcomes(spout.task_id, [new_id()], [OutcomeKind.FAILED])),
+            (partition, b"\x01\xff\xff"),
+        ])
+        produce_values(kafka_bootstrap, source, [b"one", b"two"])
+        cluster.wait_until(
+            lambda: committed_offsets(kafka_bootstrap, f"{topology}-spout", source) == end_offsets(kafka_bootstrap, source),
+            timeout=60, what="the spout completed its records despite bad outcomes")
+        cluster.wait_until(lambda: spout.tracker.stats.ignored_outcomes >= 1, timeout=10,
+                           what="the unknown root was ignored")
+    assert spout.stats.completed == 2 and spout.stats.replayed == 0
+    parked = _parked(kafka_bootstrap, topics.quarantine)
+    assert [value for value, _ in parked] == [b"\x01\xff\xff"]
+
+
+def test_spout_ignores_commit_metadata_that_is_not_its_own(kafka_bootstrap):
+    from confluent_kafka import Consumer, TopicPartition
+
+    topology = unique_name("foreign-meta")
+    source, out = f"{topology}-src", f"{topology}-out"
+    create_topics(kafka_bootstrap, {source: 1, out: 1})
+    produce_values(kafka_bootstrap, source, [b"a", b"b", b"c"])
+    group = f"{topology}-spout"
+    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    committer.commit(offsets=[TopicPartition(source, 0, 1, "some other tool's metadata")], asynchronous=False)
+    committer.close()
+    acker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap)
+    spout = Spout(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source, group_id=group,
+                  emit_to=out)
+    sink = Bolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=out,
+                group_id=f"{topology}-sink", handler=lambda t, c: c.ack(t))
+    with LocalCluster(acker, spout, sink) as cluster:
+        cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, group, source) == {0: 3}, timeout=60,
+                           what="the spout resumed from offset 1 and completed")
+    assert [m.value() for m in read_topic(kafka_bootstrap, out)] == [b"b", b"c"]

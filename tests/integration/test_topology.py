@@ -1,0 +1,273 @@
+"""Tuple trees on a real broker: spout, bolts and acker workers (issue 3's acceptance tests)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from examples.word_count import build
+from reliable_kafka import AckerWorker, BasicBolt, Bolt, LocalCluster, Spout, TopologyError
+from reliable_kafka import codec
+from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.testing.records import produce_values, read_topic
+from reliable_kafka.testing.topics import create_topics, unique_name
+from reliable_kafka.topology import TopologyTopics, ensure_topics, admin_client
+
+SENTENCES = [
+    "the cow jumped over the moon",
+    "an apple a day keeps the doctor away",
+    "four score and seven years ago",
+    "snow white and the seven dwarfs",
+    "i am at two with nature",
+]
+FAST_RETRY = Backoff(initial_ms=20, multiplier=2.0, max_ms=200)
+
+
+def _word_count_topics(bootstrap: str, prefix: str) -> tuple[str, str, str]:
+    topology = unique_name(prefix)
+    sentences, words = f"{topology}-sentences", f"{topology}-words"
+    create_topics(bootstrap, {sentences: 2, words: 2, f"{topology}.sentences": 2})
+    return topology, sentences, words
+
+
+def _caught_up(bootstrap: str, group: str, topic: str) -> bool:
+    ends = end_offsets(bootstrap, topic)
+    return committed_offsets(bootstrap, group, topic) == ends
+
+
+def _progress(bootstrap, group, topic, spout):
+    return lambda: (f"committed {committed_offsets(bootstrap, group, topic)} end {end_offsets(bootstrap, topic)} "
+                    f"spout {spout.stats}")
+
+
+def test_word_count_over_10000_sentences_completes_and_commits_to_the_end(kafka_bootstrap):
+    topology, sentences, words = _word_count_topics(kafka_bootstrap, "wc")
+    rng = random.Random(1)
+    batch = [rng.choice(SENTENCES) for _ in range(10_000)]
+    produce_values(kafka_bootstrap, sentences, [s.encode() for s in batch])
+    counts, components = build(kafka_bootstrap, topology=topology, sentences=sentences, words=words)
+    spout = components[1]
+    with LocalCluster(*components) as cluster:
+        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=240,
+                           what="spout committed to the end of the sentences topic",
+                           progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout))
+    assert spout.stats.completed == 10_000
+    assert spout.stats.replayed == 0 and spout.stats.dead_lettered == 0
+    assert counts == Counter(word for s in batch for word in s.split())
+
+
+def test_bolt_failing_ten_percent_still_completes_every_sentence_through_replays(kafka_bootstrap):
+    topology, sentences, words = _word_count_topics(kafka_bootstrap, "wc-fail")
+    rng = random.Random(2)
+    batch = [rng.choice(SENTENCES) for _ in range(2_000)]
+    produce_values(kafka_bootstrap, sentences, [s.encode() for s in batch])
+    counts, components = build(kafka_bootstrap, topology=topology, sentences=sentences, words=words,
+                               max_retries=30, backoff=FAST_RETRY)
+    coin = random.Random(3)
+    flaky_counts = Counter()
+
+    def flaky_count(word, collector):
+        if coin.random() < 0.10:
+            raise RuntimeError("simulated failure")
+        flaky_counts[word.value.decode()] += 1
+
+    components[3].handler = flaky_count
+    spout = components[1]
+    with LocalCluster(*components) as cluster:
+        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=240,
+                           what="every sentence completed despite failures",
+                           progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout))
+    print(f"replays: {spout.stats.replayed}, failed tuples: {components[3].stats.failed}")
+    assert spout.stats.completed == 2_000
+    assert spout.stats.replayed > 0 and components[3].stats.failed > 0
+    assert spout.stats.dead_lettered == 0
+    expected = Counter(word for s in batch for word in s.split())
+    assert set(flaky_counts) == set(expected)
+    assert all(flaky_counts[w] >= n for w, n in expected.items())  # at-least-once: replays add duplicates
+
+
+def test_dropped_tuples_time_out_replay_and_complete_without_early_commit(kafka_bootstrap):
+    topology, sentences, words = _word_count_topics(kafka_bootstrap, "wc-drop")
+    batch = [f"{SENTENCES[i % 5]} s{i}" for i in range(600)]
+    placed = produce_values(kafka_bootstrap, sentences, [s.encode() for s in batch])
+    dropped = {i for i in range(0, 600, 37)}
+    counts, components = build(kafka_bootstrap, topology=topology, sentences=sentences, words=words,
+                               timeout_ms=2_000, backoff=FAST_RETRY, backstop_grace_ms=5_000)
+    seen: set[int] = set()
+    retried_at: dict[int, float] = {}
+
+    def split_dropping_first_sight(sentence, collector):
+        text = sentence.value.decode()
+        index = int(text.rsplit(" s", 1)[1])
+        if index in dropped and index not in seen:
+            seen.add(index)
+            return  # neither emits nor acks: the tree must time out
+        if index in dropped:
+            retried_at.setdefault(index, time.monotonic())
+        for word in text.split():
+            collector.emit(words, word.encode(), key=word.encode())
+        collector.ack(sentence)
+
+    components[2] = Bolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=f"{topology}.sentences",
+                         group_id=f"{topology}-split", handler=split_dropping_first_sight)
+    spout = components[1]
+    samples: list[tuple[float, dict[int, int]]] = []
+    stop_sampling = threading.Event()
+
+    def sample():
+        while not stop_sampling.is_set():
+            committed = committed_offsets(kafka_bootstrap, f"{topology}-spout", sentences)
+            samples.append((time.monotonic(), committed))  # taken after the read: the commit came before
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        with LocalCluster(*components) as cluster:
+            cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=120,
+                               what="dropped sentences replayed and completed",
+                               progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout))
+    finally:
+        stop_sampling.set()
+        sampler.join()
+    assert set(retried_at) == dropped
+    assert spout.stats.replayed >= len(dropped)
+    violations = [
+        (i, placed[i], when, committed)
+        for when, committed in samples
+        for i in dropped
+        if when < retried_at[i] and committed.get(placed[i][0], -1) > placed[i][1]
+    ]
+    assert not violations, f"commit passed an incomplete record: {violations[:3]}"
+    assert len(samples) > 20
+
+
+def test_poison_record_goes_to_the_dead_letter_topic_and_the_commit_moves_past_it(kafka_bootstrap):
+    topology, sentences, words = _word_count_topics(kafka_bootstrap, "wc-poison")
+    batch = [SENTENCES[i % 5] for i in range(50)]
+    batch[17] = "poison pill"
+    placed = produce_values(kafka_bootstrap, sentences, [s.encode() for s in batch])
+    counts, components = build(kafka_bootstrap, topology=topology, sentences=sentences, words=words,
+                               max_retries=2, backoff=FAST_RETRY)
+
+    def count_or_choke(word, collector):
+        if word.value == b"poison":
+            raise ValueError("cannot digest poison")
+        counts[word.value.decode()] += 1
+
+    components[3].handler = count_or_choke
+    spout = components[1]
+    with LocalCluster(*components) as cluster:
+        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=120,
+                           what="commit moved past the poison record",
+                           progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout))
+    dead = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
+    assert [m.value() for m in dead] == [b"poison pill"]
+    parked = codec.decode_parked(dict(dead[0].headers())[codec.PARKED_HEADER])
+    assert parked.attempts == 3 and "FAILED" in parked.reason
+    assert (parked.source_topic, parked.source_partition, parked.source_offset) == (sentences, *placed[17])
+    assert spout.stats.dead_lettered == 1
+
+
+def test_multi_anchored_output_keeps_both_trees_open_until_it_is_acked(kafka_bootstrap):
+    topology = unique_name("multi")
+    source, pairs = f"{topology}-source", f"{topology}-pairs"
+    create_topics(kafka_bootstrap, {source: 1, pairs: 1, f"{topology}.in": 1})
+    produce_values(kafka_bootstrap, source, [b"left", b"right"])
+    held: list = []
+    release = threading.Event()
+    waiting: list = []
+
+    def pair_up(tuple_, collector):  # a rich bolt: one output anchored to two inputs of two trees
+        waiting.append(tuple_)
+        if len(waiting) == 2:
+            collector.emit(pairs, b"+".join(t.value for t in waiting), anchors=waiting)
+            for t in waiting:
+                collector.ack(t)
+
+    def hold_then_ack(tuple_, collector):
+        held.append(tuple_)
+        if release.is_set():
+            for t in held:
+                collector.ack(t)
+            held.clear()
+
+    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=f"{topology}.in")
+    sink = Bolt(**on, source_topics=pairs, group_id=f"{topology}-sink", handler=hold_then_ack)
+    components = [AckerWorker(**on, ackers=1), spout,
+                  Bolt(**on, source_topics=f"{topology}.in", group_id=f"{topology}-pair", handler=pair_up), sink]
+    with LocalCluster(*components) as cluster:
+        cluster.wait_until(lambda: len(held) == 1, timeout=60, what="the paired output reached the sink")
+        assert len(held[0].roots) == 2
+        time.sleep(2.5)  # the spout's commit interval passes twice: nothing may be committed
+        assert committed_offsets(kafka_bootstrap, f"{topology}-spout", source).get(0, -1) <= 0
+        assert spout.stats.completed == 0
+        release.set()
+        produce_values(kafka_bootstrap, pairs, [b"nudge"])  # an untracked record wakes the sink
+        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=60,
+                           what="both trees completed after the output was acked")
+    assert spout.stats.completed == 2
+
+
+def test_zero_ackers_completes_every_emit_at_once(kafka_bootstrap):
+    topology = unique_name("noack")
+    source, out = f"{topology}-source", f"{topology}-out"
+    create_topics(kafka_bootstrap, {source: 1, out: 1})
+    produce_values(kafka_bootstrap, source, [b"a", b"b", b"c"])
+    spout = Spout(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
+                  group_id=f"{topology}-spout", emit_to=out, ackers=0)
+    with LocalCluster(spout) as cluster:
+        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=60,
+                           what="commit with no ackers")
+    records = read_topic(kafka_bootstrap, out)
+    assert [m.value() for m in records] == [b"a", b"b", b"c"]
+    assert all(codec.ANCHORS_HEADER not in dict(m.headers() or []) for m in records)
+
+
+@pytest.mark.parametrize("guarantee", ["at_most_once", "none"])
+def test_untracked_guarantees_forward_without_anchors_and_commit(kafka_bootstrap, guarantee):
+    topology = unique_name(guarantee.replace("_", "-"))
+    source, out = f"{topology}-source", f"{topology}-out"
+    create_topics(kafka_bootstrap, {source: 1, out: 1})
+    produce_values(kafka_bootstrap, source, [b"x", b"y"])
+    spout = Spout(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
+                  group_id=f"{topology}-spout", emit_to=out, guarantee=guarantee,
+                  kafka_config={"auto.commit.interval.ms": 200})
+    with LocalCluster(spout) as cluster:
+        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=60,
+                           what=f"{guarantee} commits as it reads")
+    records = read_topic(kafka_bootstrap, out)
+    assert [m.value() for m in records] == [b"x", b"y"]
+    assert all(codec.ANCHORS_HEADER not in dict(m.headers() or []) for m in records)
+
+
+def test_acker_refuses_an_ack_topic_of_the_wrong_shape(kafka_bootstrap):
+    topology = unique_name("shape")
+    create_topics(kafka_bootstrap, {f"{topology}.acks": 3})
+    worker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap, ackers=2)
+    with pytest.raises(TopologyError, match=r"has 3 partitions, needs 2"):
+        worker.run(threading.Event())
+
+
+def test_spout_refuses_to_start_without_the_topology_topics(kafka_bootstrap):
+    topology = unique_name("missing")
+    spout = Spout(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics="nowhere",
+                  group_id="g", emit_to="out")
+    spout.topic_wait_s = 0.5
+    with pytest.raises(TopologyError, match="start an acker worker"):
+        spout.start()
+
+
+def test_ensure_topics_is_idempotent(kafka_bootstrap):
+    topics = TopologyTopics(unique_name("idem"), ackers=3)
+    admin = admin_client(kafka_bootstrap)
+    ensure_topics(admin, topics)
+    ensure_topics(admin, topics)
+    assert {t: n for t, n in topics.shapes().items()} == {
+        topics.acks: 3, topics.outcomes: 3, topics.dlq: 1, topics.quarantine: 1}
