@@ -1,8 +1,9 @@
 """The acker's per-partition table: root -> (ack val, owner, failed flag, deadline bucket).
 
 One :class:`AckerTable` per ack-topic partition. The shell decodes an ack record into columns and
-calls :meth:`AckerTable.fold`; the table XORs the entries into one value per root and returns the
-roots it decided (:class:`Outcomes`). Storm's acker, batched:
+calls :meth:`AckerTable.fold` (or hands several records to :meth:`AckerTable.fold_records`, which
+decides the same and shares the per-call cost); the table XORs the entries into one value per
+root and returns the roots it decided (:class:`Outcomes`). Storm's acker, batched:
 
 * ``val ^= entry.val`` for INIT and ACK entries (FAIL and RESET_TIMEOUT carry no val; theirs is
   ignored). An INIT names the owner: the batch's ``sender`` (a spout task id).
@@ -26,22 +27,25 @@ roots it decided (:class:`Outcomes`). Storm's acker, batched:
   bucket's minimum along, which can only be lower than its own.
 
 Storage is columnar NumPy, no Python object per root: an open-addressing hash table of groups of
-8 slots (keys and vals int64, owner as a uint16 index into the spout task ids seen, one meta
-byte: live, failed, "not in its home group", ring bucket), 19 bytes a slot. The group count is
-prime and a key probes its home group, then further groups by double hashing. As in Facebook's
-F14 tables, each group counts the keys that probed past it while full (one byte, sticky at 255);
-a lookup stops at the first group with a zero count, so there are no tombstones and a deleted
-slot is free at once. Loads stay between 0.6 and 0.85: about 22 to 32 bytes a pending root.
+8 slots (keys and vals int64; owner as a uint16 index into the spout task ids seen; one meta byte:
+live, failed, "far", ring bucket), 19 bytes a slot, plus one overflow byte a group. A root may sit
+in two groups (its home and the next on its double-hashing path, the group count being prime)
+and goes to the one with more room, so one vectorised round finds nearly every root. Only when
+both are full does it go further along its path; it is then marked far and counted in both
+groups' overflow counts (as in Facebook's F14 tables), and lookups go past a pair only if both
+counts are non-zero. No tombstones: a deleted slot is free at once. Loads stay between 0.6 and
+0.85 (grow at 0.85 to 0.6, shrink below 0.15): about 22 to 32 bytes a pending root.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import ConfigError, ReliableKafkaError
 
 __all__ = ["AckerTable", "AckerStats", "Outcomes"]
@@ -88,6 +92,16 @@ def _prime_at_least(n: int) -> int:
         n += 1
 
 
+def _columns(kinds, roots, vals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    kinds = np.asarray(kinds)
+    roots = np.asarray(roots, dtype=np.int64)
+    vals = np.asarray(vals, dtype=np.int64)
+    if kinds.ndim != 1 or kinds.shape != roots.shape or kinds.shape != vals.shape:
+        raise ValueError("AckerTable.fold: kinds, roots and vals must be 1-d arrays of one "
+                         f"length, got shapes {kinds.shape}, {roots.shape}, {vals.shape}")
+    return kinds, roots, vals
+
+
 def _run_starts(values: np.ndarray) -> np.ndarray:
     """True where a sorted array starts a run of equal values."""
     first = np.empty(len(values), dtype=bool)
@@ -121,7 +135,7 @@ class Outcomes:
     @staticmethod
     def empty() -> "Outcomes":
         """No decisions."""
-        return Outcomes(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.uint8))
+        return _NO_OUTCOMES
 
     @staticmethod
     def concat(parts: list["Outcomes"]) -> "Outcomes":
@@ -134,6 +148,15 @@ class Outcomes:
         return Outcomes(np.concatenate([p.roots for p in parts]),
                         np.concatenate([p.owners for p in parts]),
                         np.concatenate([p.kinds for p in parts]))
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+_NO_OUTCOMES = Outcomes(_frozen(np.empty(0, np.int64)), _frozen(np.empty(0, np.int64)),
+                        _frozen(np.empty(0, np.uint8)))
 
 
 @dataclass
@@ -183,6 +206,7 @@ class AckerTable:
         self._clock: int | None = None
         self._owner_index: dict[int, int] = {}
         self._owner_ids = np.zeros(16, np.int64)  # owner index -> spout task id; [0] unused
+        self._owner_compactions = 0
         self._stats = AckerStats()
 
     # ----------------------------------------------------------------------------- public API
@@ -243,73 +267,202 @@ class AckerTable:
         ``event_time_ms`` its timestamp and ``offset`` its offset in the ack partition.
         Entries with root 0 or an unknown kind are skipped and counted as invalid.
         """
-        kinds = np.asarray(kinds)
-        roots = np.asarray(roots, dtype=np.int64)
-        vals = np.asarray(vals, dtype=np.int64)
-        if kinds.ndim != 1 or kinds.shape != roots.shape or kinds.shape != vals.shape:
-            raise ValueError("AckerTable.fold: kinds, roots and vals must be 1-d arrays of one "
-                             f"length, got shapes {kinds.shape}, {roots.shape}, {vals.shape}")
+        kinds, roots, vals = _columns(kinds, roots, vals)
         expired = self._advance_clock(int(event_time_ms))
+        kinds, roots, vals = self._valid(kinds, roots, vals)
         if not len(roots):
             return expired
-        invalid = (roots == 0) | (kinds > _MAX_KIND)
+        decided = self._fold_entries(kinds, roots, vals, sender=int(sender), offset=int(offset))
+        return Outcomes.concat([expired, decided]) if len(expired) else decided
+
+    def fold_records(self, records: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                   int, int, int]]) -> Outcomes:
+        """Fold several ack records in order; each is ``(kinds, roots, vals, sender,
+        event_time_ms, offset)`` as for :meth:`fold`.
+
+        Decides exactly what folding them one by one would (the same outcomes, counters and
+        pending roots), but shares the per-call cost: records whose times fall in one timeout
+        bucket are folded together. Should a root be decided by one record and hear from a
+        later one in the same group (only a broken or duplicated stream does that), the group
+        is folded record by record instead.
+        """
+        records = [(*_columns(k, r, v), int(s), int(t), int(o)) for k, r, v, s, t, o in records]
+        parts: list[Outcomes] = []
+        i = 0
+        while i < len(records):
+            parts.append(self._advance_clock(records[i][4]))
+            # Later records join while they move the clock neither past a bucket boundary (no
+            # expiry due) nor to a new newest deadline (one head bucket for all).
+            base, head = self._clock // self._width, (self._clock + self._timeout) // self._width
+            j, clock = i + 1, self._clock
+            while j < len(records):
+                moved = max(clock, records[j][4])
+                if moved // self._width != base or (moved + self._timeout) // self._width != head:
+                    break
+                clock, j = moved, j + 1
+            self._clock = clock
+            parts.append(self._fold_group(records[i:j]))
+            i = j
+        return Outcomes.concat(parts)
+
+    def _valid(self, kinds: np.ndarray, *columns: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The entries (kinds, then roots and any parallel columns) with a non-zero root and a
+        known kind; counts the others."""
+        invalid = (columns[0] == 0) | (kinds > _MAX_KIND)
         if kinds.dtype.kind != "u":
             invalid |= kinds < 0
-        if invalid.any():
-            self._stats.invalid_entries += int(np.count_nonzero(invalid))
-            valid = ~invalid
-            kinds, roots, vals = kinds[valid], roots[valid], vals[valid]
-            if not len(roots):
-                return expired
-        self._stats.entries_folded += len(roots)
+        if not invalid.any():
+            return (kinds, *columns)
+        self._stats.invalid_entries += int(np.count_nonzero(invalid))
+        valid = ~invalid
+        return tuple(column[valid] for column in (kinds, *columns))
 
+    def _fold_group(self, records: list) -> Outcomes:
+        """Fold records that share one clock bucket and one head bucket (no expiry between)."""
+        if len(records) == 1:
+            kinds, roots, vals, sender, _, offset = records[0]
+            kinds, roots, vals = self._valid(kinds, roots, vals)
+            return (self._fold_entries(kinds, roots, vals, sender=sender, offset=offset)
+                    if len(roots) else _NO_OUTCOMES)
+        kinds, roots, vals, record = self._valid(
+            *(np.concatenate([r[c] for r in records]) for c in range(3)),
+            np.repeat(np.arange(len(records)), [len(r[1]) for r in records]))
+        if not len(roots):
+            return _NO_OUTCOMES
+        compactions = self._owner_compactions
+        owners = np.zeros(len(records), np.uint16)
+        for i in np.unique(record[kinds == EventKind.INIT]).tolist():
+            owners[i] = self._owner_index_of(records[i][3])
+        offsets = np.array([r[5] for r in records], np.int64)
+        if self._owner_compactions == compactions:
+            decided = self._fold_entries(kinds, roots, vals, owners=owners[record],
+                                         offsets=offsets[record], record=record)
+            if decided is not None:
+                return decided
+        # A root would be decided before its last record here (or owner indices were just
+        # renumbered): one record at a time.
+        bounds = np.searchsorted(record, np.arange(len(records) + 1))
+        return Outcomes.concat([
+            self._fold_entries(kinds[a:b], roots[a:b], vals[a:b], sender=records[i][3],
+                               offset=records[i][5])
+            for i, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())) if b > a])
+
+    def _fold_entries(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, *,
+                      sender: int = 0, offset: int = 0, owners: np.ndarray | None = None,
+                      offsets: np.ndarray | None = None, record: np.ndarray | None = None
+                      ) -> Outcomes | None:
+        """XOR valid entries in and decide the roots they touched.
+
+        One record: ``sender`` and ``offset``. Several (in order, one clock bucket and head
+        bucket): per-entry ``owners`` (owner index, for INITs), ``offsets`` and ``record``
+        numbers (non-decreasing); returns None, changing nothing, if a root would be decided
+        by an earlier record than its last one.
+        """
         # One row per root: XOR of its INIT/ACK vals, OR of its kinds' bits. Sorting by the
-        # mixed key groups equal roots (mixing is a permutation) and is the key's hash anyway.
+        # mixed key groups equal roots (mixing is a permutation of uint64).
         bits = _KIND_BITS[kinds]
         mixed = roots.view(np.uint64) * _MIX
         order = np.argsort(mixed)
         mixed = mixed[order]
-        starts = np.flatnonzero(_run_starts(mixed))
-        mixed = mixed[starts]
-        uroots = roots[order[starts]]
-        uxor = np.bitwise_xor.reduceat(np.where(bits <= _ACK_BIT, vals, 0)[order], starts)
-        ubits = np.bitwise_or.reduceat(bits[order], starts)
+        first = _run_starts(mixed)
+        xvals = np.where(bits <= _ACK_BIT, vals, 0)[order]
+        bits = bits[order]
+        several = not first.all()
+        if several:
+            starts = np.flatnonzero(first)
+            mixed = mixed[starts]
+            uroots = roots[order[starts]]
+            uxor = np.bitwise_xor.reduceat(xvals, starts)
+            ubits = np.bitwise_or.reduceat(bits, starts)
+        else:
+            starts, uroots, uxor, ubits = None, roots[order], xvals, bits
 
-        need = self._live + len(uroots)
-        if need > self._fill_limit or (need < self._shrink_limit
-                                       and self._groups > self._min_groups):
-            self._rebuild(need)
         step = self._step(mixed)
         pair = self._choices(self._home(mixed), step)
         slots = self._find(uroots, pair, step)
+        if record is not None and several and self._decided_early(
+                slots, first, order, xvals, bits, record[order]):
+            return None
+        self._stats.entries_folded += len(roots)
         absent = np.flatnonzero(slots < 0)
+        need = self._live + len(absent)
+        if need > self._fill_limit or (need < self._shrink_limit
+                                       and self._groups > self._min_groups):
+            self._rebuild(need)  # then look again: the groups changed
+            step = self._step(mixed)
+            pair = self._choices(self._home(mixed), step)
+            slots = self._find(uroots, pair, step)
         if len(absent):
+            if offsets is not None:  # where the new roots were first seen: their first records
+                offset = offsets[order]
+                if several:
+                    offset = np.minimum.reduceat(offset, starts)
+                offset = int(offset[absent].min())
             slots[absent] = self._insert(uroots[absent], pair[absent], step[absent], offset)
 
-        self._vals[slots] ^= uxor
-        init = (ubits & _INIT_BIT) != 0
-        if init.any():
-            self._owner[slots[init]] = self._owner_index_of(int(sender))
-        fail = (ubits & _FAIL_BIT) != 0
-        if fail.any():
-            self._meta[slots[fail]] |= _FAILED
-        touched = slots[(ubits & (_INIT_BIT | _RESET_BIT)) != 0]
-        if len(touched):
-            self._move_to_head(touched)
+        val = self._vals[slots] ^ uxor
+        self._vals[slots] = val
+        owner = self._owner[slots]
+        batch_bits = int(np.bitwise_or.reduce(ubits))
+        if batch_bits & _INIT_BIT:
+            if owners is None:
+                new_owner = np.uint16(self._owner_index_of(sender))
+            else:  # the sender of each root's last INIT (entries are in record order)
+                last_init = np.where(bits & _INIT_BIT, order, 0)
+                if several:
+                    last_init = np.maximum.reduceat(last_init, starts)
+                new_owner = owners[last_init]
+            owner = np.where(ubits & _INIT_BIT, new_owner, owner)
+            self._owner[slots] = owner
+        meta = self._meta[slots]
+        if batch_bits & _FAIL_BIT:
+            meta |= np.where(ubits & _FAIL_BIT, np.uint8(_FAILED), np.uint8(0))
+            self._meta[slots] = meta
+        if batch_bits & (_INIT_BIT | _RESET_BIT):
+            meta = self._move_to_head(slots, meta, (ubits & (_INIT_BIT | _RESET_BIT)) != 0)
 
-        failed = (self._meta[slots] & _FAILED) != 0
-        done = (self._owner[slots] != 0) & (failed | (self._vals[slots] == 0))
+        failed = (meta & _FAILED) != 0
+        done = (owner != 0) & (failed | (val == 0))
         if not done.any():
-            return expired
-        slots, failed = slots[done], failed[done]
+            return _NO_OUTCOMES
+        failed = failed[done]
         n_failed = int(np.count_nonzero(failed))
         self._stats.failed += n_failed
-        self._stats.completed += len(slots) - n_failed
-        decided = Outcomes(uroots[done], self._owner_ids[self._owner[slots]],
+        self._stats.completed += len(failed) - n_failed
+        decided = Outcomes(uroots[done], self._owner_ids[owner[done]],
                            np.where(failed, np.uint8(OutcomeKind.FAILED),
                                     np.uint8(OutcomeKind.COMPLETED)))
-        self._remove(slots)
-        return Outcomes.concat([expired, decided])
+        self._remove(slots[done], meta[done])
+        return decided
+
+    def _decided_early(self, slots: np.ndarray, first: np.ndarray, order: np.ndarray,
+                       xvals: np.ndarray, bits: np.ndarray, record: np.ndarray) -> bool:
+        """Whether some root would be decided at the end of a record that is not its last one
+        when folding record by record from the table's state. Entries are sorted by root
+        (``first`` marks each root's first entry, ``order`` their original positions)."""
+        run = np.cumsum(first) - 1
+        # Only roots heard from in several records matter; put their entries in record order.
+        spans = np.flatnonzero((run[1:] == run[:-1]) & (record[1:] != record[:-1]))
+        if not len(spans):
+            return False
+        entries = np.flatnonzero(np.isin(run, run[spans]))
+        entries = entries[np.argsort(run[entries] * len(run) + order[entries])]
+        run, record, xvals, bits = run[entries], record[entries], xvals[entries], bits[entries]
+        start = np.flatnonzero(_run_starts(run))
+        start = np.repeat(start, np.diff(np.append(start, len(run))))  # each entry's run start
+        inner = np.flatnonzero((run[1:] == run[:-1]) & (record[1:] != record[:-1]))
+        root, start = run[inner], start[inner]
+        found = slots[root] >= 0
+        at = np.where(found, slots[root], 0)
+        prefix = np.bitwise_xor.accumulate(xvals)
+        val = (np.where(found, self._vals[at], 0)  # the root's val after record ``inner``
+               ^ prefix[inner] ^ prefix[start] ^ xvals[start])
+        index = np.arange(len(bits))
+        init_seen = np.maximum.accumulate(np.where(bits & _INIT_BIT, index, -1))[inner] >= start
+        fail_seen = np.maximum.accumulate(np.where(bits & _FAIL_BIT, index, -1))[inner] >= start
+        owner = (found & (self._owner[at] != 0)) | init_seen
+        failed = (found & ((self._meta[at] & _FAILED) != 0)) | fail_seen
+        return bool(np.any(owner & (failed | (val == 0))))
 
     # ----------------------------------------------------------------------------- time
 
@@ -342,22 +495,26 @@ class AckerTable:
         self._stats.expired_ownerless += len(slots) - n_known
         timed_out = Outcomes(self._keys[slots[known]], self._owner_ids[owner[known]],
                              np.full(n_known, OutcomeKind.TIMED_OUT, np.uint8))
-        self._remove(slots)
+        self._remove(slots, self._meta[slots])
         return timed_out
 
-    def _move_to_head(self, slots: np.ndarray) -> None:
-        """Give ``slots`` the newest deadline, carrying their old buckets' low offsets along."""
+    def _move_to_head(self, slots: np.ndarray, meta: np.ndarray, touched: np.ndarray
+                      ) -> np.ndarray:
+        """Give the ``touched`` ones of ``slots`` (whose meta bytes are ``meta``) the newest
+        deadline, carrying their old buckets' low offsets along; returns the new meta."""
         head = self._head_bucket()
-        old = self._meta[slots] & _BUCKET
-        moving = old != head
+        old = meta & _BUCKET
+        moving = touched & (old != head)
         if not moving.any():
-            return
-        slots, old = slots[moving], old[moving]
-        self._meta[slots] = (self._meta[slots] & np.uint8(~_BUCKET & 0xFF)) | np.uint8(head)
+            return meta
+        old = old[moving]
+        meta = np.where(moving, (meta & np.uint8(~_BUCKET & 0xFF)) | np.uint8(head), meta)
+        self._meta[slots] = meta
         self._bucket_low[head] = min(self._bucket_low[head], self._bucket_low[old].min())
         self._bucket_count -= np.bincount(old, minlength=self._ring)
-        self._bucket_count[head] += len(slots)
+        self._bucket_count[head] += len(old)
         self._bucket_low[self._bucket_count == 0] = _NO_OFFSET
+        return meta
 
     # ----------------------------------------------------------------------------- hash table
 
@@ -368,8 +525,8 @@ class AckerTable:
         self._vals = np.zeros(slots, np.int64)
         self._owner = np.zeros(slots, np.uint16)
         self._meta = np.zeros(slots, np.uint8)
-        self._overflow = np.zeros(groups, np.uint8)  # keys that probed past each group
-        self._max_probe = 0                           # longest probe path of any key placed
+        self._overflow = np.zeros(groups, np.uint8)  # far roots that have the group as a choice
+        self._max_probe = 0                           # furthest probe position of any root
         self._fill_limit = int(_MAX_FILL * slots)
         self._shrink_limit = int(_SHRINK_AT * slots)
 
@@ -483,9 +640,8 @@ class AckerTable:
             groups, passes = np.unique(groups, return_counts=True)
             self._overflow[groups] = np.minimum(self._overflow[groups] + passes, _STUCK)
 
-    def _remove(self, slots: np.ndarray) -> None:
-        """Drop decided roots; their slots are free at once."""
-        meta = self._meta[slots]
+    def _remove(self, slots: np.ndarray, meta: np.ndarray) -> None:
+        """Drop decided roots (``meta``: their meta bytes); their slots are free at once."""
         self._bucket_count -= np.bincount(meta & _BUCKET, minlength=self._ring)
         self._bucket_low[self._bucket_count == 0] = _NO_OFFSET
         self._live -= len(slots)
@@ -505,7 +661,7 @@ class AckerTable:
         mixed = keys.view(np.uint64) * _MIX
         self._allocate(groups)
         home = self._home(mixed)
-        order = np.argsort(home, kind="stable")
+        order = np.argsort(home)
         live, keys, mixed, home = live[order], keys[order], mixed[order], home[order]
         # The table is empty: the first 8 keys of each home group go straight into it, the
         # rest to their second choice or further.
@@ -556,11 +712,14 @@ class AckerTable:
         self._owner_ids = np.zeros(max(16, 2 * (len(used) + 1)), np.int64)
         self._owner_ids[1:len(used) + 1] = ids
         self._owner_index = {int(t): i + 1 for i, t in enumerate(ids)}
+        self._owner_compactions += 1
 
     # ----------------------------------------------------------------------------- checks
 
     def _state_of(self, root: int) -> dict | None:
         """One root's entry (for tests and debugging): val, owner, failed, bucket."""
+        if root == 0:  # 0 marks free slots; no root has it
+            return None
         key = np.array([root], np.int64)
         mixed = key.view(np.uint64) * _MIX
         step = self._step(mixed)
@@ -596,10 +755,12 @@ class AckerTable:
         mixed = keys.view(np.uint64) * _MIX
         step = self._step(mixed)
         pair = self._choices(self._home(mixed), step)
+        # Roots outside both choices must be marked _FAR (in tiny tables a probe path can come
+        # back to a choice, so _FAR roots may sit in one); _FAR roots are the counted ones.
         in_pair = ((live >> _GROUP_BITS)[:, None] == pair).any(axis=1)
-        if not np.array_equal(in_pair, (self._meta[live] & _FAR) == 0):
-            problems.append("a _FAR bit is wrong")
-        far = np.flatnonzero(~in_pair)
+        far = np.flatnonzero(self._meta[live] & _FAR)
+        if np.any(~in_pair & ((self._meta[live] & _FAR) == 0)):
+            problems.append("a root outside both its choices is not marked _FAR")
         if len(far):
             path = (pair[far, :1] + step[far, None] * np.arange(self._max_probe + 1)
                     ) % self._groups

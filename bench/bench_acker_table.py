@@ -1,0 +1,230 @@
+"""Acker table figures: entries folded per second and bytes per pending root, NumPy vs a dict.
+
+Workload (every implementation gets the same pre-built records of ~500 entries):
+
+* fill: INIT for ``--roots`` new roots, 500 per record, from an empty table (growth included);
+* steady: each record INITs 166 new roots, sends the bolt's ACK (edge ^ child) for 166 old roots
+  and the child's ACK for 166 roots a few records older, completing them; about ``--roots``
+  roots stay pending the whole time.
+
+Folded three ways: a plain dict (Storm's acker loop, XOR and owner only: no timeout buckets or
+low offsets, so it flatters the dict), ``AckerTable.fold`` one record a call, and
+``AckerTable.fold_records`` several records a call. Rates are entries per CPU second of this
+process, which is steadier than wall time on a shared machine.
+
+Prints figures, asserts nothing. Sized for a shared 2-core machine: the default (1M roots) runs in
+well under a minute. Usage:
+``python bench/bench_acker_table.py [--roots N] [--steady-batches B] [--records-per-call K]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+import tracemalloc
+
+import numpy as np
+
+from reliable_kafka.core.acker_table import AckerTable
+from reliable_kafka.core.kinds import EventKind
+
+BATCH = 500
+PER_ROOT = BATCH // 3       # roots started (and finished) per steady batch
+LAG = 16                    # batches between a root's bolt ACK and its child's ACK
+SPOUT, BOLT = 11, 42
+
+
+def build_workload(roots: int, steady_batches: int, seed: int):
+    """Pre-built (kinds, roots, vals, sender) batches: fill phase, then steady phase."""
+    rng = np.random.default_rng(seed)
+    total = roots + steady_batches * PER_ROOT
+    ids = rng.integers(1, 2**63 - 1, size=total, dtype=np.int64)
+    edges = rng.integers(1, 2**63 - 1, size=total, dtype=np.int64)
+    children = rng.integers(1, 2**63 - 1, size=total, dtype=np.int64)
+    fill = []
+    for start in range(0, roots, BATCH):
+        sl = slice(start, min(start + BATCH, roots))
+        n = sl.stop - sl.start
+        fill.append((np.full(n, EventKind.INIT, np.uint8), ids[sl], edges[sl], SPOUT))
+    steady = []
+    for b in range(steady_batches):
+        new = slice(roots + b * PER_ROOT, roots + (b + 1) * PER_ROOT)
+        bolt = slice(b * PER_ROOT, (b + 1) * PER_ROOT)
+        parts_k = [np.full(PER_ROOT, EventKind.INIT, np.uint8),
+                   np.full(PER_ROOT, EventKind.ACK, np.uint8)]
+        parts_r = [ids[new], ids[bolt]]
+        parts_v = [edges[new], edges[bolt] ^ children[bolt]]
+        if b >= LAG:
+            child = slice((b - LAG) * PER_ROOT, (b - LAG + 1) * PER_ROOT)
+            parts_k.append(np.full(PER_ROOT, EventKind.ACK, np.uint8))
+            parts_r.append(ids[child])
+            parts_v.append(children[child])
+        kinds, rs, vs = np.concatenate(parts_k), np.concatenate(parts_r), np.concatenate(parts_v)
+        mix = rng.permutation(len(rs))
+        steady.append((kinds[mix], rs[mix], vs[mix], SPOUT))
+    return fill, steady
+
+
+class DictAcker:
+    """The plain-Python reference point: Storm's acker over a dict root -> [val, owner, failed]."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, list] = {}
+
+    def fold(self, kinds, roots, vals, *, sender, event_time_ms, offset):
+        pending = self.pending
+        decided = []
+        for kind, root, val in zip(kinds.tolist(), roots.tolist(), vals.tolist()):
+            entry = pending.get(root)
+            if entry is None:
+                entry = pending[root] = [0, None, False, event_time_ms, offset]
+            if kind <= 1:
+                entry[0] ^= val
+                if kind == 0:
+                    entry[1] = sender
+            elif kind == 2:
+                entry[2] = True
+            else:
+                entry[3] = event_time_ms
+            if entry[1] is not None and (entry[2] or entry[0] == 0):
+                del pending[root]
+                decided.append((root, entry[1], 1 if entry[2] else 0))
+        return decided
+
+
+def run(table, batches, *, t0: int = 0, off0: int = 0, on_batch=None) -> tuple[float, int, int]:
+    """Fold the batches one record a call; returns (CPU seconds, entries, decided)."""
+    entries = decided = 0
+    gc.collect()
+    start = time.process_time()
+    for i, (kinds, roots, vals, sender) in enumerate(batches):
+        out = table.fold(kinds, roots, vals, sender=sender, event_time_ms=t0 + i, offset=off0 + i)
+        entries += len(roots)
+        decided += len(out)
+        if on_batch is not None:
+            on_batch(table)
+    return time.process_time() - start, entries, decided
+
+
+def run_grouped(table: AckerTable, batches, per_call: int, *, t0: int = 0, off0: int = 0
+                ) -> tuple[float, int, int]:
+    """The same through AckerTable.fold_records, ``per_call`` records a call."""
+    entries = decided = 0
+    gc.collect()
+    start = time.process_time()
+    for first in range(0, len(batches), per_call):
+        chunk = batches[first:first + per_call]
+        records = [(kinds, roots, vals, sender, t0 + first + j, off0 + first + j)
+                   for j, (kinds, roots, vals, sender) in enumerate(chunk)]
+        decided += len(table.fold_records(records))
+        entries += sum(len(r[1]) for r in records)
+    return time.process_time() - start, entries, decided
+
+
+def dict_bytes_per_root(fill_batches) -> float:
+    """Bytes per pending root of DictAcker, measured with tracemalloc over a fill."""
+    gc.collect()
+    tracemalloc.start()
+    acker = DictAcker()
+    base = tracemalloc.get_traced_memory()[0]
+    for i, (kinds, roots, vals, sender) in enumerate(fill_batches):
+        acker.fold(kinds, roots, vals, sender=sender, event_time_ms=i, offset=i)
+    used = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    return used / max(1, len(acker.pending))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--roots", type=int, default=1_000_000, help="pending roots (default 1M)")
+    parser.add_argument("--steady-batches", type=int, default=None,
+                        help="steady-phase batches (default: 2 * roots / 500, at most 4000)")
+    parser.add_argument("--records-per-call", type=int, default=16,
+                        help="records per AckerTable.fold_records call (default 16)")
+    parser.add_argument("--dict-memory-roots", type=int, default=200_000,
+                        help="roots for the dict's tracemalloc measurement (default 200k)")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    steady_batches = args.steady_batches or max(LAG + 10, min(4000, 2 * args.roots // BATCH))
+    per_call = args.records_per_call
+
+    fill, steady = build_workload(args.roots, steady_batches, args.seed)
+    print(f"workload: fill {args.roots:,} roots in {len(fill):,} INIT records of {BATCH}; "
+          f"steady {len(steady):,} mixed records (~{PER_ROOT} roots started and finished each)")
+    print("rates are entries per CPU second of this process (the machine is shared)")
+
+    # --- NumPy table: bytes per root while it grows (untimed), then timed runs.
+    sizing = AckerTable()
+    marks = sorted({int(args.roots * f) for f in (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0)})
+    fill_levels: list[tuple[int, int, float]] = []
+    working: list[float] = []
+
+    def watch(t: AckerTable) -> None:
+        if t.pending >= 16_384:
+            working.append(t.nbytes / t.pending)
+        while marks and t.pending >= marks[0]:
+            fill_levels.append((t.pending, t.capacity, t.nbytes / t.pending))
+            marks.pop(0)
+
+    run(sizing, fill, on_batch=watch)
+    del sizing
+
+    one = AckerTable()
+    np_fill = run(one, fill)
+    np_steady = run(one, steady, t0=len(fill), off0=len(fill))
+    steady_bytes, steady_pending = one.nbytes / one.pending, one.pending
+    start = time.process_time()
+    expired = one.advance(10**9)
+    expire_s = time.process_time() - start
+    rebuilds = one.stats.rebuilds
+    del one
+    grouped = AckerTable()
+    np_fill_grouped = run_grouped(grouped, fill, per_call)
+    np_steady_grouped = run_grouped(grouped, steady, per_call, t0=len(fill), off0=len(fill))
+    grouped_pending = grouped.pending
+    del grouped
+
+    # --- dict implementation on the same records.
+    acker = DictAcker()
+    d_fill = run(acker, fill)
+    d_steady = run(acker, steady, t0=len(fill), off0=len(fill))
+    d_pending = len(acker.pending)
+    del acker
+    gc.collect()
+    d_bytes = dict_bytes_per_root(fill[: max(1, args.dict_memory_roots // BATCH)])
+
+    def rate(r):
+        return r[1] / r[0] / 1e6
+
+    print()
+    print(f"{'M entries/s':<44}{'fill (INIT)':>12}{'steady':>10}")
+    rows = (("dict, Storm's loop (XOR + owner only)", d_fill, d_steady),
+            ("AckerTable.fold, one record a call", np_fill, np_steady),
+            (f"AckerTable.fold_records, {per_call} records a call", np_fill_grouped,
+             np_steady_grouped))
+    for name, a, b in rows:
+        print(f"{name:<44}{rate(a):>12.2f}{rate(b):>10.2f}")
+    for name, a, b in rows[1:]:
+        print(f"{'  ratio to dict: ' + name.split(',')[0]:<44}{rate(a) / rate(d_fill):>11.1f}x"
+              f"{rate(b) / rate(d_steady):>9.1f}x")
+    print(f"decided in the steady phase: {np_steady[2]:,} / {np_steady_grouped[2]:,} / "
+          f"dict {d_steady[2]:,}; pending after: {steady_pending:,} / {grouped_pending:,} / "
+          f"dict {d_pending:,}")
+    print(f"expire all {len(expired):,} pending roots in one advance(): {expire_s * 1e3:.0f} ms")
+    print()
+    print(f"{'pending roots':>14}{'slots':>12}{'bytes/root':>12}   (AckerTable while filling)")
+    for pending, capacity, per_root in fill_levels:
+        print(f"{pending:>14,}{capacity:>12,}{per_root:>12.1f}")
+    if working:
+        print(f"working range (>= 16,384 pending, after every record): bytes/root "
+              f"min {min(working):.1f}, max {max(working):.1f}, mean {np.mean(working):.1f}")
+    print(f"steady phase end: {steady_bytes:.1f} bytes/root at {steady_pending:,} pending "
+          f"({rebuilds} rebuilds in all)")
+    print(f"dict implementation: {d_bytes:.0f} bytes/root (tracemalloc, "
+          f"{min(args.dict_memory_roots, args.roots):,} roots); "
+          f"{d_bytes / steady_bytes:.1f}x the table's")
+
+
+if __name__ == "__main__":
+    main()

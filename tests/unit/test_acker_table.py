@@ -1,0 +1,678 @@
+"""The acker's per-partition table (reliable_kafka.core.acker_table) against Storm's XOR rule and
+a plain-dict reference model of the same semantics."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import reliable_kafka.core.acker_table as acker_table
+from reliable_kafka.core.acker_table import AckerTable, Outcomes
+from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.errors import ConfigError, ReliableKafkaError
+
+INIT, ACK, FAIL, RESET = (int(k) for k in EventKind)
+COMPLETED, FAILED, TIMED_OUT = (int(k) for k in OutcomeKind)
+SPOUT, OTHER_SPOUT, BOLT = 7, 8, 100
+
+
+def fold(table: AckerTable, entries, *, sender: int = SPOUT, t: int = 0, offset: int = 0,
+         kinds_dtype=np.uint8) -> set[tuple[int, int, int]]:
+    """Fold (kind, root, val) entries; the decisions as a set of (root, owner, kind)."""
+    kinds = np.array([e[0] for e in entries], dtype=kinds_dtype)
+    roots = np.array([e[1] for e in entries], dtype=np.int64)
+    vals = np.array([e[2] for e in entries], dtype=np.int64)
+    return as_set(table.fold(kinds, roots, vals, sender=sender, event_time_ms=t, offset=offset))
+
+
+def as_set(out: Outcomes) -> set[tuple[int, int, int]]:
+    assert out.roots.dtype == np.int64 and out.owners.dtype == np.int64
+    assert out.kinds.dtype == np.uint8
+    decided = list(zip(out.roots.tolist(), out.owners.tolist(), out.kinds.tolist()))
+    assert len(decided) == len(set(decided)), "a root decided twice in one call"
+    return set(decided)
+
+
+def to_int64(value: int) -> int:
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >> 63 else value
+
+
+class ReferenceAcker:
+    """The table's semantics with plain dicts and no buckets: what AckerTable must match."""
+
+    def __init__(self, *, timeout_ms: int, buckets: int) -> None:
+        self.timeout = timeout_ms
+        self.width = -(-timeout_ms // buckets)
+        self.clock: int | None = None
+        self.roots: dict[int, dict] = {}
+        self.stats: Counter = Counter()
+
+    def advance(self, now: int) -> set:
+        if self.clock is None:
+            self.clock = now
+            return set()
+        if now <= self.clock:
+            return set()
+        self.clock = now
+        decided = set()
+        for root, entry in list(self.roots.items()):
+            if entry["deadline"] < now // self.width:
+                del self.roots[root]
+                if entry["owner"] is None:
+                    self.stats["expired_ownerless"] += 1
+                else:
+                    self.stats["timed_out"] += 1
+                    decided.add((root, entry["owner"], TIMED_OUT))
+        return decided
+
+    def fold(self, entries, *, sender: int, t: int, offset: int) -> set:
+        decided = self.advance(t)
+        deadline = (self.clock + self.timeout) // self.width
+        touched = []
+        for kind, root, val in entries:
+            if root == 0 or kind not in (INIT, ACK, FAIL, RESET):
+                self.stats["invalid_entries"] += 1
+                continue
+            self.stats["entries_folded"] += 1
+            entry = self.roots.get(root)
+            if entry is None:
+                entry = self.roots[root] = {"val": 0, "owner": None, "failed": False,
+                                            "deadline": deadline, "first": offset}
+            if kind in (INIT, ACK):
+                entry["val"] ^= val
+            if kind == INIT:
+                entry["owner"] = sender
+                entry["deadline"] = deadline
+            elif kind == FAIL:
+                entry["failed"] = True
+            elif kind == RESET:
+                entry["deadline"] = deadline
+            touched.append(root)
+        for root in dict.fromkeys(touched):
+            entry = self.roots[root]
+            if entry["owner"] is not None and (entry["failed"] or entry["val"] == 0):
+                del self.roots[root]
+                kind = FAILED if entry["failed"] else COMPLETED
+                self.stats["failed" if entry["failed"] else "completed"] += 1
+                decided.add((root, entry["owner"], kind))
+        return decided
+
+    def min_first_offset(self) -> int | None:
+        return min((e["first"] for e in self.roots.values()), default=None)
+
+
+def check_stats(table: AckerTable, ref: ReferenceAcker) -> None:
+    stats = table.stats
+    for name in ("entries_folded", "completed", "failed", "timed_out", "expired_ownerless",
+                 "invalid_entries"):
+        assert getattr(stats, name) == ref.stats[name], name
+
+
+# ------------------------------------------------------------------------------- XOR examples
+
+
+def test_storm_example_spout_tuple_with_two_children_in_every_order():
+    # Spout emits root r with edge e; the bolt emits children c1, c2 anchored to it and acks it
+    # with e ^ c1 ^ c2; each child is acked with its own edge. Any order completes on the last.
+    r, e, c1, c2 = 0x1111, 0x0F0F, 0x3C3C, 0x5A5A
+    events = [(INIT, r, e), (ACK, r, e ^ c1 ^ c2), (ACK, r, c1), (ACK, r, c2)]
+    for order in itertools.permutations(events):
+        table = AckerTable()
+        for i, event in enumerate(order):
+            decided = fold(table, [event], sender=SPOUT if event[0] == INIT else BOLT, offset=i)
+            if i < len(order) - 1:
+                assert decided == set() and table.pending == 1
+            else:
+                assert decided == {(r, SPOUT, COMPLETED)}
+        assert table.pending == 0 and table.low_offset() is None
+
+
+def test_seed_003_worked_example_ack_vals_step_by_step():
+    # Seed 003: msg1 anchored to 1001 and 1010; Bolt1 acks 1001 with child 1110 (ack val 0100),
+    # Bolt2 acks 1010 with child 1111 (0001), Bolt3 acks both children (0).
+    r = 42
+    table = AckerTable()
+    steps = [((INIT, r, 0b1001 ^ 0b1010), 0b0011), ((ACK, r, 0b1001 ^ 0b1110), 0b0100),
+             ((ACK, r, 0b1010 ^ 0b1111), 0b0001)]
+    for i, (event, ack_val) in enumerate(steps):
+        assert fold(table, [event], offset=i) == set()
+        assert table._state_of(r)["val"] == ack_val
+    assert fold(table, [(ACK, r, 0b1110), (ACK, r, 0b1111)], sender=BOLT) == {(r, SPOUT, COMPLETED)}
+    assert table._state_of(r) is None
+
+
+def test_ack_before_init_completes_when_the_init_arrives():
+    table = AckerTable()
+    r, e, c = 5, 0x77, 0x99
+    assert fold(table, [(ACK, r, e ^ c)], sender=BOLT) == set()
+    assert fold(table, [(ACK, r, c)], sender=BOLT) == set()
+    assert table._state_of(r) == {"val": e, "owner": None, "failed": False,
+                                  "bucket": table._state_of(r)["bucket"]}
+    assert fold(table, [(INIT, r, e)], sender=OTHER_SPOUT) == {(r, OTHER_SPOUT, COMPLETED)}
+
+
+def test_fail_before_init_waits_for_the_owner():
+    table = AckerTable()
+    assert fold(table, [(FAIL, 9, 0)], sender=BOLT) == set()
+    assert table.pending == 1 and table._state_of(9)["failed"]
+    # The INIT's edge is still outstanding (val != 0), but the FAIL decides.
+    assert fold(table, [(INIT, 9, 0x1234)], sender=SPOUT) == {(9, SPOUT, FAILED)}
+    assert table.pending == 0 and table.stats.failed == 1
+
+
+def test_fail_wins_over_completion_in_the_same_batch():
+    table = AckerTable()
+    assert fold(table, [(INIT, 3, 0xAB), (ACK, 3, 0xAB), (FAIL, 3, 0)]) == {(3, SPOUT, FAILED)}
+    assert fold(table, [(INIT, 4, 0xAB)]) == set()
+    assert fold(table, [(ACK, 4, 0xAB), (FAIL, 4, 0)], sender=BOLT) == {(4, SPOUT, FAILED)}
+
+
+def test_fail_and_reset_vals_are_ignored():
+    table = AckerTable()
+    fold(table, [(INIT, 3, 0xAB)])
+    assert fold(table, [(FAIL, 4, 0x55), (RESET, 3, 0x66)], sender=BOLT) == set()
+    assert table._state_of(3)["val"] == 0xAB and table._state_of(4)["val"] == 0
+    assert fold(table, [(ACK, 3, 0xAB)], sender=BOLT) == {(3, SPOUT, COMPLETED)}
+
+
+def test_multi_anchoring_completes_both_roots_only_after_the_last_ack():
+    # Spout tuples a (root r1, edge ea) and b (root r2, edge eb). A bolt emits o anchored to
+    # both (fresh edges x for a, y for b): o.anchors = {r1: x, r2: y}; acks a and b; then o.
+    r1, r2, ea, eb, x, y = 101, 202, 0x10, 0x20, 0x40, 0x80
+    table = AckerTable()
+    fold(table, [(INIT, r1, ea)])
+    fold(table, [(INIT, r2, eb)], sender=OTHER_SPOUT)
+    assert fold(table, [(ACK, r1, ea ^ x)], sender=BOLT) == set()
+    assert fold(table, [(ACK, r2, eb ^ y)], sender=BOLT) == set()
+    assert fold(table, [(ACK, r1, x), (ACK, r2, y)], sender=BOLT) == {
+        (r1, SPOUT, COMPLETED), (r2, OTHER_SPOUT, COMPLETED)}
+
+
+def test_batch_with_the_same_root_many_times():
+    rng = random.Random(3)
+    edges = [rng.getrandbits(63) + 1 for _ in range(200)]
+    root = 77
+    # The spout tuple's ack creates all 200 children; every child is acked; all in one batch.
+    entries = [(INIT, root, edges[0]), (ACK, root, edges[0] ^ np.bitwise_xor.reduce(edges[1:]))]
+    entries += [(ACK, root, e) for e in edges[1:]]
+    rng.shuffle(entries)
+    table = AckerTable()
+    assert fold(table, entries) == {(root, SPOUT, COMPLETED)}
+    assert table.stats.entries_folded == len(entries) and table.stats.completed == 1
+    # Without the INIT it stays pending with the INIT's edge outstanding.
+    table = AckerTable()
+    assert fold(table, [e for e in entries if e[0] != INIT], sender=BOLT) == set()
+    assert table.pending == 1 and table._state_of(root)["val"] == edges[0]
+
+
+def test_root_zero_and_unknown_kinds_are_skipped_and_counted():
+    table = AckerTable()
+    entries = [(INIT, 0, 5), (INIT, 1, 5), (4, 2, 5), (255, 3, 5), (ACK, 0, 1), (INIT, 4, 6)]
+    assert fold(table, entries) == set()
+    assert table.pending == 2 and table.stats.invalid_entries == 4
+    assert table.stats.entries_folded == 2
+    assert table._state_of(0) is None and table._state_of(2) is None
+    assert fold(table, [(ACK, 1, 5), (ACK, 4, 6)], sender=BOLT) == {
+        (1, SPOUT, COMPLETED), (4, SPOUT, COMPLETED)}
+    # Signed kind columns: negatives are unknown kinds too.
+    assert fold(table, [(-1, 9, 1), (INIT, 9, 1)], kinds_dtype=np.int64) == set()
+    assert table.stats.invalid_entries == 5 and table.pending == 1
+    # A batch of nothing but invalid entries changes nothing.
+    assert fold(table, [(9, 5, 5), (INIT, 0, 1)]) == set()
+    assert table.pending == 1 and table._audit() == []
+
+
+def test_fold_rejects_columns_of_different_lengths():
+    with pytest.raises(ValueError, match="one length"):
+        AckerTable().fold(np.zeros(2, np.uint8), np.ones(3, np.int64), np.ones(3, np.int64),
+                          sender=1, event_time_ms=0, offset=0)
+
+
+def test_config_is_checked_by_name():
+    for kwargs, name in (({"timeout_ms": 0}, "timeout_ms"), ({"buckets": 0}, "buckets"),
+                         ({"buckets": 31}, "buckets"), ({"initial_capacity": 0},
+                                                        "initial_capacity")):
+        with pytest.raises(ConfigError, match=name):
+            AckerTable(**kwargs)
+
+
+def test_owner_ids_are_not_confused_with_owner_indices():
+    # Task id 0 is a valid owner (index 0 means "no INIT yet" inside the table).
+    table = AckerTable()
+    assert fold(table, [(INIT, 1, 9)], sender=0) == set()
+    assert fold(table, [(ACK, 1, 9)], sender=BOLT) == {(1, 0, COMPLETED)}
+    assert fold(table, [(INIT, 2, 9)], sender=-(2**63)) == set()
+    assert fold(table, [(ACK, 2, 9)], sender=BOLT) == {(2, -(2**63), COMPLETED)}
+
+
+def test_by_owner_groups_decisions_per_spout():
+    table = AckerTable()
+    fold(table, [(INIT, r, r) for r in (1, 2, 3)], sender=SPOUT)
+    fold(table, [(INIT, r, r) for r in (4, 5)], sender=OTHER_SPOUT)
+    out = table.fold(np.array([ACK, ACK, ACK, FAIL, ACK], np.uint8), np.array([1, 4, 3, 5, 2]),
+                     np.array([1, 4, 3, 0, 2]), sender=BOLT, event_time_ms=0, offset=3)
+    groups = out.by_owner()
+    assert set(groups) == {SPOUT, OTHER_SPOUT}
+    roots, kinds = groups[SPOUT]
+    assert sorted(roots.tolist()) == [1, 2, 3] and set(kinds.tolist()) == {COMPLETED}
+    roots, kinds = groups[OTHER_SPOUT]
+    assert dict(zip(roots.tolist(), kinds.tolist())) == {4: COMPLETED, 5: FAILED}
+    assert Outcomes.empty().by_owner() == {} and len(Outcomes.empty()) == 0
+
+
+def test_fold_records_matches_folding_one_by_one_even_for_a_late_stray_ack():
+    batches = [([(INIT, 1, 5), (INIT, 2, 6)], SPOUT), ([(ACK, 1, 5)], BOLT),
+               ([(ACK, 1, 9), (ACK, 2, 6)], BOLT), ([(FAIL, 3, 0)], BOLT),
+               ([(INIT, 3, 1)], OTHER_SPOUT)]
+    one_by_one = AckerTable()
+    want = set()
+    for i, (entries, sender) in enumerate(batches):
+        want |= fold(one_by_one, entries, sender=sender, offset=i)
+    table = AckerTable()
+    out = table.fold_records(records_of(batches, 0))
+    assert as_set(out) == want == {(1, SPOUT, COMPLETED), (2, SPOUT, COMPLETED),
+                                   (3, OTHER_SPOUT, FAILED)}
+    # Root 1 completed with record 1; record 2's stray ack starts a new, ownerless entry.
+    assert table.pending == 1 and table._state_of(1) == one_by_one._state_of(1)
+    assert table.stats == one_by_one.stats
+    # Roots 1 and 2 shared a bucket that never emptied: the low point stays at their offset 0.
+    assert table.low_offset() == one_by_one.low_offset() == 0
+
+
+def test_fold_records_expires_between_records_across_a_bucket_boundary():
+    table = AckerTable(timeout_ms=1000, buckets=1)
+    records = records_of([([(INIT, 1, 5)], SPOUT)], 0, t=0) + records_of(
+        [([(ACK, 1, 5)], BOLT)], 1, t=2000) + records_of([([(INIT, 2, 5)], SPOUT)], 2, t=2500)
+    assert as_set(table.fold_records(records)) == {(1, SPOUT, TIMED_OUT)}
+    assert table.pending == 2 and table._state_of(1)["owner"] is None
+    assert table.fold_records([]) == Outcomes.empty()
+
+
+# ------------------------------------------------------------------------------------ timeouts
+
+
+def test_reset_timeout_pushes_the_deadline():
+    table = AckerTable(timeout_ms=30_000, buckets=4)  # buckets of 7.5 s
+    fold(table, [(INIT, 1, 5), (INIT, 2, 5)], t=0)
+    # Touched at 0: deadline bucket (0 + 30000) // 7500 = 4, expires once the clock is 37_500.
+    assert fold(table, [(RESET, 1, 0)], sender=BOLT, t=20_000) == set()
+    assert as_set(table.advance(37_499)) == set()
+    assert as_set(table.advance(37_500)) == {(2, SPOUT, TIMED_OUT)}
+    # Root 1 was touched at 20_000: bucket 50_000 // 7500 = 6, expires at 52_500.
+    assert as_set(table.advance(52_499)) == set() and table.pending == 1
+    assert as_set(table.advance(52_500)) == {(1, SPOUT, TIMED_OUT)}
+    assert table.stats.timed_out == 2 and table.pending == 0
+
+
+def test_timeout_without_owner_expires_silently():
+    table = AckerTable(timeout_ms=1000, buckets=2)
+    fold(table, [(ACK, 1, 5)], sender=BOLT, t=0)
+    fold(table, [(FAIL, 2, 0)], sender=BOLT, t=0)
+    fold(table, [(INIT, 3, 5)], sender=SPOUT, t=0)
+    assert as_set(table.advance(10_000)) == {(3, SPOUT, TIMED_OUT)}
+    assert table.stats.expired_ownerless == 2 and table.stats.timed_out == 1
+    assert table.pending == 0 and table.low_offset() is None
+
+
+def test_late_init_moves_the_deadline():
+    table = AckerTable(timeout_ms=1000, buckets=1)
+    fold(table, [(ACK, 1, 5)], sender=BOLT, t=0)      # created at 0: expires at 2000
+    fold(table, [(INIT, 1, 6)], t=1500)                # INIT at 1500: expires at 3000
+    assert as_set(table.advance(2999)) == set()
+    assert as_set(table.advance(3000)) == {(1, SPOUT, TIMED_OUT)}
+
+
+def test_expiry_comes_before_the_batch_that_moved_the_clock():
+    table = AckerTable(timeout_ms=1000, buckets=1)
+    fold(table, [(INIT, 1, 5)], t=0)
+    # The ack arrives at 2000, when the deadline has passed: TIMED_OUT, and the ack starts a
+    # new, ownerless entry that expires silently later.
+    assert fold(table, [(ACK, 1, 5)], sender=BOLT, t=2000) == {(1, SPOUT, TIMED_OUT)}
+    assert table.pending == 1 and table._state_of(1)["owner"] is None
+    assert as_set(table.advance(10_000)) == set() and table.stats.expired_ownerless == 1
+
+
+def test_clock_never_moves_back():
+    table = AckerTable(timeout_ms=1000, buckets=1)
+    fold(table, [(INIT, 1, 5)], t=5000)
+    assert as_set(table.advance(100)) == set() and table.clock_ms == 5000
+    # A record with an older timestamp is folded at the partition clock: deadline from 5000.
+    fold(table, [(INIT, 2, 5)], t=10)
+    assert as_set(table.advance(6999)) == set()
+    assert as_set(table.advance(7000)) == {(1, SPOUT, TIMED_OUT), (2, SPOUT, TIMED_OUT)}
+
+
+@given(timeout=st.integers(1, 100_000), buckets=st.integers(1, 30),
+       start=st.integers(-10**12, 10**12), touch=st.sampled_from([INIT, ACK, RESET, FAIL]))
+def test_expiry_bound_is_timeout_to_timeout_plus_one_bucket(timeout, buckets, start, touch):
+    table = AckerTable(timeout_ms=timeout, buckets=buckets)
+    width = table.bucket_width_ms
+    assert width * buckets >= timeout > (width - 1) * buckets  # ceil(timeout / buckets)
+    fold(table, [(touch, 1, 5)], sender=SPOUT, t=start)
+    due = ((start + timeout) // width + 1) * width
+    assert start + timeout < due <= start + timeout + width
+    assert as_set(table.advance(start + timeout)) == set() and table.pending == 1
+    assert as_set(table.advance(due - 1)) == set() and table.pending == 1
+    expect = {(1, SPOUT, TIMED_OUT)} if touch == INIT else set()
+    assert as_set(table.advance(due)) == expect and table.pending == 0
+
+
+# ------------------------------------------------------------------------------ commit low point
+
+
+def test_low_offset_tracks_the_oldest_pending_bucket():
+    table = AckerTable(timeout_ms=30_000, buckets=4)
+    assert table.low_offset() is None
+    fold(table, [(INIT, 1, 5)], t=0, offset=10)
+    fold(table, [(INIT, 2, 5)], t=100, offset=20)       # same bucket as root 1
+    fold(table, [(INIT, 3, 5)], t=8000, offset=30)      # a later bucket
+    assert table.low_offset() == 10
+    fold(table, [(ACK, 1, 5)], sender=BOLT, t=8000, offset=31)
+    assert table.low_offset() == 10                       # root 2 still holds that bucket
+    fold(table, [(ACK, 2, 5)], sender=BOLT, t=8000, offset=32)
+    assert table.low_offset() == 30                       # caught up
+    fold(table, [(ACK, 3, 5)], sender=BOLT, t=8000, offset=33)
+    assert table.low_offset() is None
+
+
+def test_reset_carries_the_low_offset_to_the_new_bucket():
+    table = AckerTable(timeout_ms=30_000, buckets=4)
+    fold(table, [(INIT, 1, 5)], t=0, offset=10)
+    fold(table, [(INIT, 2, 5)], t=0, offset=11)
+    fold(table, [(RESET, 1, 0)], sender=BOLT, t=9000, offset=50)
+    fold(table, [(ACK, 2, 5)], sender=BOLT, t=9000, offset=51)
+    # Root 1 (first seen at 10) now lives in the newest bucket, which must not claim 50.
+    assert table.low_offset() == 10
+    assert as_set(table.advance(37_500)) == set()     # the old bucket expired, empty
+    assert table.low_offset() == 10
+    fold(table, [(ACK, 1, 5)], sender=BOLT, t=37_500, offset=60)
+    assert table.low_offset() is None
+
+
+# ------------------------------------------------------------------------------- table growth
+
+
+def test_growth_under_many_roots_and_drain():
+    table = AckerTable(initial_capacity=16)
+    rng = np.random.default_rng(1)
+    roots = np.unique(rng.integers(-(2**63), 2**63 - 1, 60_000, dtype=np.int64))
+    roots = roots[roots != 0]
+    edges = rng.integers(1, 2**62, len(roots), dtype=np.int64)
+    small_bytes = table.nbytes
+    for i in range(0, len(roots), 700):
+        sl = slice(i, i + 700)
+        out = table.fold(np.zeros(len(roots[sl]), np.uint8), roots[sl], edges[sl], sender=SPOUT,
+                         event_time_ms=0, offset=i)
+        assert len(out) == 0
+    assert table.pending == len(roots) and table.nbytes > small_bytes
+    assert table.stats.rebuilds > 5 and table._audit() == []
+    # About 32 bytes a pending root or less while the table is in its working range.
+    assert table.nbytes / table.pending <= 33.0
+    peak = table.capacity
+    perm = rng.permutation(len(roots))
+    for i in range(0, len(roots), 900):
+        idx = perm[i:i + 900]
+        out = table.fold(np.ones(len(idx), np.uint8), roots[idx], edges[idx], sender=BOLT,
+                         event_time_ms=1, offset=100_000 + i)
+        assert sorted(out.roots.tolist()) == sorted(roots[idx].tolist())
+        assert set(out.kinds.tolist()) == {COMPLETED} and set(out.owners.tolist()) == {SPOUT}
+    assert table.pending == 0 and table.low_offset() is None and table._audit() == []
+    assert table.capacity < peak / 10  # shrank as the roots went
+
+
+def test_churn_at_high_load_keeps_every_root_findable():
+    rng = np.random.default_rng(7)
+    table = AckerTable(initial_capacity=8 * 1009)  # 1009 groups: fill to ~0.8 without growth
+    live: dict[int, int] = {}
+    for step in range(120):
+        new = rng.integers(1, 2**63 - 1, 60 if len(live) < 6400 else 40, dtype=np.int64)
+        vals = rng.integers(1, 2**62, len(new), dtype=np.int64)
+        table.fold(np.zeros(len(new), np.uint8), new, vals, sender=SPOUT, event_time_ms=0,
+                   offset=step)
+        live.update(zip(new.tolist(), vals.tolist()))
+        if len(live) > 6000:
+            done = rng.choice(list(live), 40, replace=False)
+            out = table.fold(np.ones(len(done), np.uint8), done.astype(np.int64),
+                             np.array([live.pop(int(r)) for r in done], np.int64), sender=BOLT,
+                             event_time_ms=0, offset=step)
+            assert len(out) == len(done)
+    assert table.pending == len(live) and table._overflow.any()
+    assert table._audit() == []
+    for root in rng.choice(list(live), 200, replace=False):
+        assert table._state_of(int(root))["val"] == live[int(root)]
+
+
+def test_owner_indices_are_reused_once_their_roots_are_gone(monkeypatch):
+    monkeypatch.setattr(acker_table, "_MAX_OWNER_INDEX", 3)
+    table = AckerTable()
+    for spout in (1, 2, 3):
+        fold(table, [(INIT, spout * 10, 5)], sender=spout)
+    fold(table, [(ACK, 10, 5), (ACK, 20, 5)], sender=BOLT)
+    fold(table, [(INIT, 40, 5)], sender=4)     # index space full: spouts 1 and 2 forgotten
+    fold(table, [(INIT, 50, 5)], sender=5)
+    assert fold(table, [(ACK, 30, 5), (ACK, 40, 5), (ACK, 50, 5)], sender=BOLT) == {
+        (30, 3, COMPLETED), (40, 4, COMPLETED), (50, 5, COMPLETED)}
+    for spout in (6, 7, 8):
+        fold(table, [(INIT, spout * 10, 5)], sender=spout)
+    with pytest.raises(ReliableKafkaError, match="spout tasks"):
+        fold(table, [(INIT, 90, 5)], sender=9)
+
+
+# --------------------------------------------------------------------------- property: trees
+
+
+def random_trees(rnd: random.Random, n_roots: int):
+    """Events of random tuple trees built with the edge rule (DESIGN section 2)."""
+    def fresh() -> int:
+        return to_int64(rnd.getrandbits(64) or 1)
+
+    events = []                      # (kind, root, val, sender)
+    open_tuples = []                 # [anchors: {root: id}, ack_val]
+    owner = {}
+    for _ in range(n_roots):
+        root, edge, spout = fresh(), fresh(), rnd.choice([SPOUT, OTHER_SPOUT])
+        owner[root] = spout
+        events.append((INIT, root, edge, spout))
+        open_tuples.append([{root: edge}, 0])
+    budget = n_roots * 6
+    while open_tuples:
+        a = open_tuples.pop(rnd.randrange(len(open_tuples)))
+        anchors = [a]
+        if open_tuples and rnd.random() < 0.3:           # multi-anchoring: a second input
+            anchors.append(rnd.choice(open_tuples))
+        for _ in range(rnd.choice([0, 0, 1, 2, 3]) if budget > 0 else 0):
+            budget -= 1
+            child: dict[int, int] = {}
+            for anchor in anchors:
+                edge = fresh()
+                anchor[1] ^= edge
+                for root in anchor[0]:
+                    child[root] = child.get(root, 0) ^ edge
+            open_tuples.append([child, 0])
+        for root, tuple_id in a[0].items():
+            events.append((ACK, root, tuple_id ^ a[1], BOLT))
+    return events, owner
+
+
+def batches_of(rnd: random.Random, events):
+    """Split events into batches at random points and wherever the INIT sender changes."""
+    batches, current, sender = [], [], None
+    for event in events:
+        if current and (rnd.random() < 0.3 or (event[0] == INIT and sender not in (None,
+                                                                                   event[3]))):
+            batches.append((current, sender if sender is not None else BOLT))
+            current, sender = [], None
+        current.append(event)
+        if event[0] == INIT:
+            sender = event[3]
+    if current:
+        batches.append((current, sender if sender is not None else BOLT))
+    return batches
+
+
+def records_of(batches, first_offset: int, t: int = 0):
+    """fold_records input for (entries, sender) batches."""
+    return [(np.array([e[0] for e in batch], np.uint8), np.array([e[1] for e in batch], np.int64),
+             np.array([e[2] for e in batch], np.int64), sender, t, first_offset + i)
+            for i, (batch, sender) in enumerate(batches)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32), n_roots=st.integers(1, 12), capacity=st.sampled_from([8, 1024]),
+       records_per_call=st.sampled_from([1, 1, 3, 50]))
+def test_trees_complete_exactly_when_their_last_event_is_folded(seed, n_roots, capacity,
+                                                                records_per_call):
+    rnd = random.Random(seed)
+    events, owner = random_trees(rnd, n_roots)
+    rnd.shuffle(events)                                   # any interleaving, not just causal
+    last_index = {}
+    for i, event in enumerate(events):
+        last_index[event[1]] = i
+    table = AckerTable(initial_capacity=capacity)
+    batches = [([(k, r, v) for k, r, v, _ in batch], sender)
+               for batch, sender in batches_of(rnd, events)]
+    folded = 0
+    for first in range(0, len(batches), records_per_call):
+        call = batches[first:first + records_per_call]
+        if records_per_call == 1:
+            decided = fold(table, call[0][0], sender=call[0][1], offset=first)
+        else:
+            decided = as_set(table.fold_records(records_of(call, first)))
+        size = sum(len(batch) for batch, _ in call)
+        folded += size
+        finished = {r for r, i in last_index.items() if folded - size <= i < folded}
+        assert decided == {(r, owner[r], COMPLETED) for r in finished}
+    assert table.pending == 0 and table.low_offset() is None
+    assert table.stats.completed == n_roots and table._audit() == []
+
+
+# ----------------------------------------------------- property: equivalence with the reference
+
+kind_strategy = st.one_of(st.sampled_from([INIT, ACK, ACK, FAIL, RESET]),
+                          st.sampled_from([4, 9, 255]))  # unknown kinds too
+entry_strategy = st.tuples(kind_strategy, st.integers(-3, 12), st.integers(0, 3))
+operation = st.one_of(
+    st.tuples(st.just("fold"), st.lists(entry_strategy, max_size=12),
+              st.sampled_from([0, SPOUT, -5]), st.one_of(st.just(0), st.integers(-5, 40)),
+              st.booleans()),
+    st.tuples(st.just("advance"), st.integers(-5, 60)),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timeout=st.integers(1, 40), buckets=st.integers(1, 5), start=st.integers(-100, 100),
+       ops=st.lists(operation, max_size=40), seed=st.integers(0, 2**32),
+       records_per_call=st.sampled_from([1, 1, 2, 5, 40]))
+def test_equivalent_to_the_reference_model(timeout, buckets, start, ops, seed, records_per_call):
+    rng = np.random.default_rng(seed)
+    table = AckerTable(timeout_ms=timeout, buckets=buckets, initial_capacity=8)
+    ref = ReferenceAcker(timeout_ms=timeout, buckets=buckets)
+    now = start
+    calls = []  # consecutive folds go to fold_records together, up to records_per_call
+    for offset, op in enumerate(ops):
+        if op[0] == "fold":
+            _, entries, sender, dt, crowd = op
+            if crowd:  # plus a crowd of fresh roots, to make the table grow, rehash and shrink
+                entries = entries + [(int(k), int(r), int(v)) for k, r, v in zip(
+                    rng.choice([INIT, ACK, FAIL], 40), rng.integers(-(2**63), 2**63 - 1, 40),
+                    rng.integers(0, 2**62, 40))]
+            now += dt
+            if calls and calls[-1][0] == "fold" and len(calls[-1][1]) < records_per_call:
+                calls[-1][1].append((entries, sender, now, offset))
+            else:
+                calls.append(("fold", [(entries, sender, now, offset)]))
+        else:
+            now += op[1]
+            calls.append(("advance", now))
+    for kind, arg in calls:
+        if kind == "advance":
+            got, want = sorted(as_set(table.advance(arg))), sorted(ref.advance(arg))
+        elif records_per_call == 1:
+            entries, sender, t, offset = arg[0]
+            got = sorted(fold(table, entries, sender=sender, t=t, offset=offset))
+            want = sorted(ref.fold(entries, sender=sender, t=t, offset=offset))
+        else:
+            out = table.fold_records([
+                (np.array([e[0] for e in entries], np.uint8),
+                 np.array([e[1] for e in entries], np.int64),
+                 np.array([e[2] for e in entries], np.int64), sender, t, offset)
+                for entries, sender, t, offset in arg])
+            got = sorted(zip(out.roots.tolist(), out.owners.tolist(), out.kinds.tolist()))
+            want = sorted(d for entries, sender, t, offset in arg
+                          for d in ref.fold(entries, sender=sender, t=t, offset=offset))
+        assert got == want
+        assert table.pending == len(ref.roots)
+        truth = ref.min_first_offset()
+        low = table.low_offset()
+        assert (low is None) == (truth is None)
+        assert low is None or low <= truth
+    check_stats(table, ref)
+    assert table._audit() == []
+    for root, entry in ref.roots.items():
+        state = table._state_of(root)
+        assert state["val"] == entry["val"] and state["owner"] == entry["owner"]
+        assert state["failed"] == entry["failed"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(groups=st.sampled_from([2, 5, 13, 31]), seed=st.integers(0, 2**32),
+       counts=st.lists(st.integers(1, 30), min_size=1, max_size=80))
+def test_table_stays_sound_under_churn_near_its_fill_limit(groups, seed, counts):
+    # Small tables kept near their fill limit: keys spill past both choices, overflow counts
+    # go up and down; every pending root stays findable and its val intact.
+    rng = np.random.default_rng(seed)
+    table = AckerTable(initial_capacity=8 * groups)
+    live: dict[int, int] = {}
+    for offset, count in enumerate(counts):
+        count = min(count, int(0.8 * table.capacity))
+        if live and len(live) + count > 0.84 * table.capacity:
+            done = rng.choice(list(live), min(count, len(live)), replace=False).astype(np.int64)
+            vals = np.array([live.pop(int(r)) for r in done], np.int64)
+            out = table.fold(np.ones(len(done), np.uint8), done, vals, sender=BOLT,
+                             event_time_ms=0, offset=offset)
+            assert sorted(out.roots.tolist()) == sorted(done.tolist())
+        roots = rng.integers(-(2**63), 2**63 - 1, count, dtype=np.int64)
+        vals = rng.integers(1, 2**62, count, dtype=np.int64)
+        assert len(table.fold(np.zeros(count, np.uint8), roots, vals, sender=SPOUT,
+                              event_time_ms=0, offset=offset)) == 0
+        live.update(zip(roots.tolist(), vals.tolist()))
+        assert table.pending == len(live)
+        assert table._audit() == []
+    for root in list(live)[:50]:
+        assert table._state_of(root)["val"] == live[root]
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=st.lists(st.tuples(st.lists(st.tuples(st.sampled_from([INIT, ACK, ACK, FAIL, RESET]),
+                                                     st.integers(1, 6), st.integers(0, 3)),
+                                           max_size=6),
+                                  st.sampled_from([SPOUT, OTHER_SPOUT]), st.integers(0, 3)),
+                        max_size=12),
+       timeout=st.sampled_from([5, 1000]))
+def test_fold_records_decides_as_folding_one_by_one(records, timeout):
+    one_by_one = AckerTable(timeout_ms=timeout, buckets=2, initial_capacity=8)
+    together = AckerTable(timeout_ms=timeout, buckets=2, initial_capacity=8)
+    want, t = [], 0
+    calls = []
+    for offset, (entries, sender, dt) in enumerate(records):
+        t += dt
+        want += sorted(fold(one_by_one, entries, sender=sender, t=t, offset=offset))
+        calls.append((np.array([e[0] for e in entries], np.uint8),
+                      np.array([e[1] for e in entries], np.int64),
+                      np.array([e[2] for e in entries], np.int64), sender, t, offset))
+    out = together.fold_records(calls)
+    assert sorted(zip(out.roots.tolist(), out.owners.tolist(), out.kinds.tolist())) == sorted(want)
+    assert together.stats == one_by_one.stats and together.pending == one_by_one.pending
+    for root in range(1, 7):
+        assert together._state_of(root) == one_by_one._state_of(root)
+    low, low_one_by_one = together.low_offset(), one_by_one.low_offset()
+    assert (low is None) == (low_one_by_one is None)
+    assert low is None or low <= low_one_by_one  # together, a bucket may not empty in between
+    assert together._audit() == []
