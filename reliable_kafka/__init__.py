@@ -17,14 +17,14 @@ from reliable_kafka.errors import (
     TopologyError,
 )
 from reliable_kafka.local import LocalCluster
-from reliable_kafka.spout import SourceRecord, Spout, SpoutCollector, SpoutStats
+from reliable_kafka.spout import SourceRecord, Spout, SpoutCollector, SpoutStats, TransactionalSpout
 from reliable_kafka.topology import TopologyTopics, ensure_topics
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AckerWorker", "AckerStats",
-    "Spout", "SpoutCollector", "SourceRecord", "SpoutStats", "Backoff",
+    "Spout", "TransactionalSpout", "SpoutCollector", "SourceRecord", "SpoutStats", "Backoff",
     "Bolt", "BasicBolt", "BoltCollector", "BoltStats", "Tuple",
     "LocalCluster", "TopologyTopics", "ensure_topics",
     "ReliableKafkaError", "ConfigError", "DecodeError", "BrokerStartError", "JarResolutionError",

@@ -202,11 +202,13 @@ def park(
 
 
 class OutcomeListener:
-    """Reads the outcomes addressed to one spout task from ``<topology>.outcomes``.
+    """Reads the outcomes addressed to one or more spout task ids from ``<topology>.outcomes``.
 
-    Outcomes go to partition ``spout_id mod P``; several spouts may share it, so entries for other
-    spouts are skipped. ``start`` pins the position to the current end *before* the spout sends its
-    first INIT, so no outcome of this incarnation can be missed.
+    Outcomes for owner ``w`` go to partition ``w mod P``; several owners may share it, so entries
+    for ids not followed are skipped. ``start`` pins the position to the current end *before* the
+    spout sends its first INIT, so no outcome of this incarnation can be missed. A transactional
+    spout follows one owner id per source partition and starts reading where the last owner of
+    that partition stopped (``follow(owner, from_offset=...)``).
     """
 
     def __init__(
@@ -214,7 +216,7 @@ class OutcomeListener:
         *,
         bootstrap_servers: str,
         topics: TopologyTopics,
-        spout_id: int,
+        spout_id: int | None = None,
         kafka_config: dict | None = None,
         quarantine: Quarantine | None = None,
     ) -> None:
@@ -224,10 +226,13 @@ class OutcomeListener:
         self.kafka_config = kafka_config
         self.quarantine = quarantine
         self.undecodable = 0
+        self._owners: set[int] = set()
+        self._next: dict[int, int] = {}  # partition -> next offset to deliver (all before: delivered)
+        self._partitions = 0
         self._consumer: Consumer | None = None
 
     def start(self, *, timeout: float = 30.0) -> None:
-        consumer = new_consumer(
+        self._consumer = new_consumer(
             self.bootstrap_servers,
             f"{self.topics.topology}.outcome-reader",
             self.kafka_config,
@@ -236,20 +241,44 @@ class OutcomeListener:
         partitions = partition_count(admin_client(self.bootstrap_servers, self.kafka_config),
                                      self.topics.outcomes, wait=timeout)
         if partitions is None:
-            consumer.close()
+            self._consumer.close()
+            self._consumer = None
             raise ConfigError(
                 f"outcome topic {self.topics.outcomes} is missing; start an acker worker or call "
                 f"ensure_topics() for topology {self.topics.topology!r} first"
             )
-        partition = (self.spout_id & ((1 << 64) - 1)) % partitions
-        _, high = consumer.get_watermark_offsets(
-            TopicPartition(self.topics.outcomes, partition), timeout=timeout, cached=False
-        )
-        consumer.assign([TopicPartition(self.topics.outcomes, partition, high)])
-        self._consumer = consumer
+        self._partitions = partitions
+        if self.spout_id is not None:
+            self.follow(self.spout_id)
+
+    def partition_of(self, owner: int) -> int:
+        return (owner & ((1 << 64) - 1)) % self._partitions
+
+    def follow(self, owner: int, *, from_offset: int | None = None, timeout: float = 30.0) -> None:
+        """Also deliver outcomes for ``owner``: from ``from_offset`` of its partition, else from now."""
+        partition = self.partition_of(owner)
+        self._owners.add(owner)
+        assigned = {tp.partition for tp in self._consumer.assignment()}
+        if partition not in assigned:
+            if from_offset is None:
+                _, from_offset = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topics.outcomes, partition), timeout=timeout, cached=False)
+            self._consumer.incremental_assign([TopicPartition(self.topics.outcomes, partition, from_offset)])
+            self._next[partition] = from_offset
+        elif from_offset is not None and from_offset < self.position(owner):
+            # read again from the earlier point: outcomes for roots no longer held are ignored
+            self._consumer.seek(TopicPartition(self.topics.outcomes, partition, from_offset))
+            self._next[partition] = from_offset
+
+    def unfollow(self, owner: int) -> None:
+        self._owners.discard(owner)
+
+    def position(self, owner: int) -> int:
+        """The next outcome offset to read on ``owner``'s partition (all before it were delivered)."""
+        return self._next[self.partition_of(owner)]
 
     def poll(self, timeout: float = 0.0, *, max_records: int = 500) -> list[tuple[int, OutcomeKind]]:
-        """Outcomes for this spout that arrived since the last call."""
+        """Outcomes for the followed owners that arrived since the last call."""
         if self._consumer is None:
             raise RuntimeError("OutcomeListener.start() was not called")
         outcomes: list[tuple[int, OutcomeKind]] = []
@@ -257,6 +286,7 @@ class OutcomeListener:
             if message.error() is not None:
                 log.warning("outcome consumer: %s", message.error())
                 continue
+            self._next[message.partition()] = message.offset() + 1
             try:
                 batch = codec.decode_outcomes(message.value())
             except DecodeError as error:
@@ -266,7 +296,7 @@ class OutcomeListener:
                 else:
                     log.warning("%s", error.at(message.topic(), message.partition(), message.offset()))
                 continue
-            if batch.spout != self.spout_id:
+            if batch.spout not in self._owners:
                 continue
             outcomes.extend(zip(batch.roots.tolist(), map(OutcomeKind, batch.kinds.tolist())))
         return outcomes

@@ -217,8 +217,18 @@ class Spout:
             self.close()
         return self.stats
 
+    def _make_producer(self):
+        return new_producer(self.bootstrap_servers, self.kafka_config)
+
+    def _make_listener(self) -> OutcomeListener:
+        return OutcomeListener(
+            bootstrap_servers=self.bootstrap_servers, topics=self.topics, spout_id=self.task_id,
+            kafka_config=self.kafka_config,
+            quarantine=Quarantine(self._producer, topic=self.topics.quarantine, component=self.name),
+        )
+
     def start(self) -> None:
-        self._producer = new_producer(self.bootstrap_servers, self.kafka_config)
+        self._producer = self._make_producer()
         ack_partitions = 0
         if self.guarantee == "at_least_once" and self.ackers != 0:
             admin = admin_client(self.bootstrap_servers, self.kafka_config)
@@ -231,11 +241,7 @@ class Spout:
             if self.ackers is not None and found != self.ackers:
                 raise TopologyError(f"{self.name}: {self.topics.acks} has {found} partitions, ackers={self.ackers}")
             ack_partitions = found
-            self._listener = OutcomeListener(
-                bootstrap_servers=self.bootstrap_servers, topics=self.topics, spout_id=self.task_id,
-                kafka_config=self.kafka_config,
-                quarantine=Quarantine(self._producer, topic=self.topics.quarantine, component=self.name),
-            )
+            self._listener = self._make_listener()
             self._listener.start()
         self._acks = AckSender(
             self._producer, acks_topic=self.topics.acks, ack_partitions=ack_partitions, sender=self.task_id
@@ -319,7 +325,7 @@ class Spout:
         if record.attempt == 1 and self.tracker.should_skip(key, record.offset):
             self.stats.skipped_done += 1
             return
-        root = new_id() if self.tracking else None
+        root = self._new_root(record) if self.tracking else None
         self._collector._begin(root)
         parent = self._collector._parent
         emitted_before = self.stats.emitted
@@ -344,7 +350,17 @@ class Spout:
             return
         self.tracker.emitted(key, record.offset, root=root, attempt=record.attempt)
         self._records[(key, record.offset)] = record
-        self._acks.add_many(EventKind.INIT, ack_entries(parent))
+        self._ack_sender(key).add_many(EventKind.INIT, ack_entries(parent))
+
+    # hooks that the transactional spout overrides
+    def _new_root(self, record: SourceRecord) -> int:
+        return new_id()
+
+    def _ack_sender(self, key: TopicPartitionKey) -> AckSender:
+        return self._acks
+
+    def _record(self, key: TopicPartitionKey, offset: int) -> SourceRecord | None:
+        return self._records.get((key, offset))
 
     def _produce_output(self, topic, value, key, headers, partition, anchors, root) -> None:
         headers = [(k, v) for k, v in (headers or []) if k != codec.ANCHORS_HEADER]
@@ -390,7 +406,7 @@ class Spout:
             self.stats.completed += 1
             self._records.pop(record_key, None)
         elif action.kind is ActionKind.DEAD_LETTER:
-            record = self._records.get(record_key)
+            record = self._record(action.tp, action.offset)
             if record is not None:
                 self._dead_letter(record, action)
         # REDELIVER: the tracker schedules it; _redeliver_due picks it up after the backoff
@@ -417,7 +433,7 @@ class Spout:
 
     def _redeliver_due(self) -> None:
         for redelivery in self.tracker.due_redeliveries():
-            record = self._records.get((redelivery.tp, redelivery.offset))
+            record = self._record(redelivery.tp, redelivery.offset)
             if record is None:  # its partition was revoked meanwhile: the next owner replays it
                 continue
             self.stats.replayed += 1

@@ -1,0 +1,322 @@
+"""A spout that emits each source record once, even across crashes, rebalances and broker restarts.
+
+The plain :class:`~reliable_kafka.spout.Spout` forgets its in-flight records when it dies or loses
+a partition: the next owner re-emits them (at-least-once). This spout instead commits, in one
+Kafka transaction per round, its emitted tuples, their INIT events and the partition's state:
+
+- the group offset is still the commit point (every record below it completed or was
+  dead-lettered), so lag tools and invariant 1 keep their meaning;
+- the offset's metadata adds where emission stopped (``e``), where the outcome partition of this
+  source partition was read up to (``o``), and the attempt of in-flight records retried before.
+
+Roots are derived from the source partition's owner id (stable: a hash of group, topic and
+partition, not of the process), the offset and the attempt, and INIT events name that owner. A new
+owner therefore knows the roots of the records its predecessor left in flight, reads their outcomes
+from ``o`` on, and resumes reading the source at ``e``: nothing is emitted twice unless a tree
+fails or times out (then the record is redelivered, at-least-once, as always).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
+from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.errors import ConfigError, DecodeError
+from reliable_kafka.ids import to_signed
+from reliable_kafka.spout.spout import SourceRecord, Spout, TopicPartitionKey, _source_record
+from reliable_kafka.transport import AckSender, OutcomeListener, Quarantine, new_consumer, new_producer
+
+__all__ = ["TransactionalSpout", "encode_spout_state", "decode_spout_state", "owner_id"]
+
+log = logging.getLogger(__name__)
+
+_STATE_SEPARATOR = "|rkx:"
+
+
+def owner_id(group_id: str, topic: str, partition: int) -> int:
+    """The stable task id that owns a source partition's roots, whichever process reads it."""
+    digest = hashlib.blake2b(f"{group_id}\x00{topic}\x00{partition}".encode(), digest_size=8).digest()
+    return to_signed(int.from_bytes(digest, "little")) or 1
+
+
+def derive_root(owner: int, offset: int, attempt: int) -> int:
+    digest = hashlib.blake2b(f"{owner}:{offset}:{attempt}".encode(), digest_size=8).digest()
+    return to_signed(int.from_bytes(digest, "little")) or 1
+
+
+def encode_spout_state(commit_point: int, done_above, *, emitted_upto: int, outcome_position: int,
+                       attempts: dict[int, int], max_bytes: int = 4096) -> tuple[str, bool]:
+    """Commit metadata: the done-above set, then ``|rkx:e,o[,offset:attempt...]``."""
+    extra = f"{_STATE_SEPARATOR}{emitted_upto},{outcome_position}"
+    extra += "".join(f",{offset}:{attempt}" for offset, attempt in sorted(attempts.items()))
+    if len(extra) > max_bytes // 2:
+        raise ValueError(f"{len(attempts)} retried in-flight records do not fit the commit metadata")
+    done, truncated = encode_done_above(commit_point, done_above, max_bytes=max_bytes - len(extra))
+    return done + extra, truncated
+
+
+def decode_spout_state(commit_point: int, metadata: str) -> tuple[list[int], int, int, dict[int, int]]:
+    """(done_above, emitted_upto, outcome_position, attempts); DecodeError if not ours."""
+    if _STATE_SEPARATOR not in metadata:
+        raise DecodeError("spout state", "no transactional spout state in the commit metadata", metadata.encode())
+    done, extra = metadata.split(_STATE_SEPARATOR, 1)
+    try:
+        fields = extra.split(",")
+        emitted_upto, outcome_position = int(fields[0]), int(fields[1])
+        attempts = {int(o): int(a) for o, a in (f.split(":") for f in fields[2:])}
+    except (ValueError, IndexError) as exc:
+        raise DecodeError("spout state", f"malformed state {extra!r}: {exc}", metadata.encode()) from exc
+    return decode_done_above(commit_point, done), emitted_upto, outcome_position, attempts
+
+
+class TransactionalSpout(Spout):
+    """:class:`Spout` whose emits, INITs and commits are one transaction per round.
+
+    Needs a stable ``name`` per process (its ``transactional.id`` is ``<group_id>.<name>``) and
+    ``guarantee="at_least_once"`` with ackers. Other arguments as :class:`Spout`.
+    """
+
+    def __init__(self, *, name: str, **options) -> None:
+        if not name:
+            raise ConfigError("TransactionalSpout needs a stable name (its transactional.id)")
+        if options.get("guarantee", "at_least_once") != "at_least_once" or options.get("ackers") == 0:
+            raise ConfigError("TransactionalSpout tracks trees: guarantee must be at_least_once, with ackers")
+        super().__init__(name=name, **options)
+        self._owners: dict[TopicPartitionKey, int] = {}
+        self._senders: dict[TopicPartitionKey, AckSender] = {}
+        self._emitted_upto: dict[TopicPartitionKey, int] = {}
+        self._state_committed: dict[TopicPartitionKey, str] = {}
+        self._pending_dead_letters: list = []
+        self._ack_partitions = 0
+        self._fetcher: Consumer | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def _make_producer(self):
+        producer = new_producer(self.bootstrap_servers, self.kafka_config, **{
+            "transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 10_000})
+        producer.init_transactions(30)  # fences a previous incarnation and aborts its open transaction
+        return producer
+
+    def _make_listener(self) -> OutcomeListener:
+        return OutcomeListener(  # follows one owner per adopted source partition
+            bootstrap_servers=self.bootstrap_servers, topics=self.topics, kafka_config=self.kafka_config,
+            quarantine=Quarantine(self._producer, topic=self.topics.quarantine, component=self.name))
+
+    def start(self) -> None:
+        super().start()
+        self._ack_partitions = self._acks.ack_partitions
+
+    def close(self) -> None:
+        try:
+            if self._consumer is not None:
+                self._consumer.close()
+        finally:
+            self._consumer = None
+            if self._fetcher is not None:
+                self._fetcher.close()
+            if self._listener is not None:
+                self._listener.close()
+            log.info("%s: stopped; %s", self.name, self.stats)
+
+    # --- adoption of partitions -----------------------------------------------------------------
+
+    def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
+        starts = []
+        for tp in consumer.committed(partitions, timeout=30):
+            key = (tp.topic, tp.partition)
+            starts.append(TopicPartition(tp.topic, tp.partition, self._adopt(key, tp)))
+        consumer.assign(starts)  # resume reading where emission stopped, not at the commit point
+        log.info("%s: adopted %s", self.name, [(t.topic, t.partition, t.offset) for t in starts])
+        self.ready.set()
+
+    def _adopt(self, key: TopicPartitionKey, committed_tp: TopicPartition) -> int:
+        owner = owner_id(self.group_id, *key)
+        self._owners[key] = owner
+        self._senders[key] = AckSender(self._producer, acks_topic=self.topics.acks,
+                                       ack_partitions=self._ack_partitions, sender=owner)
+        committed = committed_tp.offset if committed_tp.offset >= 0 else None
+        done_above, emitted_upto, outcome_position, attempts = [], committed, None, {}
+        if committed is not None and committed_tp.metadata:
+            try:
+                done_above, emitted_upto, outcome_position, attempts = decode_spout_state(
+                    committed, committed_tp.metadata)
+            except DecodeError as error:
+                log.warning("%s: commit metadata of %s[%s] is not a transactional spout's (%s); "
+                            "resuming from the commit point", self.name, *key, error)
+        self.tracker.assign(key, committed=committed, done_above=done_above)
+        self._listener.follow(owner, from_offset=outcome_position)
+        done = set(done_above)
+        if committed is not None and emitted_upto is not None:
+            for offset in range(committed, emitted_upto):
+                if offset not in done:  # in flight under the previous owner: same root, same tree
+                    attempt = attempts.get(offset, 1)
+                    self.tracker.emitted(key, offset, root=derive_root(owner, offset, attempt), attempt=attempt)
+        self._emitted_upto[key] = emitted_upto if emitted_upto is not None else (committed or 0)
+        self._state_committed[key] = committed_tp.metadata or ""
+        return emitted_upto if emitted_upto is not None else (committed if committed is not None else -2)
+
+    def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:  # the last transaction holds the partition's state: nothing to commit
+            self._forget((tp.topic, tp.partition))
+
+    def _forget(self, key: TopicPartitionKey) -> None:
+        super()._forget(key)
+        owner = self._owners.pop(key, None)
+        if owner is not None and owner not in self._owners.values():
+            self._listener.unfollow(owner)
+        self._senders.pop(key, None)
+        self._emitted_upto.pop(key, None)
+        self._state_committed.pop(key, None)
+
+    # --- hooks ----------------------------------------------------------------------------------
+
+    def _new_root(self, record: SourceRecord) -> int:
+        return derive_root(self._owners[(record.topic, record.partition)], record.offset, record.attempt)
+
+    def _ack_sender(self, key: TopicPartitionKey) -> AckSender:
+        return self._senders[key]
+
+    def _record(self, key: TopicPartitionKey, offset: int) -> SourceRecord | None:
+        record = self._records.get((key, offset))
+        if record is None and key in self._owners:
+            record = self._fetch(key, offset)  # left in flight by a previous owner: read it again
+            if record is not None:
+                self._records[(key, offset)] = record
+        return record
+
+    def _fetch(self, key: TopicPartitionKey, offset: int) -> SourceRecord | None:
+        if self._fetcher is None:
+            self._fetcher = new_consumer(self.bootstrap_servers, f"{self.group_id}.refetch", self.kafka_config,
+                                         **{"isolation.level": "read_committed"})
+        self._fetcher.assign([TopicPartition(key[0], key[1], offset)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            message = self._fetcher.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            if message.offset() == offset:
+                return _source_record(message)
+            break
+        log.error("%s: %s[%s]@%s is no longer in Kafka (retention?); counted done, not redelivered",
+                  self.name, *key, offset)
+        self.tracker.done_immediately(key, offset)
+        return None
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def poll_once(self, timeout: float = 0.1) -> None:
+        """One transaction: redeliveries, new records, their INITs, dead letters and the state."""
+        self._take_outcomes()  # also queues dead letters: they are written inside the transaction
+        messages = [m for m in self._consumer.consume(num_messages=self.batch_size, timeout=timeout)
+                    if m.error() is None]
+        due = self.tracker.due_redeliveries()
+        if not messages and not due and not self._pending_dead_letters and not self._state_changed():
+            self._apply_backpressure()
+            return
+        self._producer.begin_transaction()
+        try:
+            for redelivery in due:
+                record = self._record(redelivery.tp, redelivery.offset)
+                if record is not None:
+                    self.stats.replayed += 1
+                    self._process(_with_attempt(record, redelivery.attempt))
+            for message in messages:
+                self.stats.read += 1
+                self._process(_source_record(message))
+                key = (message.topic(), message.partition())
+                self._emitted_upto[key] = max(self._emitted_upto.get(key, 0), message.offset() + 1)
+            written = self._write_dead_letters()
+            for sender in self._senders.values():
+                sender.send()
+            offsets = self._state_offsets()
+            self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
+            self._producer.commit_transaction(30)
+        except KafkaException as exc:
+            self._abort(exc)
+            return
+        for key, offset, record in written:
+            self.stats.dead_lettered += 1
+            self.tracker.dead_lettered(key, offset)
+            self._records.pop((key, offset), None)
+        for tp in offsets:
+            self._state_committed[(tp.topic, tp.partition)] = tp.metadata
+            self.stats.committed[(tp.topic, tp.partition)] = tp.offset
+        self._apply_backpressure()
+
+    def _act(self, action) -> None:
+        from reliable_kafka.core.tracker import ActionKind
+
+        if action is not None and action.kind is ActionKind.DEAD_LETTER:
+            self._pending_dead_letters.append(action)
+            return
+        super()._act(action)
+
+    def _write_dead_letters(self) -> list:
+        from reliable_kafka.codec import ParkedRecord
+        from reliable_kafka.transport import park
+
+        written = []
+        actions, self._pending_dead_letters = self._pending_dead_letters, []
+        for action in actions:
+            record = self._record(action.tp, action.offset)
+            if record is None:
+                continue
+            reason = f"{action.reason} after {record.attempt} attempts"
+            park(self._producer, self.topics.dlq, key=record.key, value=record.value, headers=record.headers,
+                 parked=ParkedRecord(reason=reason, attempts=record.attempt, source_topic=record.topic,
+                                     source_partition=record.partition, source_offset=record.offset,
+                                     source_timestamp_ms=record.timestamp_ms, component=self.name))
+            written.append((action.tp, action.offset, record))
+        return written
+
+    def _state_changed(self) -> bool:
+        return any(self.tracker.commit_point(key) != self.stats.committed.get(key) for key in self._owners)
+
+    def _state_offsets(self) -> list[TopicPartition]:
+        offsets = []
+        for key, owner in self._owners.items():
+            point = self.tracker.commit_point(key)
+            if point is None:
+                continue
+            emitted_upto = max(self._emitted_upto.get(key, point), point)
+            attempts = {offset: attempt for offset, attempt in self._retried_in_flight(key)}
+            metadata, truncated = encode_spout_state(
+                point, self.tracker.done_above(key), emitted_upto=emitted_upto,
+                outcome_position=self._listener.position(owner), attempts=attempts)
+            if truncated:
+                self.stats.metadata_truncated += 1
+            offsets.append(TopicPartition(key[0], key[1], point, metadata))
+        return offsets
+
+    def _retried_in_flight(self, key: TopicPartitionKey):
+        for (record_key, offset), record in self._records.items():
+            if record_key == key and record.attempt > 1:
+                yield offset, record.attempt
+
+    def _abort(self, exc: KafkaException) -> None:
+        """Abort, then rebuild every partition's state from the last committed transaction."""
+        error = exc.args[0]
+        log.warning("%s: transaction aborted (%s); rebuilding from the last committed state", self.name, error)
+        if error.txn_requires_abort():
+            self._producer.abort_transaction(30)
+        elif not error.retriable():
+            raise exc
+        self._pending_dead_letters = []
+        assignment = self._consumer.assignment()
+        for tp in assignment:
+            self._forget((tp.topic, tp.partition))
+        self._on_assign(self._consumer, assignment)
+
+    def _commit(self, *, force: bool = False, only=None) -> None:
+        """Commits happen inside each round's transaction."""
+
+
+def _with_attempt(record: SourceRecord, attempt: int) -> SourceRecord:
+    return SourceRecord(record.topic, record.partition, record.offset, record.key, record.value, record.headers,
+                        record.timestamp_ms, attempt)

@@ -1,0 +1,50 @@
+"""The transactional spout's commit metadata and its stable ids (pure parts)."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reliable_kafka.errors import DecodeError
+from reliable_kafka.spout.transactional import decode_spout_state, derive_root, encode_spout_state, owner_id
+
+
+@given(
+    commit_point=st.integers(0, 2**40),
+    gaps=st.lists(st.integers(1, 50), max_size=40),
+    extra=st.integers(0, 1000),
+    outcome_position=st.integers(0, 2**40),
+    attempts=st.dictionaries(st.integers(0, 200), st.integers(2, 9), max_size=5),
+)
+def test_state_round_trips(commit_point, gaps, extra, outcome_position, attempts):
+    done, offset = [], commit_point
+    for gap in gaps:
+        offset += gap
+        done.append(offset)
+    emitted_upto = offset + 1 + extra
+    attempts = {commit_point + k: a for k, a in attempts.items()}
+    metadata, truncated = encode_spout_state(commit_point, done, emitted_upto=emitted_upto,
+                                             outcome_position=outcome_position, attempts=attempts)
+    assert not truncated and len(metadata) <= 4096
+    assert decode_spout_state(commit_point, metadata) == (done, emitted_upto, outcome_position, attempts)
+
+
+def test_state_truncates_the_done_set_but_keeps_positions():
+    done = list(range(10, 200_000, 2))
+    metadata, truncated = encode_spout_state(0, done, emitted_upto=300_000, outcome_position=7, attempts={})
+    assert truncated and len(metadata) <= 4096
+    kept, emitted_upto, outcome_position, _ = decode_spout_state(0, metadata)
+    assert kept == done[: len(kept)] and emitted_upto == 300_000 and outcome_position == 7
+
+
+@pytest.mark.parametrize("metadata", ["", "rk1:", "someone else's", "rk1:|rkx:notanumber,1", "|rkx:1"])
+def test_foreign_or_malformed_state_is_a_decode_error(metadata):
+    with pytest.raises(DecodeError):
+        decode_spout_state(0, metadata)
+
+
+def test_ids_are_stable_non_zero_and_distinct_per_partition_offset_and_attempt():
+    owner = owner_id("group", "topic", 3)
+    assert owner == owner_id("group", "topic", 3) != owner_id("group", "topic", 4) != 0
+    assert owner != owner_id("other", "topic", 3)
+    roots = {derive_root(owner, offset, attempt) for offset in range(200) for attempt in (1, 2, 3)}
+    assert len(roots) == 600 and 0 not in roots
