@@ -1,0 +1,396 @@
+"""The fault-injection harness (issue 5): kill processes at random, then check the invariants.
+
+It starts a broker (or a 3-broker cluster), the chaos topology of :mod:`reliable_kafka.chaos.worker`
+as separate processes (spouts, split and sink bolts, acker workers), writes the source records at
+a steady rate, and meanwhile SIGKILLs and restarts processes at random moments, restarts the
+broker (or kills one broker of the cluster), and samples the spouts' committed offsets. At the end
+it checks from the topics themselves:
+
+- no loss: every source record has all its effects in the sink, or is in the dead-letter topic;
+- no early commit: at every sample, every record below the committed offset had all its effects in
+  the sink (or its dead letter) with a timestamp before the sample (effects are written before the
+  acks that complete their tree, and the commit follows the completion);
+- and it prints duplicates, replays and the time to recover after each kind of kill.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from bisect import bisect_left
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reliable_kafka.chaos.worker import FANOUT, topic_names
+from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.testing.records import produce_values, read_topic
+from reliable_kafka.testing.topics import create_topics, unique_name
+from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+__all__ = ["ChaosConfig", "ChaosReport", "run"]
+
+PARTITIONS = 4
+
+
+@dataclass
+class ChaosConfig:
+    """What one harness run does (defaults: the full run of issue 5)."""
+
+    records: int = 50_000
+    produce_seconds: float = 150.0  # source records are written evenly over this long
+    kill_interval: tuple[float, float] = (1.5, 4.0)  # seconds between kills, drawn uniformly
+    broker_restarts: int = 2  # single broker: kill + restart; cluster: kill one broker, restart it
+    brokers: int = 1
+    transactional: bool = False  # spouts and bolts in Kafka transactions: the sink holds each effect once
+    kill_spouts: bool = True
+    spouts: int = 2
+    splits: int = 2
+    sinks: int = 2
+    ackers: int = 2
+    timeout_ms: int = 10_000
+    settle_timeout: float = 240.0  # after the faults: how long the topology may take to finish
+    seed: int = 1
+    bootstrap: str | None = None  # an existing cluster (then no broker faults)
+
+
+@dataclass
+class ChaosReport:
+    records: int
+    kills: Counter
+    lost: int
+    early_commits: list
+    samples: int
+    effects: int
+    duplicates: int
+    replays: int
+    dead_lettered: int
+    recovery_s: dict[str, list[float]]
+    seconds: float
+    caught_up: bool
+    exactly_once: bool | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (self.lost == 0 and not self.early_commits and self.caught_up and self.samples > 0
+                and self.exactly_once is not False)
+
+    def render(self) -> str:
+        kills = ", ".join(f"{kind} {n}" for kind, n in sorted(self.kills.items())) or "none"
+        lines = [
+            "",
+            "chaos summary",
+            f"  source records        {self.records}",
+            f"  kills                 {sum(self.kills.values())} ({kills})",
+            f"  lost                  {self.lost}",
+            f"  early commits         {len(self.early_commits)} in {self.samples} sampled commit points",
+            f"  effects in sink       {self.effects} ({self.records * FANOUT} distinct expected)",
+            f"  duplicates            {self.duplicates}",
+            f"  replays (re-emits)    {self.replays}",
+            f"  dead-lettered         {self.dead_lettered}",
+        ]
+        for kind, times in sorted(self.recovery_s.items()):
+            if times:
+                times = sorted(times)
+                lines.append(f"  recovery after {kind:<7}median {times[len(times) // 2]:.1f} s, max {times[-1]:.1f} s "
+                             f"({len(times)} kills)")
+        lines.append(f"  time                  {self.seconds:.0f} s")
+        checks = [
+            ("lost = 0", self.lost == 0),
+            ("committed offsets never passed an incomplete record", not self.early_commits and self.samples > 0),
+            ("committed offsets reached the end of the source", self.caught_up),
+        ]
+        if self.exactly_once is not None:
+            checks.append(("exactly once: every effect in the sink once", self.exactly_once))
+        lines.append("checks")
+        lines += [f"  [{'ok' if passed else 'FAILED'}] {name}" for name, passed in checks]
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+class _Process:
+    """One worker process of the topology, restartable under the same name."""
+
+    def __init__(self, role: str, name: str, argv: list[str], log_dir: Path) -> None:
+        self.role, self.name, self.argv = role, name, argv
+        self.log_path = log_dir / f"{name}.log"
+        self.popen: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")
+        self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+
+    def kill(self) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class _Broker:
+    """The harness's own Kafka: one embedded broker or a cluster, which it may kill and restart."""
+
+    def __init__(self, config: ChaosConfig) -> None:
+        self.config = config
+        self.kafka = None
+
+    def start(self) -> str:
+        if self.config.bootstrap:
+            return self.config.bootstrap
+        from reliable_kafka.broker import EmbeddedCluster, EmbeddedKafka
+
+        if self.config.brokers > 1:
+            self.kafka = EmbeddedCluster(brokers=self.config.brokers).start()
+        else:
+            self.kafka = EmbeddedKafka().start()
+        return self.kafka.bootstrap_servers
+
+    def fault(self, rng: random.Random, log) -> None:
+        """Kill a broker and start it again (the cluster keeps serving through the others)."""
+        if self.kafka is None:
+            return
+        if self.config.brokers > 1:
+            index = rng.randrange(self.config.brokers)
+            log(f"kill broker {index}")
+            self.kafka.kill_broker(index)
+            time.sleep(rng.uniform(3, 8))
+            self.kafka.restart_broker(index)
+            log(f"broker {index} back")
+        else:
+            log("kill the broker")
+            self.kafka.kill()
+            time.sleep(rng.uniform(1, 3))
+            self.kafka.restart()
+            log("broker back")
+
+    def stop(self) -> None:
+        if self.kafka is not None:
+            self.kafka.stop()
+
+
+def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
+    """One harness run; prints progress and the checked summary to ``out``."""
+    config = config or ChaosConfig()
+    rng = random.Random(config.seed)
+    started = time.monotonic()
+
+    def log(text: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {text}", file=out, flush=True)
+
+    broker = _Broker(config)
+    bootstrap = broker.start()
+    topology = unique_name("chaos")
+    topics = topic_names(topology)
+    replication = min(3, config.brokers)
+    topic_config = {"min.insync.replicas": "2"} if replication == 3 else {}
+    create_topics(bootstrap, {name: PARTITIONS for name in topics.values()}, replication_factor=replication,
+                  config=topic_config)
+    ensure_topics(admin_client(bootstrap), TopologyTopics(topology, ackers=4), replication_factor=replication)
+    log(f"topology {topology} on {bootstrap}: {config.records} records, "
+        f"{'transactional' if config.transactional else 'at-least-once'}, {config.brokers} broker(s)")
+    log_dir = Path(tempfile.mkdtemp(prefix=f"{topology}-logs-"))
+    processes = _processes(config, topology, bootstrap, log_dir)
+    for process in processes:
+        process.start()
+
+    samples: list[tuple[float, dict[int, int]]] = []
+    stop_sampling = threading.Event()
+    sampler = threading.Thread(target=_sample, args=(bootstrap, topology, samples, stop_sampling), daemon=True)
+    sampler.start()
+    producer = threading.Thread(target=_produce, args=(bootstrap, topics["source"], config), daemon=True)
+    producer.start()
+
+    kills: Counter = Counter()
+    kill_times: list[tuple[str, float]] = []
+    broker_faults = sorted(rng.uniform(0.2, 0.8) * config.produce_seconds for _ in range(config.broker_restarts))
+    targets = [p for p in processes if config.kill_spouts or p.role != "spout"]
+    try:
+        while producer.is_alive():
+            time.sleep(rng.uniform(*config.kill_interval))
+            elapsed = time.monotonic() - started
+            if broker_faults and elapsed >= broker_faults[0] and broker.kafka is not None:
+                broker_faults.pop(0)
+                kill_times.append(("broker", time.time()))
+                broker.fault(rng, log)
+                kills["broker"] += 1
+                continue
+            victim = rng.choice(targets)
+            kill_times.append((victim.role, time.time()))
+            victim.kill()
+            kills[victim.role] += 1
+            time.sleep(rng.uniform(0.1, 1.5))
+            victim.start()
+            log(f"killed and restarted {victim.name} (kills so far: {sum(kills.values())})")
+        producer.join()
+        log("faults over; waiting for the topology to finish")
+        caught_up = _wait_caught_up(bootstrap, topology, config.settle_timeout, log)
+        time.sleep(2.0)  # one more commit round of every bolt, then stop
+    finally:
+        stop_sampling.set()
+        sampler.join()
+        for process in processes:
+            process.stop()
+    dead = [p for p in processes if p.popen is not None and p.popen.returncode not in (0, -signal.SIGTERM)]
+    report = _check(bootstrap, topology, config, samples, kills, kill_times, caught_up, started)
+    for process in dead:
+        report.notes.append(f"{process.name} exited with {process.popen.returncode}: {process.tail(5)}")
+    broker.stop()
+    print(report.render(), file=out, flush=True)
+    if not report.ok:
+        print(f"worker logs kept in {log_dir}", file=out, flush=True)
+    return report
+
+
+def _processes(config: ChaosConfig, topology: str, bootstrap: str, log_dir: Path) -> list[_Process]:
+    counts = {"acker": config.ackers, "spout": config.spouts, "split": config.splits, "sink": config.sinks}
+    processes = []
+    for role, count in counts.items():
+        for index in range(count):
+            name = f"{role}-{index}"
+            argv = [sys.executable, "-m", "reliable_kafka.chaos.worker", "--role", role, "--topology", topology,
+                    "--bootstrap", bootstrap, "--name", name, "--timeout-ms", str(config.timeout_ms)]
+            if config.transactional:
+                argv.append("--transactional")
+            processes.append(_Process(role, name, argv, log_dir))
+    return processes
+
+
+def _produce(bootstrap: str, topic: str, config: ChaosConfig) -> None:
+    slices = max(1, int(config.produce_seconds / 0.5))
+    per_slice = -(-config.records // slices)
+    for start in range(0, config.records, per_slice):
+        began = time.monotonic()
+        stop = min(config.records, start + per_slice)
+        produce_values(bootstrap, topic, [str(i).encode() for i in range(start, stop)], timeout=120)
+        time.sleep(max(0.0, 0.5 - (time.monotonic() - began)))
+
+
+def _sample(bootstrap: str, topology: str, samples: list, stop: threading.Event) -> None:
+    source = topic_names(topology)["source"]
+    while not stop.is_set():
+        try:
+            committed = committed_offsets(bootstrap, f"{topology}-spout", source, timeout=5)
+            samples.append((time.time(), committed))  # stamped after the read: the commit came before
+        except Exception:  # the broker may be down: no sample this round
+            pass
+        stop.wait(0.5)
+
+
+def _wait_caught_up(bootstrap: str, topology: str, timeout: float, log) -> bool:
+    source = topic_names(topology)["source"]
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            ends = end_offsets(bootstrap, source)
+            committed = committed_offsets(bootstrap, f"{topology}-spout", source)
+        except Exception:
+            time.sleep(1)
+            continue
+        if committed == ends:
+            return True
+        done = sum(max(0, c) for c in committed.values())
+        if done != last:
+            log(f"committed {done}/{sum(ends.values())}")
+            last = done
+        time.sleep(1)
+    return False
+
+
+def _check(bootstrap, topology, config, samples, kills, kill_times, caught_up, started) -> ChaosReport:
+    topics = topic_names(topology)
+    position = {int(m.value()): (m.partition(), m.offset()) for m in read_topic(bootstrap, topics["source"])}
+    first_seen: dict[bytes, float] = {}
+    copies: Counter = Counter()
+    for message in read_topic(bootstrap, topics["sink"]):
+        effect = message.value()
+        copies[effect] += 1
+        stamp = message.timestamp()[1] / 1000
+        first_seen[effect] = min(first_seen.get(effect, stamp), stamp)
+    dead = {}
+    for message in read_topic(bootstrap, TopologyTopics(topology).dlq):
+        dead[int(message.value())] = message.timestamp()[1] / 1000
+    # when each source record's effects were all in the sink (or it was dead-lettered)
+    complete_at: dict[int, float] = {}
+    lost = 0
+    for record in range(config.records):
+        effects = [first_seen.get(f"{record}:{j}".encode()) for j in range(FANOUT)]
+        if all(e is not None for e in effects):
+            complete_at[record] = max(effects)
+        elif record in dead:
+            complete_at[record] = dead[record]
+        else:
+            lost += 1
+    early = _early_commits(samples, position, complete_at)
+    stage1 = sum(1 for _ in read_topic(bootstrap, topics["stage1"]))
+    effects = sum(copies.values())
+    report = ChaosReport(
+        records=config.records, kills=kills, lost=lost, early_commits=early, samples=len(samples),
+        effects=effects, duplicates=effects - len(copies), replays=stage1 - len(position),
+        dead_lettered=len(dead), recovery_s=_recovery_times(samples, kill_times), seconds=time.monotonic() - started,
+        caught_up=caught_up,
+    )
+    if config.transactional:  # no tree fails or times out on purpose here: nothing may repeat
+        report.exactly_once = report.duplicates == 0 and lost == 0
+    return report
+
+
+def _early_commits(samples, position, complete_at) -> list:
+    """Samples whose committed offset passed a record that was not complete at the sample's time."""
+    by_partition: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for record, (partition, offset) in position.items():
+        by_partition[partition].append((offset, complete_at.get(record, float("inf"))))
+    prefix_offsets, prefix_latest = {}, {}
+    for partition, entries in by_partition.items():
+        entries.sort()
+        prefix_offsets[partition] = [offset for offset, _ in entries]
+        latest, running = [], 0.0
+        for _, when in entries:
+            running = max(running, when)
+            latest.append(running)
+        prefix_latest[partition] = latest
+    early = []
+    for when, committed in samples:
+        for partition, offset in committed.items():
+            if offset <= 0 or partition not in prefix_offsets:
+                continue
+            below = bisect_left(prefix_offsets[partition], offset)  # records at offsets < committed
+            if below and prefix_latest[partition][below - 1] > when:
+                early.append((when, partition, offset))
+    return early
+
+
+def _recovery_times(samples, kill_times) -> dict[str, list[float]]:
+    """Per kind of kill: seconds until the committed total moved again after the kill."""
+    totals = [(when, sum(max(0, c) for c in committed.values())) for when, committed in samples]
+    times: dict[str, list[float]] = defaultdict(list)
+    for kind, killed_at in kill_times:
+        before = [total for when, total in totals if when <= killed_at]
+        if not before:
+            continue
+        after = next((when for when, total in totals if when > killed_at and total > before[-1]), None)
+        if after is not None:
+            times[kind].append(after - killed_at)
+    return dict(times)

@@ -1,0 +1,71 @@
+"""One process of the chaos topology: ``python -m reliable_kafka.chaos.worker --role ROLE ...``.
+
+The topology: source records ``"<id>"`` -> spout (forwards to ``<T>.stage1``) -> split bolt (emits
+``FANOUT`` children ``"<id>:<j>"`` to ``<T>.stage2``) -> sink bolt (writes each child, unanchored,
+to ``<T>.sink`` and acks it). Every process stops cleanly on SIGTERM and can be SIGKILLed anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from reliable_kafka.acker import AckerWorker
+from reliable_kafka.bolt import BasicBolt
+from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.spout import Spout, TransactionalSpout
+
+FANOUT = 3
+ROLES = ("spout", "split", "sink", "acker")
+CLIENT_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
+
+
+def topic_names(topology: str) -> dict[str, str]:
+    return {name: f"{topology}.{name}" for name in ("source", "stage1", "stage2", "sink")}
+
+
+def build(role: str, *, topology: str, bootstrap: str, name: str, transactional: bool, timeout_ms: int,
+          ackers: int):
+    topics = topic_names(topology)
+    on = {"topology": topology, "bootstrap_servers": bootstrap, "kafka_config": dict(CLIENT_CONFIG), "name": name}
+    if role == "acker":
+        return AckerWorker(**on, ackers=ackers, timeout_ms=timeout_ms, commit_interval_ms=500)
+    if role == "spout":
+        spout_class = TransactionalSpout if transactional else Spout
+        return spout_class(**on, source_topics=topics["source"], group_id=f"{topology}-spout", emit_to=topics["stage1"],
+                     message_timeout_ms=timeout_ms, backstop_grace_ms=timeout_ms, max_retries=50,
+                     backoff=Backoff(initial_ms=100, max_ms=2000), commit_interval_ms=250)
+
+    def split(tuple_, collector):
+        for j in range(FANOUT):
+            collector.emit(topics["stage2"], tuple_.value + f":{j}".encode(), key=tuple_.value)
+
+    def sink(tuple_, collector):
+        collector.emit(topics["sink"], tuple_.value, key=tuple_.key, anchors=())  # the effect, untracked
+
+    handler, source = (split, topics["stage1"]) if role == "split" else (sink, topics["stage2"])
+    return BasicBolt(**on, source_topics=source, group_id=f"{topology}-{role}", handler=handler,
+                     transactional=transactional, commit_interval_ms=250)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="reliable_kafka.chaos.worker")
+    parser.add_argument("--role", choices=ROLES, required=True)
+    parser.add_argument("--topology", required=True)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--name", required=True, help="stable across restarts (transactional.id)")
+    parser.add_argument("--transactional", action="store_true")
+    parser.add_argument("--timeout-ms", type=int, default=10_000)
+    parser.add_argument("--ackers", type=int, default=4)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format=f"%(asctime)s {args.name} %(levelname)s %(name)s: %(message)s")
+    component = build(args.role, topology=args.topology, bootstrap=args.bootstrap, name=args.name,
+                      transactional=args.transactional, timeout_ms=args.timeout_ms, ackers=args.ackers)
+    component.run(handle_signals=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
