@@ -146,8 +146,14 @@ def _register_acker(subparsers: _Subparsers) -> None:
     acker.add_argument("--ackers", type=int, default=1,
                        help="ack topic partitions when this worker creates the topics (default: 1)")
     acker.add_argument("--timeout-ms", type=int, default=30_000, help="message timeout (default: 30000)")
+    acker.add_argument("--timeout-buckets", type=int, default=4,
+                       help="rotating timeout buckets; expiry comes within timeout*(1+1/buckets) (default: 4)")
+    acker.add_argument("--commit-interval-ms", type=int, default=1000,
+                       help="how often the low point is committed (default: 1000)")
     acker.add_argument("--group", default=None, help="consumer group (default: <topology>.ackers)")
-    acker.add_argument("--name", default=None, help="worker name in logs (default: random)")
+    acker.add_argument("--name", default=None,
+                       help="stable worker name: logs, and static group membership across restarts "
+                       "(default: random, dynamic membership)")
     acker.add_argument("--replication-factor", type=int, default=1,
                        help="replication factor of topics this worker creates (default: 1)")
     acker.add_argument("--kafka-config", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
@@ -162,7 +168,8 @@ def _acker(args: argparse.Namespace) -> int:
     _logging(args.log_level)
     worker = AckerWorker(
         topology=args.topology, bootstrap_servers=args.bootstrap, ackers=args.ackers,
-        timeout_ms=args.timeout_ms, group_id=args.group, name=args.name,
+        timeout_ms=args.timeout_ms, timeout_buckets=args.timeout_buckets,
+        commit_interval_ms=args.commit_interval_ms, group_id=args.group, name=args.name,
         replication_factor=args.replication_factor, kafka_config=dict(args.kafka_config),
     )
     worker.run(handle_signals=True)

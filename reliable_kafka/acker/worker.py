@@ -31,6 +31,8 @@ __all__ = ["AckerWorker", "AckerStats"]
 log = logging.getLogger(__name__)
 
 MAX_OUTCOMES_PER_RECORD = 5000
+# a dead worker's partitions wait for its session to expire: 10 s, not librdkafka's 45 s
+ACKER_CONSUMER_DEFAULTS = {"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}
 FOLD_GROUP = 16  # records per vectorised fold: shares NumPy's per-call cost (bench/bench_acker_table.py)
 MAX_EVENT_KIND = max(EventKind)
 
@@ -49,6 +51,7 @@ class AckerStats:
     quarantined: int = 0
     outcome_records: int = 0
     pending: int = 0
+    table_bytes: int = 0
     committed: dict[int, int] = field(default_factory=dict)
 
 
@@ -89,7 +92,11 @@ class AckerWorker:
     - ``create_topics`` [True]: create missing topology topics (else refuse to start without them).
     - ``replication_factor`` [1]: for topics this worker creates.
     - ``max_entries_per_record`` [100000]: larger ack records are quarantined, not folded.
-    - ``kafka_config``: librdkafka settings passed through to the consumer and producer.
+    - ``kafka_config``: librdkafka settings passed through to the consumer and producer
+      (the consumer's ``session.timeout.ms`` defaults to 10000 here).
+    - ``name`` [random]: give each worker process a stable name to use static group membership
+      (``group.instance.id``), so that a restarted worker gets its partitions back without waiting
+      for the dead one's session to expire.
     """
 
     def __init__(
@@ -124,6 +131,7 @@ class AckerWorker:
         self.replication_factor = replication_factor
         self.max_entries_per_record = max_entries_per_record
         self.kafka_config = dict(kafka_config or {})
+        self._stable_name = name is not None
         self.name = name or f"acker-{new_id() & 0xFFFF:04x}"
         self.stats = AckerStats()
         self._partitions: dict[int, _Partition] = {}
@@ -165,12 +173,11 @@ class AckerWorker:
             raise TopologyError(f"{self.name}: outcome topic {self.topics.outcomes} does not exist")
         self._producer = new_producer(self.bootstrap_servers, self.kafka_config)
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
-        self._consumer = new_consumer(
-            self.bootstrap_servers,
-            self.group_id,
-            self.kafka_config,
-            **{"isolation.level": "read_committed", "partition.assignment.strategy": "cooperative-sticky"},
-        )
+        overrides = {"isolation.level": "read_committed", "partition.assignment.strategy": "cooperative-sticky"}
+        if self._stable_name:  # static membership: a restarted worker gets its partitions back at once
+            overrides["group.instance.id"] = f"{self.group_id}.{self.name}"
+        config = {**ACKER_CONSUMER_DEFAULTS, **self.kafka_config}
+        self._consumer = new_consumer(self.bootstrap_servers, self.group_id, config, **overrides)
         self._consumer.subscribe(
             [self.topics.acks], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -240,6 +247,8 @@ class AckerWorker:
         decided.extend(self._advance_clocks())
         self._publish(decided)
         self._producer.poll(0)
+        self.stats.pending = sum(state.table.pending for state in self._partitions.values())
+        self.stats.table_bytes = sum(state.table.nbytes for state in self._partitions.values())
         self._commit()
 
     def _decode(self, message: Message) -> tuple | None:
@@ -338,7 +347,6 @@ class AckerWorker:
             offset = state.commit_offset()
             if offset is not None and offset != state.committed:
                 offsets.append((partition, state, offset))
-        self.stats.pending = sum(state.table.pending for state in self._partitions.values())
         if not offsets:
             return
         try:
