@@ -1,0 +1,225 @@
+"""The demo pipeline (the README's first command): word count with guaranteed processing.
+
+An embedded broker, acker workers, a word-count job reading ``sentences`` (a generator fills it),
+and a downstream Python bolt that fails a few percent of its tuples. Progress is printed live; the
+summary is checked against the topics themselves, not printed blindly:
+- lost = 0: every word of every sentence that was not dead-lettered is counted at least once;
+- the job's consumer group committed offsets equal the end of the ``sentences`` topic;
+- no tree is pending at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from reliable_kafka import codec
+from reliable_kafka.acker import AckerWorker
+from reliable_kafka.bolt import BasicBolt, Bolt
+from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.local import LocalCluster
+from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.spout import Spout
+from reliable_kafka.testing.records import produce_values, read_topic
+from reliable_kafka.testing.topics import create_topics, unique_name
+from reliable_kafka.topology import TopologyTopics
+
+__all__ = ["run", "DemoSummary", "SENTENCES"]
+
+SENTENCES = [
+    "the cow jumped over the moon",
+    "an apple a day keeps the doctor away",
+    "four score and seven years ago",
+    "snow white and the seven dwarfs",
+    "i am at two with nature",
+]
+
+
+@dataclass
+class DemoSummary:
+    sentences: int
+    completed: int
+    replayed: int
+    dead_lettered: int
+    lost_words: int
+    duplicate_words: int
+    committed: dict[int, int]
+    end: dict[int, int]
+    pending: int
+    seconds: float
+    checks: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(self.checks.values())
+
+    def render(self) -> str:
+        lines = [
+            "",
+            "summary",
+            f"  sentences written     {self.sentences}",
+            f"  trees completed       {self.completed} (replays: {self.replayed})",
+            f"  dead-lettered         {self.dead_lettered}",
+            f"  words lost            {self.lost_words}",
+            f"  duplicate word counts {self.duplicate_words} (at-least-once: replays count again)",
+            f"  committed offsets     {self.committed}",
+            f"  end of topic          {self.end}",
+            f"  pending trees         {self.pending}",
+            f"  time                  {self.seconds:.1f} s",
+            "checks",
+        ]
+        lines += [f"  [{'ok' if passed else 'FAILED'}] {name}" for name, passed in self.checks.items()]
+        return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _kafka(bootstrap: str | None) -> Iterator[str]:
+    if bootstrap:
+        yield bootstrap
+        return
+    from reliable_kafka.broker import EmbeddedKafka
+
+    print("demo: starting an embedded Kafka broker...", flush=True)
+    with EmbeddedKafka() as broker:
+        print(f"demo: Kafka at {broker.bootstrap_servers}", flush=True)
+        yield broker.bootstrap_servers
+
+
+class _Job:
+    """What the demo needs of a word-count job, whichever engine runs it."""
+
+    group_id: str
+    components: list
+    stats: Callable[[], dict]  # read, completed, replayed, dead_lettered, pending
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class _PythonJob(_Job):
+    """Spout on `sentences` + split bolt: the Storm word count's front half, in threads."""
+
+    def __init__(self, bootstrap: str, topology: str, sentences: str, words: str) -> None:
+        self.group_id = f"{topology}-spout"
+        on = {"topology": topology, "bootstrap_servers": bootstrap}
+        create_topics(bootstrap, {f"{topology}.sentences": 2})
+
+        def split(sentence, collector):
+            for word in sentence.value.decode().split():
+                collector.emit(words, b"1", key=word.encode())  # (word, count) like the Spark job
+
+        self.spout = Spout(**on, source_topics=sentences, group_id=self.group_id, emit_to=f"{topology}.sentences",
+                           max_retries=10, backoff=Backoff(initial_ms=50, max_ms=1000))
+        self.components = [self.spout, BasicBolt(**on, source_topics=f"{topology}.sentences",
+                                                 group_id=f"{topology}-split", handler=split)]
+
+    def stats(self) -> dict:
+        s = self.spout.stats
+        return {"read": s.read, "completed": s.completed, "replayed": s.replayed,
+                "dead_lettered": s.dead_lettered, "pending": self.spout.tracker.pending_roots()}
+
+
+def _spark_job(bootstrap: str, topology: str, sentences: str, words: str) -> _Job:
+    from reliable_kafka.spark.demo_job import SparkWordCount
+
+    return SparkWordCount(bootstrap, topology, sentences, words)
+
+
+def _generate(bootstrap: str, topic: str, count: int, rng: random.Random) -> list[str]:
+    written = [rng.choice(SENTENCES) for _ in range(count)]
+    chunk = max(1, count // 10)
+    for start in range(0, count, chunk):  # a stream, not one burst: ten slices over a few seconds
+        produce_values(bootstrap, topic, [s.encode() for s in written[start:start + chunk]])
+        time.sleep(0.3)
+    return written
+
+
+def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spark", bootstrap: str | None = None,
+        timeout_s: float = 600.0, out=sys.stdout) -> DemoSummary:
+    """Run the demo end to end and return its checked summary (also printed to ``out``)."""
+    started = time.monotonic()
+    rng = random.Random(7)
+    with _kafka(bootstrap) as bootstrap:
+        topology = unique_name("demo")
+        sentence_topic, word_topic = f"{topology}-sentences", f"{topology}-words"
+        create_topics(bootstrap, {sentence_topic: 2, word_topic: 2})
+        counted = Counter()
+        coin = random.Random(11)
+        lock = threading.Lock()
+
+        def count(word, collector):  # the downstream bolt: fails a few percent of its tuples
+            if coin.random() < fail_rate:
+                raise RuntimeError("simulated failure in the count bolt")
+            with lock:
+                counted[word.key.decode()] += int(word.value)
+
+        on = {"topology": topology, "bootstrap_servers": bootstrap}
+        ackers = [AckerWorker(**on, ackers=2, name=f"acker-{i}") for i in range(2)]
+        counter = BasicBolt(**on, source_topics=word_topic, group_id=f"{topology}-count", handler=count)
+        print(f"demo: topology {topology}, engine {engine}, {sentences} sentences, "
+              f"count bolt fails {fail_rate:.0%} of tuples", flush=True)
+        with LocalCluster(*ackers, counter) as cluster:
+            job = _spark_job(bootstrap, topology, sentence_topic, word_topic) if engine == "spark" \
+                else _PythonJob(bootstrap, topology, sentence_topic, word_topic)
+            job_cluster = LocalCluster(*job.components).start() if job.components else None
+            try:
+                job.start()
+                written = _generate(bootstrap, sentence_topic, sentences, rng)
+                ends = end_offsets(bootstrap, sentence_topic)
+
+                def done() -> bool:
+                    return committed_offsets(bootstrap, job.group_id, sentence_topic) == ends
+
+                deadline = time.monotonic() + timeout_s
+                while not done():
+                    cluster.check()
+                    if job_cluster:
+                        job_cluster.check()
+                    if time.monotonic() > deadline:
+                        print("demo: timed out waiting for the commit to reach the end", flush=True)
+                        break
+                    _progress(job, bootstrap, sentence_topic, ends, out)
+                    time.sleep(1.0)
+                _progress(job, bootstrap, sentence_topic, ends, out)
+                # let the last words of completed trees reach the counter (they were acked already)
+                time.sleep(1.0)
+                stats = job.stats()
+            finally:
+                job.stop()
+                if job_cluster:
+                    job_cluster.stop()
+        dead = [m.value().decode() for m in read_topic(bootstrap, TopologyTopics(topology).dlq)]
+        expected = Counter(w for s in written for w in s.split())
+        expected.subtract(Counter(w for s in dead for w in s.split()))
+        lost = sum(max(0, n - counted[w]) for w, n in expected.items())
+        duplicates = sum(max(0, counted[w] - max(n, 0)) for w, n in expected.items())
+        committed = committed_offsets(bootstrap, job.group_id, sentence_topic)
+        summary = DemoSummary(
+            sentences=len(written), completed=stats["completed"], replayed=stats["replayed"],
+            dead_lettered=len(dead), lost_words=lost, duplicate_words=duplicates, committed=committed,
+            end=ends, pending=stats["pending"], seconds=time.monotonic() - started,
+        )
+        summary.checks = {
+            "lost = 0 (every word of every sentence not dead-lettered was counted)": lost == 0,
+            "committed offsets = end of the sentences topic": committed == ends,
+            "every sentence completed or dead-lettered": stats["completed"] + len(dead) >= len(written),
+            "no tree pending": stats["pending"] == 0,
+        }
+        print(summary.render(), file=out, flush=True)
+        return summary
+
+
+def _progress(job: _Job, bootstrap: str, topic: str, ends: dict[int, int], out) -> None:
+    s = job.stats()
+    committed = committed_offsets(bootstrap, job.group_id, topic)
+    done = sum(max(0, committed.get(p, 0)) for p in ends)
+    print(f"  in {s['read']:>6} | completed {s['completed']:>6} | replayed {s['replayed']:>5} | "
+          f"dead-lettered {s['dead_lettered']:>3} | pending {s['pending']:>5} | "
+          f"committed {done}/{sum(ends.values())}", file=out, flush=True)
