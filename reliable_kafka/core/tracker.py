@@ -406,11 +406,15 @@ class InFlightTracker:
     def dead_lettered(self, tp: TopicPartition, offset: int) -> None:
         """The broker confirmed the dead-letter write of ``offset``: it is done now.
 
-        Also for a record the shell parked itself (e.g. one that does not deserialise). A
-        confirmation arriving after ``tp`` was revoked is ignored: the partition is not ours to
-        commit any more.
+        Honoured only while ``offset`` is pending in the dead-letter state. A confirmation that
+        arrives after the partition was revoked, even if it was assigned back since (an eager
+        rebalance does that), belongs to an earlier incarnation of the partition and is ignored:
+        counting it would move the commit point over offsets the new incarnation has not read
+        again (found by the protocol simulation, seed 749).
         """
-        if tp not in self._partitions:
+        part = self._partitions.get(tp)
+        entry = part.pending.get(offset) if part is not None else None
+        if entry is None or entry.state is not _State.DEAD_LETTER:
             return
         self._finish(tp, offset)
         self.stats.dead_lettered += 1
