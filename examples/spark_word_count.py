@@ -1,0 +1,97 @@
+"""Word count with a PySpark Structured Streaming job as the spout of the tuple trees.
+
+Each sentence read by Spark is a root. The job splits sentences into words and counts them per
+micro-batch; every count row is anchored to all the sentences it counted (``merge_anchors``), so a
+sentence's tree completes only when the Python bolt downstream has acked every count it went into.
+The job's consumer group (``<topology>.spark``) is committed as far as sentences are done.
+
+Run:  python examples/spark_word_count.py [--bootstrap HOST:PORT] [--sentences N]
+(without --bootstrap an embedded Kafka broker is started and stopped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import tempfile
+from collections import Counter
+
+from pyspark.sql import functions as F
+
+from reliable_kafka.acker.worker import AckerWorker
+from reliable_kafka.bolt import BasicBolt
+from reliable_kafka.local import LocalCluster
+from reliable_kafka.spark import SparkSpout, merge_anchors, spark_session
+from reliable_kafka.testing.records import produce_values
+from reliable_kafka.testing.topics import create_topics, unique_name
+from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+WORDS = "the quick brown fox jumps over the lazy dog and the cat".split()
+
+
+def count_words(sentences):
+    """Per micro-batch: (word, count) rows, each anchored to every sentence it counted."""
+    words = sentences.select(F.explode(F.split(F.col("value").cast("string"), " ")).alias("word"), "anchors")
+    return words.groupBy("word").agg(F.count("*").cast("string").alias("value"), merge_anchors().alias("anchors")) \
+        .withColumnRenamed("word", "key")
+
+
+def run(bootstrap: str, *, sentences: int = 500, timeout: float = 180.0) -> dict:
+    """Write ``sentences`` sentences, count their words through Spark; returns a summary."""
+    topology = unique_name("spark-wordcount")
+    source, counts_topic = f"{topology}.sentences", f"{topology}.counts"
+    create_topics(bootstrap, {source: 2, counts_topic: 2})
+    ensure_topics(admin_client(bootstrap), TopologyTopics(topology, ackers=2))
+    lines = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(1 + i % 5)) for i in range(sentences)]
+    produce_values(bootstrap, source, [line.encode() for line in lines])
+    expected = Counter(word for line in lines for word in line.split())
+
+    totals: Counter = Counter()
+
+    def add_count(tuple_, collector) -> None:
+        totals[tuple_.key.decode()] += int(tuple_.value)
+
+    on = {"topology": topology, "bootstrap_servers": bootstrap}
+    with LocalCluster(AckerWorker(**on, ackers=2, timeout_ms=20_000),
+                      BasicBolt(**on, source_topics=counts_topic, group_id=f"{topology}.sum", handler=add_count)), \
+            tempfile.TemporaryDirectory(prefix="rk-wordcount-ckpt-") as checkpoint:
+        spark = spark_session("spark-word-count")
+        try:
+            job = SparkSpout(spark, **on, source_topics=source, group_id=f"{topology}.spark", checkpoint_dir=checkpoint,
+                             transform=count_words, output_topic=counts_topic, available_now=True,
+                             message_timeout_ms=20_000)
+            job.start()
+            try:
+                done = job.run_until(lambda j: j.caught_up(), timeout=timeout)
+                progress = job.progress()
+            finally:
+                job.stop()
+        finally:
+            spark.stop()
+    return {"caught_up": done, "expected": dict(expected), "counted": dict(totals),
+            "at_least_once": all(totals[w] >= n for w, n in expected.items()),
+            "exact": totals == expected, "progress": progress}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: start an embedded broker)")
+    parser.add_argument("--sentences", type=int, default=500)
+    args = parser.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        bootstrap = args.bootstrap
+        if bootstrap is None:
+            from reliable_kafka.broker import EmbeddedKafka
+
+            bootstrap = stack.enter_context(EmbeddedKafka()).bootstrap_servers
+        summary = run(bootstrap, sentences=args.sentences)
+    progress = summary["progress"]
+    print(f"counted {sum(summary['counted'].values())} words in {args.sentences} sentences "
+          f"({'exact' if summary['exact'] else 'at least once'}): {dict(sorted(summary['counted'].items()))}")
+    print(f"trees completed: {progress['tracker']['completed']}, commit points: {progress['commit_points']}")
+    return 0 if summary["caught_up"] and summary["at_least_once"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

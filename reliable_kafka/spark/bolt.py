@@ -1,0 +1,151 @@
+"""A Spark Structured Streaming job as a bolt: it reads a tracked topic and acks its inputs.
+
+Each input record's ``rk-anchors`` header is decoded into the ``anchors`` column, so the job's
+outputs are anchored to the inputs they derive from and trees pass through Spark like through a
+Python bolt. Per micro-batch: (1) records whose header does not decode are counted and copied to
+``<topology>.quarantine`` (they are skipped: their trees time out upstream and replay); (2) the
+transform runs and executor tasks write the outputs with their child-edge acks; (3) after the
+write succeeded the driver acks every input's own edges. A batch whose transform or write fails
+fails its inputs' roots (Storm's ``collector.fail``), so the spouts redeliver them.
+
+Records without the header are untracked; so are outputs derived only from them. The job's
+consumer group is committed to each finished batch's end, for lag tools: as for any bolt, safety
+does not depend on it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from reliable_kafka.codec import ParkedRecord
+from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.spark.anchors import anchors_from_headers
+from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform
+from reliable_kafka.transport import flush_or_raise, park
+
+__all__ = ["SparkBolt"]
+
+log = logging.getLogger(__name__)
+
+
+class SparkBolt(SparkJob):
+    """A PySpark streaming job that processes tracked tuples (see the module docstring).
+
+    Keyword arguments (defaults in brackets): ``topology``, ``bootstrap_servers``,
+    ``source_topics``, ``group_id``, ``checkpoint_dir``, ``transform`` (DataFrame -> DataFrame
+    with value, anchors and optionally key, headers, rk_fail), ``output_topic``: required;
+    ``trigger_seconds`` [1.0] or ``available_now`` [False]; ``max_offsets_per_trigger`` [None];
+    ``on_batch_error`` ["fail_roots"]; ``kafka_config``; ``spark_kafka_options``; ``name``.
+    The transform's input has key, value, topic, partition, offset, timestamp, headers, anchors
+    (null for untracked records).
+    """
+
+    component = "spark-bolt"
+
+    def __init__(
+        self,
+        spark,
+        *,
+        topology: str,
+        bootstrap_servers: str,
+        source_topics: str | list[str],
+        group_id: str,
+        checkpoint_dir: str,
+        transform: Transform,
+        output_topic: str,
+        trigger_seconds: float = 1.0,
+        available_now: bool = False,
+        max_offsets_per_trigger: int | None = None,
+        on_batch_error: BatchErrorPolicy = "fail_roots",
+        kafka_config: dict | None = None,
+        spark_kafka_options: dict[str, str] | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(
+            spark, topology=topology, bootstrap_servers=bootstrap_servers, source_topics=source_topics,
+            checkpoint_dir=checkpoint_dir, transform=transform, output_topic=output_topic,
+            group_id=group_id, trigger_seconds=trigger_seconds, available_now=available_now,
+            max_offsets_per_trigger=max_offsets_per_trigger, on_batch_error=on_batch_error,
+            kafka_config=kafka_config, spark_kafka_options=spark_kafka_options, name=name,
+        )
+        self.acked = 0  # input (root, edge) pairs acked
+        self.failed = 0  # roots failed because their batch failed
+        self.untracked = 0
+        self._group = None
+
+    def _prepare(self) -> None:
+        self._group = self._new_group_consumer()
+
+    def _on_stream_batch(self, df, batch_id: int) -> None:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        if self._stopping.is_set():
+            raise RuntimeError(f"{self.name}: stopping; batch {batch_id} is left to the next run")
+        with self._batch_lock:
+            self.stats.batches += 1
+            what = f"batch {batch_id}"
+            batch = (df.select(*SOURCE_COLUMNS).withColumn("rk_decoded", anchors_from_headers("headers"))
+                     .persist(StorageLevel.MEMORY_AND_DISK))
+            pairs: list[tuple[int, int]] = []
+            try:
+                self._quarantine(batch.filter(F.col("rk_decoded.error").isNotNull()).collect())
+                inputs = (batch.filter(F.col("rk_decoded.error").isNull())
+                          .withColumn("anchors", F.col("rk_decoded.anchors")).drop("rk_decoded"))
+                summary = inputs.select(
+                    F.explode_outer("anchors").alias("pair"), "topic", "partition", "offset").collect()
+                pairs = [(row.pair.root, row.pair.edge) for row in summary if row.pair is not None]
+                self.untracked += sum(1 for row in summary if row.pair is None)
+                ends: dict[tuple[str, int], int] = {}
+                for row in summary:
+                    key = (row.topic, row.partition)
+                    ends[key] = max(ends.get(key, 0), row.offset + 1)
+                self.stats.inputs += len({(row.topic, row.partition, row.offset) for row in summary})
+                self._write(inputs)
+                self._send_entries(EventKind.ACK, pairs, what=f"input acks of {what}")
+                self.acked += len(pairs)
+                self._commit_ends(ends)
+            except Exception as exc:
+                roots = sorted({root for root, _ in pairs})
+                self.failed += len(roots)
+                self._send_fails(roots)
+                self._batch_failed(what, exc)
+            finally:
+                batch.unpersist()
+
+    def _quarantine(self, rows) -> None:
+        """Copy records whose ``rk-anchors`` header does not decode to the quarantine topic."""
+        if not rows:
+            return
+        for row in rows:
+            reason = row.rk_decoded.error
+            log.warning("%s: %s[%d]@%d: %s; copied to %s and skipped", self.name, row.topic, row.partition,
+                        row.offset, reason, self.topics.quarantine)
+            headers = [(h.key, bytes(h.value) if h.value is not None else None) for h in (row.headers or [])]
+            park(self._producer, self.topics.quarantine,
+                 key=bytes(row.key) if row.key is not None else None,
+                 value=bytes(row.value) if row.value is not None else None,
+                 headers=headers,
+                 parked=ParkedRecord(reason=reason, attempts=0, source_topic=row.topic,
+                                     source_partition=row.partition, source_offset=row.offset,
+                                     source_timestamp_ms=int(row.timestamp.timestamp() * 1000)
+                                     if row.timestamp is not None else -1,
+                                     component=self.name))
+        flush_or_raise(self._producer, what=f"{self.name} quarantined records")
+        self.stats.quarantined += len(rows)
+
+    def _commit_ends(self, ends: dict[tuple[str, int], int]) -> None:
+        try:
+            self._commit_group(self._group, [TopicPartition(t, p, o) for (t, p), o in ends.items()])
+        except KafkaException as exc:
+            log.warning("%s: group commit skipped: %s", self.name, exc)
+
+    def _close(self) -> None:
+        try:
+            if self._group is not None:
+                self._group.close()
+                self._group = None
+        finally:
+            super()._close()

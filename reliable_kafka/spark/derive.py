@@ -1,0 +1,142 @@
+"""Root and edge ids derived from a per-batch salt and a record's coordinates (DESIGN 7.1).
+
+Spark may compute a batch's DataFrame more than once (a cache eviction, a retried stage, a second
+action). Ids drawn at random inside it would differ between computations, and the INIT the driver
+sent would name roots the writing tasks never saw. Ids are therefore a 64-bit hash, Spark's
+``xxhash64``, of ``(salt, topic, partition, offset, attempt, tag)``: the same record in the same
+batch gets the same ids however often it is recomputed, while a fresh random salt per batch keeps
+ids of different batches (and of a redelivery) unrelated. A hash of 0 is replaced, ids are never 0.
+
+:func:`derive_root` / :func:`derive_edge` compute the same values in plain Python (a port of
+xxHash64 as Spark applies it: seed 42, chained over the columns), so the driver and tests can
+check what Spark computed.
+"""
+
+from __future__ import annotations
+
+import struct
+
+__all__ = ["ROOT_TAG", "EDGE_TAG", "ZERO_REPLACEMENT", "xxh64", "spark_xxhash64", "derive_root",
+           "derive_edge", "root_column", "edge_column"]
+
+ROOT_TAG = 1
+EDGE_TAG = 2
+ZERO_REPLACEMENT = 0x2545F4914F6CDD1D  # any fixed non-zero value; a hash of 0 has odds 2^-64
+
+_M = (1 << 64) - 1
+_P1 = 0x9E3779B185EBCA87
+_P2 = 0xC2B2AE3D27D4EB4F
+_P3 = 0x165667B19E3779F9
+_P4 = 0x85EBCA77C2B2AE63
+_P5 = 0x27D4EB2F165667C5
+_SPARK_SEED = 42
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (64 - r))) & _M
+
+
+def _round(acc: int, lane: int) -> int:
+    return (_rotl((acc + lane * _P2) & _M, 31) * _P1) & _M
+
+
+def _merge(acc: int, val: int) -> int:
+    return ((acc ^ _round(0, val)) * _P1 + _P4) & _M
+
+
+def xxh64(data: bytes, seed: int) -> int:
+    """xxHash64 of ``data`` (unsigned result), as Spark's ``XXH64.hashUnsafeBytes``."""
+    seed &= _M
+    n = len(data)
+    i = 0
+    if n >= 32:
+        v1, v2, v3, v4 = (seed + _P1 + _P2) & _M, (seed + _P2) & _M, seed, (seed - _P1) & _M
+        while i + 32 <= n:
+            a, b, c, d = struct.unpack_from("<4Q", data, i)
+            v1, v2, v3, v4 = _round(v1, a), _round(v2, b), _round(v3, c), _round(v4, d)
+            i += 32
+        h = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & _M
+        for v in (v1, v2, v3, v4):
+            h = _merge(h, v)
+    else:
+        h = (seed + _P5) & _M
+    h = (h + n) & _M
+    while i + 8 <= n:
+        (k,) = struct.unpack_from("<Q", data, i)
+        h = (_rotl(h ^ _round(0, k), 27) * _P1 + _P4) & _M
+        i += 8
+    if i + 4 <= n:
+        (k,) = struct.unpack_from("<I", data, i)
+        h = (_rotl(h ^ (k * _P1 & _M), 23) * _P2 + _P3) & _M
+        i += 4
+    while i < n:
+        h = (_rotl(h ^ (data[i] * _P5 & _M), 11) * _P1) & _M
+        i += 1
+    h ^= h >> 33
+    h = (h * _P2) & _M
+    h ^= h >> 29
+    h = (h * _P3) & _M
+    h ^= h >> 32
+    return h
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value & (1 << 63) else value
+
+
+def spark_xxhash64(*values: tuple[str, object]) -> int:
+    """``F.xxhash64`` over typed values ``("long"|"int"|"string", value)``; None is skipped."""
+    h = _SPARK_SEED
+    for kind, value in values:
+        if value is None:
+            continue
+        if kind == "long":
+            data = struct.pack("<q", value)
+        elif kind == "int":
+            data = struct.pack("<i", value)
+        elif kind == "string":
+            data = str(value).encode("utf-8")
+        else:
+            raise ValueError(f"spark_xxhash64: unsupported type {kind!r}")
+        h = xxh64(data, h)
+    return _signed(h)
+
+
+def _derive(salt: int, topic: str, partition: int, offset: int, attempt: int, tag: int) -> int:
+    h = spark_xxhash64(("long", salt), ("string", topic), ("int", partition), ("long", offset),
+                       ("int", attempt), ("int", tag))
+    return h if h != 0 else ZERO_REPLACEMENT
+
+
+def derive_root(salt: int, topic: str, partition: int, offset: int, attempt: int) -> int:
+    """The root id Spark derives for the record at ``topic[partition]@offset`` (Python port)."""
+    return _derive(salt, topic, partition, offset, attempt, ROOT_TAG)
+
+
+def derive_edge(salt: int, topic: str, partition: int, offset: int, attempt: int) -> int:
+    """The spout edge id (the INIT val) Spark derives for the record (Python port)."""
+    return _derive(salt, topic, partition, offset, attempt, EDGE_TAG)
+
+
+def _column(salt: int, tag: int):
+    from pyspark.sql import functions as F
+
+    h = F.xxhash64(
+        F.lit(salt).cast("long"),
+        F.col("topic").cast("string"),
+        F.col("partition").cast("int"),
+        F.col("offset").cast("long"),
+        F.col("attempt").cast("int"),
+        F.lit(tag).cast("int"),
+    )
+    return F.when(h == 0, F.lit(ZERO_REPLACEMENT).cast("long")).otherwise(h)
+
+
+def root_column(salt: int):
+    """Spark column of root ids over a DataFrame with topic, partition, offset, attempt."""
+    return _column(salt, ROOT_TAG)
+
+
+def edge_column(salt: int):
+    """Spark column of spout edge ids (see :func:`root_column`)."""
+    return _column(salt, EDGE_TAG)

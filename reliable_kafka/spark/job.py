@@ -1,0 +1,355 @@
+"""What Spark spouts and Spark bolts share: the streaming query, the writer, the driver's acks.
+
+A job is one Structured Streaming query over Spark's Kafka source whose ``foreachBatch`` runs the
+tracking of DESIGN 7.1 around the user's ``transform``. Subclasses decide where a batch's anchors
+come from (fresh roots for a spout, the ``rk-anchors`` header for a bolt).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.errors import ConfigError, DeliveryError, TopologyError
+from reliable_kafka.ids import new_id
+from reliable_kafka.spark.anchors import ANCHORS_COLUMN
+from reliable_kafka.spark.writer import OutputWriter
+from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
+from reliable_kafka.transport import AckSender, flush_or_raise, new_consumer, new_producer
+
+__all__ = ["SOURCE_COLUMNS", "BatchErrorPolicy", "SparkJobStats", "Transform"]
+
+log = logging.getLogger(__name__)
+
+SOURCE_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "headers"]
+"""Columns of Spark's Kafka source that a transform's input keeps (plus ``anchors``)."""
+
+BatchErrorPolicy = Literal["fail_roots", "stop"]
+Transform = Callable[..., object]  # (DataFrame) -> DataFrame; pyspark stays an optional import
+
+
+@dataclass
+class SparkJobStats:
+    """Counters of one job since ``start()`` (driver side).
+
+    ``batches`` counts stream micro-batches, ``extra_batches`` recovery and redelivery batches
+    the driver ran itself; ``inputs`` rows handed to the transform; ``outputs`` rows written;
+    ``failed_rows`` output rows with ``rk_fail``; ``failed_batches`` batches whose transform or
+    write failed (their roots were failed).
+    """
+
+    batches: int = 0
+    extra_batches: int = 0
+    inputs: int = 0
+    outputs: int = 0
+    failed_rows: int = 0
+    failed_batches: int = 0
+    quarantined: int = 0
+    last_batch_id: int | None = None
+    last_input_rows_per_second: float | None = None
+
+
+def _progress_listener(job: "SparkJob"):
+    """A StreamingQueryListener that keeps the job's query progress in its stats."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class ProgressListener(StreamingQueryListener):
+        def _ours(self, query_id) -> bool:
+            return job.query is not None and str(query_id) == str(job.query.id)
+
+        def onQueryStarted(self, event) -> None:
+            pass
+
+        def onQueryProgress(self, event) -> None:
+            if self._ours(event.progress.id):
+                job.stats.last_batch_id = event.progress.batchId
+                job.stats.last_input_rows_per_second = event.progress.inputRowsPerSecond
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            if self._ours(event.id) and event.exception and not job._stopping.is_set():
+                log.error("%s: streaming query terminated: %s", job.name, event.exception)
+
+    return ProgressListener()
+
+
+class SparkJob:
+    """Base of :class:`SparkSpout` and :class:`SparkBolt` (see their docstrings)."""
+
+    component = "spark-job"
+
+    def __init__(
+        self,
+        spark,
+        *,
+        topology: str,
+        bootstrap_servers: str,
+        source_topics: str | list[str],
+        checkpoint_dir: str,
+        transform: Transform,
+        output_topic: str,
+        group_id: str,
+        trigger_seconds: float = 1.0,
+        available_now: bool = False,
+        max_offsets_per_trigger: int | None = None,
+        on_batch_error: BatchErrorPolicy = "fail_roots",
+        kafka_config: dict | None = None,
+        spark_kafka_options: dict[str, str] | None = None,
+        name: str | None = None,
+    ) -> None:
+        if not callable(transform):
+            raise ConfigError(f"{self.component}: transform must be callable, got {transform!r}")
+        if on_batch_error not in ("fail_roots", "stop"):
+            raise ConfigError(f"{self.component}: on_batch_error must be 'fail_roots' or 'stop', "
+                              f"not {on_batch_error!r}")
+        if trigger_seconds <= 0:
+            raise ConfigError(f"{self.component}: trigger_seconds must be > 0, got {trigger_seconds}")
+        if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
+            raise ConfigError(f"{self.component}: max_offsets_per_trigger must be >= 1, "
+                              f"got {max_offsets_per_trigger}")
+        self.spark = spark
+        self.topics = TopologyTopics(topology)
+        self.bootstrap_servers = bootstrap_servers
+        self.source_topics = [source_topics] if isinstance(source_topics, str) else list(source_topics)
+        self.checkpoint_dir = str(checkpoint_dir)
+        self.transform = transform
+        self.output_topic = output_topic
+        self.group_id = group_id
+        self.trigger_seconds = trigger_seconds
+        self.available_now = available_now
+        self.max_offsets_per_trigger = max_offsets_per_trigger
+        self.on_batch_error = on_batch_error
+        self.kafka_config = dict(kafka_config or {})
+        self.spark_kafka_options = {"kafka.isolation.level": "read_committed",
+                                    **dict(spark_kafka_options or {})}
+        self.task_id = new_id()
+        self.name = name or f"{self.component}-{self.task_id & 0xFFFF:04x}"
+        self.stats = SparkJobStats()
+        self.query = None
+        self._producer = None
+        self._acks: AckSender | None = None
+        self._ack_partitions = 0
+        self._listener = None
+        self._outputs_acc = None
+        self._failed_acc = None
+        self._lock = threading.RLock()  # tracker, ack sender and stats: driver threads share them
+        self._batch_lock = threading.Lock()  # one batch at a time (stream or driver-run)
+        self._stopping = threading.Event()
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect, prepare (subclass), then start the streaming query."""
+        admin = admin_client(self.bootstrap_servers, self.kafka_config)
+        found = partition_count(admin, self.topics.acks, wait=30.0)
+        if found is None:
+            raise TopologyError(
+                f"{self.name}: ack topic {self.topics.acks} does not exist; start an acker worker for "
+                f"topology {self.topics.topology!r} first")
+        self._ack_partitions = found
+        self._producer = new_producer(self.bootstrap_servers, self.kafka_config)
+        self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=found,
+                               sender=self.task_id)
+        sc = self.spark.sparkContext
+        self._outputs_acc = sc.accumulator(0)
+        self._failed_acc = sc.accumulator(0)
+        try:
+            self._prepare()
+        except BaseException:
+            self._close()
+            raise
+        self._listener = _progress_listener(self)
+        self.spark.streams.addListener(self._listener)
+        self.query = self._start_query()
+        log.info("%s: query %s reading %s, writing %s (%d ack partitions)", self.name, self.query.id,
+                 self.source_topics, self.output_topic, found)
+
+    def _prepare(self) -> None:
+        """Subclass hook run before the query starts."""
+
+    def _starting_offsets(self) -> str | None:
+        """Subclass hook: Spark's ``startingOffsets`` for a new checkpoint (None: earliest)."""
+        return None
+
+    def _start_query(self):
+        reader = (self.spark.readStream.format("kafka")
+                  .option("kafka.bootstrap.servers", self.bootstrap_servers)
+                  .option("subscribe", ",".join(self.source_topics))
+                  .option("includeHeaders", "true")
+                  .option("failOnDataLoss", "false")
+                  .option("startingOffsets", self._starting_offsets() or "earliest"))
+        if self.max_offsets_per_trigger is not None:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
+        for key, value in self.spark_kafka_options.items():
+            reader = reader.option(key, value)
+        writer = (reader.load().writeStream.queryName(self.name)
+                  .option("checkpointLocation", self.checkpoint_dir)
+                  .foreachBatch(self._on_stream_batch))
+        if self.available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.trigger_seconds} seconds")
+        return writer.start()
+
+    def stop(self, *, drain_timeout: float = 0.0) -> None:
+        """Stop the query after the running batch; with ``drain_timeout``, keep tracking what is
+        in flight for up to that many seconds; then commit what is done and close."""
+        self._stopping.set()
+        with self._batch_lock:  # the running batch finishes; the next one refuses to start
+            pass
+        if self.query is not None:
+            try:
+                self.query.stop()
+            except Exception as exc:  # the query may already have failed
+                log.warning("%s: stopping the query: %s", self.name, exc)
+        if drain_timeout > 0:
+            self._drain(drain_timeout)
+        if self._listener is not None:
+            try:
+                self.spark.streams.removeListener(self._listener)
+            except Exception:
+                pass
+            self._listener = None
+        self._close()
+
+    def _drain(self, timeout: float) -> None:
+        """Subclass hook: wait for in-flight work after the query stopped."""
+
+    def _close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+        # Dropping the last references destroys the librdkafka client (its threads, connections).
+        self._acks = self._producer = None
+
+    def run_until(self, predicate: Callable[["SparkJob"], bool] | None = None, *,
+                  timeout: float = 60.0, poll_interval: float = 0.2) -> bool:
+        """Wait until ``predicate(self)`` is true (default: :meth:`idle`) or ``timeout`` seconds
+        pass; True when the predicate held. Raises the error that stopped the query."""
+        predicate = predicate or (lambda job: job.idle())
+        deadline = time.monotonic() + timeout
+        while True:
+            self.raise_if_failed()
+            if predicate(self):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_interval)
+
+    def idle(self) -> bool:
+        """True when nothing is in flight and the query has no data waiting (subclasses refine)."""
+        return self.query is not None and not self._batch_lock.locked() and self._source_drained()
+
+    def _source_drained(self) -> bool:
+        """True when the query stopped, or its last batch read up to the latest offsets."""
+        if not self.query.isActive:
+            return True
+        progress = self.query.lastProgress
+        if not progress or not progress.get("sources"):
+            return False
+        source = progress["sources"][0]
+        return progress.get("numInputRows") == 0 or source.get("endOffset") == source.get("latestOffset")
+
+    def raise_if_failed(self) -> None:
+        """Raise the error that stopped the streaming query, if any (not after ``stop()``)."""
+        if self.query is not None and not self._stopping.is_set():
+            exception = self.query.exception()
+            if exception is not None:
+                raise exception
+
+    # --- one batch ------------------------------------------------------------------------------
+
+    def _on_stream_batch(self, df, batch_id: int) -> None:
+        raise NotImplementedError
+
+    def _write(self, inputs) -> tuple[int, int]:
+        """Run the transform and write its outputs from executor tasks; (outputs, failed rows)."""
+        outputs = self.transform(inputs)
+        columns = set(getattr(outputs, "columns", ()))
+        if "value" not in columns or ANCHORS_COLUMN not in columns:
+            raise ConfigError(
+                f"{self.name}: transform {getattr(self.transform, '__name__', self.transform)} must return "
+                f"a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns (and optionally key, headers, "
+                f"rk_fail); got {sorted(columns)}")
+        before_outputs, before_failed = self._outputs_acc.value, self._failed_acc.value
+        writer = OutputWriter(
+            bootstrap_servers=self.bootstrap_servers,
+            output_topic=self.output_topic,
+            acks_topic=self.topics.acks,
+            ack_partitions=self._ack_partitions,
+            sender=self.task_id,
+            kafka_config=self.kafka_config,
+            outputs=self._outputs_acc,
+            failed_rows=self._failed_acc,
+        )
+        outputs.foreachPartition(writer)
+        written = self._outputs_acc.value - before_outputs
+        failed = self._failed_acc.value - before_failed
+        self.stats.outputs += written
+        self.stats.failed_rows += failed
+        return written, failed
+
+    def _send_entries(self, kind: EventKind, entries: list[tuple[int, int]], *, what: str) -> None:
+        """Send ack-topic entries from the driver and wait until the broker has them."""
+        if not entries:
+            return
+        with self._lock:
+            errors_before = len(self._acks.delivery_errors)
+            self._acks.add_many(kind, entries)
+            self._acks.send()
+        flush_or_raise(self._producer, what=f"{self.name} {what}")
+        if len(self._acks.delivery_errors) > errors_before:
+            raise DeliveryError(f"{self.name}: {what} not delivered to {self.topics.acks}: "
+                                f"{self._acks.delivery_errors[-1]}", topic=self.topics.acks)
+
+    def _send_fails(self, roots: list[int]) -> None:
+        """FAIL entries for ``roots``, best effort: the ackers then drop their trees early."""
+        try:
+            with self._lock:
+                for root in roots:
+                    self._acks.add(EventKind.FAIL, root)
+                self._acks.send()
+            self._producer.poll(0)
+        except Exception as exc:
+            log.warning("%s: FAIL entries for %d roots not sent (%s); their trees time out", self.name,
+                        len(roots), exc)
+
+    def _batch_failed(self, what: str, exc: BaseException) -> None:
+        """Log a failed batch; re-raise when the policy (or the error's kind) says stop."""
+        self.stats.failed_batches += 1
+        if isinstance(exc, ConfigError) or self.on_batch_error == "stop":
+            log.error("%s: %s failed; stopping: %s", self.name, what, exc)
+            raise exc
+        log.error("%s: %s failed; its roots were failed and will be redelivered", self.name, what,
+                  exc_info=exc)
+
+    def _commit_group(self, consumer, offsets) -> None:
+        """Commit explicit offsets (``TopicPartition`` list) synchronously."""
+        if offsets:
+            consumer.commit(offsets=offsets, asynchronous=False)
+
+    def _source_partitions(self, consumer, timeout: float = 30.0) -> list[tuple[str, int]]:
+        partitions = []
+        for topic in self.source_topics:
+            described = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+            if described is None or described.error is not None or not described.partitions:
+                raise TopologyError(f"{self.name}: source topic {topic} does not exist")
+            partitions.extend((topic, p) for p in sorted(described.partitions))
+        return partitions
+
+    def _new_group_consumer(self):
+        return new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config)
+
+
+def offsets_json(offsets: dict[tuple[str, int], int]) -> str:
+    """Spark's Kafka offsets JSON for ``(topic, partition) -> offset``."""
+    by_topic: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        by_topic.setdefault(topic, {})[str(partition)] = offset
+    return json.dumps(by_topic)

@@ -1,0 +1,583 @@
+"""A Spark Structured Streaming job as a spout: every source record it reads is a root.
+
+Spark's Kafka source and micro-batch engine do the reading; ``foreachBatch`` adds tracking
+(DESIGN 7 and 7.1). Per batch the driver
+
+1. derives each record's root and edge from a fresh salt (``reliable_kafka.spark.derive``),
+   collects the batch's (coordinates, root, edge), registers them with the in-flight tracker and
+   sends INIT for every root, flushed before anything else happens;
+2. runs the user's ``transform`` over the batch (key, value, topic, partition, offset,
+   timestamp, headers, attempt, anchors) and writes its outputs from executor tasks, which also
+   send the child-edge acks (``OutputWriter``);
+3. after the write action succeeded, acks each input's own edge.
+
+A background driver loop consumes this spout's outcomes, redelivers failed and timed-out records
+(re-read by offset with a batch Kafka read, processed with new roots, joined to the next
+micro-batch or run on their own when no data arrives), dead-letters records past the retry limit
+and commits the job's consumer group up to the tracker's commit point, with the offsets done above
+it in the commit metadata. Only that commit says what is done: Spark's checkpoint says only what
+was read. On start, records between the group's commit and the point where Spark resumes
+(``reliable_kafka.spark.checkpoint``) that are not recorded as done are processed again first.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from dataclasses import asdict
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from reliable_kafka.codec import ParkedRecord
+from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
+from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.core.tracker import ActionKind, Backoff, InFlightTracker, OutcomeAction, Redelivery
+from reliable_kafka.errors import ConfigError, DecodeError
+from reliable_kafka.ids import new_id
+from reliable_kafka.spark.checkpoint import read_resume_point
+from reliable_kafka.spark.derive import edge_column, root_column
+from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, offsets_json
+from reliable_kafka.transport import OutcomeListener, Quarantine, flush_or_raise, new_consumer, park
+
+__all__ = ["SparkSpout"]
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+class _BeforeEmit(Exception):
+    """A batch failed before its records were registered: nothing of it is tracked yet."""
+
+
+class SparkSpout(SparkJob):
+    """A PySpark streaming job whose source records are the roots of tuple trees.
+
+    Keyword arguments (defaults in brackets):
+
+    - ``topology``, ``bootstrap_servers``, ``source_topics``, ``group_id``, ``checkpoint_dir``,
+      ``transform`` (DataFrame -> DataFrame with value, anchors and optionally key, headers,
+      rk_fail), ``output_topic``: required. ``group_id`` is the consumer group whose committed
+      offsets are the job's true progress (Spark's own source never commits).
+    - ``trigger_seconds`` [1.0] (ProcessingTime) or ``available_now`` [False] (AvailableNow:
+      process what is there, then only redeliveries); ``max_offsets_per_trigger`` [None].
+    - ``max_retries`` [5], ``max_pending`` [10000], ``message_timeout_ms`` [30000],
+      ``backstop_grace_ms`` [10000], ``backoff`` [Backoff()]: as the Python spout.
+      ``max_pending`` holds the next micro-batch back while that many roots are in flight.
+    - ``commit_interval_ms`` [1000]; ``on_batch_error`` ["fail_roots"]: a batch whose transform or
+      write fails has its roots failed (redelivered, in the end dead-lettered) and the stream goes
+      on; "stop" stops the query instead.
+    - ``kafka_config`` (librdkafka settings for the driver's and tasks' clients),
+      ``spark_kafka_options`` (options for Spark's Kafka reader, e.g. ``kafka.security.protocol``;
+      ``kafka.isolation.level`` defaults to read_committed).
+    """
+
+    component = "spark-spout"
+
+    def __init__(
+        self,
+        spark,
+        *,
+        topology: str,
+        bootstrap_servers: str,
+        source_topics: str | list[str],
+        group_id: str,
+        checkpoint_dir: str,
+        transform: Transform,
+        output_topic: str,
+        trigger_seconds: float = 1.0,
+        available_now: bool = False,
+        max_offsets_per_trigger: int | None = None,
+        max_retries: int = 5,
+        max_pending: int = 10_000,
+        message_timeout_ms: int = 30_000,
+        backstop_grace_ms: int = 10_000,
+        backoff: Backoff | None = None,
+        commit_interval_ms: int = 1000,
+        on_batch_error: BatchErrorPolicy = "fail_roots",
+        kafka_config: dict | None = None,
+        spark_kafka_options: dict[str, str] | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(
+            spark, topology=topology, bootstrap_servers=bootstrap_servers, source_topics=source_topics,
+            checkpoint_dir=checkpoint_dir, transform=transform, output_topic=output_topic,
+            group_id=group_id, trigger_seconds=trigger_seconds, available_now=available_now,
+            max_offsets_per_trigger=max_offsets_per_trigger, on_batch_error=on_batch_error,
+            kafka_config=kafka_config, spark_kafka_options=spark_kafka_options, name=name,
+        )
+        if commit_interval_ms < 0:
+            raise ConfigError(f"{self.component}: commit_interval_ms must be >= 0, got {commit_interval_ms}")
+        self.commit_interval_ms = commit_interval_ms
+        self.tracker = InFlightTracker(max_pending=max_pending, max_retries=max_retries, backoff=backoff,
+                                       message_timeout_ms=message_timeout_ms,
+                                       backstop_grace_ms=backstop_grace_ms)
+        self.partitions: list[TP] = []
+        self.recovered = 0  # records processed again on start (between group commit and checkpoint)
+        self.skipped = 0  # records Spark handed over again that were already done
+        self.dead_lettered = 0
+        self.lost_to_retention = 0
+        self.commits = 0
+        self.metadata_truncated = 0
+        self.throttled = 0  # micro-batches held back by max_pending
+        self._outcomes: OutcomeListener | None = None
+        self._group = None  # commits the job's consumer group
+        self._fetcher = None  # re-reads single records for the dead-letter topic
+        self._watermarks = None
+        self._watermarks_lock = threading.Lock()
+        self._dead_letters: list[OutcomeAction] = []
+        self._committed: dict[TP, tuple[int, str]] = {}
+        self._starting: str | None = None
+        self._loop: threading.Thread | None = None
+        self._loop_stop = threading.Event()
+        self._last_commit = 0.0
+
+    # --- start ----------------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        self._group = self._new_group_consumer()
+        self._fetcher = new_consumer(self.bootstrap_servers, f"{self.group_id}.rk-fetch", self.kafka_config)
+        self._watermarks = new_consumer(self.bootstrap_servers, f"{self.group_id}.rk-fetch", self.kafka_config)
+        self.partitions = self._source_partitions(self._group)
+        self._outcomes = OutcomeListener(
+            bootstrap_servers=self.bootstrap_servers, topics=self.topics, spout_id=self.task_id,
+            kafka_config=self.kafka_config,
+            quarantine=Quarantine(self._producer, topic=self.topics.quarantine, component=self.name))
+        self._outcomes.start()  # before any INIT: no outcome of this incarnation can be missed
+        self._recover()
+        self._loop = threading.Thread(target=self._drive, name=f"{self.name}-driver", daemon=True)
+        self._loop.start()
+
+    def _recover(self) -> None:
+        """Track from the group's commit; process again what Spark will not re-read."""
+        resume = read_resume_point(self.checkpoint_dir)
+        committed = self._group.committed([TopicPartition(t, p) for t, p in self.partitions], timeout=30)
+        ranges: dict[TP, tuple[int, int]] = {}
+        starting: dict[TP, int] = {}
+        for tp in committed:
+            key = (tp.topic, tp.partition)
+            start = tp.offset if tp.offset >= 0 else None
+            done_above: list[int] = []
+            if start is not None:
+                try:
+                    done_above = decode_done_above(start, tp.metadata)
+                except DecodeError as error:
+                    log.warning("%s: ignoring commit metadata of %s[%d]: %s", self.name, *key, error)
+                self._committed[key] = (start, tp.metadata or "")
+            elif resume.exists:
+                start = resume.initial.get(key)  # never committed: from where the query began
+            if start is None:
+                continue
+            self.tracker.assign(key, committed=start, done_above=done_above)
+            starting[key] = start
+            end = resume.offsets.get(key) if resume.exists else None
+            if end is not None and end > start:
+                ranges[key] = (start, end)
+        if not resume.exists and starting:
+            all_partitions = {tp: starting.get(tp, -2) for tp in self.partitions}  # -2: earliest
+            self._starting = offsets_json(all_partitions)
+        if ranges:
+            log.info("%s: recovering %s (group commit .. checkpoint resume point)", self.name,
+                     {f"{t}[{p}]": r for (t, p), r in ranges.items()})
+        for chunk in self._chunks(ranges):
+            self.stats.extra_batches += 1
+            with self._batch_lock:
+                self._run_batch(self._read_ranges(chunk), [], what="recovery batch", recovery=True)
+
+    def _chunks(self, ranges: dict[TP, tuple[int, int]]):
+        size = self.max_offsets_per_trigger or 100_000
+        pending = dict(ranges)
+        while pending:
+            chunk = {}
+            for tp, (start, end) in list(pending.items()):
+                stop = min(end, start + size)
+                chunk[tp] = (start, stop)
+                if stop >= end:
+                    del pending[tp]
+                else:
+                    pending[tp] = (stop, end)
+            yield chunk
+
+    def _starting_offsets(self) -> str | None:
+        return self._starting
+
+    # --- batches --------------------------------------------------------------------------------
+
+    def _on_stream_batch(self, df, batch_id: int) -> None:
+        self._wait_below_max_pending()
+        if self._stopping.is_set():
+            raise RuntimeError(f"{self.name}: stopping; batch {batch_id} is left to the next run")
+        with self._batch_lock:
+            self.stats.batches += 1
+            with self._lock:
+                redeliveries = self.tracker.due_redeliveries()
+            self._run_batch(df, redeliveries, what=f"batch {batch_id}")
+
+    def _wait_below_max_pending(self) -> None:
+        """Backpressure: the next micro-batch waits while ``max_pending`` roots are in flight."""
+        waited = False
+        while not self._stopping.is_set():
+            with self._lock:
+                if not self.tracker.over_max_pending():
+                    break
+            waited = True
+            time.sleep(0.05)
+        self.throttled += waited
+
+    def _run_batch(self, fresh, redeliveries: list[Redelivery], *, what: str, recovery: bool = False) -> None:
+        """Track, transform, write and ack one batch (fresh records and/or redeliveries)."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        frames = []
+        if fresh is not None:
+            frames.append(fresh.select(*SOURCE_COLUMNS).withColumn("attempt", F.lit(1)))
+        if redeliveries:
+            frames.append(self._read_redeliveries(redeliveries))
+        if not frames:
+            return
+        batch = functools.reduce(lambda a, b: a.unionByName(b), frames)
+        salt = new_id()
+        batch = (batch.withColumn("root", root_column(salt)).withColumn("edge", edge_column(salt))
+                 .persist(StorageLevel.MEMORY_AND_DISK))
+        roots: list[int] = []
+        try:
+            try:
+                coordinates = batch.select("topic", "partition", "offset", "attempt", "root", "edge").collect()
+                entries, skipped = self._register(coordinates, redeliveries)
+            except Exception as exc:
+                raise _BeforeEmit(str(exc)) from exc
+            roots = [root for root, _ in entries]
+            if recovery:
+                self.recovered += len(entries)
+            if not entries:
+                return
+            self._send_entries(EventKind.INIT, entries, what=f"INIT of {what}")  # (1)
+            inputs = batch
+            if skipped:
+                spark = batch.sparkSession
+                done = spark.createDataFrame([(root,) for root in skipped], "root long")
+                inputs = batch.join(F.broadcast(done), "root", "left_anti")
+            inputs = (inputs.withColumn("anchors", F.array(F.struct(F.col("root"), F.col("edge"))))
+                      .drop("root", "edge"))
+            self.stats.inputs += len(entries)
+            self._write(inputs)  # (2)
+            self._send_entries(EventKind.ACK, entries, what=f"input acks of {what}")  # (3)
+        except _BeforeEmit as exc:
+            self._requeue(redeliveries)
+            cause = exc.__cause__ or exc
+            log.error("%s: %s failed before its records were tracked: %s", self.name, what, cause)
+            raise cause
+        except Exception as exc:
+            self._fail_locally(roots)
+            self._batch_failed(what, exc)
+        finally:
+            batch.unpersist()
+
+    def _register(self, coordinates, redeliveries: list[Redelivery]):
+        """Tracker entries for the batch's records; returns ((root, edge) list, skipped roots)."""
+        wanted = {(r.tp, r.offset): r for r in redeliveries}
+        entries: list[tuple[int, int]] = []
+        skipped: list[int] = []
+        with self._lock:
+            for row in coordinates:
+                tp = (row.topic, row.partition)
+                if row.attempt == 1:
+                    if self.tracker.should_skip(tp, row.offset):
+                        skipped.append(row.root)
+                        continue
+                elif wanted.pop((tp, row.offset), None) is None:
+                    skipped.append(row.root)
+                    continue
+                self.tracker.emitted(tp, row.offset, root=row.root, attempt=row.attempt)
+                entries.append((row.root, row.edge))
+            for redelivery in wanted.values():
+                # Kafka deleted it (retention) before it could be processed again: nothing to send.
+                self.lost_to_retention += 1
+                log.error("%s: %s[%d]@%d is no longer in Kafka; it cannot be redelivered (attempt %d, %s)",
+                          self.name, *redelivery.tp, redelivery.offset, redelivery.attempt, redelivery.reason)
+                self.tracker.done_immediately(redelivery.tp, redelivery.offset)
+            self.skipped += len(skipped)
+        return entries, skipped
+
+    def _requeue(self, redeliveries: list[Redelivery]) -> None:
+        """Redeliveries whose batch failed before they were emitted: count a failed attempt."""
+        with self._lock:
+            for redelivery in redeliveries:
+                root = self.tracker.emitted(redelivery.tp, redelivery.offset, attempt=redelivery.attempt)
+                self._apply(self.tracker.on_outcome(root, OutcomeKind.FAILED))
+
+    def _fail_locally(self, roots: list[int]) -> None:
+        if not roots:
+            return
+        with self._lock:
+            for root in roots:
+                self._apply(self.tracker.on_outcome(root, OutcomeKind.FAILED))
+        self._send_fails(roots)
+
+    def _apply(self, action: OutcomeAction | None) -> None:
+        if action is not None and action.kind is ActionKind.DEAD_LETTER:
+            self._dead_letters.append(action)
+
+    def _read_ranges(self, ranges: dict[TP, tuple[int, int]]):
+        """Batch read of ``[start, end)`` per partition (recovery)."""
+        starts = {tp: start for tp, (start, _) in ranges.items()}
+        ends = {tp: end for tp, (_, end) in ranges.items()}
+        return self._batch_reader(starts, ends)
+
+    def _read_redeliveries(self, redeliveries: list[Redelivery]):
+        """The exact records to redeliver, with their attempt numbers."""
+        from pyspark.sql import functions as F
+
+        starts: dict[TP, int] = {}
+        ends: dict[TP, int] = {}
+        for r in redeliveries:
+            starts[r.tp] = min(starts.get(r.tp, r.offset), r.offset)
+            ends[r.tp] = max(ends.get(r.tp, r.offset + 1), r.offset + 1)
+        spark = self.spark
+        wanted = spark.createDataFrame(
+            [(t, p, r.offset, r.attempt) for r in redeliveries for (t, p) in [r.tp]],
+            "topic string, partition int, offset long, attempt int")
+        records = self._batch_reader(starts, ends).select(*SOURCE_COLUMNS)
+        return records.join(F.broadcast(wanted), ["topic", "partition", "offset"], "inner") \
+            .select(*SOURCE_COLUMNS, "attempt")
+
+    def _batch_reader(self, starts: dict[TP, int], ends: dict[TP, int]):
+        assign: dict[str, list[int]] = {}
+        for topic, partition in starts:
+            assign.setdefault(topic, []).append(partition)
+        reader = (self.spark.read.format("kafka")
+                  .option("kafka.bootstrap.servers", self.bootstrap_servers)
+                  .option("assign", _json(assign))
+                  .option("startingOffsets", offsets_json(starts))
+                  .option("endingOffsets", offsets_json(ends))
+                  .option("includeHeaders", "true")
+                  .option("failOnDataLoss", "false"))
+        for key, value in self.spark_kafka_options.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    # --- the driver loop ------------------------------------------------------------------------
+
+    def _drive(self) -> None:
+        while not self._loop_stop.is_set():
+            try:
+                self._drive_once()
+            except Exception as exc:  # Kafka away, a failed redelivery batch...: log, go on
+                log.exception("%s: driver loop: %s", self.name, exc)
+                self._loop_stop.wait(1.0)
+
+    def _drive_once(self) -> None:
+        outcomes = self._outcomes.poll(timeout=0.1, max_records=1000)
+        with self._lock:
+            for root, kind in outcomes:
+                self._apply(self.tracker.on_outcome(root, kind))
+            for action in self.tracker.expire_backstop():
+                self._apply(action)
+        if self._dead_letters:
+            self._write_dead_letters()
+        self._redeliver_if_idle()
+        if (time.monotonic() - self._last_commit) * 1000 >= self.commit_interval_ms:
+            self.commit()
+
+    def _redeliver_if_idle(self) -> None:
+        """Spark runs no batch without new data: redeliveries that are due run on their own."""
+        with self._lock:
+            due = self.tracker.next_due_ms()
+        if due is None or due > time.monotonic_ns() // 1_000_000 or self._stopping.is_set():
+            return
+        if not self._batch_lock.acquire(blocking=False):
+            return  # a stream batch is running; it takes the due redeliveries itself
+        try:
+            with self._lock:
+                redeliveries = self.tracker.due_redeliveries()
+            if redeliveries:
+                self.stats.extra_batches += 1
+                self._run_batch(None, redeliveries, what=f"redelivery of {len(redeliveries)} records")
+        finally:
+            self._batch_lock.release()
+
+    def _write_dead_letters(self) -> None:
+        with self._lock:
+            actions, self._dead_letters = self._dead_letters, []
+        failed: dict[tuple[str, int, int], str] = {}
+
+        def delivered(action: OutcomeAction):
+            def callback(error, _message) -> None:
+                if error is not None:
+                    failed[(*action.tp, action.offset)] = str(error)
+            return callback
+
+        written: list[OutcomeAction] = []
+        unread: list[OutcomeAction] = []
+        for action in actions:
+            try:
+                message = self._fetch(action.tp, action.offset)
+            except Exception as exc:  # the broker is away: keep it for the next round
+                log.warning("%s: cannot read %s[%d]@%d for the dead-letter topic: %s", self.name, *action.tp,
+                            action.offset, exc)
+                unread.append(action)
+                continue
+            if message is None:
+                self.lost_to_retention += 1
+                log.error("%s: %s[%d]@%d is no longer in Kafka; it cannot be dead-lettered (%s)",
+                          self.name, *action.tp, action.offset, action.reason)
+                with self._lock:
+                    self.tracker.done_immediately(action.tp, action.offset)
+                continue
+            timestamp = message.timestamp()[1] if message.timestamp() else -1
+            park(self._producer, self.topics.dlq, key=message.key(), value=message.value(),
+                 headers=message.headers(),
+                 parked=ParkedRecord(reason=action.reason, attempts=action.attempt, source_topic=action.tp[0],
+                                     source_partition=action.tp[1], source_offset=action.offset,
+                                     source_timestamp_ms=timestamp, component=self.name),
+                 on_delivery=delivered(action))
+            written.append(action)
+        if unread:
+            with self._lock:
+                self._dead_letters.extend(unread)
+        try:
+            flush_or_raise(self._producer, what=f"{self.name} dead letters")
+        except Exception:
+            with self._lock:  # not confirmed: try again on the next round
+                self._dead_letters.extend(written)
+            raise
+        confirmed = [a for a in written if (*a.tp, a.offset) not in failed]
+        with self._lock:
+            for action in confirmed:
+                self.tracker.dead_lettered(action.tp, action.offset)
+            self.dead_lettered += len(confirmed)
+            self._dead_letters.extend(a for a in written if (*a.tp, a.offset) in failed)
+        if confirmed:
+            log.warning("%s: %d records dead-lettered to %s", self.name, len(confirmed), self.topics.dlq)
+        if failed:
+            log.error("%s: %d dead-letter writes to %s failed (first: %s); retrying", self.name, len(failed),
+                      self.topics.dlq, next(iter(failed.values())))
+
+    def _fetch(self, tp: TP, offset: int, timeout: float = 15.0):
+        """The record at ``tp@offset`` (None when Kafka no longer has it)."""
+        self._fetcher.assign([TopicPartition(tp[0], tp[1], offset)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for message in self._fetcher.consume(num_messages=1, timeout=0.5):
+                if message.error() is not None:
+                    if message.error().code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                        return None
+                    continue
+                if message.offset() == offset:
+                    return message
+                if message.offset() > offset:
+                    return None
+        raise TimeoutError(f"{self.name}: could not read {tp[0]}[{tp[1]}]@{offset} within {timeout:.0f}s")
+
+    # --- commits --------------------------------------------------------------------------------
+
+    def commit(self) -> None:
+        """Commit the group to the tracker's commit points, with done-above metadata."""
+        self._last_commit = time.monotonic()
+        offsets = []
+        with self._lock:
+            for tp, point in self.tracker.commit_points().items():
+                metadata, truncated = encode_done_above(point, self.tracker.done_above(tp))
+                if self._committed.get(tp) == (point, metadata):
+                    continue
+                self.metadata_truncated += truncated
+                offsets.append(TopicPartition(tp[0], tp[1], point, metadata))
+        if not offsets:
+            return
+        try:
+            self._commit_group(self._group, offsets)
+        except KafkaException as exc:
+            log.warning("%s: commit postponed: %s", self.name, exc)
+            return
+        for tp in offsets:
+            self._committed[(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
+        self.commits += 1
+
+    def committed_offsets(self) -> dict[TP, int]:
+        """What this job last committed, per source partition."""
+        return {tp: offset for tp, (offset, _) in self._committed.items()}
+
+    def end_offsets(self) -> dict[TP, int]:
+        """High watermarks of the source partitions now."""
+        with self._watermarks_lock:
+            return {(t, p): self._watermarks.get_watermark_offsets(TopicPartition(t, p), timeout=10,
+                                                                   cached=False)[1]
+                    for t, p in self.partitions}
+
+    def caught_up(self) -> bool:
+        """True when the committed offsets reached the current end of every source partition."""
+        committed = self.committed_offsets()
+        return all(committed.get(tp, 0) >= end for tp, end in self.end_offsets().items() if end > 0)
+
+    def idle(self) -> bool:
+        """Nothing in flight or waiting for a retry, everything done is committed, and the query's
+        last batch read up to the latest offsets (or it finished)."""
+        with self._lock:
+            busy = self._in_flight()
+            points = self.tracker.commit_points()
+        return not busy and points == self.committed_offsets() and super().idle()
+
+    def _in_flight(self) -> bool:
+        """True while any record is not done: in flight, waiting for a retry or a dead-letter write."""
+        tracker = self.tracker
+        return bool(tracker.pending_roots() or tracker.next_due_ms() is not None or self._dead_letters
+                    or any(tracker.pending_offsets(tp) for tp in tracker.partitions()))
+
+    # --- stop -----------------------------------------------------------------------------------
+
+    def _drain(self, timeout: float) -> None:
+        """Keep the driver loop tracking (outcomes, redeliveries) until nothing is in flight."""
+        deadline = time.monotonic() + timeout
+        self._stopping.clear()  # redeliveries may still run while draining; the query is stopped
+        try:
+            while time.monotonic() < deadline and self._loop is not None and self._loop.is_alive():
+                with self._lock:
+                    if not self._in_flight():
+                        return
+                time.sleep(0.1)
+        finally:
+            self._stopping.set()
+
+    def _close(self) -> None:
+        self._loop_stop.set()
+        if self._loop is not None:
+            self._loop.join(timeout=60)
+        try:
+            if self._group is not None:
+                self.commit()
+        finally:
+            for consumer in (self._group, self._fetcher, self._watermarks):
+                if consumer is not None:
+                    consumer.close()
+            self._group = self._fetcher = self._watermarks = None
+            if self._outcomes is not None:
+                self._outcomes.close()
+                self._outcomes = None
+            super()._close()
+        log.info("%s: stopped; %s", self.name, self.progress())
+
+    def progress(self) -> dict:
+        """A snapshot of the job's counters, the tracker's and the commit points."""
+        with self._lock:
+            return {
+                **asdict(self.stats),
+                "tracker": self.tracker.stats.as_dict(),
+                "pending_roots": self.tracker.pending_roots(),
+                "commit_points": {f"{t}[{p}]": o for (t, p), o in self.tracker.commit_points().items()},
+                "recovered": self.recovered,
+                "skipped": self.skipped,
+                "dead_lettered": self.dead_lettered,
+                "lost_to_retention": self.lost_to_retention,
+                "commits": self.commits,
+                "metadata_truncated": self.metadata_truncated,
+                "throttled": self.throttled,
+            }
+
+
+def _json(value) -> str:
+    import json
+
+    return json.dumps(value)

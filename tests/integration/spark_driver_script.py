@@ -1,0 +1,71 @@
+"""A SparkSpout driver as its own process, for the kill test (tests/integration/test_spark_kill.py).
+
+Runs until SIGTERM (then stops gracefully and prints its progress as one JSON line) or until it is
+killed. Outputs are ``value|partition|offset|attempt`` so the test can trace them to their records.
+
+    python spark_driver_script.py --bootstrap HOST:PORT --topology T --source S --output O \
+        --group G --checkpoint DIR [--max-offsets-per-trigger N] [--message-timeout-ms MS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+
+
+def tag_with_source(df):
+    from pyspark.sql import functions as F
+
+    return df.select(
+        "key",
+        F.concat_ws("|", F.col("value").cast("string"), F.col("partition").cast("string"),
+                    F.col("offset").cast("string"), F.col("attempt").cast("string")).alias("value"),
+        "anchors",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topology", required=True)
+    parser.add_argument("--source", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=300)
+    parser.add_argument("--message-timeout-ms", type=int, default=10_000)
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    from reliable_kafka.core.tracker import Backoff
+    from reliable_kafka.spark import SparkSpout, spark_session
+
+    spark = spark_session("rk-kill-test-driver")
+    spout = SparkSpout(spark, topology=args.topology, bootstrap_servers=args.bootstrap, source_topics=args.source,
+                       group_id=args.group, checkpoint_dir=args.checkpoint, transform=tag_with_source,
+                       output_topic=args.output, max_offsets_per_trigger=args.max_offsets_per_trigger,
+                       message_timeout_ms=args.message_timeout_ms, backoff=Backoff(initial_ms=200),
+                       commit_interval_ms=300)
+    spout.start()
+    print(json.dumps({"started": True, "recovered": spout.recovered}), flush=True)
+    try:
+        while not stop.wait(0.5):
+            spout.raise_if_failed()
+    finally:
+        spout.stop()
+        print(json.dumps({"stopped": True, **spout.progress()}, default=str), flush=True)
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Shared pieces of the Spark integration tests: an acker and downstream bolts on threads, and
+readers that turn output, outcome and dead-letter topics into plain data to assert on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from reliable_kafka import codec
+from reliable_kafka.acker.worker import AckerWorker
+from reliable_kafka.bolt import BasicBolt, Bolt
+from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.testing.records import read_topic
+from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+
+@contextmanager
+def acker_running(bootstrap: str, topology: str, *, ackers: int = 2, timeout_ms: int = 10_000):
+    """An acker worker on a thread (creates the topology's topics), stopped on exit."""
+    ensure_topics(admin_client(bootstrap), TopologyTopics(topology, ackers=ackers))
+    stop = threading.Event()
+    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=ackers, timeout_ms=timeout_ms,
+                         commit_interval_ms=200)
+    thread = threading.Thread(target=worker.run, args=(stop,), name="acker", daemon=True)
+    thread.start()
+    assert worker.ready.wait(60), "acker worker did not start consuming within 60 s"
+    try:
+        yield worker
+    finally:
+        stop.set()
+        thread.join(60)
+
+
+@contextmanager
+def bolt_running(bolt: Bolt):
+    """A Python bolt on a thread, stopped on exit."""
+    stop = threading.Event()
+    thread = threading.Thread(target=bolt.run, args=(stop,), name=bolt.name, daemon=True)
+    thread.start()
+    try:
+        yield bolt
+    finally:
+        stop.set()
+        thread.join(60)
+
+
+def source_of(value: bytes) -> tuple[int, int, int, str]:
+    """(partition, offset, attempt, payload) from an output value written as
+    ``payload|partition|offset|attempt`` by the tests' transforms."""
+    payload, partition, offset, attempt = value.decode().rsplit("|", 3)
+    return int(partition), int(offset), int(attempt), payload
+
+
+@dataclass
+class DownstreamLog:
+    """What a downstream bolt saw: per source (partition, offset), attempts handled successfully."""
+
+    ok: dict = field(default_factory=lambda: defaultdict(set))
+    failed: dict = field(default_factory=lambda: defaultdict(int))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def snapshot_ok(self) -> set[tuple[int, int]]:
+        with self.lock:
+            return set(self.ok)
+
+
+def acking_bolt(bootstrap: str, topology: str, topic: str, log: DownstreamLog, *, fail_first=None,
+                delay_s: float = 0.0) -> BasicBolt:
+    """A basic bolt over the outputs: records what it handled; ``fail_first(partition, offset)``
+    True fails the first attempt of that source record (the tree FAILs, the spout redelivers);
+    ``delay_s`` slows it down per tuple (a downstream that lags behind Spark)."""
+
+    def handle(tuple_, collector) -> None:
+        if delay_s:
+            time.sleep(delay_s)
+        partition, offset, attempt, _ = source_of(tuple_.value)
+        if fail_first is not None and attempt == 1 and fail_first(partition, offset):
+            with log.lock:
+                log.failed[(partition, offset)] += 1
+            raise RuntimeError("downstream fails this tuple on purpose")
+        with log.lock:
+            log.ok[(partition, offset)].add(attempt)
+
+    return BasicBolt(topology=topology, bootstrap_servers=bootstrap, source_topics=topic,
+                     group_id=f"{topic}.downstream", handler=handle)
+
+
+def outcomes(bootstrap: str, topology: str) -> dict[int, list[OutcomeKind]]:
+    """root -> outcomes the ackers published, in order."""
+    decided: dict[int, list[OutcomeKind]] = defaultdict(list)
+    for message in read_topic(bootstrap, TopologyTopics(topology).outcomes):
+        batch = codec.decode_outcomes(message.value())
+        for root, kind in zip(batch.roots.tolist(), batch.kinds.tolist()):
+            decided[root].append(OutcomeKind(kind))
+    return decided
+
+
+def outputs_by_root(bootstrap: str, topic: str) -> dict[int, list[tuple[int, int, int, str]]]:
+    """root -> the outputs (partition, offset, attempt, payload) anchored to it."""
+    by_root: dict[int, list] = defaultdict(list)
+    for message in read_topic(bootstrap, topic):
+        headers = dict(message.headers() or [])
+        anchors = codec.decode_anchors(headers[codec.ANCHORS_HEADER])
+        for root in anchors:
+            by_root[root].append(source_of(message.value()))
+    return by_root
+
+
+def wait_for(predicate, *, timeout: float, what: str, interval: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)

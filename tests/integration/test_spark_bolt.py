@@ -1,0 +1,150 @@
+"""SparkBolt: trees pass through Spark jobs and Python bolts alike (DESIGN 7, 2, 3)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from pyspark.sql import functions as F
+
+from reliable_kafka import codec
+from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.spark import SparkBolt, SparkSpout, merge_anchors, spark_session
+from reliable_kafka.spout import Spout
+from reliable_kafka.testing.records import produce_values, read_topic
+from reliable_kafka.testing.topics import create_topics, unique_name
+from reliable_kafka.topology import TopologyTopics
+from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running, wait_for
+
+pytestmark = pytest.mark.spark
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark_word_count.py"
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = spark_session("rk-test-spark-bolt")
+    yield session
+    session.stop()
+
+
+def count_words(df):
+    words = df.select(F.explode(F.split(F.col("value").cast("string"), " ")).alias("word"), "anchors")
+    return (words.groupBy("word")
+            .agg(F.count("*").cast("string").alias("value"), merge_anchors().alias("anchors"))
+            .withColumnRenamed("word", "key"))
+
+
+def test_python_spout_spark_bolt_python_bolt(spark, kafka_bootstrap, tmp_path):
+    """Sentences from a Python spout are counted by a Spark bolt (an aggregation: each count is
+    anchored to every sentence in it) and summed by a Python bolt: the spout's commit reaches the
+    end only through all three. A record whose header does not decode is quarantined; a record
+    without the header is counted untracked."""
+    topology = unique_name("rk-spark-bolt")
+    source, sentences, counts = f"{topology}.src", f"{topology}.sentences", f"{topology}.counts"
+    create_topics(kafka_bootstrap, {source: 2, sentences: 2, counts: 1})
+    lines = [" ".join(["alpha", "beta", "gamma"][: 1 + i % 3]) for i in range(600)]
+    produce_values(kafka_bootstrap, source, [line.encode() for line in lines])
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(sentences, b"broken header", headers=[(codec.ANCHORS_HEADER, b"\x01\xff\xff")])
+    producer.produce(sentences, b"zebra", headers=[("other", b"x")])
+    producer.flush(30)
+    del producer
+
+    totals: dict[str, int] = {}
+    untracked_outputs: list[str] = []
+
+    def add_count(tuple_, collector) -> None:
+        word = tuple_.key.decode()
+        totals[word] = totals.get(word, 0) + int(tuple_.value)
+        if not tuple_.tracked:
+            untracked_outputs.append(word)
+
+    from reliable_kafka.bolt import BasicBolt
+
+    python_spout = Spout(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
+                         group_id=f"{topology}.spout", emit_to=sentences, message_timeout_ms=20_000)
+    summer = BasicBolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=counts,
+                       group_id=f"{topology}.sum", handler=add_count)
+    with acker_running(kafka_bootstrap, topology, timeout_ms=20_000), bolt_running(summer), \
+            bolt_running(python_spout):
+        bolt = SparkBolt(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=sentences,
+                         group_id=f"{topology}.spark", checkpoint_dir=str(tmp_path / "ckpt"),
+                         transform=count_words, output_topic=counts)
+        bolt.start()
+        try:
+            wait_for(lambda: committed_offsets(kafka_bootstrap, f"{topology}.spout", source)
+                     == end_offsets(kafka_bootstrap, source), timeout=180,
+                     what="the Python spout's commit to reach the end (every tree completed)")
+            bolt.raise_if_failed()
+        finally:
+            bolt.stop()
+
+    expected = {"alpha": 600, "beta": 400, "gamma": 200}
+    assert {word: totals.get(word) for word in expected} == expected
+    assert totals.get("zebra") == 1 and untracked_outputs == ["zebra"]
+    assert bolt.stats.quarantined == 1
+    quarantined = read_topic(kafka_bootstrap, TopologyTopics(topology).quarantine)
+    assert len(quarantined) == 1
+    record = quarantined[0]
+    parked = codec.decode_parked(dict(record.headers())[codec.PARKED_HEADER])
+    assert record.value() == b"broken header"
+    assert dict(record.headers())[codec.ANCHORS_HEADER] == b"\x01\xff\xff"  # the raw bytes are kept
+    assert parked.source_topic == sentences and "anchors" in parked.reason
+
+
+def test_spark_spout_spark_bolt_python_bolt_with_downstream_failures(spark, kafka_bootstrap, tmp_path):
+    """A tree crosses two Spark jobs (spout, then bolt) and a Python bolt that fails the first
+    attempt of some records: they are redelivered through both Spark jobs and complete."""
+    topology = unique_name("rk-spark-chain")
+    source, middle, output = f"{topology}.src", f"{topology}.mid", f"{topology}.out"
+    create_topics(kafka_bootstrap, {source: 2, middle: 2, output: 2})
+    placed = produce_values(kafka_bootstrap, source, [f"rec-{i}".encode() for i in range(800)])
+
+    def tag_with_source(df):
+        return df.select(F.concat_ws("|", F.col("value").cast("string"), F.col("partition").cast("string"),
+                                     F.col("offset").cast("string"), F.col("attempt").cast("string")).alias("value"),
+                         "anchors")
+
+    def upper(df):
+        return df.select(F.upper(F.col("value").cast("string")).alias("value"), "anchors")
+
+    log = DownstreamLog()
+    group = f"{topology}.job"
+    with acker_running(kafka_bootstrap, topology, timeout_ms=15_000), \
+            bolt_running(acking_bolt(kafka_bootstrap, topology, output, log,
+                                     fail_first=lambda partition, offset: offset % 40 == 5)):
+        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
+                           group_id=group, checkpoint_dir=str(tmp_path / "spout-ckpt"), transform=tag_with_source,
+                           output_topic=middle, message_timeout_ms=15_000, backoff=Backoff(initial_ms=200))
+        bolt = SparkBolt(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=middle,
+                         group_id=f"{topology}.bolt", checkpoint_dir=str(tmp_path / "bolt-ckpt"), transform=upper,
+                         output_topic=output)
+        bolt.start()
+        spout.start()
+        try:
+            assert spout.run_until(lambda job: job.caught_up(), timeout=240), spout.progress()
+            bolt.raise_if_failed()
+            progress = spout.progress()
+        finally:
+            spout.stop()
+            bolt.stop()
+
+    failed_first = {(p, o) for p, o in placed if o % 40 == 5}
+    assert set(log.failed) == failed_first
+    assert all(max(log.ok[key]) >= 2 for key in failed_first)
+    assert set(log.ok) == set(placed)
+    assert progress["tracker"]["redelivered"] >= len(failed_first)
+    assert bolt.acked >= len(placed)
+    assert committed_offsets(kafka_bootstrap, group, source) == end_offsets(kafka_bootstrap, source)
+
+
+def test_word_count_example_runs(kafka_bootstrap):
+    done = subprocess.run([sys.executable, str(EXAMPLE), "--bootstrap", kafka_bootstrap, "--sentences", "200"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert "trees completed: 200" in done.stdout

@@ -1,0 +1,322 @@
+"""SparkSpout against a real broker and acker, Spark in local mode (DESIGN 7, 7.1, 8).
+
+One SparkSession for the module, ``local[2,3]``: two cores, and a failed task is retried (local
+mode ignores ``spark.task.maxFailures``). The writer's failpoint is armed by a flag file that
+only the task-retry test creates.
+"""
+
+from __future__ import annotations
+
+
+import pytest
+from confluent_kafka import Producer
+from pyspark.sql import functions as F
+
+from reliable_kafka import codec
+from reliable_kafka.bolt import Bolt
+from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.spark import SparkSpout, spark_session
+from reliable_kafka.spark.derive import derive_edge, derive_root, edge_column, root_column
+from reliable_kafka.spark.writer import FAILPOINT_ENV
+from reliable_kafka.testing.records import produce_values, read_topic
+from reliable_kafka.testing.topics import create_topics, unique_name
+from reliable_kafka.topology import TopologyTopics
+from spark_helpers import (
+    DownstreamLog,
+    acker_running,
+    acking_bolt,
+    bolt_running,
+    outcomes,
+    outputs_by_root,
+    source_of,
+)
+
+pytestmark = pytest.mark.spark
+
+FAILPOINT_OUTPUTS = 40
+
+
+@pytest.fixture(scope="module")
+def failpoint_flag(tmp_path_factory):
+    return tmp_path_factory.mktemp("failpoint") / "fail-one-task"
+
+
+@pytest.fixture(scope="module")
+def spark(failpoint_flag):
+    session = spark_session(
+        "rk-test-spark-spout", master="local[2,3]",
+        extra_conf={f"spark.executorEnv.{FAILPOINT_ENV}": f"{failpoint_flag}:{FAILPOINT_OUTPUTS}"})
+    yield session
+    session.stop()
+
+
+def tag_with_source(df):
+    """Outputs ``value|partition|offset|attempt``: the tests trace every output to its record."""
+    return df.select(
+        "key",
+        F.concat_ws("|", F.col("value").cast("string"), F.col("partition").cast("string"),
+                    F.col("offset").cast("string"), F.col("attempt").cast("string")).alias("value"),
+        "anchors",
+    )
+
+
+def new_topology(prefix: str, bootstrap: str, *, partitions: int = 2):
+    topology = unique_name(prefix)
+    source, output = f"{topology}.src", f"{topology}.out"
+    create_topics(bootstrap, {source: partitions, output: partitions})
+    return topology, source, output
+
+
+def placed_records(bootstrap: str, topic: str, count: int) -> list[tuple[int, int]]:
+    return produce_values(bootstrap, topic, [f"rec-{i}".encode() for i in range(count)],
+                          keys=[f"k{i}".encode() for i in range(count)])
+
+
+def test_ids_derived_by_spark_match_the_python_port(spark):
+    rows = [("orders", 0, 0, 1), ("orders", 7, 123_456_789_012, 3), ("ü-topic", 2, 5, 1)]
+    df = spark.createDataFrame(rows, "topic string, partition int, offset long, attempt int")
+    salt = -4_242_424_242_424_242
+    got = df.select(root_column(salt).alias("root"), edge_column(salt).alias("edge")).collect()
+    assert [(r.root, r.edge) for r in got] == [
+        (derive_root(salt, *row), derive_edge(salt, *row)) for row in rows
+    ]
+
+
+def test_commits_only_completed_trees_and_redelivers_downstream_failures(spark, kafka_bootstrap, tmp_path):
+    """3000 records; the downstream fails the first attempt of every 25th: the group commit
+    reaches the end only when all trees completed, and never passes a record whose output the
+    downstream has not handled (sampled throughout the run). max_pending holds batches back."""
+    topology, source, output = new_topology("rk-spark-commit", kafka_bootstrap)
+    placed = placed_records(kafka_bootstrap, source, 3000)
+    log = DownstreamLog()
+
+    def fails_first(partition: int, offset: int) -> bool:
+        return offset % 25 == 7
+
+    group = f"{topology}.job"
+    samples = []
+    with acker_running(kafka_bootstrap, topology), \
+            bolt_running(acking_bolt(kafka_bootstrap, topology, output, log, fail_first=fails_first)):
+        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
+                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"), transform=tag_with_source,
+                           output_topic=output, max_offsets_per_trigger=800, max_pending=300,
+                           message_timeout_ms=10_000, backoff=Backoff(initial_ms=200), commit_interval_ms=300)
+        spout.start()
+        try:
+            def sample_then_check(job) -> bool:
+                committed = committed_offsets(kafka_bootstrap, group, source)
+                samples.append((committed, log.snapshot_ok()))  # handled-before-commit, read after it
+                return job.caught_up()
+
+            assert spout.run_until(sample_then_check, timeout=240, poll_interval=0.5), spout.progress()
+            progress = spout.progress()
+        finally:
+            spout.stop()
+
+    assert committed_offsets(kafka_bootstrap, group, source) == end_offsets(kafka_bootstrap, source)
+    passed_unhandled = [
+        (partition, offset)
+        for committed, handled in samples
+        for partition, point in committed.items()
+        for offset in range(max(point, 0))
+        if (partition, offset) not in handled
+    ]
+    assert not passed_unhandled, f"commit passed records the downstream never handled: {passed_unhandled[:5]}"
+    assert len(samples) > 3
+    failed_first = {(p, o) for p, o in placed if fails_first(p, o)}
+    assert set(log.failed) == failed_first
+    assert all(max(log.ok[key]) >= 2 for key in failed_first), "failed records were not redelivered"
+    assert set(log.ok) == set(placed), "some records never reached the downstream"
+    assert progress["tracker"]["redelivered"] >= len(failed_first)
+    assert progress["tracker"]["completed"] >= len(placed)
+    assert progress["throttled"] >= 1, "no micro-batch waited for max_pending"
+
+
+def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_path, failpoint_flag):
+    """A writing task dies after delivering 40 outputs and Spark retries it. The dead attempt's
+    children were never added to their trees, so those roots must time out, not complete; and
+    roots whose outputs the downstream withholds (never acks) must not complete either."""
+    topology, source, output = new_topology("rk-spark-retry", kafka_bootstrap)
+    placed = placed_records(kafka_bootstrap, source, 400)
+    failpoint_flag.write_text("armed")
+
+    def withheld(offset: int, attempt: int) -> bool:
+        return attempt == 1 and offset % 10 == 3
+
+    handled = set()
+
+    def handle(tuple_, collector) -> None:
+        partition, offset, attempt, _ = source_of(tuple_.value)
+        if withheld(offset, attempt):
+            return  # neither acked nor failed: its tree may only time out
+        handled.add((partition, offset))
+        collector.ack(tuple_)
+
+    downstream = Bolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=output,
+                      group_id=f"{output}.downstream", handler=handle)
+    group = f"{topology}.job"
+    with acker_running(kafka_bootstrap, topology, timeout_ms=6_000), bolt_running(downstream):
+        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
+                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"), transform=tag_with_source,
+                           output_topic=output, message_timeout_ms=6_000, backoff=Backoff(initial_ms=100))
+        spout.start()
+        try:
+            assert spout.run_until(lambda job: job.caught_up(), timeout=180), spout.progress()
+        finally:
+            spout.stop()
+
+    assert not failpoint_flag.exists(), "the failpoint never fired: no task died after writing"
+    decided = outcomes(kafka_bootstrap, topology)
+    by_root = outputs_by_root(kafka_bootstrap, output)
+    dead_attempt_roots = [root for root, outs in by_root.items() if len(outs) != len(set(outs))]
+    withheld_roots = [root for root, outs in by_root.items() if any(withheld(o, a) for _, o, a, _ in outs)]
+    assert dead_attempt_roots, "no record has outputs from two task attempts"
+    assert withheld_roots
+    early = [root for root in dead_attempt_roots + withheld_roots if OutcomeKind.COMPLETED in decided.get(root, [])]
+    assert not early, f"{len(early)} roots completed although some of their outputs were never acked"
+    assert all(OutcomeKind.TIMED_OUT in decided.get(root, []) for root in withheld_roots)
+    assert sum(OutcomeKind.COMPLETED in kinds for kinds in decided.values()) >= len(placed) - len(withheld_roots)
+    assert handled == set(placed)
+    assert committed_offsets(kafka_bootstrap, group, source) == end_offsets(kafka_bootstrap, source)
+
+
+def test_record_that_always_fails_is_dead_lettered_and_does_not_stall_the_commit(spark, kafka_bootstrap, tmp_path):
+    topology, source, output = new_topology("rk-spark-dlq", kafka_bootstrap)
+    placed = placed_records(kafka_bootstrap, source, 200)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    poison = []
+    producer.produce(source, b"poison", key=b"bad-key", headers=[("origin", b"test")], partition=1,
+                     on_delivery=lambda err, msg: poison.append((msg.partition(), msg.offset())))
+    producer.flush(30)
+    del producer
+    placed += placed_records(kafka_bootstrap, source, 100)
+
+    def tag_and_fail_poison(df):
+        return tag_with_source(df).withColumn("rk_fail", F.split("value", r"\|").getItem(0) == "poison")
+
+    log = DownstreamLog()
+    group = f"{topology}.job"
+    with acker_running(kafka_bootstrap, topology), \
+            bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
+        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
+                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"), transform=tag_and_fail_poison,
+                           output_topic=output, max_retries=2, backoff=Backoff(initial_ms=100),
+                           message_timeout_ms=10_000)
+        spout.start()
+        try:
+            assert spout.run_until(timeout=180), spout.progress()  # until idle: nothing in flight
+            assert spout.caught_up()
+            progress = spout.progress()
+        finally:
+            spout.stop()
+
+    dead = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
+    assert len(dead) == 1
+    record = dead[0]
+    headers = dict(record.headers())
+    parked = codec.decode_parked(headers[codec.PARKED_HEADER])
+    assert (record.key(), record.value(), headers["origin"]) == (b"bad-key", b"poison", b"test")
+    assert (parked.source_topic, parked.source_partition, parked.source_offset) == (source, *poison[0])
+    assert parked.attempts == 3 and parked.reason == "FAILED"
+    assert progress["dead_lettered"] == 1
+    assert set(log.ok) == set(placed), "every other record reached the downstream"
+    assert committed_offsets(kafka_bootstrap, group, source) == end_offsets(kafka_bootstrap, source)
+
+
+def test_restart_processes_again_what_spark_will_not_reread_minus_what_is_done(spark, kafka_bootstrap, tmp_path):
+    """Run 1 (AvailableNow) reads everything into Spark's checkpoint, but the downstream acks only
+    even offsets: the group commit stops at offset 1 with the evens above it in its metadata. Run
+    2 on the same checkpoint gets no batch from Spark; it must process exactly the odd offsets."""
+    topology, source, output = new_topology("rk-spark-restart", kafka_bootstrap, partitions=1)
+    placed = placed_records(kafka_bootstrap, source, 300)
+    checkpoint = str(tmp_path / "ckpt")
+    group = f"{topology}.job"
+    evens = [offset for _, offset in placed if offset % 2 == 0]
+    odds = [offset for _, offset in placed if offset % 2 == 1]
+
+    def ack_evens(tuple_, collector) -> None:
+        _, offset, _, _ = source_of(tuple_.value)
+        if offset % 2 == 0:
+            collector.ack(tuple_)
+
+    first_downstream = Bolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=output,
+                            group_id=f"{output}.downstream", handler=ack_evens)
+    settings = dict(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source, group_id=group,
+                    checkpoint_dir=checkpoint, transform=tag_with_source, output_topic=output,
+                    available_now=True, message_timeout_ms=60_000)
+    with acker_running(kafka_bootstrap, topology, timeout_ms=60_000):
+        with bolt_running(first_downstream):
+            first = SparkSpout(spark, **settings)
+            first.start()
+            try:
+                assert first.run_until(lambda job: job.tracker.stats.completed == len(evens) and not job.query.isActive,
+                                       timeout=120), first.progress()
+            finally:
+                first.stop()
+        assert first.committed_offsets() == {(source, 0): 1}
+        log = DownstreamLog()
+        with bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
+            second = SparkSpout(spark, **settings)
+            second.start()
+            try:
+                assert second.run_until(lambda job: job.caught_up(), timeout=120), second.progress()
+                progress = second.progress()
+            finally:
+                second.stop()
+
+    assert progress["recovered"] == len(odds)
+    assert progress["batches"] == 0, "Spark re-read records although its checkpoint was committed"
+    assert set(log.ok) == {(0, offset) for offset in odds}
+    assert committed_offsets(kafka_bootstrap, group, source) == end_offsets(kafka_bootstrap, source)
+
+
+def fail_first_attempt_of_rec_13(df):
+    """Fails the whole write job of the batch that holds ``rec-13`` on its first attempt."""
+    poisoned = (F.col("attempt") == 1) & (F.col("value").cast("string") == "rec-13")
+    value = F.when(poisoned, F.raise_error(F.lit("transform fails on purpose"))).otherwise(F.col("value"))
+    return tag_with_source(df.withColumn("value", value))
+
+
+def test_failed_batch_fails_its_roots_and_the_stream_goes_on(spark, kafka_bootstrap, tmp_path):
+    topology, source, output = new_topology("rk-spark-batchfail", kafka_bootstrap)
+    placed = placed_records(kafka_bootstrap, source, 300)
+    log = DownstreamLog()
+    group = f"{topology}.job"
+    with acker_running(kafka_bootstrap, topology), \
+            bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
+        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
+                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"), transform=fail_first_attempt_of_rec_13,
+                           output_topic=output, max_offsets_per_trigger=100, backoff=Backoff(initial_ms=100),
+                           message_timeout_ms=10_000)
+        spout.start()
+        try:
+            assert spout.run_until(lambda job: job.caught_up(), timeout=180), spout.progress()
+            progress = spout.progress()
+        finally:
+            spout.stop()
+
+    rec_13 = placed[13]
+    assert progress["failed_batches"] == 1
+    assert log.ok[rec_13] == {2}, "rec-13 was written only by its redelivery"
+    assert set(log.ok) == set(placed)
+    assert committed_offsets(kafka_bootstrap, group, source) == end_offsets(kafka_bootstrap, source)
+
+
+def test_failed_batch_stops_the_query_when_told_to(spark, kafka_bootstrap, tmp_path):
+    topology, source, output = new_topology("rk-spark-batchstop", kafka_bootstrap)
+    placed_records(kafka_bootstrap, source, 50)
+    group = f"{topology}.job"
+    with acker_running(kafka_bootstrap, topology):
+        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
+                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"), transform=fail_first_attempt_of_rec_13,
+                           output_topic=output, on_batch_error="stop", message_timeout_ms=10_000)
+        spout.start()
+        try:
+            with pytest.raises(Exception, match="transform fails on purpose"):
+                spout.run_until(lambda job: False, timeout=120)
+        finally:
+            spout.stop()
+    assert all(offset <= 0 for offset in committed_offsets(kafka_bootstrap, group, source).values()), \
+        "the commit moved past records of the failed batch"
