@@ -205,13 +205,10 @@ class Bolt:
             )
         overrides = {}
         if self.transactional:
-            overrides = {"transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 10_000}
-        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, **overrides)
-        if self.transactional:
-            self._producer.init_transactions(30)
-        self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=ack_partitions,
-                               sender=self.task_id)
-        self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
+            overrides = {"transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 60_000}
+        self._ack_partitions = ack_partitions
+        self._producer_overrides = overrides
+        self._new_producer()
         self._consumer = new_consumer(
             self.bootstrap_servers, self.group_id, self.kafka_config,
             **({"isolation.level": "read_committed"}),
@@ -220,6 +217,14 @@ class Bolt:
                                  on_revoke=self._on_revoke)
         log.info("%s: reading %s as group %s%s", self.name, self.source_topics, self.group_id,
                  " (transactional)" if self.transactional else "")
+
+    def _new_producer(self) -> None:
+        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, **self._producer_overrides)
+        if self.transactional:
+            self._producer.init_transactions(30)  # fences a previous incarnation, aborts its transaction
+        self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=self._ack_partitions,
+                               sender=self.task_id)
+        self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
 
     def close(self) -> None:
         try:
@@ -344,11 +349,15 @@ class Bolt:
             error = exc.args[0]
             self.stats.aborted_transactions += 1
             log.warning("%s: transaction aborted (%s); the batch will be processed again", self.name, error)
-            if error.txn_requires_abort():
-                producer.abort_transaction(30)
-                self._rewind()
-            elif not error.retriable():
-                raise
+            if error.fatal():  # fenced, e.g. the transaction timed out while the broker was away
+                self._new_producer()
+            else:
+                try:
+                    producer.abort_transaction(30)
+                except KafkaException as again:
+                    if not again.args[0].retriable():
+                        raise
+            self._rewind()
 
     def _rewind(self) -> None:
         """Seek every assigned partition back to its committed offset (the aborted batch repeats)."""

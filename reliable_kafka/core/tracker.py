@@ -561,3 +561,16 @@ class InFlightTracker:
         """Offsets of ``tp`` not done yet, ascending (O(n log n): for inspection and tests)."""
         part = self._partitions.get(tp)
         return [] if part is None else sorted(part.pending)
+
+    def unsettled(self, tp: TopicPartition) -> list[tuple[int, int, bool]]:
+        """``(offset, attempt, failed)`` of the pending offsets of ``tp`` that a successor must
+        know about to take over: those past their first attempt, and those whose outcome already
+        failed them (waiting for a redelivery or a dead letter). Ascending by offset."""
+        part = self._partitions.get(tp)
+        if part is None:
+            return []
+        return [
+            (offset, entry.attempt, entry.state is not _State.IN_FLIGHT)
+            for offset, entry in sorted(part.pending.items())
+            if entry.attempt > 1 or entry.state is not _State.IN_FLIGHT
+        ]

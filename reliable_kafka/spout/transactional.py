@@ -21,11 +21,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from typing import Iterable
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
-from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.ids import to_signed
 from reliable_kafka.spout.spout import SourceRecord, Spout, TopicPartitionKey, _source_record
@@ -50,28 +51,40 @@ def derive_root(owner: int, offset: int, attempt: int) -> int:
 
 
 def encode_spout_state(commit_point: int, done_above, *, emitted_upto: int, outcome_position: int,
-                       attempts: dict[int, int], max_bytes: int = 4096) -> tuple[str, bool]:
-    """Commit metadata: the done-above set, then ``|rkx:e,o[,offset:attempt...]``."""
+                       attempts: dict[int, int], failed: Iterable[int] = (),
+                       max_bytes: int = 4096) -> tuple[str, bool]:
+    """Commit metadata: the done-above set, then ``|rkx:e,o[,offset:attempt[:f]...]``.
+
+    ``attempts`` gives the attempt of in-flight records past their first; ``failed`` the offsets
+    whose last attempt already failed (their outcome lies before ``o``: a successor must redeliver
+    or dead-letter them itself).
+    """
+    failed = set(failed)
     extra = f"{_STATE_SEPARATOR}{emitted_upto},{outcome_position}"
-    extra += "".join(f",{offset}:{attempt}" for offset, attempt in sorted(attempts.items()))
+    extra += "".join(f",{offset}:{attempt}{':f' if offset in failed else ''}"
+                     for offset, attempt in sorted(attempts.items()))
     if len(extra) > max_bytes // 2:
         raise ValueError(f"{len(attempts)} retried in-flight records do not fit the commit metadata")
     done, truncated = encode_done_above(commit_point, done_above, max_bytes=max_bytes - len(extra))
     return done + extra, truncated
 
 
-def decode_spout_state(commit_point: int, metadata: str) -> tuple[list[int], int, int, dict[int, int]]:
-    """(done_above, emitted_upto, outcome_position, attempts); DecodeError if not ours."""
+def decode_spout_state(commit_point: int, metadata: str) -> tuple[list[int], int, int, dict[int, int], set[int]]:
+    """(done_above, emitted_upto, outcome_position, attempts, failed); DecodeError if not ours."""
     if _STATE_SEPARATOR not in metadata:
         raise DecodeError("spout state", "no transactional spout state in the commit metadata", metadata.encode())
     done, extra = metadata.split(_STATE_SEPARATOR, 1)
     try:
         fields = extra.split(",")
         emitted_upto, outcome_position = int(fields[0]), int(fields[1])
-        attempts = {int(o): int(a) for o, a in (f.split(":") for f in fields[2:])}
+        entries = [f.split(":") for f in fields[2:]]
+        attempts = {int(e[0]): int(e[1]) for e in entries}
+        failed = {int(e[0]) for e in entries if len(e) == 3 and e[2] == "f"}
+        if any(len(e) not in (2, 3) for e in entries):
+            raise ValueError("an entry is not offset:attempt[:f]")
     except (ValueError, IndexError) as exc:
         raise DecodeError("spout state", f"malformed state {extra!r}: {exc}", metadata.encode()) from exc
-    return decode_done_above(commit_point, done), emitted_upto, outcome_position, attempts
+    return decode_done_above(commit_point, done), emitted_upto, outcome_position, attempts, failed
 
 
 class TransactionalSpout(Spout):
@@ -99,7 +112,7 @@ class TransactionalSpout(Spout):
 
     def _make_producer(self):
         producer = new_producer(self.bootstrap_servers, self.kafka_config, **{
-            "transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 10_000})
+            "transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 60_000})
         producer.init_transactions(30)  # fences a previous incarnation and aborts its open transaction
         return producer
 
@@ -141,10 +154,10 @@ class TransactionalSpout(Spout):
         self._senders[key] = AckSender(self._producer, acks_topic=self.topics.acks,
                                        ack_partitions=self._ack_partitions, sender=owner)
         committed = committed_tp.offset if committed_tp.offset >= 0 else None
-        done_above, emitted_upto, outcome_position, attempts = [], committed, None, {}
+        done_above, emitted_upto, outcome_position, attempts, failed = [], committed, None, {}, set()
         if committed is not None and committed_tp.metadata:
             try:
-                done_above, emitted_upto, outcome_position, attempts = decode_spout_state(
+                done_above, emitted_upto, outcome_position, attempts, failed = decode_spout_state(
                     committed, committed_tp.metadata)
             except DecodeError as error:
                 log.warning("%s: commit metadata of %s[%s] is not a transactional spout's (%s); "
@@ -156,7 +169,10 @@ class TransactionalSpout(Spout):
             for offset in range(committed, emitted_upto):
                 if offset not in done:  # in flight under the previous owner: same root, same tree
                     attempt = attempts.get(offset, 1)
-                    self.tracker.emitted(key, offset, root=derive_root(owner, offset, attempt), attempt=attempt)
+                    root = derive_root(owner, offset, attempt)
+                    self.tracker.emitted(key, offset, root=root, attempt=attempt)
+                    if offset in failed:  # its FAILED/TIMED_OUT outcome was consumed before us
+                        self._act(self.tracker.on_outcome(root, OutcomeKind.FAILED))
         self._emitted_upto[key] = emitted_upto if emitted_upto is not None else (committed or 0)
         self._state_committed[key] = committed_tp.metadata or ""
         return emitted_upto if emitted_upto is not None else (committed if committed is not None else -2)
@@ -285,28 +301,33 @@ class TransactionalSpout(Spout):
             if point is None:
                 continue
             emitted_upto = max(self._emitted_upto.get(key, point), point)
-            attempts = {offset: attempt for offset, attempt in self._retried_in_flight(key)}
+            unsettled = self.tracker.unsettled(key)
             metadata, truncated = encode_spout_state(
                 point, self.tracker.done_above(key), emitted_upto=emitted_upto,
-                outcome_position=self._listener.position(owner), attempts=attempts)
+                outcome_position=self._listener.position(owner),
+                attempts={offset: attempt for offset, attempt, _ in unsettled},
+                failed=[offset for offset, _, failed in unsettled if failed])
             if truncated:
                 self.stats.metadata_truncated += 1
             offsets.append(TopicPartition(key[0], key[1], point, metadata))
         return offsets
 
-    def _retried_in_flight(self, key: TopicPartitionKey):
-        for (record_key, offset), record in self._records.items():
-            if record_key == key and record.attempt > 1:
-                yield offset, record.attempt
-
     def _abort(self, exc: KafkaException) -> None:
         """Abort, then rebuild every partition's state from the last committed transaction."""
         error = exc.args[0]
         log.warning("%s: transaction aborted (%s); rebuilding from the last committed state", self.name, error)
-        if error.txn_requires_abort():
-            self._producer.abort_transaction(30)
-        elif not error.retriable():
-            raise exc
+        if error.fatal():
+            # fenced (e.g. the coordinator timed the transaction out while the broker was away):
+            # a new producer bumps the epoch again and we go on from the committed state
+            self._producer = self._make_producer()
+            if self._listener.quarantine is not None:
+                self._listener.quarantine.producer = self._producer
+        else:
+            try:
+                self._producer.abort_transaction(30)
+            except KafkaException as again:
+                if not again.args[0].retriable():
+                    raise
         self._pending_dead_letters = []
         assignment = self._consumer.assignment()
         for tp in assignment:

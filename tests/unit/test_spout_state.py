@@ -22,21 +22,23 @@ def test_state_round_trips(commit_point, gaps, extra, outcome_position, attempts
         done.append(offset)
     emitted_upto = offset + 1 + extra
     attempts = {commit_point + k: a for k, a in attempts.items()}
+    failed = set(list(attempts)[::2])
     metadata, truncated = encode_spout_state(commit_point, done, emitted_upto=emitted_upto,
-                                             outcome_position=outcome_position, attempts=attempts)
+                                             outcome_position=outcome_position, attempts=attempts, failed=failed)
     assert not truncated and len(metadata) <= 4096
-    assert decode_spout_state(commit_point, metadata) == (done, emitted_upto, outcome_position, attempts)
+    assert decode_spout_state(commit_point, metadata) == (done, emitted_upto, outcome_position, attempts, failed)
 
 
 def test_state_truncates_the_done_set_but_keeps_positions():
     done = list(range(10, 200_000, 2))
     metadata, truncated = encode_spout_state(0, done, emitted_upto=300_000, outcome_position=7, attempts={})
     assert truncated and len(metadata) <= 4096
-    kept, emitted_upto, outcome_position, _ = decode_spout_state(0, metadata)
+    kept, emitted_upto, outcome_position, _, _ = decode_spout_state(0, metadata)
     assert kept == done[: len(kept)] and emitted_upto == 300_000 and outcome_position == 7
 
 
-@pytest.mark.parametrize("metadata", ["", "rk1:", "someone else's", "rk1:|rkx:notanumber,1", "|rkx:1"])
+@pytest.mark.parametrize("metadata", ["", "rk1:", "someone else's", "rk1:|rkx:notanumber,1", "|rkx:1",
+                                      "|rkx:1,2,3:4:5:6"])
 def test_foreign_or_malformed_state_is_a_decode_error(metadata):
     with pytest.raises(DecodeError):
         decode_spout_state(0, metadata)

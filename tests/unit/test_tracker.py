@@ -755,3 +755,14 @@ def test_a_dead_letter_confirmation_from_before_a_rebalance_moves_nothing():
     tracker.dead_lettered(tp, 1)
     assert tracker.commit_point(tp) == 0
     assert not tracker.should_skip(tp, 0)
+
+
+def test_unsettled_lists_retried_and_failed_offsets_for_a_successor():
+    tracker = InFlightTracker(max_retries=3, message_timeout_ms=None, clock=lambda: 0)
+    tp = ("orders", 0)
+    tracker.assign(tp, committed=0)
+    tracker.emitted(tp, 0)
+    failed_root = tracker.emitted(tp, 1)
+    tracker.emitted(tp, 2, attempt=3)
+    tracker.on_outcome(failed_root, OutcomeKind.TIMED_OUT)
+    assert tracker.unsettled(tp) == [(1, 1, True), (2, 3, False)]
