@@ -75,6 +75,7 @@ class ChaosReport:
     seconds: float
     caught_up: bool
     exactly_once: bool | None = None
+    crashes: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -95,6 +96,7 @@ class ChaosReport:
             f"  duplicates            {self.duplicates}",
             f"  replays (re-emits)    {self.replays}",
             f"  dead-lettered         {self.dead_lettered}",
+            f"  crashes (restarted)   {self.crashes}",
         ]
         for kind, times in sorted(self.recovery_s.items()):
             if times:
@@ -125,7 +127,8 @@ class _Process:
 
     def start(self) -> None:
         log = open(self.log_path, "ab")
-        self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                      preexec_fn=_die_with_parent)
         log.close()
 
     def kill(self) -> None:
@@ -147,6 +150,14 @@ class _Process:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the harness dies, so no worker outlives a run."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (the harness starts workers from its main thread)
 
 
 class _Broker:
@@ -193,6 +204,8 @@ class _Broker:
 def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
     """One harness run; prints progress and the checked summary to ``out``."""
     config = config or ChaosConfig()
+    if threading.current_thread() is threading.main_thread():  # SIGTERM runs the cleanup below
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rng = random.Random(config.seed)
     started = time.monotonic()
 
@@ -223,12 +236,13 @@ def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
     producer.start()
 
     kills: Counter = Counter()
+    crashes: Counter = Counter()  # processes that died on their own (restarted, as a supervisor would)
     kill_times: list[tuple[str, float]] = []
     broker_faults = sorted(rng.uniform(0.2, 0.8) * config.produce_seconds for _ in range(config.broker_restarts))
     targets = [p for p in processes if config.kill_spouts or p.role != "spout"]
     try:
         while producer.is_alive():
-            time.sleep(rng.uniform(*config.kill_interval))
+            _sleep_supervising(rng.uniform(*config.kill_interval), processes, crashes, log)
             elapsed = time.monotonic() - started
             if broker_faults and elapsed >= broker_faults[0] and broker.kafka is not None:
                 broker_faults.pop(0)
@@ -245,7 +259,8 @@ def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
             log(f"killed and restarted {victim.name} (kills so far: {sum(kills.values())})")
         producer.join()
         log("faults over; waiting for the topology to finish")
-        caught_up = _wait_caught_up(bootstrap, topology, config.settle_timeout, log)
+        caught_up = _wait_caught_up(bootstrap, topology, config.settle_timeout, log,
+                                    lambda: _restart_crashed(processes, crashes, log))
         time.sleep(2.0)  # one more commit round of every bolt, then stop
     finally:
         stop_sampling.set()
@@ -256,6 +271,9 @@ def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
     report = _check(bootstrap, topology, config, samples, kills, kill_times, caught_up, started)
     for process in dead:
         report.notes.append(f"{process.name} exited with {process.popen.returncode}: {process.tail(5)}")
+    for name, count in sorted(crashes.items()):
+        report.notes.append(f"{name} died on its own {count} time(s) and was restarted; see its log")
+    report.crashes = sum(crashes.values())
     broker.stop()
     print(report.render(), file=out, flush=True)
     if not report.ok:
@@ -298,7 +316,23 @@ def _sample(bootstrap: str, topology: str, samples: list, stop: threading.Event)
         stop.wait(0.5)
 
 
-def _wait_caught_up(bootstrap: str, topology: str, timeout: float, log) -> bool:
+def _sleep_supervising(seconds: float, processes, crashes: Counter, log) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        _restart_crashed(processes, crashes, log)
+        time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+
+
+def _restart_crashed(processes, crashes: Counter, log) -> None:
+    for process in processes:
+        if process.popen is not None and process.popen.poll() is not None:
+            crashes[process.name] += 1
+            log(f"{process.name} died on its own (exit {process.popen.returncode}); restarting it:\n"
+                f"{process.tail(3)}")
+            process.start()
+
+
+def _wait_caught_up(bootstrap: str, topology: str, timeout: float, log, supervise) -> bool:
     source = topic_names(topology)["source"]
     deadline = time.monotonic() + timeout
     last = None
@@ -311,6 +345,7 @@ def _wait_caught_up(bootstrap: str, topology: str, timeout: float, log) -> bool:
             continue
         if committed == ends:
             return True
+        supervise()
         done = sum(max(0, c) for c in committed.values())
         if done != last:
             log(f"committed {done}/{sum(ends.values())}")
