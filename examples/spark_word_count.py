@@ -17,24 +17,16 @@ import sys
 import tempfile
 from collections import Counter
 
-from pyspark.sql import functions as F
-
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.local import LocalCluster
-from reliable_kafka.spark import SparkSpout, merge_anchors, spark_session
+from reliable_kafka.spark import SparkSpout, spark_session
+from reliable_kafka.spark.demo_job import count_words
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
 
 WORDS = "the quick brown fox jumps over the lazy dog and the cat".split()
-
-
-def count_words(sentences):
-    """Per micro-batch: (word, count) rows, each anchored to every sentence it counted."""
-    words = sentences.select(F.explode(F.split(F.col("value").cast("string"), " ")).alias("word"), "anchors")
-    return words.groupBy("word").agg(F.count("*").cast("string").alias("value"), merge_anchors().alias("anchors")) \
-        .withColumnRenamed("word", "key")
 
 
 def run(bootstrap: str, *, sentences: int = 500, timeout: float = 180.0) -> dict:
