@@ -53,20 +53,40 @@ def derive_root(owner: int, offset: int, attempt: int) -> int:
 def encode_spout_state(commit_point: int, done_above, *, emitted_upto: int, outcome_position: int,
                        attempts: dict[int, int], failed: Iterable[int] = (),
                        max_bytes: int = 4096) -> tuple[str, bool]:
-    """Commit metadata: the done-above set, then ``|rkx:e,o[,offset:attempt[:f]...]``.
+    """Commit metadata: the done-above set, then ``|rkx:e,o[,offset[+n]:attempt[:f]...]``.
 
     ``attempts`` gives the attempt of in-flight records past their first; ``failed`` the offsets
     whose last attempt already failed (their outcome lies before ``o``: a successor must redeliver
-    or dead-letter them itself).
+    or dead-letter them itself). Consecutive offsets alike are one run (``offset+n``). What does not
+    fit in half of ``max_bytes`` is left out and reported as truncated: a successor then treats
+    those records as first attempts still in flight, and its backstop redelivers them (duplicates,
+    never loss).
     """
     failed = set(failed)
     extra = f"{_STATE_SEPARATOR}{emitted_upto},{outcome_position}"
-    extra += "".join(f",{offset}:{attempt}{':f' if offset in failed else ''}"
-                     for offset, attempt in sorted(attempts.items()))
-    if len(extra) > max_bytes // 2:
-        raise ValueError(f"{len(attempts)} retried in-flight records do not fit the commit metadata")
-    done, truncated = encode_done_above(commit_point, done_above, max_bytes=max_bytes - len(extra))
-    return done + extra, truncated
+    truncated = False
+    for start, count, attempt, is_failed in _runs(attempts, failed):
+        entry = f",{start}{f'+{count}' if count > 1 else ''}:{attempt}{':f' if is_failed else ''}"
+        if len(extra) + len(entry) > max_bytes // 2:
+            truncated = True
+            break
+        extra += entry
+    done, done_truncated = encode_done_above(commit_point, done_above, max_bytes=max_bytes - len(extra))
+    return done + extra, truncated or done_truncated
+
+
+def _runs(attempts: dict[int, int], failed: set[int]):
+    run = None
+    for offset in sorted(attempts):
+        key = (attempts[offset], offset in failed)
+        if run is not None and offset == run[0] + run[1] and key == tuple(run[2:]):
+            run[1] += 1
+            continue
+        if run is not None:
+            yield tuple(run)
+        run = [offset, 1, *key]
+    if run is not None:
+        yield tuple(run)
 
 
 def decode_spout_state(commit_point: int, metadata: str) -> tuple[list[int], int, int, dict[int, int], set[int]]:
@@ -74,14 +94,20 @@ def decode_spout_state(commit_point: int, metadata: str) -> tuple[list[int], int
     if _STATE_SEPARATOR not in metadata:
         raise DecodeError("spout state", "no transactional spout state in the commit metadata", metadata.encode())
     done, extra = metadata.split(_STATE_SEPARATOR, 1)
+    attempts: dict[int, int] = {}
+    failed: set[int] = set()
     try:
         fields = extra.split(",")
         emitted_upto, outcome_position = int(fields[0]), int(fields[1])
-        entries = [f.split(":") for f in fields[2:]]
-        attempts = {int(e[0]): int(e[1]) for e in entries}
-        failed = {int(e[0]) for e in entries if len(e) == 3 and e[2] == "f"}
-        if any(len(e) not in (2, 3) for e in entries):
-            raise ValueError("an entry is not offset:attempt[:f]")
+        for field in fields[2:]:
+            parts = field.split(":")
+            if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "f"):
+                raise ValueError(f"entry {field!r} is not offset[+n]:attempt[:f]")
+            start, _, count = parts[0].partition("+")
+            for offset in range(int(start), int(start) + (int(count) if count else 1)):
+                attempts[offset] = int(parts[1])
+                if len(parts) == 3:
+                    failed.add(offset)
     except (ValueError, IndexError) as exc:
         raise DecodeError("spout state", f"malformed state {extra!r}: {exc}", metadata.encode()) from exc
     return decode_done_above(commit_point, done), emitted_upto, outcome_position, attempts, failed

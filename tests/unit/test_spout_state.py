@@ -50,3 +50,16 @@ def test_ids_are_stable_non_zero_and_distinct_per_partition_offset_and_attempt()
     assert owner != owner_id("other", "topic", 3)
     roots = {derive_root(owner, offset, attempt) for offset in range(200) for attempt in (1, 2, 3)}
     assert len(roots) == 600 and 0 not in roots
+
+
+def test_runs_keep_thousands_of_retried_records_small_and_overflow_truncates_without_error():
+    attempts = {offset: 2 for offset in range(1000, 3000)}
+    metadata, truncated = encode_spout_state(1000, [], emitted_upto=3000, outcome_position=5,
+                                             attempts=attempts, failed=range(1000, 2000))
+    assert not truncated and len(metadata) < 100
+    assert decode_spout_state(1000, metadata)[3:] == (attempts, set(range(1000, 2000)))
+    scattered = {offset: 2 + offset % 2 for offset in range(0, 20_000, 3)}
+    metadata, truncated = encode_spout_state(0, [], emitted_upto=20_000, outcome_position=5, attempts=scattered)
+    assert truncated and len(metadata) <= 4096
+    kept = decode_spout_state(0, metadata)[3]
+    assert kept and all(scattered[o] == a for o, a in kept.items())
