@@ -10,7 +10,6 @@ and rebuilds the same table.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from reliable_kafka.core.acker_table import AckerTable, Outcomes
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import ConfigError, DecodeError, DeliveryError, TopologyError
 from reliable_kafka.ids import new_id
+from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics, partition_count
 from reliable_kafka.transport import Quarantine, flush_or_raise, new_consumer, new_producer
 
@@ -147,19 +147,9 @@ class AckerWorker:
 
     def run(self, stop: threading.Event | None = None, *, handle_signals: bool = False) -> AckerStats:
         """Consume until ``stop`` is set (or SIGTERM/SIGINT with ``handle_signals``)."""
-        stop = stop or threading.Event()
-        if handle_signals:
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, lambda *_: stop.set())
-        self._connect()
-        try:
-            while not stop.is_set():
-                self.poll_once()
-        finally:
-            self._shutdown()
-        return self.stats
+        return run_until_stopped(self, stop, handle_signals=handle_signals)
 
-    def _connect(self) -> None:
+    def start(self) -> None:
         admin = admin_client(self.bootstrap_servers, self.kafka_config)
         if self.create_topics:
             ensure_topics(admin, self.topics, replication_factor=self.replication_factor)
@@ -183,7 +173,7 @@ class AckerWorker:
         )
         log.info("%s: consuming %s as group %s", self.name, self.topics.acks, self.group_id)
 
-    def _shutdown(self) -> None:
+    def close(self) -> None:
         try:
             if self._consumer is not None:
                 self._publish(self._advance_clocks())

@@ -10,7 +10,6 @@ input offsets (a lost ack only delays the tree until its timeout and replay); wi
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from reliable_kafka.core.anchors import Anchored, ack_entries, anchor_child, fai
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import ConfigError, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
+from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.transport import AckSender, Quarantine, flush_or_raise, new_consumer, new_producer
 
@@ -183,17 +183,7 @@ class Bolt:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event | None = None, *, handle_signals: bool = False) -> BoltStats:
-        stop = stop or threading.Event()
-        if handle_signals:
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, lambda *_: stop.set())
-        self.start()
-        try:
-            while not stop.is_set():
-                self.poll_once()
-        finally:
-            self.close()
-        return self.stats
+        return run_until_stopped(self, stop, handle_signals=handle_signals)
 
     def start(self) -> None:
         admin = admin_client(self.bootstrap_servers, self.kafka_config)

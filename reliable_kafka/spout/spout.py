@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.core.tracker import ActionKind, Backoff, InFlightTracker, OutcomeAction
 from reliable_kafka.errors import ConfigError, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
+from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.transport import (
     AckSender,
@@ -205,17 +205,7 @@ class Spout:
 
     def run(self, stop: threading.Event | None = None, *, handle_signals: bool = False) -> SpoutStats:
         """Read, emit and commit until ``stop`` is set (or SIGTERM/SIGINT with ``handle_signals``)."""
-        stop = stop or threading.Event()
-        if handle_signals:
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, lambda *_: stop.set())
-        self.start()
-        try:
-            while not stop.is_set():
-                self.poll_once()
-        finally:
-            self.close()
-        return self.stats
+        return run_until_stopped(self, stop, handle_signals=handle_signals)
 
     def _make_producer(self):
         return new_producer(self.bootstrap_servers, self.kafka_config)

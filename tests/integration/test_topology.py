@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 from examples.word_count import build
+from reliable_kafka.demo import SENTENCES
 from reliable_kafka import AckerWorker, BasicBolt, Bolt, LocalCluster, Spout, TopologyError
 from reliable_kafka import codec
 from reliable_kafka.core.tracker import Backoff
@@ -18,13 +19,6 @@ from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics, ensure_topics, admin_client
 
-SENTENCES = [
-    "the cow jumped over the moon",
-    "an apple a day keeps the doctor away",
-    "four score and seven years ago",
-    "snow white and the seven dwarfs",
-    "i am at two with nature",
-]
 FAST_RETRY = Backoff(initial_ms=20, multiplier=2.0, max_ms=200)
 
 

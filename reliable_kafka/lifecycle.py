@@ -1,0 +1,37 @@
+"""The run loop every worker shares: start, poll until stopped, close (also on SIGTERM)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Protocol, TypeVar
+
+__all__ = ["Pollable", "run_until_stopped"]
+
+Stats = TypeVar("Stats")
+
+
+class Pollable(Protocol):
+    stats: object
+
+    def start(self) -> None: ...
+
+    def poll_once(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def run_until_stopped(worker: Pollable, stop: threading.Event | None, *, handle_signals: bool):
+    """Run ``worker`` until ``stop`` is set, or SIGTERM/SIGINT with ``handle_signals`` (main thread
+    only); ``close`` always runs, so a stopped worker flushes and commits what it has."""
+    stop = stop or threading.Event()
+    if handle_signals:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+    worker.start()
+    try:
+        while not stop.is_set():
+            worker.poll_once()
+    finally:
+        worker.close()
+    return worker.stats
