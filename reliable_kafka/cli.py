@@ -228,6 +228,8 @@ def _register_chaos(subparsers: _Subparsers) -> None:
     chaos.add_argument("--transactional", action="store_true",
                        help="bolts in Kafka transactions; checks that the sink holds every effect once")
     chaos.add_argument("--spare-spouts", action="store_true", help="do not kill spout processes")
+    chaos.add_argument("--spark", action="store_true",
+                       help="run the split stage as a PySpark Structured Streaming job (killed like the rest)")
     chaos.add_argument("--timeout-ms", type=int, default=10_000, help="message timeout (default: 10000)")
     chaos.add_argument("--seed", type=int, default=1, help="random seed for the fault schedule (default: 1)")
     chaos.set_defaults(handler=_chaos)
@@ -239,7 +241,7 @@ def _chaos(args: argparse.Namespace) -> int:
     report = run(ChaosConfig(
         records=args.records, produce_seconds=args.seconds, brokers=args.brokers,
         broker_restarts=args.broker_restarts, transactional=args.transactional,
-        kill_spouts=not args.spare_spouts, timeout_ms=args.timeout_ms, seed=args.seed,
+        kill_spouts=not args.spare_spouts, spark=args.spark, timeout_ms=args.timeout_ms, seed=args.seed,
     ))
     return 0 if report.ok else 1
 

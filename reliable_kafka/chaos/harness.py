@@ -50,6 +50,7 @@ class ChaosConfig:
     brokers: int = 1
     transactional: bool = False  # spouts and bolts in Kafka transactions: the sink holds each effect once
     kill_spouts: bool = True
+    spark: bool = False  # the split stage is a PySpark job (one driver process) instead of Python bolts
     spouts: int = 2
     splits: int = 2
     sinks: int = 2
@@ -222,7 +223,8 @@ def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
                   config=topic_config)
     ensure_topics(admin_client(bootstrap), TopologyTopics(topology, ackers=4), replication_factor=replication)
     log(f"topology {topology} on {bootstrap}: {config.records} records, "
-        f"{'transactional' if config.transactional else 'at-least-once'}, {config.brokers} broker(s)")
+        f"{'transactional' if config.transactional else 'at-least-once'}, {config.brokers} broker(s)"
+        f"{', split stage on PySpark' if config.spark else ''}")
     log_dir = Path(tempfile.mkdtemp(prefix=f"{topology}-logs-"))
     processes = _processes(config, topology, bootstrap, log_dir)
     for process in processes:
@@ -282,13 +284,16 @@ def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
 
 
 def _processes(config: ChaosConfig, topology: str, bootstrap: str, log_dir: Path) -> list[_Process]:
-    counts = {"acker": config.ackers, "spout": config.spouts, "split": config.splits, "sink": config.sinks}
+    counts = {"acker": config.ackers, "spout": config.spouts, "split": 0 if config.spark else config.splits,
+              "spark": 1 if config.spark else 0, "sink": config.sinks}
     processes = []
     for role, count in counts.items():
         for index in range(count):
             name = f"{role}-{index}"
             argv = [sys.executable, "-m", "reliable_kafka.chaos.worker", "--role", role, "--topology", topology,
                     "--bootstrap", bootstrap, "--name", name, "--timeout-ms", str(config.timeout_ms)]
+            if role == "spark":
+                argv += ["--checkpoint-dir", str(log_dir / f"{name}-checkpoint")]
             if config.transactional:
                 argv.append("--transactional")
             processes.append(_Process(role, name, argv, log_dir))

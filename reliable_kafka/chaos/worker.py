@@ -17,7 +17,7 @@ from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.spout import Spout, TransactionalSpout
 
 FANOUT = 3
-ROLES = ("spout", "split", "sink", "acker")
+ROLES = ("spout", "split", "sink", "acker", "spark")
 CLIENT_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
 
 
@@ -58,9 +58,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transactional", action="store_true")
     parser.add_argument("--timeout-ms", type=int, default=10_000)
     parser.add_argument("--ackers", type=int, default=4)
+    parser.add_argument("--checkpoint-dir", help="for --role spark: the Spark checkpoint (stable across restarts)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format=f"%(asctime)s {args.name} %(levelname)s %(name)s: %(message)s")
+    if args.role == "spark":
+        import signal
+        import threading
+
+        from reliable_kafka.spark.chaos_role import run_spark_split
+
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        run_spark_split(topology=args.topology, bootstrap=args.bootstrap, name=args.name,
+                        checkpoint_dir=args.checkpoint_dir, fanout=FANOUT, kafka_config={}, stop=stop)
+        return 0
     component = build(args.role, topology=args.topology, bootstrap=args.bootstrap, name=args.name,
                       transactional=args.transactional, timeout_ms=args.timeout_ms, ackers=args.ackers)
     component.run(handle_signals=True)

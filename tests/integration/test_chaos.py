@@ -30,3 +30,11 @@ def test_transactional_mode_gives_every_effect_exactly_once_through_process_kill
     assert sum(report.kills.values()) >= 8 and report.kills["spout"] >= 1
     assert report.exactly_once, report.render()
     assert report.duplicates == 0 and report.lost == 0 and not report.early_commits
+
+
+@pytest.mark.spark
+def test_a_pyspark_stage_survives_driver_kills_with_the_rest():
+    report = run(ChaosConfig(records=2000, produce_seconds=30, kill_interval=(2.0, 4.0), broker_restarts=0,
+                             timeout_ms=15_000, settle_timeout=240, spark=True, seed=7))
+    assert report.kills["spark"] >= 1
+    assert report.lost == 0 and not report.early_commits and report.caught_up, report.render()
