@@ -178,6 +178,7 @@ class Bolt:
         self._quarantine: Quarantine | None = None
         self._last_commit = 0.0
         self._uncommitted = False
+        self._failed_in_a_row = 0
         self.ready = threading.Event()
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -335,11 +336,16 @@ class Bolt:
             producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(30)
             self.stats.transactions += 1
+            self._failed_in_a_row = 0
         except KafkaException as exc:
             error = exc.args[0]
             self.stats.aborted_transactions += 1
+            self._failed_in_a_row += 1
             log.warning("%s: transaction aborted (%s); the batch will be processed again", self.name, error)
-            if error.fatal():  # fenced, e.g. the transaction timed out while the broker was away
+            if error.fatal() or self._failed_in_a_row >= 2:
+                # fenced (the transaction timed out while the broker was away), or stuck (e.g. the
+                # coordinator keeps answering CONCURRENT_TRANSACTIONS): a new producer's
+                # init_transactions aborts whatever is pending under our transactional.id
                 self._new_producer()
             else:
                 try:

@@ -131,6 +131,7 @@ class TransactionalSpout(Spout):
         self._emitted_upto: dict[TopicPartitionKey, int] = {}
         self._state_committed: dict[TopicPartitionKey, str] = {}
         self._pending_dead_letters: list = []
+        self._failed_in_a_row = 0
         self._ack_partitions = 0
         self._fetcher: Consumer | None = None
 
@@ -282,6 +283,7 @@ class TransactionalSpout(Spout):
         except KafkaException as exc:
             self._abort(exc)
             return
+        self._failed_in_a_row = 0
         for key, offset, record in written:
             self.stats.dead_lettered += 1
             self.tracker.dead_lettered(key, offset)
@@ -342,9 +344,11 @@ class TransactionalSpout(Spout):
         """Abort, then rebuild every partition's state from the last committed transaction."""
         error = exc.args[0]
         log.warning("%s: transaction aborted (%s); rebuilding from the last committed state", self.name, error)
-        if error.fatal():
-            # fenced (e.g. the coordinator timed the transaction out while the broker was away):
-            # a new producer bumps the epoch again and we go on from the committed state
+        self._failed_in_a_row += 1
+        if error.fatal() or self._failed_in_a_row >= 2:
+            # fenced (the coordinator timed the transaction out while the broker was away), or
+            # stuck: a new producer bumps the epoch, aborts what is pending, and we go on from the
+            # committed state
             self._producer = self._make_producer()
             if self._listener.quarantine is not None:
                 self._listener.quarantine.producer = self._producer
