@@ -230,7 +230,8 @@ def _register_chaos(subparsers: _Subparsers) -> None:
     chaos.add_argument("--spare-spouts", action="store_true", help="do not kill spout processes")
     chaos.add_argument("--spark", action="store_true",
                        help="run the split stage as a PySpark Structured Streaming job (killed like the rest)")
-    chaos.add_argument("--timeout-ms", type=int, default=10_000, help="message timeout (default: 10000)")
+    chaos.add_argument("--timeout-ms", type=int, default=None,
+                       help="message timeout (default: 10000; 30000 with --spark or --transactional)")
     chaos.add_argument("--seed", type=int, default=1, help="random seed for the fault schedule (default: 1)")
     chaos.set_defaults(handler=_chaos)
 
@@ -241,7 +242,8 @@ def _chaos(args: argparse.Namespace) -> int:
     report = run(ChaosConfig(
         records=args.records, produce_seconds=args.seconds, brokers=args.brokers,
         broker_restarts=args.broker_restarts, transactional=args.transactional,
-        kill_spouts=not args.spare_spouts, spark=args.spark, timeout_ms=args.timeout_ms, seed=args.seed,
+        kill_spouts=not args.spare_spouts, spark=args.spark, seed=args.seed,
+        timeout_ms=args.timeout_ms or (30_000 if args.spark or args.transactional else 10_000),
     ))
     return 0 if report.ok else 1
 

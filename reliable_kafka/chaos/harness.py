@@ -294,6 +294,9 @@ def _processes(config: ChaosConfig, topology: str, bootstrap: str, log_dir: Path
                     "--bootstrap", bootstrap, "--name", name, "--timeout-ms", str(config.timeout_ms)]
             if role == "spark":
                 argv += ["--checkpoint-dir", str(log_dir / f"{name}-checkpoint")]
+            if role == "spout" and config.spark:
+                # a slower stage needs fewer trees in flight: pending / throughput < timeout
+                argv += ["--max-pending", "1000"]
             if config.transactional:
                 argv.append("--transactional")
             processes.append(_Process(role, name, argv, log_dir))

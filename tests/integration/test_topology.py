@@ -265,3 +265,18 @@ def test_ensure_topics_is_idempotent(kafka_bootstrap):
     ensure_topics(admin, topics)
     assert {t: n for t, n in topics.shapes().items()} == {
         topics.acks: 3, topics.outcomes: 3, topics.dlq: 1, topics.quarantine: 1}
+
+
+def test_word_count_example_runs_as_a_script():
+    import ast
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "word_count.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(script.parents[1])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts = ast.literal_eval(done.stdout.strip().splitlines()[-1])  # the script prints the counts
+    assert counts["the"] == 800 and counts["seven"] == 400 and sum(counts.values()) == 6400
