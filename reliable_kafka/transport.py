@@ -7,6 +7,7 @@ so a retried send never duplicates an ack entry (a duplicated ACK would break a 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Callable, Iterable
 
@@ -28,6 +29,8 @@ __all__ = [
     "park",
     "message_coordinates",
     "flush_or_raise",
+    "StuckCall",
+    "with_deadline",
 ]
 
 log = logging.getLogger(__name__)
@@ -315,3 +318,32 @@ def flush_or_raise(producer: Producer, *, timeout: float = 30.0, what: str = "re
         remaining = producer.flush(max(0.1, deadline - time.monotonic()))
     if remaining:
         raise DeliveryError(f"{remaining} {what} not delivered within {timeout:.0f}s; is the broker up?")
+
+
+class StuckCall(Exception):
+    """A client call did not return within its deadline (the client is abandoned, not reused)."""
+
+
+def with_deadline(call: Callable, *args, seconds: float):
+    """``call(*args)`` with a hard deadline.
+
+    librdkafka's ``send_offsets_to_transaction`` can ignore its own timeout and block forever when
+    the group coordinator goes away during the call (confluentinc/librdkafka#5456, #5511); the
+    caller then abandons that producer and starts a new one, whose ``init_transactions`` fences it.
+    """
+    outcome: dict = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = call(*args)
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"deadline-{getattr(call, '__name__', 'call')}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise StuckCall(f"{getattr(call, '__name__', call)} did not return within {seconds:.0f}s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")

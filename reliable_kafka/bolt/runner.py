@@ -24,11 +24,21 @@ from reliable_kafka.errors import ConfigError, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
-from reliable_kafka.transport import AckSender, Quarantine, flush_or_raise, new_consumer, new_producer
+from reliable_kafka.transport import (
+    AckSender,
+    Quarantine,
+    StuckCall,
+    flush_or_raise,
+    new_consumer,
+    new_producer,
+    with_deadline,
+)
 
 __all__ = ["Tuple", "BoltCollector", "Bolt", "BasicBolt", "BoltStats"]
 
 log = logging.getLogger(__name__)
+
+TXN_DEADLINE_S = 45.0  # a transactional call past its own 30 s timeout is stuck (see with_deadline)
 
 
 class Tuple:
@@ -333,10 +343,16 @@ class Bolt:
                 self._process(message)
             self._acks.send()
             positions = consumer.position(consumer.assignment())
-            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
-            producer.commit_transaction(30)
+            with_deadline(producer.send_offsets_to_transaction, positions, consumer.consumer_group_metadata(), 30,
+                          seconds=TXN_DEADLINE_S)
+            with_deadline(producer.commit_transaction, 30, seconds=TXN_DEADLINE_S)
             self.stats.transactions += 1
             self._failed_in_a_row = 0
+        except StuckCall as exc:  # the producer is abandoned: a new one fences it and aborts its work
+            self.stats.aborted_transactions += 1
+            log.warning("%s: %s; starting a new producer, the batch will be processed again", self.name, exc)
+            self._new_producer()
+            self._rewind()
         except KafkaException as exc:
             error = exc.args[0]
             self.stats.aborted_transactions += 1

@@ -30,13 +30,22 @@ from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.ids import to_signed
 from reliable_kafka.spout.spout import SourceRecord, Spout, TopicPartitionKey, _source_record
-from reliable_kafka.transport import AckSender, OutcomeListener, Quarantine, new_consumer, new_producer
+from reliable_kafka.transport import (
+    AckSender,
+    OutcomeListener,
+    Quarantine,
+    StuckCall,
+    new_consumer,
+    new_producer,
+    with_deadline,
+)
 
 __all__ = ["TransactionalSpout", "encode_spout_state", "decode_spout_state", "owner_id"]
 
 log = logging.getLogger(__name__)
 
 _STATE_SEPARATOR = "|rkx:"
+TXN_DEADLINE_S = 45.0  # a transactional call past its own 30 s timeout is stuck (see with_deadline)
 
 
 def owner_id(group_id: str, topic: str, partition: int) -> int:
@@ -278,9 +287,10 @@ class TransactionalSpout(Spout):
             for sender in self._senders.values():
                 sender.send()
             offsets = self._state_offsets()
-            self._producer.send_offsets_to_transaction(offsets, self._consumer.consumer_group_metadata(), 30)
-            self._producer.commit_transaction(30)
-        except KafkaException as exc:
+            with_deadline(self._producer.send_offsets_to_transaction, offsets,
+                          self._consumer.consumer_group_metadata(), 30, seconds=TXN_DEADLINE_S)
+            with_deadline(self._producer.commit_transaction, 30, seconds=TXN_DEADLINE_S)
+        except (KafkaException, StuckCall) as exc:
             self._abort(exc)
             return
         self._failed_in_a_row = 0
@@ -340,12 +350,14 @@ class TransactionalSpout(Spout):
             offsets.append(TopicPartition(key[0], key[1], point, metadata))
         return offsets
 
-    def _abort(self, exc: KafkaException) -> None:
+    def _abort(self, exc: KafkaException | StuckCall) -> None:
         """Abort, then rebuild every partition's state from the last committed transaction."""
-        error = exc.args[0]
-        log.warning("%s: transaction aborted (%s); rebuilding from the last committed state", self.name, error)
+        stuck = isinstance(exc, StuckCall)
+        error = None if stuck else exc.args[0]
+        log.warning("%s: transaction aborted (%s); rebuilding from the last committed state", self.name,
+                    exc if stuck else error)
         self._failed_in_a_row += 1
-        if error.fatal() or self._failed_in_a_row >= 2:
+        if stuck or error.fatal() or self._failed_in_a_row >= 2:
             # fenced (the coordinator timed the transaction out while the broker was away), or
             # stuck: a new producer bumps the epoch, aborts what is pending, and we go on from the
             # committed state
