@@ -21,7 +21,7 @@ from typing import Iterable, Mapping
 import fastavro
 import numpy as np
 
-from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
 
 __all__ = [

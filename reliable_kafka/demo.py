@@ -19,9 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from reliable_kafka import codec
 from reliable_kafka.acker import AckerWorker
-from reliable_kafka.bolt import BasicBolt, Bolt
+from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.local import LocalCluster
 from reliable_kafka.offsets import committed_offsets, end_offsets

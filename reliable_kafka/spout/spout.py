@@ -31,7 +31,6 @@ from reliable_kafka.transport import (
     AckSender,
     OutcomeListener,
     Quarantine,
-    message_coordinates,
     new_consumer,
     new_producer,
     park,

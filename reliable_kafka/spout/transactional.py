@@ -26,7 +26,7 @@ from typing import Iterable
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
-from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.ids import to_signed
 from reliable_kafka.spout.spout import SourceRecord, Spout, TopicPartitionKey, _source_record

@@ -11,7 +11,7 @@ import pytest
 
 from examples.word_count import build
 from reliable_kafka.demo import SENTENCES
-from reliable_kafka import AckerWorker, BasicBolt, Bolt, LocalCluster, Spout, TopologyError
+from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, TopologyError
 from reliable_kafka import codec
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, end_offsets
