@@ -367,7 +367,9 @@ class Bolt:
                 try:
                     producer.abort_transaction(30)
                 except KafkaException as again:
-                    if not again.args[0].retriable():
+                    if again.args[0].fatal():  # fenced while aborting: same remedy
+                        self._new_producer()
+                    elif not again.args[0].retriable():
                         raise
             self._rewind()
 

@@ -368,7 +368,11 @@ class TransactionalSpout(Spout):
             try:
                 self._producer.abort_transaction(30)
             except KafkaException as again:
-                if not again.args[0].retriable():
+                if again.args[0].fatal():  # fenced while aborting: same remedy
+                    self._producer = self._make_producer()
+                    if self._listener.quarantine is not None:
+                        self._listener.quarantine.producer = self._producer
+                elif not again.args[0].retriable():
                     raise
         self._pending_dead_letters = []
         assignment = self._consumer.assignment()
