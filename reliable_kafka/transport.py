@@ -28,6 +28,7 @@ __all__ = [
     "Quarantine",
     "park",
     "message_coordinates",
+    "produce_tuple",
     "flush_or_raise",
     "StuckCall",
     "with_deadline",
@@ -131,6 +132,18 @@ class AckSender:
         if error is not None:
             log.error("ack batch to %s[%s] not delivered: %s", self.acks_topic, message.partition(), error)
             self.delivery_errors.append(error)
+
+
+def produce_tuple(producer: Producer, topic: str, value: bytes | None, *, key: bytes | None,
+                  headers, partition: int | None, anchors: dict[int, int], on_delivery: Callable) -> None:
+    """Send a tuple: the user's key, value and headers, plus ``rk-anchors`` when it is tracked."""
+    headers = [(k, v) for k, v in (headers or []) if k != codec.ANCHORS_HEADER]
+    if anchors:
+        headers.append((codec.ANCHORS_HEADER, codec.encode_anchors(anchors)))
+    kwargs = {"key": key, "headers": headers, "on_delivery": on_delivery}
+    if partition is not None:
+        kwargs["partition"] = partition
+    _produce(producer, topic, value, **kwargs)
 
 
 def _produce(producer: Producer, topic: str, value: bytes, **kwargs) -> None:

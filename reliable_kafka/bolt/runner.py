@@ -31,6 +31,7 @@ from reliable_kafka.transport import (
     flush_or_raise,
     new_consumer,
     new_producer,
+    produce_tuple,
     with_deadline,
 )
 
@@ -298,18 +299,8 @@ class Bolt:
             self.collector.fail(tuple_)
 
     def _produce(self, topic, value, key, headers, partition, anchors: dict[int, int]) -> None:
-        headers = [(k, v) for k, v in (headers or []) if k != codec.ANCHORS_HEADER]
-        if anchors:
-            headers.append((codec.ANCHORS_HEADER, codec.encode_anchors(anchors)))
-        kwargs = {"key": key, "headers": headers, "on_delivery": self._delivered}
-        if partition is not None:
-            kwargs["partition"] = partition
-        while True:
-            try:
-                self._producer.produce(topic, value, **kwargs)
-                break
-            except BufferError:
-                self._producer.poll(0.05)
+        produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors,
+                      on_delivery=self._delivered)
         self.stats.emitted += 1
 
     def _delivered(self, error, message) -> None:

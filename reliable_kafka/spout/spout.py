@@ -17,7 +17,6 @@ from typing import Callable, Literal
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from reliable_kafka import codec
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.anchors import Anchored, ack_entries, anchor_child, spout_root
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
@@ -34,6 +33,7 @@ from reliable_kafka.transport import (
     new_consumer,
     new_producer,
     park,
+    produce_tuple,
 )
 
 __all__ = ["Spout", "SpoutCollector", "SourceRecord", "SpoutStats", "Guarantee", "forward_to"]
@@ -352,19 +352,8 @@ class Spout:
         return self._records.get((key, offset))
 
     def _produce_output(self, topic, value, key, headers, partition, anchors, root) -> None:
-        headers = [(k, v) for k, v in (headers or []) if k != codec.ANCHORS_HEADER]
-        if anchors:
-            headers.append((codec.ANCHORS_HEADER, codec.encode_anchors(anchors)))
-        kwargs = {"key": key, "headers": headers,
-                  "on_delivery": functools.partial(self._output_delivered, root)}
-        if partition is not None:
-            kwargs["partition"] = partition
-        while True:
-            try:
-                self._producer.produce(topic, value, **kwargs)
-                break
-            except BufferError:
-                self._producer.poll(0.05)
+        produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors,
+                      on_delivery=functools.partial(self._output_delivered, root))
         if anchors:
             self.stats.emitted += 1
 
