@@ -140,7 +140,9 @@ def test_spark_spout_spark_bolt_python_bolt_with_downstream_failures(spark, kafk
     assert set(log.ok) == set(placed)
     assert progress["tracker"]["redelivered"] >= len(failed_first)
     assert bolt.acked >= len(placed)
-    assert committed_offsets(kafka_bootstrap, group, source) == end_offsets(kafka_bootstrap, source)
+    committed = committed_offsets(kafka_bootstrap, group, source)
+    # an empty partition may have no commit at all (-1001): nothing there to be lagging on
+    assert {p: max(o, 0) for p, o in committed.items()} == end_offsets(kafka_bootstrap, source)
 
 
 def test_word_count_example_runs(kafka_bootstrap):
