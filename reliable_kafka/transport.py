@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Callable, Iterable
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka import codec
 from reliable_kafka.codec import ParkedRecord
@@ -29,6 +29,7 @@ __all__ = [
     "park",
     "message_coordinates",
     "produce_tuple",
+    "ProducerUnusable",
     "flush_or_raise",
     "StuckCall",
     "with_deadline",
@@ -146,6 +147,18 @@ def produce_tuple(producer: Producer, topic: str, value: bytes | None, *, key: b
     _produce(producer, topic, value, **kwargs)
 
 
+class ProducerUnusable(KafkaException):
+    """The producer itself failed (fenced, fatal, or not in a transaction), not the record.
+
+    Raised from ``produce``; spouts and bolts let it pass through a handler's error path (it is
+    no reason to fail or retry the tuple), so that the transaction aborts and a new producer is
+    made, or the process stops and its supervisor restarts it.
+    """
+
+
+_PRODUCER_STATE_ERRORS = (KafkaError._STATE, KafkaError._FENCED, KafkaError._FATAL)
+
+
 def _produce(producer: Producer, topic: str, value: bytes, **kwargs) -> None:
     """produce(), waiting for room when librdkafka's local queue is full instead of failing."""
     while True:
@@ -154,6 +167,11 @@ def _produce(producer: Producer, topic: str, value: bytes, **kwargs) -> None:
             return
         except BufferError:
             producer.poll(0.05)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.fatal() or error.code() in _PRODUCER_STATE_ERRORS:
+                raise ProducerUnusable(error) from exc
+            raise
 
 
 class Quarantine:

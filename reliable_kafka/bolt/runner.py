@@ -26,6 +26,7 @@ from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.transport import (
     AckSender,
+    ProducerUnusable,
     Quarantine,
     StuckCall,
     flush_or_raise,
@@ -292,6 +293,8 @@ class Bolt:
     def _call(self, tuple_: Tuple) -> None:
         try:
             self.handler(tuple_, self.collector)
+        except ProducerUnusable:
+            raise  # not the tuple's fault: the transaction aborts, or the process restarts
         except Exception:
             self.stats.handler_errors += 1
             log.exception("%s: handler %s raised on %s; failing the tuple", self.name,
@@ -380,6 +383,8 @@ class BasicBolt(Bolt):
         self.collector.current = tuple_
         try:
             self.handler(tuple_, self.collector)
+        except ProducerUnusable:
+            raise  # not the tuple's fault: the transaction aborts, or the process restarts
         except Exception as exc:  # the basic bolt's contract: a raise fails the input (and replays it)
             self.stats.handler_errors += 1
             log.warning("%s: handler %s raised on %s, failing the tuple: %r", self.name,

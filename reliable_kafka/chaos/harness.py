@@ -137,12 +137,16 @@ class _Process:
             os.killpg(self.popen.pid, signal.SIGKILL)
             self.popen.wait()
 
-    def stop(self, timeout: float = 20.0) -> None:
+    def terminate(self) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+
+    def stop(self, deadline: float) -> None:
+        """Wait until ``deadline`` (monotonic) for the SIGTERM of :meth:`terminate`, then SIGKILL."""
         if self.popen is None or self.popen.poll() is not None:
             return
-        self.popen.send_signal(signal.SIGTERM)
         try:
-            self.popen.wait(timeout)
+            self.popen.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.kill()
 
@@ -215,6 +219,18 @@ def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
 
     broker = _Broker(config)
     bootstrap = broker.start()
+    try:
+        report, log_dir = _run_topology(config, broker, bootstrap, rng, started, log)
+    finally:
+        broker.stop()
+    print(report.render(), file=out, flush=True)
+    if not report.ok:
+        print(f"worker logs kept in {log_dir}", file=out, flush=True)
+    return report
+
+
+def _run_topology(config: ChaosConfig, broker: "_Broker", bootstrap: str, rng: random.Random, started: float,
+                  log) -> tuple[ChaosReport, Path]:
     topology = unique_name("chaos")
     topics = topic_names(topology)
     replication = min(3, config.brokers)
@@ -267,8 +283,11 @@ def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
     finally:
         stop_sampling.set()
         sampler.join()
+        for process in processes:  # all at once: each may take a transaction timeout to stop
+            process.terminate()
+        deadline = time.monotonic() + 20.0
         for process in processes:
-            process.stop()
+            process.stop(deadline)
     dead = [p for p in processes if p.popen is not None and p.popen.returncode not in (0, -signal.SIGTERM)]
     report = _check(bootstrap, topology, config, samples, kills, kill_times, caught_up, started)
     for process in dead:
@@ -276,11 +295,7 @@ def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
     for name, count in sorted(crashes.items()):
         report.notes.append(f"{name} died on its own {count} time(s) and was restarted; see its log")
     report.crashes = sum(crashes.values())
-    broker.stop()
-    print(report.render(), file=out, flush=True)
-    if not report.ok:
-        print(f"worker logs kept in {log_dir}", file=out, flush=True)
-    return report
+    return report, log_dir
 
 
 def _processes(config: ChaosConfig, topology: str, bootstrap: str, log_dir: Path) -> list[_Process]:

@@ -476,15 +476,16 @@ class InFlightTracker:
 
     # -- time --------------------------------------------------------------------------------
 
-    def due_redeliveries(self, now_ms: int | None = None) -> list[Redelivery]:
+    def due_redeliveries(self, now_ms: int | None = None, *, limit: int | None = None) -> list[Redelivery]:
         """Records whose backoff has elapsed, oldest due first; each is handed out once.
 
         The shell re-reads each record and calls ``emitted(tp, offset, attempt=r.attempt)``; the
-        offset stays pending (and blocks the commit point) until then.
+        offset stays pending (and blocks the commit point) until then. ``limit`` caps how many are
+        handed out; the rest stay due for the next call.
         """
         now = self._clock() if now_ms is None else now_ms
         out: list[Redelivery] = []
-        while self._retries and self._retries[0][0] <= now:
+        while self._retries and self._retries[0][0] <= now and (limit is None or len(out) < limit):
             _, token, entry = heapq.heappop(self._retries)
             if entry.token != token:
                 continue

@@ -29,6 +29,7 @@ from reliable_kafka.topology import TopologyTopics, admin_client, partition_coun
 from reliable_kafka.transport import (
     AckSender,
     OutcomeListener,
+    ProducerUnusable,
     Quarantine,
     new_consumer,
     new_producer,
@@ -73,6 +74,7 @@ class SpoutStats:
     output_delivery_errors: int = 0
     metadata_truncated: int = 0
     skipped_done: int = 0
+    expired_in_flight: int = 0  # deleted by retention before a redelivery could read it
     paused: bool = False
     committed: dict[TopicPartitionKey, int] = field(default_factory=dict)
 
@@ -320,6 +322,8 @@ class Spout:
         emitted_before = self.stats.emitted
         try:
             self.handler(record, self._collector)
+        except ProducerUnusable:
+            raise  # not the record's fault: the caller replaces the producer (or the process restarts)
         except Exception:
             self.stats.handler_errors += 1
             log.exception("%s: handler %s raised on %s (attempt %d); the record will be retried",

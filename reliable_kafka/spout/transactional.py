@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 
 _STATE_SEPARATOR = "|rkx:"
 TXN_DEADLINE_S = 45.0  # a transactional call past its own 30 s timeout is stuck (see with_deadline)
+REREAD_MAX_GAP = 500  # in-flight offsets this close are read again in one sequential pass
+REREAD_TIMEOUT_S = 20.0  # well inside the 60 s transaction timeout
 
 
 def owner_id(group_id: str, topic: str, partition: int) -> int:
@@ -237,28 +239,62 @@ class TransactionalSpout(Spout):
     def _record(self, key: TopicPartitionKey, offset: int) -> SourceRecord | None:
         record = self._records.get((key, offset))
         if record is None and key in self._owners:
-            record = self._fetch(key, offset)  # left in flight by a previous owner: read it again
-            if record is not None:
-                self._records[(key, offset)] = record
+            self._read_again([(key, offset)])  # left in flight by a previous owner
+            record = self._records.get((key, offset))
         return record
 
-    def _fetch(self, key: TopicPartitionKey, offset: int) -> SourceRecord | None:
+    def _read_again(self, wanted: Iterable[tuple[TopicPartitionKey, int]]) -> None:
+        """Reads the source records of in-flight offsets left by a previous owner, in few passes.
+
+        Offsets close together are read in one sequential pass (a redelivery storm after a broker
+        restart is thousands of neighbours); raises :class:`RereadFailed` when a record that
+        Kafka still holds could not be read in time (the round's transaction aborts and the
+        redeliveries come back later, never counted done).
+        """
+        by_partition: dict[TopicPartitionKey, set[int]] = {}
+        for key, offset in wanted:
+            if (key, offset) not in self._records and key in self._owners:
+                by_partition.setdefault(key, set()).add(offset)
+        for key, offsets in by_partition.items():
+            for run in _clusters(sorted(offsets), max_gap=REREAD_MAX_GAP):
+                self._read_run(key, run)
+
+    def _read_run(self, key: TopicPartitionKey, offsets: list[int]) -> None:
         if self._fetcher is None:
             self._fetcher = new_consumer(self.bootstrap_servers, f"{self.group_id}.refetch", self.kafka_config,
                                          **{"isolation.level": "read_committed"})
-        self._fetcher.assign([TopicPartition(key[0], key[1], offset)])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            message = self._fetcher.poll(0.5)
-            if message is None or message.error() is not None:
-                continue
-            if message.offset() == offset:
-                return _source_record(message)
-            break
-        log.error("%s: %s[%s]@%s is no longer in Kafka (retention?); counted done, not redelivered",
-                  self.name, *key, offset)
-        self.tracker.done_immediately(key, offset)
-        return None
+        low, _ = self._fetcher.get_watermark_offsets(TopicPartition(*key), timeout=10, cached=False)
+        missing = set()
+        for offset in offsets:
+            if offset < low:  # deleted by retention while in flight: nothing left to redeliver
+                self.stats.expired_in_flight += 1
+                log.error("%s: %s[%s]@%s was deleted from Kafka (retention) while in flight; "
+                          "counted done, not redelivered", self.name, *key, offset)
+                self.tracker.done_immediately(key, offset)
+            else:
+                missing.add(offset)
+        if not missing:
+            return
+        last = max(missing)
+        self._fetcher.assign([TopicPartition(key[0], key[1], min(missing))])
+        deadline = time.monotonic() + REREAD_TIMEOUT_S
+        position = min(missing)
+        while missing and position <= last and time.monotonic() < deadline:
+            for message in self._fetcher.consume(num_messages=self.batch_size, timeout=0.5):
+                if message.error() is not None:
+                    continue
+                position = message.offset() + 1
+                if message.offset() in missing:
+                    missing.discard(message.offset())
+                    self._records[(key, message.offset())] = _source_record(message)
+        self._fetcher.unassign()
+        for offset in sorted(o for o in missing if o < position):  # read past: not a record
+            missing.discard(offset)
+            log.error("%s: %s[%s]@%s is not a committed record of the source; counted done", self.name, *key, offset)
+            self.tracker.done_immediately(key, offset)
+        if missing:
+            raise RereadFailed(f"{len(missing)} in-flight records of {key[0]}[{key[1]}] from offset {min(missing)} "
+                               f"could not be read again within {REREAD_TIMEOUT_S:.0f}s")
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -267,12 +303,13 @@ class TransactionalSpout(Spout):
         self._take_outcomes()  # also queues dead letters: they are written inside the transaction
         messages = [m for m in self._consumer.consume(num_messages=self.batch_size, timeout=timeout)
                     if m.error() is None]
-        due = self.tracker.due_redeliveries()
+        due = self.tracker.due_redeliveries(limit=self.batch_size)  # keeps each transaction short
         if not messages and not due and not self._pending_dead_letters and not self._state_changed():
             self._apply_backpressure()
             return
         self._producer.begin_transaction()
         try:
+            self._read_again([(r.tp, r.offset) for r in due] + [(a.tp, a.offset) for a in self._pending_dead_letters])
             for redelivery in due:
                 record = self._record(redelivery.tp, redelivery.offset)
                 if record is not None:
@@ -290,7 +327,7 @@ class TransactionalSpout(Spout):
             with_deadline(self._producer.send_offsets_to_transaction, offsets,
                           self._consumer.consumer_group_metadata(), 30, seconds=TXN_DEADLINE_S)
             with_deadline(self._producer.commit_transaction, 30, seconds=TXN_DEADLINE_S)
-        except (KafkaException, StuckCall) as exc:
+        except (KafkaException, StuckCall, RereadFailed) as exc:
             self._abort(exc)
             return
         self._failed_in_a_row = 0
@@ -350,14 +387,13 @@ class TransactionalSpout(Spout):
             offsets.append(TopicPartition(key[0], key[1], point, metadata))
         return offsets
 
-    def _abort(self, exc: KafkaException | StuckCall) -> None:
+    def _abort(self, exc: KafkaException | StuckCall | RereadFailed) -> None:
         """Abort, then rebuild every partition's state from the last committed transaction."""
-        stuck = isinstance(exc, StuckCall)
-        error = None if stuck else exc.args[0]
+        error = exc.args[0] if isinstance(exc, KafkaException) else None
         log.warning("%s: transaction aborted (%s); rebuilding from the last committed state", self.name,
-                    exc if stuck else error)
+                    exc if error is None else error)
         self._failed_in_a_row += 1
-        if stuck or error.fatal() or self._failed_in_a_row >= 2:
+        if isinstance(exc, StuckCall) or (error is not None and error.fatal()) or self._failed_in_a_row >= 2:
             # fenced (the coordinator timed the transaction out while the broker was away), or
             # stuck: a new producer bumps the epoch, aborts what is pending, and we go on from the
             # committed state
@@ -382,6 +418,21 @@ class TransactionalSpout(Spout):
 
     def _commit(self, *, force: bool = False, only=None) -> None:
         """Commits happen inside each round's transaction."""
+
+
+class RereadFailed(Exception):
+    """In-flight records that Kafka still holds could not be read again (the broker is away?)."""
+
+
+def _clusters(offsets: list[int], *, max_gap: int) -> list[list[int]]:
+    """Sorted offsets split where the gap to the next one is over ``max_gap`` (one read each)."""
+    runs: list[list[int]] = []
+    for offset in offsets:
+        if runs and offset - runs[-1][-1] <= max_gap:
+            runs[-1].append(offset)
+        else:
+            runs.append([offset])
+    return runs
 
 
 def _with_attempt(record: SourceRecord, attempt: int) -> SourceRecord:

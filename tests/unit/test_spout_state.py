@@ -5,7 +5,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reliable_kafka.errors import DecodeError
-from reliable_kafka.spout.transactional import decode_spout_state, derive_root, encode_spout_state, owner_id
+from reliable_kafka.spout.transactional import (
+    _clusters,
+    decode_spout_state,
+    derive_root,
+    encode_spout_state,
+    owner_id,
+)
 
 
 @given(
@@ -63,3 +69,13 @@ def test_runs_keep_thousands_of_retried_records_small_and_overflow_truncates_wit
     assert truncated and len(metadata) <= 4096
     kept = decode_spout_state(0, metadata)[3]
     assert kept and all(scattered[o] == a for o, a in kept.items())
+
+
+@given(st.sets(st.integers(0, 5000), max_size=200), st.integers(1, 600))
+def test_reread_clusters_cover_every_offset_once_with_gaps_at_most_max(offsets, max_gap):
+    runs = _clusters(sorted(offsets), max_gap=max_gap)
+    assert [o for run in runs for o in run] == sorted(offsets)
+    for run in runs:
+        assert all(b - a <= max_gap for a, b in zip(run, run[1:]))
+    for before, after in zip(runs, runs[1:]):
+        assert after[0] - before[-1] > max_gap

@@ -158,6 +158,19 @@ def test_given_roots_are_used_and_duplicates_refused():
 # -- retries and dead letters ----------------------------------------------------------------
 
 
+def test_due_redeliveries_limit_leaves_the_rest_due_in_order():
+    tracker, clock = make(max_retries=5)
+    roots = [tracker.emitted(TP, offset) for offset in range(5)]
+    for root in roots:
+        tracker.on_outcome(root, FAILED)
+    clock.now = 10**6
+    assert [r.offset for r in tracker.due_redeliveries(limit=2)] == [0, 1]
+    assert [r.offset for r in tracker.due_redeliveries(limit=2)] == [2, 3]
+    assert [r.offset for r in tracker.due_redeliveries()] == [4]
+    assert tracker.due_redeliveries(limit=2) == []
+    assert tracker.commit_point(TP) == 0  # all five still pending until emitted again
+
+
 def test_failed_record_is_redelivered_after_backoff_then_dead_lettered():
     tracker, clock = make(max_retries=2)
     root = tracker.emitted(TP, 10)

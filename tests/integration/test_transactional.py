@@ -1,0 +1,91 @@
+"""The transactional spout and bolts on a real broker: fencing and adoption of failed trees."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from reliable_kafka import AckerWorker, LocalCluster
+from reliable_kafka.bolt import BasicBolt
+from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.spout import TransactionalSpout
+from reliable_kafka.spout.transactional import encode_spout_state
+from reliable_kafka.testing.records import produce_values, read_topic
+from reliable_kafka.testing.topics import create_topics, unique_name
+from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+
+def _topology(bootstrap: str, prefix: str, *, source_partitions: int = 2) -> tuple[str, dict[str, str]]:
+    topology = unique_name(prefix)
+    topics = {name: f"{topology}-{name}" for name in ("source", "stage", "sink")}
+    create_topics(bootstrap, {topics["source"]: source_partitions, topics["stage"]: 2, topics["sink"]: 2})
+    ensure_topics(admin_client(bootstrap), TopologyTopics(topology, ackers=2))
+    return topology, topics
+
+
+def _components(bootstrap: str, topology: str, topics: dict[str, str]):
+    on = {"topology": topology, "bootstrap_servers": bootstrap}
+    acker = AckerWorker(**on, ackers=2, timeout_ms=30_000, commit_interval_ms=200, name="acker")
+    spout = TransactionalSpout(**on, name="spout", source_topics=topics["source"], group_id=f"{topology}-spout",
+                               emit_to=topics["stage"], message_timeout_ms=30_000, max_retries=5,
+                               backoff=Backoff(initial_ms=20, max_ms=200), commit_interval_ms=100)
+
+    def sink(tuple_, collector):
+        collector.emit(topics["sink"], tuple_.value, key=tuple_.key, anchors=())  # the effect
+
+    bolt = BasicBolt(**on, name="sink", source_topics=topics["stage"], group_id=f"{topology}-sink",
+                     handler=sink, transactional=True, commit_interval_ms=100)
+    return acker, spout, bolt
+
+
+def _caught_up(bootstrap: str, topology: str, source: str) -> bool:
+    return committed_offsets(bootstrap, f"{topology}-spout", source) == end_offsets(bootstrap, source)
+
+
+def _effects(bootstrap: str, topic: str) -> Counter:
+    return Counter(int(m.value()) for m in read_topic(bootstrap, topic))
+
+
+def test_a_fenced_spout_producer_is_replaced_not_blamed_on_the_records(kafka_bootstrap):
+    topology, topics = _topology(kafka_bootstrap, "txn-fence")
+    produce_values(kafka_bootstrap, topics["source"], [str(i).encode() for i in range(400)])
+    acker, spout, bolt = _components(kafka_bootstrap, topology, topics)
+    with LocalCluster(acker, spout, bolt) as cluster:
+        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, topology, topics["source"]), timeout=120,
+                           what="first half committed")
+        # a zombie with the spout's transactional.id fences the running spout's producer
+        zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topology}-spout.spout"})
+        zombie.init_transactions(30)
+        produce_values(kafka_bootstrap, topics["source"], [str(i).encode() for i in range(400, 800)])
+        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, topology, topics["source"]), timeout=180,
+                           what="second half committed after the fence", progress=lambda: str(spout.stats))
+    assert spout.stats.handler_errors == 0  # a dead producer is not the records' fault
+    effects = _effects(kafka_bootstrap, topics["sink"])
+    assert sorted(effects) == list(range(800)) and set(effects.values()) == {1}
+
+
+def test_a_successor_redelivers_thousands_of_failed_in_flight_records(kafka_bootstrap):
+    """The state a spout left when a broker restart timed out its trees: 3000 records in flight,
+    their TIMED_OUT outcomes consumed. Its successor reads them again in a few passes and brings
+    each to the sink once (one read per record took half a second: 25 minutes here)."""
+    topology, topics = _topology(kafka_bootstrap, "txn-adopt", source_partitions=1)
+    records = 3000
+    produce_values(kafka_bootstrap, topics["source"], [str(i).encode() for i in range(records)])
+    group = f"{topology}-spout"
+    metadata, truncated = encode_spout_state(0, [], emitted_upto=records, outcome_position=0,
+                                             attempts={offset: 1 for offset in range(records)},
+                                             failed=range(records))
+    assert not truncated
+    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+    committer.commit(offsets=[TopicPartition(topics["source"], 0, 0, metadata)], asynchronous=False)
+    committer.close()
+    acker, spout, bolt = _components(kafka_bootstrap, topology, topics)
+    with LocalCluster(acker, spout, bolt) as cluster:
+        cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, group, topics["source"]).get(0) == records,
+                           timeout=240, what="every adopted record redelivered and completed",
+                           progress=lambda: str(spout.stats))
+    assert spout.stats.replayed == records and spout.stats.read == 0  # nothing past e was read again
+    effects = _effects(kafka_bootstrap, topics["sink"])
+    assert sorted(effects) == list(range(records)) and set(effects.values()) == {1}
