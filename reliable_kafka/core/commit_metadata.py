@@ -16,8 +16,9 @@ moves to ``end + 2`` (``end + 1`` cannot be done, or the run would be longer). T
 written too, so that metadata left beside a different offset (e.g. after an offset reset by a
 tool) is rejected instead of skipping records that were never done.
 
-The broker caps metadata at ``offset.metadata.max.bytes`` (4096 by default). When the runs do not
-fit, the lowest ones are kept: the decoded skip set is then a prefix of the true one, which is
+The broker caps metadata at ``offset.metadata.max.bytes`` (4096 by default; Kafka 4.1 refuses a
+string of exactly 4096 characters too, so 4095 is the most we write). When the runs do not fit,
+the lowest ones are kept: the decoded skip set is then a prefix of the true one, which is
 safe (the rest is replayed, at-least-once).
 """
 
@@ -39,7 +40,10 @@ __all__ = [
 ]
 
 PREFIX = "rk1:"
-DEFAULT_MAX_BYTES = 4096  # Kafka's default offset.metadata.max.bytes
+# Kafka's default offset.metadata.max.bytes is 4096, but a 4.1 broker answers
+# OFFSET_METADATA_TOO_LARGE to exactly 4096 characters (plain and transactional commits alike;
+# tests/integration/test_transactional.py checks the largest state we write against the broker)
+DEFAULT_MAX_BYTES = 4095
 
 _WHAT = "commit metadata"
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]*")

@@ -25,7 +25,7 @@ from typing import Iterable
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
+from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.ids import to_signed
@@ -63,7 +63,7 @@ def derive_root(owner: int, offset: int, attempt: int) -> int:
 
 def encode_spout_state(commit_point: int, done_above, *, emitted_upto: int, outcome_position: int,
                        attempts: dict[int, int], failed: Iterable[int] = (),
-                       max_bytes: int = 4096) -> tuple[str, bool]:
+                       max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[str, bool]:
     """Commit metadata: the done-above set, then ``|rkx:e,o[,offset[+n]:attempt[:f]...]``.
 
     ``attempts`` gives the attempt of in-flight records past their first; ``failed`` the offsets

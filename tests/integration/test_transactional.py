@@ -8,6 +8,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from reliable_kafka import AckerWorker, LocalCluster
 from reliable_kafka.bolt import BasicBolt
+from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, encode_done_above
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.spout import TransactionalSpout
@@ -89,3 +90,29 @@ def test_a_successor_redelivers_thousands_of_failed_in_flight_records(kafka_boot
     assert spout.stats.replayed == records and spout.stats.read == 0  # nothing past e was read again
     effects = _effects(kafka_bootstrap, topics["sink"])
     assert sorted(effects) == list(range(records)) and set(effects.values()) == {1}
+
+
+def test_the_largest_commit_metadata_we_write_is_accepted_by_the_broker(kafka_bootstrap):
+    """Kafka 4.1 refuses exactly 4096 characters, though offset.metadata.max.bytes is 4096; a
+    spout whose state filled it could then never commit again."""
+    topology, topics = _topology(kafka_bootstrap, "txn-meta", source_partitions=1)
+    produce_values(kafka_bootstrap, topics["source"], [b"x"])
+    every_other = range(1, 200_000, 2)
+    plain, plain_truncated = encode_done_above(0, every_other)
+    state, state_truncated = encode_spout_state(0, every_other, emitted_upto=200_000, outcome_position=10**9,
+                                                attempts={o: 2 for o in range(0, 200_000, 2)},
+                                                failed=range(0, 200_000, 4))
+    assert plain_truncated and state_truncated
+    assert len(plain) >= DEFAULT_MAX_BYTES - 3 and len(state) >= DEFAULT_MAX_BYTES - 3  # full to the brim
+    group = f"{topology}-spout"
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition(topics["source"], 0, 0, plain)], asynchronous=False)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topology}.meta"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction([TopicPartition(topics["source"], 0, 1, state)],
+                                         consumer.consumer_group_metadata(), 30)
+    producer.commit_transaction(30)
+    (committed,) = consumer.committed([TopicPartition(topics["source"], 0)], timeout=30)
+    consumer.close()
+    assert (committed.offset, committed.metadata) == (1, state)

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reliable_kafka.core.commit_metadata import (
+    DEFAULT_MAX_BYTES,
     PREFIX,
     decode_done_above,
     decode_done_ranges,
@@ -58,10 +59,10 @@ def test_truncation_keeps_a_prefix_that_fits(case, max_bytes):
     assert len(decode_done_above(commit_point, bigger, max_offsets=10**9)) >= len(decoded)
 
 
-def test_default_cap_is_kafkas_4096_bytes_and_many_runs_get_truncated():
+def test_default_cap_stays_under_kafkas_4096_bytes_and_many_runs_get_truncated():
     offsets = range(1001, 1_000_000, 2)  # every other offset: one run each
     text, truncated = encode_done_above(1000, offsets)
-    assert truncated and len(text) <= 4096
+    assert truncated and len(text) <= DEFAULT_MAX_BYTES
     decoded = decode_done_above(1000, text)
     assert len(decoded) > 1000 and decoded == list(offsets)[: len(decoded)]
 

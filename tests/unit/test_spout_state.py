@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES
 from reliable_kafka.errors import DecodeError
 from reliable_kafka.spout.transactional import (
     _clusters,
@@ -31,14 +32,14 @@ def test_state_round_trips(commit_point, gaps, extra, outcome_position, attempts
     failed = set(list(attempts)[::2])
     metadata, truncated = encode_spout_state(commit_point, done, emitted_upto=emitted_upto,
                                              outcome_position=outcome_position, attempts=attempts, failed=failed)
-    assert not truncated and len(metadata) <= 4096
+    assert not truncated and len(metadata) <= DEFAULT_MAX_BYTES
     assert decode_spout_state(commit_point, metadata) == (done, emitted_upto, outcome_position, attempts, failed)
 
 
 def test_state_truncates_the_done_set_but_keeps_positions():
     done = list(range(10, 200_000, 2))
     metadata, truncated = encode_spout_state(0, done, emitted_upto=300_000, outcome_position=7, attempts={})
-    assert truncated and len(metadata) <= 4096
+    assert truncated and len(metadata) <= DEFAULT_MAX_BYTES
     kept, emitted_upto, outcome_position, _, _ = decode_spout_state(0, metadata)
     assert kept == done[: len(kept)] and emitted_upto == 300_000 and outcome_position == 7
 
@@ -66,7 +67,7 @@ def test_runs_keep_thousands_of_retried_records_small_and_overflow_truncates_wit
     assert decode_spout_state(1000, metadata)[3:] == (attempts, set(range(1000, 2000)))
     scattered = {offset: 2 + offset % 2 for offset in range(0, 20_000, 3)}
     metadata, truncated = encode_spout_state(0, [], emitted_upto=20_000, outcome_position=5, attempts=scattered)
-    assert truncated and len(metadata) <= 4096
+    assert truncated and len(metadata) <= DEFAULT_MAX_BYTES
     kept = decode_spout_state(0, metadata)[3]
     assert kept and all(scattered[o] == a for o, a in kept.items())
 
