@@ -279,15 +279,41 @@ class AckerWorker:
         return batch.kinds, batch.roots, batch.vals, batch.sender, timestamp, message.offset()
 
     def _advance_clocks(self) -> list[Outcomes]:
+        """Let wall time pass on idle partitions, so trees whose acks never come time out.
+
+        A partition with records it has not read yet is not idle: it is lagging, or an open
+        transaction holds its last stable offset (read_committed stops there, for up to the
+        writer's transaction timeout). Its clock then moves only with the records it reads, so a
+        stuck transaction elsewhere does not time out trees whose acks wait behind it.
+        """
         wall_ms = int(time.time() * 1000)
         decided = []
-        for state in self._partitions.values():
+        behind = self._partitions_behind()
+        for partition, state in self._partitions.items():
+            if partition in behind:
+                state.event_wall_ms = wall_ms  # the idle time counts from when it caught up
+                continue
             now = state.clock_ms(wall_ms)
             if now is not None:
                 outcomes = state.table.advance(now)
                 if len(outcomes):
                     decided.append(outcomes)
         return decided
+
+    def _partitions_behind(self) -> set[int]:
+        """Assigned partitions whose high watermark (as of the last fetch) is past our position."""
+        if self._consumer is None or not self._partitions:
+            return set()
+        behind = set()
+        try:
+            positions = self._consumer.position([TopicPartition(self.topics.acks, p) for p in self._partitions])
+            for tp in positions:
+                _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                if tp.offset >= 0 and high is not None and high > tp.offset:
+                    behind.add(tp.partition)
+        except KafkaException as exc:  # no fetch yet: treat as idle, as before
+            log.debug("%s: no positions yet: %s", self.name, exc)
+        return behind
 
     # --- outcomes and commits -------------------------------------------------------------------
 

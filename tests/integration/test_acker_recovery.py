@@ -521,3 +521,40 @@ def test_committed_low_point_never_passes_the_first_event_of_a_pending_root(kafk
           f"on partitions {sorted(set(moved))}")
     assert len(samples) > 50
     assert moved, "the committed low point never moved while trees were held: the check proves nothing"
+
+
+def _ack_record(sender: int, kind: int, root: int, val: int) -> bytes:
+    return codec.encode_ack_batch(sender, np.array([kind], np.int8), np.array([root], np.int64),
+                                  np.array([val], np.int64))
+
+
+def test_an_open_transaction_on_the_ack_topic_does_not_time_trees_out(kafka_bootstrap):
+    """read_committed stops at an open transaction; the acks behind it are late, not lost. The
+    acker's clock must not run on wall time meanwhile (it did: every tree timed out)."""
+    topology = unique_name("acker-lso")
+    topics = TopologyTopics(topology, ackers=1)
+    ensure_topics(admin_client(kafka_bootstrap), topics)
+    sender, root, edge = 4242, 777_000_111, 0x5EED
+    plain = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topology}.zombie"})
+    zombie.init_transactions(30)
+    acker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap, timeout_ms=3000,
+                        timeout_buckets=2, commit_interval_ms=200)
+    with LocalCluster(acker) as cluster:
+        plain.produce(topics.acks, _ack_record(sender, 0, root, edge), partition=0)  # INIT
+        plain.flush(30)
+        cluster.wait_until(lambda: acker.stats.pending == 1, timeout=30, what="the INIT folded")
+        zombie.begin_transaction()
+        zombie.produce(topics.acks, _ack_record(sender + 1, 3, 1, 0), partition=0)  # holds the LSO
+        zombie.flush(30)
+        plain.produce(topics.acks, _ack_record(sender, 1, root, edge), partition=0)  # completes the tree
+        plain.flush(30)
+        time.sleep(9)  # three message timeouts while the ACK waits behind the open transaction
+        assert acker.stats.timed_out == 0 and acker.stats.pending == 1
+        zombie.abort_transaction(30)
+        cluster.wait_until(lambda: acker.stats.completed == 1, timeout=30, what="the tree completed",
+                           progress=lambda: str(acker.stats))
+    assert acker.stats.timed_out == 0
+    outcomes = [codec.decode_outcomes(m.value()) for m in read_topic(kafka_bootstrap, topics.outcomes)]
+    assert [(b.spout, b.roots.tolist(), b.kinds.tolist()) for b in outcomes] == \
+        [(sender, [root], [int(OutcomeKind.COMPLETED)])]
