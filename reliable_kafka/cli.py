@@ -231,7 +231,8 @@ def _register_chaos(subparsers: _Subparsers) -> None:
     chaos.add_argument("--spark", action="store_true",
                        help="run the split stage as a PySpark Structured Streaming job (killed like the rest)")
     chaos.add_argument("--timeout-ms", type=int, default=None,
-                       help="message timeout (default: 10000; 30000 with --spark or --transactional)")
+                       help="message timeout (default: 10000; 30000 with --spark; 120000 with --transactional, "
+                            "above the longest stall of a transactional worker, since a timeout replays)")
     chaos.add_argument("--seed", type=int, default=1, help="random seed for the fault schedule (default: 1)")
     chaos.set_defaults(handler=_chaos)
 
@@ -243,7 +244,7 @@ def _chaos(args: argparse.Namespace) -> int:
         records=args.records, produce_seconds=args.seconds, brokers=args.brokers,
         broker_restarts=args.broker_restarts, transactional=args.transactional,
         kill_spouts=not args.spare_spouts, spark=args.spark, seed=args.seed,
-        timeout_ms=args.timeout_ms or (30_000 if args.spark or args.transactional else 10_000),
+        timeout_ms=args.timeout_ms or (120_000 if args.transactional else 30_000 if args.spark else 10_000),
     ))
     return 0 if report.ok else 1
 

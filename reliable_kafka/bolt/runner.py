@@ -147,7 +147,9 @@ class Bolt:
     - ``topology``, ``bootstrap_servers``, ``source_topics``, ``group_id``, ``handler``: required.
     - ``transactional`` [False]: outputs, ack entries and input offsets in one transaction per
       consumed batch (``transactional.id`` = ``<group_id>.<name>``: give each bolt process a stable
-      ``name`` so that its restart fences the dead incarnation at once).
+      ``name`` so that its restart fences the dead incarnation at once; a named transactional bolt
+      is also a static group member, ``group.instance.id`` = ``<group_id>.<name>``, so a restart
+      gets its partitions back without a rebalance).
     - ``batch_size`` [500], ``commit_interval_ms`` [1000], ``kafka_config`` (librdkafka, copied),
       ``name`` [random].
     """
@@ -181,6 +183,7 @@ class Bolt:
         self.commit_interval_ms = commit_interval_ms
         self.kafka_config = dict(kafka_config or {})
         self.task_id = new_id()
+        self._stable_name = name is not None
         self.name = name or f"bolt-{self.task_id & 0xFFFF:04x}"
         self.stats = BoltStats()
         self.collector = self._collector_class(self)
@@ -212,10 +215,12 @@ class Bolt:
         self._ack_partitions = ack_partitions
         self._producer_overrides = overrides
         self._new_producer()
-        self._consumer = new_consumer(
-            self.bootstrap_servers, self.group_id, self.kafka_config,
-            **({"isolation.level": "read_committed"}),
-        )
+        consumer_overrides = {"isolation.level": "read_committed"}
+        if self.transactional and self._stable_name:
+            # static membership: a restarted bolt (same name, hence same transactional.id) gets
+            # its partitions back without a rebalance of the whole group
+            consumer_overrides["group.instance.id"] = f"{self.group_id}.{self.name}"
+        self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, **consumer_overrides)
         self._consumer.subscribe(self.source_topics, on_assign=lambda c, p: self.ready.set(),
                                  on_revoke=self._on_revoke)
         log.info("%s: reading %s as group %s%s", self.name, self.source_topics, self.group_id,

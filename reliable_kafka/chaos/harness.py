@@ -28,7 +28,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reliable_kafka import codec
 from reliable_kafka.chaos.worker import FANOUT, topic_names
+from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
@@ -77,6 +79,7 @@ class ChaosReport:
     caught_up: bool
     exactly_once: bool | None = None
     crashes: int = 0
+    outcomes: Counter = field(default_factory=Counter)  # OutcomeKind name -> trees decided so
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -96,6 +99,8 @@ class ChaosReport:
             f"  effects in sink       {self.effects} ({self.records * FANOUT} distinct expected)",
             f"  duplicates            {self.duplicates}",
             f"  replays (re-emits)    {self.replays}",
+            f"  trees failed          {self.outcomes['FAILED']}, timed out {self.outcomes['TIMED_OUT']} "
+            f"(outcomes topic; each is replayed)",
             f"  dead-lettered         {self.dead_lettered}",
             f"  crashes (restarted)   {self.crashes}",
         ]
@@ -309,9 +314,11 @@ def _processes(config: ChaosConfig, topology: str, bootstrap: str, log_dir: Path
                     "--bootstrap", bootstrap, "--name", name, "--timeout-ms", str(config.timeout_ms)]
             if role == "spark":
                 argv += ["--checkpoint-dir", str(log_dir / f"{name}-checkpoint")]
-            if role == "spout" and config.spark:
-                # a slower stage needs fewer trees in flight: pending / throughput < timeout
-                argv += ["--max-pending", "1000"]
+            if role == "spout" and (config.spark or config.transactional):
+                # a slower stage (Spark; a transaction per batch) needs fewer trees in flight:
+                # pending / throughput must stay well under the message timeout, even while a
+                # killed worker's partitions move
+                argv += ["--max-pending", "1000" if config.spark else "2000"]
             if config.transactional:
                 argv.append("--transactional")
             processes.append(_Process(role, name, argv, log_dir))
@@ -410,6 +417,9 @@ def _check(bootstrap, topology, config, samples, kills, kill_times, caught_up, s
         dead_lettered=len(dead), recovery_s=_recovery_times(samples, kill_times), seconds=time.monotonic() - started,
         caught_up=caught_up,
     )
+    for message in read_topic(bootstrap, TopologyTopics(topology).outcomes):
+        batch = codec.decode_outcomes(message.value())
+        report.outcomes.update(OutcomeKind(kind).name for kind in batch.kinds.tolist())
     if config.transactional:  # no tree fails or times out on purpose here: nothing may repeat
         report.exactly_once = report.duplicates == 0 and lost == 0
     return report

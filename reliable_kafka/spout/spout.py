@@ -237,8 +237,8 @@ class Spout:
         self._acks = AckSender(
             self._producer, acks_topic=self.topics.acks, ack_partitions=ack_partitions, sender=self.task_id
         )
-        extra = {"enable.auto.commit": True, "enable.auto.offset.store": True} if self.guarantee == "none" else {}
-        self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, **extra)
+        self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config,
+                                      **self._consumer_overrides())
         self._consumer.subscribe(self.source_topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
                                  on_lost=self._on_lost)
         log.info("%s: reading %s as group %s (%s, %d ack partitions)", self.name, self.source_topics,
@@ -346,6 +346,9 @@ class Spout:
         self._ack_sender(key).add_many(EventKind.INIT, ack_entries(parent))
 
     # hooks that the transactional spout overrides
+    def _consumer_overrides(self) -> dict:
+        return {"enable.auto.commit": True, "enable.auto.offset.store": True} if self.guarantee == "none" else {}
+
     def _new_root(self, record: SourceRecord) -> int:
         return new_id()
 

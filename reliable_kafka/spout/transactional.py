@@ -127,8 +127,9 @@ def decode_spout_state(commit_point: int, metadata: str) -> tuple[list[int], int
 class TransactionalSpout(Spout):
     """:class:`Spout` whose emits, INITs and commits are one transaction per round.
 
-    Needs a stable ``name`` per process (its ``transactional.id`` is ``<group_id>.<name>``) and
-    ``guarantee="at_least_once"`` with ackers. Other arguments as :class:`Spout`.
+    Needs a stable ``name`` per process (its ``transactional.id`` and ``group.instance.id`` are
+    ``<group_id>.<name>``: a static group member) and ``guarantee="at_least_once"`` with ackers.
+    Other arguments as :class:`Spout`.
     """
 
     def __init__(self, *, name: str, **options) -> None:
@@ -153,6 +154,11 @@ class TransactionalSpout(Spout):
             "transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 60_000})
         producer.init_transactions(30)  # fences a previous incarnation and aborts its open transaction
         return producer
+
+    def _consumer_overrides(self) -> dict:
+        # static membership: a restarted process (same name) gets its partitions back without a
+        # rebalance of the whole group, and without waiting for its old session to expire
+        return {"group.instance.id": f"{self.group_id}.{self.name}"}
 
     def _make_listener(self) -> OutcomeListener:
         return OutcomeListener(  # follows one owner per adopted source partition
