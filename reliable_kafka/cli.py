@@ -234,6 +234,9 @@ def _register_chaos(subparsers: _Subparsers) -> None:
                        help="message timeout (default: 10000; 30000 with --spark; 120000 with --transactional, "
                             "above the longest stall of a transactional worker, since a timeout replays)")
     chaos.add_argument("--seed", type=int, default=1, help="random seed for the fault schedule (default: 1)")
+    chaos.add_argument("--settle", type=float, default=None,
+                       help="seconds the topology may take to finish after the faults (default: 240; 480 "
+                            "with --spark, whose restarted driver catches up slowly on 2 cores)")
     chaos.set_defaults(handler=_chaos)
 
 
@@ -245,6 +248,7 @@ def _chaos(args: argparse.Namespace) -> int:
         broker_restarts=args.broker_restarts, transactional=args.transactional,
         kill_spouts=not args.spare_spouts, spark=args.spark, seed=args.seed,
         timeout_ms=args.timeout_ms or (120_000 if args.transactional else 30_000 if args.spark else 10_000),
+        settle_timeout=args.settle or (480.0 if args.spark else 240.0),
     ))
     return 0 if report.ok else 1
 
