@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, TopicPartition
 
+from reliable_kafka.client_log import with_log
+
 __all__ = ["end_offsets", "committed_offsets", "lag"]
 
 
 def _consumer(bootstrap_servers: str, group_id: str) -> Consumer:
-    return Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group_id, "enable.auto.commit": False})
+    return Consumer(with_log({"bootstrap.servers": bootstrap_servers, "group.id": group_id,
+                              "enable.auto.commit": False}))
 
 
 def _partitions(consumer: Consumer, topic: str, timeout: float) -> list[int]:

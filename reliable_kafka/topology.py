@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from reliable_kafka.client_log import with_log
 from reliable_kafka.errors import ConfigError, TopologyError
 
 __all__ = ["TopologyTopics", "ensure_topics", "partition_count", "admin_client"]
@@ -66,7 +67,7 @@ class TopologyTopics:
 
 
 def admin_client(bootstrap_servers: str, kafka_config: dict | None = None) -> AdminClient:
-    return AdminClient({**(kafka_config or {}), "bootstrap.servers": bootstrap_servers})
+    return AdminClient(with_log({**(kafka_config or {}), "bootstrap.servers": bootstrap_servers}))
 
 
 def partition_count(admin: AdminClient, topic: str, *, timeout: float = 10.0, wait: float = 0.0) -> int | None:

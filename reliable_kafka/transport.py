@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka import codec
+from reliable_kafka.client_log import with_log
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.ack_packer import AckPacker
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
@@ -57,7 +58,7 @@ def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, **ove
     """An idempotent ``acks=all`` producer; ``kafka_config`` passes librdkafka settings through."""
     config = _merged(kafka_config, {"bootstrap.servers": bootstrap_servers}, _PRODUCER_DEFAULTS)
     config.update(overrides)
-    return Producer(config)
+    return Producer(with_log(config))
 
 
 def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | None = None, **overrides) -> Consumer:
@@ -71,7 +72,7 @@ def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | Non
     }
     config = _merged(kafka_config, required, defaults)
     config.update(overrides)
-    return Consumer(config)
+    return Consumer(with_log(config))
 
 
 def message_coordinates(message: Message) -> str:

@@ -7,6 +7,7 @@ from typing import Iterable
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from reliable_kafka.client_log import with_log
 from reliable_kafka.offsets import end_offsets
 
 __all__ = ["produce_values", "read_topic"]
@@ -21,7 +22,8 @@ def produce_values(
     timeout: float = 60.0,
 ) -> list[tuple[int, int]]:
     """Write ``values`` (with ``keys``) and return each record's (partition, offset), in order."""
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer(with_log({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True,
+                                  "linger.ms": 5}))
     values = list(values)
     keys = list(keys) if keys is not None else [None] * len(values)
     placed: list[tuple[int, int] | None] = [None] * len(values)
@@ -51,12 +53,12 @@ def produce_values(
 def read_topic(bootstrap_servers: str, topic: str, *, timeout: float = 60.0, committed_only: bool = True) -> list[Message]:
     """Every record of ``topic`` up to its current end (all partitions), read with a fresh consumer."""
     ends = end_offsets(bootstrap_servers, topic)
-    consumer = Consumer({
+    consumer = Consumer(with_log({
         "bootstrap.servers": bootstrap_servers,
         "group.id": "reliable-kafka-reader",
         "enable.auto.commit": False,
         "isolation.level": "read_committed" if committed_only else "read_uncommitted",
-    })
+    }))
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
         records: list[Message] = []

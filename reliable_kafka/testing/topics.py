@@ -7,6 +7,8 @@ import uuid
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from reliable_kafka.client_log import with_log
+
 __all__ = ["unique_name", "create_topics"]
 
 
@@ -18,7 +20,7 @@ def unique_name(prefix: str) -> str:
 def create_topics(bootstrap_servers: str, partitions: dict[str, int], *, replication_factor: int = 1,
                   config: dict[str, str] | None = None, timeout: float = 30.0) -> None:
     """Create topics (name -> partition count) and wait until every partition has a leader."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(with_log({"bootstrap.servers": bootstrap_servers}))
     futures = admin.create_topics([
         NewTopic(name, num_partitions=count, replication_factor=replication_factor, config=config or {})
         for name, count in partitions.items()
