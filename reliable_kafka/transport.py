@@ -24,6 +24,7 @@ from reliable_kafka.topology import TopologyTopics, admin_client, partition_coun
 __all__ = [
     "new_producer",
     "new_consumer",
+    "check_ack_sender_config",
     "AckSender",
     "OutcomeListener",
     "Quarantine",
@@ -54,10 +55,65 @@ def _merged(kafka_config: dict | None, required: dict, defaults: dict) -> dict:
     return config
 
 
-def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, **overrides) -> Producer:
-    """An idempotent ``acks=all`` producer; ``kafka_config`` passes librdkafka settings through."""
+_DUPLICATES_WHY = (
+    "a producer that sends ack events must be idempotent, or a retried send can write an ack "
+    "record twice: a duplicated INIT record cancels itself (XOR) and completes its trees before "
+    "any ack, a duplicated ACK record unbalances them and they time out and replay"
+)
+
+
+def _flat(config: dict) -> dict:
+    """``config`` as librdkafka sees it: confluent-kafka merges ``default.topic.config`` over it."""
+    topic_config = config.get("default.topic.config")
+    return {**config, **topic_config} if isinstance(topic_config, dict) else config
+
+
+def check_ack_sender_config(config: dict | None, *, component: str) -> None:
+    """Raise :class:`ConfigError` if ``config`` would let an ack sender write a record twice.
+
+    Refuses ``enable.idempotence`` set to anything librdkafka does not read as true (it reads
+    ``true``, ``t`` and ``1`` in any case as true), and the settings librdkafka itself refuses
+    with idempotence: ``acks`` other than ``all``/``-1``, ``retries`` < 1, ``max.in.flight`` > 5,
+    ``queuing.strategy`` other than ``fifo`` (each under any of its librdkafka names).
+    """
+    config = _flat(config or {})
+    if "enable.idempotence" in config and str(config["enable.idempotence"]).lower() not in ("true", "t", "1"):
+        raise ConfigError(
+            f"{component}: kafka_config sets enable.idempotence={config['enable.idempotence']!r}; "
+            f"{_DUPLICATES_WHY}. Remove enable.idempotence (the library sets it to true)")
+    rules = (
+        (("acks", "request.required.acks"), lambda v: str(v).lower() in ("all", "-1"), "all"),
+        (("retries", "message.send.max.retries"), lambda v: _int(v) is None or _int(v) >= 1, ">= 1"),
+        (("max.in.flight", "max.in.flight.requests.per.connection"),
+         lambda v: _int(v) is None or _int(v) <= 5, "<= 5"),
+        (("queuing.strategy",), lambda v: str(v).lower() == "fifo", "fifo"),
+    )
+    for names, allowed, needed in rules:
+        for name in names:
+            if name in config and not allowed(config[name]):
+                raise ConfigError(
+                    f"{component}: kafka_config sets {name}={config[name]!r}, which defeats idempotence "
+                    f"(it needs {names[0]} {needed}); {_DUPLICATES_WHY}. Remove {name} from kafka_config")
+
+
+def _int(value) -> int | None:
+    try:
+        return int(str(value))
+    except ValueError:
+        return None  # not a number: librdkafka refuses it with its own message
+
+
+def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, *,
+                 ack_sender: str | None = None, **overrides) -> Producer:
+    """An idempotent ``acks=all`` producer; ``kafka_config`` passes librdkafka settings through.
+
+    ``ack_sender`` names the component when the producer sends ack events: a configuration
+    that could duplicate a record is then refused (:func:`check_ack_sender_config`).
+    """
     config = _merged(kafka_config, {"bootstrap.servers": bootstrap_servers}, _PRODUCER_DEFAULTS)
     config.update(overrides)
+    if ack_sender is not None:
+        check_ack_sender_config(config, component=ack_sender)
     return Producer(with_log(config))
 
 

@@ -29,6 +29,7 @@ from reliable_kafka.transport import (
     ProducerUnusable,
     Quarantine,
     StuckCall,
+    check_ack_sender_config,
     flush_or_raise,
     new_consumer,
     new_producer,
@@ -185,6 +186,7 @@ class Bolt:
         self.task_id = new_id()
         self._stable_name = name is not None
         self.name = name or f"bolt-{self.task_id & 0xFFFF:04x}"
+        check_ack_sender_config(self.kafka_config, component=self.name)
         self.stats = BoltStats()
         self.collector = self._collector_class(self)
         self._consumer = None
@@ -227,7 +229,8 @@ class Bolt:
                  " (transactional)" if self.transactional else "")
 
     def _new_producer(self) -> None:
-        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, **self._producer_overrides)
+        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name,
+                                      **self._producer_overrides)
         if self.transactional:
             self._producer.init_transactions(30)  # fences a previous incarnation, aborts its transaction
         self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=self._ack_partitions,

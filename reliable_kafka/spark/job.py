@@ -20,7 +20,7 @@ from reliable_kafka.ids import new_id
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN
 from reliable_kafka.spark.writer import OutputWriter
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
-from reliable_kafka.transport import AckSender, flush_or_raise, new_consumer, new_producer
+from reliable_kafka.transport import AckSender, check_ack_sender_config, flush_or_raise, new_consumer, new_producer
 
 __all__ = ["SOURCE_COLUMNS", "BatchErrorPolicy", "SparkJobStats", "Transform"]
 
@@ -131,6 +131,7 @@ class SparkJob:
                                     **dict(spark_kafka_options or {})}
         self.task_id = new_id()
         self.name = name or f"{self.component}-{self.task_id & 0xFFFF:04x}"
+        check_ack_sender_config(self.kafka_config, component=self.name)
         self.stats = SparkJobStats()
         self.query = None
         self._producer = None
@@ -154,7 +155,7 @@ class SparkJob:
                 f"{self.name}: ack topic {self.topics.acks} does not exist; start an acker worker for "
                 f"topology {self.topics.topology!r} first")
         self._ack_partitions = found
-        self._producer = new_producer(self.bootstrap_servers, self.kafka_config)
+        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name)
         self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=found,
                                sender=self.task_id)
         sc = self.spark.sparkContext

@@ -38,7 +38,7 @@ def _producer(bootstrap_servers: str, kafka_config: dict):
     key = (os.getpid(), bootstrap_servers, tuple(sorted((k, repr(v)) for k, v in kafka_config.items())))
     producer = _producers.get(key)
     if producer is None:
-        producer = _producers[key] = new_producer(bootstrap_servers, kafka_config)
+        producer = _producers[key] = new_producer(bootstrap_servers, kafka_config, ack_sender="spark writer task")
     return producer
 
 

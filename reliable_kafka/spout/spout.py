@@ -31,6 +31,7 @@ from reliable_kafka.transport import (
     OutcomeListener,
     ProducerUnusable,
     Quarantine,
+    check_ack_sender_config,
     new_consumer,
     new_producer,
     park,
@@ -179,6 +180,9 @@ class Spout:
         self.kafka_config = dict(kafka_config or {})
         self.task_id = new_id()
         self.name = name or f"spout-{self.task_id & 0xFFFF:04x}"
+        self._sends_acks = guarantee == "at_least_once" and ackers != 0
+        if self._sends_acks:
+            check_ack_sender_config(self.kafka_config, component=self.name)
         self.tracker = InFlightTracker(
             max_pending=max_pending,
             max_retries=max_retries,
@@ -209,7 +213,8 @@ class Spout:
         return run_until_stopped(self, stop, handle_signals=handle_signals)
 
     def _make_producer(self):
-        return new_producer(self.bootstrap_servers, self.kafka_config)
+        return new_producer(self.bootstrap_servers, self.kafka_config,
+                            ack_sender=self.name if self._sends_acks else None)
 
     def _make_listener(self) -> OutcomeListener:
         return OutcomeListener(

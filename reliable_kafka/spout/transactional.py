@@ -150,7 +150,7 @@ class TransactionalSpout(Spout):
     # --- lifecycle ------------------------------------------------------------------------------
 
     def _make_producer(self):
-        producer = new_producer(self.bootstrap_servers, self.kafka_config, **{
+        producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name, **{
             "transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 60_000})
         producer.init_transactions(30)  # fences a previous incarnation and aborts its open transaction
         return producer
