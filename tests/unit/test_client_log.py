@@ -79,7 +79,7 @@ _SCRIPT = textwrap.dedent("""
     from reliable_kafka.topology import admin_client
     from reliable_kafka.transport import new_consumer, new_producer
     closed = "127.0.0.1:1"
-    producer = new_producer(closed, ack_sender="test")
+    producer = new_producer(closed)
     producer.produce("t", b"x")
     consumer = new_consumer(closed, "g")
     consumer.subscribe(["t"])
