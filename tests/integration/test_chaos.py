@@ -26,7 +26,7 @@ def test_at_least_once_survives_killing_one_broker_of_three():
 
 def test_transactional_mode_gives_every_effect_exactly_once_through_process_kills():
     report = run(ChaosConfig(records=3000, produce_seconds=20, kill_interval=(1.0, 2.0), broker_restarts=0,
-                             timeout_ms=30_000, settle_timeout=180, transactional=True, seed=5))
+                             timeout_ms=120_000, settle_timeout=180, transactional=True, seed=5))
     assert sum(report.kills.values()) >= 8 and report.kills["spout"] >= 1
     assert report.exactly_once, report.render()
     assert report.duplicates == 0 and report.lost == 0 and not report.early_commits

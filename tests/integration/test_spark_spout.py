@@ -198,12 +198,14 @@ def test_record_that_always_fails_is_dead_lettered_and_does_not_stall_the_commit
 
     log = DownstreamLog()
     group = f"{topology}.job"
-    with acker_running(kafka_bootstrap, topology), \
+    # a timeout that holds under load: no good record may time out three times (dead-lettered),
+    # and the poison's trees must fail, not time out, however slow a batch is
+    with acker_running(kafka_bootstrap, topology, timeout_ms=60_000), \
             bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
         spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
                            group_id=group, checkpoint_dir=str(tmp_path / "ckpt"), transform=tag_and_fail_poison,
                            output_topic=output, max_retries=2, backoff=Backoff(initial_ms=100),
-                           message_timeout_ms=10_000)
+                           message_timeout_ms=60_000)
         spout.start()
         try:
             assert spout.run_until(timeout=180), spout.progress()  # until idle: nothing in flight
@@ -299,7 +301,8 @@ def test_failed_batch_fails_its_roots_and_the_stream_goes_on(spark, kafka_bootst
 
     rec_13 = placed[13]
     assert progress["failed_batches"] == 1
-    assert log.ok[rec_13] == {2}, "rec-13 was written only by its redelivery"
+    # its redelivery may itself time out under load and be redelivered again (at-least-once)
+    assert log.ok[rec_13] and min(log.ok[rec_13]) >= 2, "rec-13 was written only by its redeliveries"
     assert set(log.ok) == set(placed)
     assert committed_offsets(kafka_bootstrap, group, source) == end_offsets(kafka_bootstrap, source)
 
