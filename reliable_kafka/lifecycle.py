@@ -36,6 +36,8 @@ def run_until_stopped(worker: Pollable, stop: threading.Event | None, *, handle_
         reporter = ops_reporter.attach(worker)  # status snapshots and /metrics (reliable_kafka.ops)
         while not stop.is_set():
             worker.poll_once()
+            if reporter is not None:
+                reporter.tick()
     finally:
         try:
             worker.close()

@@ -48,6 +48,7 @@ class ComponentReporter:
         self.capacity: float | None = None
         self._producer = None
         self._stop = threading.Event()
+        self._next_refresh = 0.0
         self._thread: threading.Thread | None = None
         self._metrics_server = None
         self._lock = threading.Lock()  # one snapshot at a time (thread, scrape, close)
@@ -78,6 +79,17 @@ class ComponentReporter:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
             self._metrics_server = None
+
+    def tick(self) -> None:
+        """Called by the worker's loop after each round: refreshes what only the worker's thread
+        may read (its consumer's positions), at most about once a second."""
+        now = time.monotonic()
+        if now >= self._next_refresh:
+            self._next_refresh = now + min(1.0, self.interval_s / 2)
+            try:
+                self.view.refresh()
+            except Exception as exc:
+                log.debug("%s: status refresh: %s", self.view.name, exc)
 
     def _loop(self) -> None:
         while True:

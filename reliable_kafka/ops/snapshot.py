@@ -3,9 +3,11 @@
 :func:`view_of` wraps a worker (spout, transactional spout, bolt, acker worker, Spark spout or
 bolt) in a read-only view; :meth:`ComponentView.sample` reads its public counters and returns a
 plain dict. The reporter thread and the Prometheus collector call it from their own threads while
-the worker runs, so a view only reads: integer counters (atomic under the GIL), dict copies, and a
-consumer's local position and cached high watermark (no broker round trip). A read that races a
-mutation of a dict is retried (``RuntimeError: dictionary changed size``).
+the worker runs, so a view only reads: integer counters (atomic under the GIL) and dict copies; a
+read that races a mutation of a dict is retried (``RuntimeError: dictionary changed size``). The
+Kafka consumer is not touched from those threads (a call into it while the worker's thread is in
+``consume`` can block): :meth:`ComponentView.refresh` reads its position and cached end offsets
+in the worker's own thread, from the run loop, about once a second.
 """
 
 from __future__ import annotations
@@ -67,6 +69,11 @@ class ComponentView:
 
     def __init__(self, worker) -> None:
         self.worker = worker
+        self.consumer_partitions: list[dict] = []  # as of the last refresh()
+
+    def refresh(self) -> None:
+        """In the worker's thread: the consumer's assigned partitions, positions and cached ends."""
+        self.consumer_partitions = _consumer_partitions(getattr(self.worker, "_consumer", None))
 
     @property
     def name(self) -> str:
@@ -122,7 +129,7 @@ class SpoutView(ComponentView):
         for key in ("failed", "timed_out", "backstop_expired", "redelivered", "ignored_outcomes"):
             counters[key] = getattr(tracker.stats, key)
         pending = tracker.pending_roots()
-        partitions = _consumer_partitions(getattr(worker, "_consumer", None))
+        partitions = [dict(p) for p in self.consumer_partitions]
         committed = _retry(lambda: dict(worker.stats.committed), {})
         summary = _retry(tracker.pending_summary, {})
         now_ms = tracker.now_ms()
@@ -161,7 +168,7 @@ class BoltView(ComponentView):
         counters = _counters(worker.stats)
         handled = worker.process_latency.count
         counters["handled"] = handled
-        partitions = _consumer_partitions(getattr(worker, "_consumer", None))
+        partitions = [dict(p) for p in self.consumer_partitions]
         lag = _lag(partitions)
         # tuples taken from the consumer whose handler call has not returned (a stuck handler: >= 1)
         in_hand = max(0, counters.get("received", 0) - counters.get("quarantined", 0) - handled)
@@ -186,7 +193,7 @@ class AckerView(ComponentView):
     def _read(self) -> dict:
         worker = self.worker
         counters = _counters(worker.stats)
-        partitions = _consumer_partitions(getattr(worker, "_consumer", None))
+        partitions = [dict(p) for p in self.consumer_partitions]
         return {
             "counters": counters,
             "progress": counters.get("records", 0),

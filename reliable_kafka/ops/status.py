@@ -158,7 +158,7 @@ def build_report(bootstrap_servers: str, topology: str, *, kafka_config: dict | 
         components.append({
             "name": name, "kind": snap.get("kind"), "host": snap.get("host"), "pid": snap.get("pid"),
             "state": snap.get("state"), "started_at": snap.get("started_at"), "last_seen": last_seen,
-            "age_s": round(now - last_seen, 1), "group": snap.get("group"),
+            "age_s": round(max(0.0, now - last_seen), 1), "group": snap.get("group"),
             "inputs": snap.get("inputs", []), "outputs": snap.get("outputs", []),
             "verdict": judgement.verdict.value, "reason": judgement.reason,
             "rates": _rates(snap), "latency": _latency(snap), "capacity": snap.get("capacity"),
@@ -310,14 +310,14 @@ def render(report: dict) -> str:
             f"{_ms(latency.get('p50_s')):>7} {_ms(latency.get('p99_s')):>7} "
             f"{'-' if c['capacity'] is None else format(c['capacity'], '.2f'):>5}  {c['reason']}")
     if report["partitions"]:
-        lines += ["", f"{'SOURCE PARTITION':<28} {'VERDICT':<6} {'COMMITTED':>10} {'END':>10} {'LAG':>8} "
+        lines += ["", f"{'SOURCE PARTITION':<36} {'VERDICT':<6} {'COMMITTED':>10} {'END':>10} {'LAG':>8} "
                       f"{'DONE>CMT':>8} {'PENDING':>8} {'RETRY':>6}  OLDEST PENDING"]
         for p in report["partitions"]:
             oldest = p["oldest_pending"]
             where = (f"{oldest['topic']}[{oldest['partition']}]@{oldest['offset']} ({_ago(oldest['age_s'])})"
                      if oldest else "-")
             lines.append(
-                f"{(p['topic'] + '[' + str(p['partition']) + ']')[:28]:<28} {p['verdict']:<6} "
+                f"{(p['topic'] + '[' + str(p['partition']) + ']')[-36:]:<36} {p['verdict']:<6} "
                 f"{_num(p['committed']):>10} {p['end']:>10} {p['lag']:>8} {_num(p['done_above_commit']):>8} "
                 f"{_num(p['pending']):>8} {_num(p['retrying']):>6}  {where}")
     ackers = report["ackers"]

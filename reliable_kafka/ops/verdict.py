@@ -6,7 +6,8 @@ folded, a commit point) and a ``backlog`` (work waiting: lag, trees in flight; N
 The rules, in order, as Burrow applies them to a consumer group's commits and lag:
 
 1. DOWN: the component said it stopped, or its last sample is older than three of its own
-   publishing intervals (it was killed, or it hangs so hard that it cannot even report);
+   publishing intervals plus a fixed grace for delivery (it was killed, or it hangs so hard that
+   it cannot even report);
 2. fewer than ``MIN_SAMPLES`` samples: OK (not enough evidence to blame anything);
 3. OK if the backlog was zero in any sample of the window (it caught up at least once);
 4. STALL if progress did not move across the window while every sample had a backlog;
@@ -22,10 +23,11 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Verdict", "Sample", "Judgement", "judge_window", "judge_component", "worst", "STALE_INTERVALS",
+__all__ = ["Verdict", "Sample", "Judgement", "judge_window", "judge_component", "worst", "STALE_INTERVALS", "STALE_GRACE_S",
            "MIN_SAMPLES"]
 
-STALE_INTERVALS = 3  # a component silent for three of its own intervals is DOWN
+STALE_INTERVALS = 3  # a component silent for three of its own intervals is DOWN...
+STALE_GRACE_S = 5.0  # ...plus the time a snapshot may take to be produced and read on a busy host
 MIN_SAMPLES = 3      # two steps at least before STALL or WARN
 
 
@@ -77,7 +79,7 @@ def judge_component(samples: Sequence[Sample], *, now: float, interval_s: float,
     if not samples:
         return Judgement(Verdict.DOWN, "no samples")
     silent = now - samples[-1].t
-    if silent > STALE_INTERVALS * interval_s:
+    if silent > STALE_INTERVALS * interval_s + STALE_GRACE_S:
         return Judgement(Verdict.DOWN, f"silent for {silent:.0f} s (reports every {interval_s:g} s)")
     return judge_window(samples)
 

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from reliable_kafka.ops.verdict import (
     MIN_SAMPLES,
+    STALE_GRACE_S,
     STALE_INTERVALS,
     Sample,
     Verdict,
@@ -23,10 +24,11 @@ def test_a_stopped_component_is_down_whatever_its_samples():
     assert judge_component(samples, now=1010.0, interval_s=5.0, stopped=True).verdict is Verdict.DOWN
 
 
-def test_a_silent_component_goes_down_after_three_of_its_own_intervals():
+def test_a_silent_component_goes_down_after_three_of_its_own_intervals_and_a_grace():
     samples = window([1, 2, 3], [0, 0, 0])  # last sample at t=1010
-    fresh = judge_component(samples, now=1010.0 + STALE_INTERVALS * 5.0, interval_s=5.0, stopped=False)
-    stale = judge_component(samples, now=1010.0 + STALE_INTERVALS * 5.0 + 0.1, interval_s=5.0, stopped=False)
+    limit = 1010.0 + STALE_INTERVALS * 5.0 + STALE_GRACE_S
+    fresh = judge_component(samples, now=limit, interval_s=5.0, stopped=False)
+    stale = judge_component(samples, now=limit + 0.1, interval_s=5.0, stopped=False)
     assert fresh.verdict is Verdict.OK
     assert stale.verdict is Verdict.DOWN and "silent" in stale.reason
 
