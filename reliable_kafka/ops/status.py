@@ -243,6 +243,8 @@ def _partition_row(group, tp, end, owner, live, now) -> dict:
     else:
         age = max(0.0, now - owner["published_at"])
         oldest = owner.get("oldest_pending")
+        if oldest is not None and committed is not None and oldest["offset"] < committed:
+            oldest = None  # completed since the owner's snapshot: the broker's commit is newer
         row.update({"component": owner["component"], "pending": owner.get("pending"),
                     "retrying": owner.get("retrying"),
                     "oldest_pending": None if oldest is None else {

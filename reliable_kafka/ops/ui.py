@@ -191,12 +191,16 @@ function drawTables(report) {
   }).join("");
 }
 
-function spark(points, key, color) {
-  const w = 220, h = 46, t1 = points.length ? points[points.length - 1].t : 0, t0 = t1 - KEEP_S;
+function spark(points, key, color, label) {
+  // x spans what the page has seen (up to KEEP_S), so a fresh page fills its charts too
+  const w = 220, h = 46, t1 = points.length ? points[points.length - 1].t : 0;
+  const t0 = points.length ? Math.max(points[0].t, t1 - KEEP_S) : 0, span = Math.max(1, t1 - t0);
   const max = Math.max(1e-9, ...points.map((p) => p[key]));
-  const xy = points.map((p) => `${(w * (p.t - t0) / KEEP_S).toFixed(1)},${(h - 2 - (h - 6) * p[key] / max).toFixed(1)}`).join(" ");
-  return `<svg width="${w}" height="${h}"><polyline fill="none" stroke="${color}" stroke-width="1.5" points="${xy}"/>` +
-         `<text x="${w - 2}" y="10" text-anchor="end" font-size="9" fill="#6b7487">max ${num(max)}/s</text></svg>`;
+  const xy = points.map((p) => `${(w * (p.t - t0) / span).toFixed(1)},${(h - 2 - (h - 14) * p[key] / max).toFixed(1)}`).join(" ");
+  return `<svg width="${w}" height="${h}"><rect width="${w}" height="${h}" fill="#fafbfc"/>` +
+         `<polyline fill="none" stroke="${color}" stroke-width="1.5" points="${xy}"/>` +
+         `<text x="2" y="10" font-size="9" fill="${color}">${label}</text>` +
+         `<text x="${w - 2}" y="10" text-anchor="end" font-size="9" fill="#6b7487">max ${num(max)} · ${ago(span)}</text></svg>`;
 }
 
 function record(report) {
@@ -213,8 +217,9 @@ function record(report) {
     while (s.length && s[0].t < c.last_seen - KEEP_S) s.shift();
   }
   $("charts").innerHTML = report.components.filter((c) => c.kind !== "acker").map((c) =>
-    `<div class="chart" data-component="${esc(c.name)}"><div class="t">${esc(c.name)} <span class="muted">in/s (blue) · done/s (green) · failed/s (red)</span></div>` +
-    spark(series[c.name], "in", "#2f6fd6") + spark(series[c.name], "done", "#2e8b57") + spark(series[c.name], "fail", "#c0392b") + `</div>`).join("");
+    `<div class="chart" data-component="${esc(c.name)}"><div class="t">${esc(c.name)} <span class="muted">${esc(c.kind)}</span></div>` +
+    spark(series[c.name], "in", "#2f6fd6", "in/s") + " " + spark(series[c.name], "done", "#2e8b57", "done/s") + " " +
+    spark(series[c.name], "fail", "#c0392b", "failed/s") + `</div>`).join("");
 }
 
 async function refresh() {
