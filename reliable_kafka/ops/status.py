@@ -288,7 +288,9 @@ def _ago(seconds: float | None) -> str:
 
 
 def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.0f}ms" if seconds < 10 else f"{seconds:.0f}s"
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.1f}ms" if seconds < 0.01 else f"{seconds * 1000:.0f}ms" if seconds < 10 else f"{seconds:.0f}s"
 
 
 def render(report: dict) -> str:
