@@ -123,11 +123,13 @@ def ensure_topics(
 
 def ensure_status_topic(admin: AdminClient, topics: TopologyTopics, *, replication_factor: int = 1,
                         timeout: float = 30.0) -> None:
-    """Create ``<topology>.status`` (1 partition, ``cleanup.policy=compact``) when it is missing."""
+    """Create ``<topology>.status`` (1 partition, compacted, 10-minute segments) when it is missing."""
     if topics.status in admin.list_topics(timeout=timeout).topics:
         return
     new = NewTopic(topics.status, num_partitions=1, replication_factor=replication_factor,
-                   config={"cleanup.policy": "compact"})
+                   # small segments: snapshots every few seconds would otherwise pile up until the
+                   # default week-long segment rolls, since only closed segments are compacted
+                   config={"cleanup.policy": "compact", "segment.ms": "600000"})
     for topic, future in admin.create_topics([new], operation_timeout=timeout).items():
         try:
             future.result(timeout=timeout)
