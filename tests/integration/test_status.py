@@ -130,8 +130,9 @@ def test_a_stalled_bolt_shows_stall_and_recovers_to_ok(kafka_bootstrap):
     detail = lambda: render(last["report"]) if "report" in last else "no report"  # noqa: E731
     with LocalCluster(*components) as cluster:
         produce_values(kafka_bootstrap, sentences, [b"the cow jumped over the moon"] * 200)
+        spout_state = lambda: f"{components[1].stats}; {components[1].tracker.stats}"  # noqa: E731
         cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=240,
-                           what="the first sentences done")
+                           what="the first sentences done", progress=spout_state)
         _wait(lambda: split_is("OK"), timeout=60, what="split bolt OK before the stall", detail=detail)
         stalled.set()
         produce_values(kafka_bootstrap, sentences, [b"four score and seven years ago"] * 200)
@@ -144,7 +145,7 @@ def test_a_stalled_bolt_shows_stall_and_recovers_to_ok(kafka_bootstrap):
         release.set()
         _wait(lambda: split_is("OK"), timeout=120, what="split bolt back to OK after the stall", detail=detail)
         cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=240,
-                           what="every sentence done after the stall")
+                           what="every sentence done after the stall", progress=spout_state)
 
 
 def _scrape(port: int) -> dict[str, list]:
