@@ -18,4 +18,4 @@ def test_demo_prints_progress_its_status_and_how_to_watch_it(kafka_bootstrap):
     for kind in ("acker", "spout", "bolt"):
         assert f" {kind} " in status
     assert "SOURCE PARTITION" in status and "dead letters:" in status
-    assert f"reliable-kafka ui --topology demo-" in text and kafka_bootstrap in text
+    assert "reliable-kafka ui --topology demo-" in text and kafka_bootstrap in text
