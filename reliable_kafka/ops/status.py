@@ -53,7 +53,11 @@ def read_snapshots(bootstrap_servers: str, topology: str, *, kafka_config: dict 
     topic = TopologyTopics(topology).status
     consumer = _consumer(bootstrap_servers, kafka_config)
     try:
-        described = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        try:
+            described = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        except KafkaException as exc:
+            raise TopologyError(f"status: no answer from Kafka at {bootstrap_servers} within {timeout:.0f} s "
+                                f"({exc.args[0]}); check --bootstrap-servers and the security settings") from exc
         if described is None or described.error is not None or not described.partitions:
             raise TopologyError(f"status: topic {topic} does not exist; is topology {topology!r} running "
                                 f"(its components create it when they start), and is the name right?")
