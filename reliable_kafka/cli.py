@@ -159,6 +159,8 @@ def _register_acker(subparsers: _Subparsers) -> None:
     acker.add_argument("--kafka-config", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                        help="librdkafka setting passed through (repeatable)")
     acker.add_argument("--log-level", default="info", help="logging level (default: info)")
+    acker.add_argument("--metrics-port", type=int, default=None,
+                       help="serve Prometheus /metrics on this port (docs/operations.md; default: off)")
     acker.set_defaults(handler=_acker)
 
 
@@ -171,6 +173,7 @@ def _acker(args: argparse.Namespace) -> int:
         timeout_ms=args.timeout_ms, timeout_buckets=args.timeout_buckets,
         commit_interval_ms=args.commit_interval_ms, group_id=args.group, name=args.name,
         replication_factor=args.replication_factor, kafka_config=dict(args.kafka_config),
+        metrics_port=args.metrics_port,
     )
     worker.run(handle_signals=True)
     return 0
@@ -253,11 +256,86 @@ def _chaos(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+# -- status and ui: what a running topology is doing ------------------------------------------------
+
+
+def _topology_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topology", required=True, help="topology name (topic prefix)")
+    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap_servers", required=True,
+                        help="Kafka bootstrap servers, host:port[,...]")
+    parser.add_argument("--kafka-config", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                        help="librdkafka setting passed through (repeatable; e.g. security settings)")
+
+
+def _register_status(subparsers: _Subparsers) -> None:
+    status = subparsers.add_parser(
+        "status",
+        help="what a running topology is doing: components, source partitions, verdicts",
+        description="Reads <topology>.status (each component's latest snapshot), the source partitions' "
+        "committed and end offsets, dead-letter and quarantine counts, and judges each component and "
+        "partition OK / WARN / STALL / DOWN over its last minute (docs/operations.md). "
+        "Exit code: 0 when all is OK, 1 for an error, 2 when something is not OK.",
+    )
+    _topology_arguments(status)
+    status.add_argument("--json", action="store_true",
+                        help="print the report as JSON (stable schema, docs/operations.md)")
+    status.add_argument("--watch", type=float, nargs="?", const=5.0, default=None, metavar="SECONDS",
+                        help="print again every SECONDS (default 5) until interrupted")
+    status.add_argument("--all", action="store_true",
+                        help="also list components stopped or silent for more than an hour")
+    status.set_defaults(handler=_status)
+
+
+def _status(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from reliable_kafka.ops.status import build_report, render
+
+    while True:
+        report = build_report(args.bootstrap_servers, args.topology, kafka_config=dict(args.kafka_config),
+                              include_all=args.all)
+        if args.json:
+            print(json.dumps(report, indent=None if args.watch else 2), flush=True)
+        else:
+            if args.watch and sys.stdout.isatty():
+                print("\x1b[H\x1b[2J", end="")
+            print(render(report), flush=True)
+        if not args.watch:
+            return 0 if report["verdict"] == "OK" else 2
+        time.sleep(args.watch)
+
+
+def _register_ui(subparsers: _Subparsers) -> None:
+    ui = subparsers.add_parser(
+        "ui",
+        help="serve a live, read-only page of a running topology (components, partitions, charts)",
+        description="A small HTTP server: / is the page (no external assets), /api/status the JSON "
+        "report of `status --json`. Stops on Ctrl-C.",
+    )
+    _topology_arguments(ui)
+    ui.add_argument("--port", type=int, default=8080, help="HTTP port (default: 8080; 0: any free port)")
+    ui.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    ui.set_defaults(handler=_ui)
+
+
+def _ui(args: argparse.Namespace) -> int:
+    from reliable_kafka.ops.ui import StatusPage
+
+    page = StatusPage(bootstrap_servers=args.bootstrap_servers, topology=args.topology,
+                      kafka_config=dict(args.kafka_config), host=args.host, port=args.port)
+    print(f"reliable-kafka ui: topology {args.topology} at {page.url} (Ctrl-C stops)", flush=True)
+    page.serve_forever()
+    return 0
+
+
 _COMMANDS: list[Callable[[_Subparsers], None]] = [
     _register_kafka,
     _register_acker,
     _register_demo,
     _register_chaos,
+    _register_status,
+    _register_ui,
 ]
 
 

@@ -31,6 +31,8 @@ from reliable_kafka.topology import TopologyTopics
 
 __all__ = ["run", "DemoSummary", "SENTENCES"]
 
+STATUS_INTERVAL_S = 1.0  # the demo is short: its components report every second (default 5 s)
+
 SENTENCES = [
     "the cow jumped over the moon",
     "an apple a day keeps the doctor away",
@@ -145,6 +147,7 @@ def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spar
     """Run the demo end to end and return its checked summary (also printed to ``out``)."""
     started = time.monotonic()
     rng = random.Random(7)
+    given_bootstrap = bootstrap is not None
     with _kafka(bootstrap) as bootstrap:
         topology = unique_name("demo")
         sentence_topic, word_topic = f"{topology}-sentences", f"{topology}-words"
@@ -162,11 +165,16 @@ def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spar
         on = {"topology": topology, "bootstrap_servers": bootstrap}
         ackers = [AckerWorker(**on, ackers=2, name=f"acker-{i}") for i in range(2)]
         counter = BasicBolt(**on, source_topics=word_topic, group_id=f"{topology}-count", handler=count)
+        for component in (*ackers, counter):
+            component.status_interval_s = STATUS_INTERVAL_S
         print(f"demo: topology {topology}, engine {engine}, {sentences} sentences, "
               f"count bolt fails {fail_rate:.0%} of tuples", flush=True)
         with LocalCluster(*ackers, counter) as cluster:
             job = _spark_job(bootstrap, topology, sentence_topic, word_topic) if engine == "spark" \
                 else _PythonJob(bootstrap, topology, sentence_topic, word_topic)
+            for component in [*job.components, getattr(job, "job", None)]:
+                if component is not None:
+                    component.status_interval_s = STATUS_INTERVAL_S
             job_cluster = LocalCluster(*job.components).start() if job.components else None
             try:
                 job.start()
@@ -186,10 +194,11 @@ def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spar
                         break
                     _progress(job, bootstrap, sentence_topic, ends, out)
                     time.sleep(1.0)
-                _progress(job, bootstrap, sentence_topic, ends, out)
+                _progress(job, bootstrap, sentence_topic, ends, out, final=True)
                 # let the last words of completed trees reach the counter (they were acked already)
                 time.sleep(1.0)
                 stats = job.stats()
+                _show_status(bootstrap, topology, out)
             finally:
                 job.stop()
                 if job_cluster:
@@ -212,13 +221,50 @@ def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spar
             "no tree pending": stats["pending"] == 0,
         }
         print(summary.render(), file=out, flush=True)
+        _how_to_watch(topology, bootstrap if given_bootstrap else None, out)
         return summary
 
 
-def _progress(job: _Job, bootstrap: str, topic: str, ends: dict[int, int], out) -> None:
+def _progress(job: _Job, bootstrap: str, topic: str, ends: dict[int, int], out, *, final: bool = False) -> None:
+    """One progress line: a bar of the committed share of the sentences, then the job's counters.
+    On a terminal the line is rewritten in place; otherwise each call prints a line."""
     s = job.stats()
     committed = committed_offsets(bootstrap, job.group_id, topic)
-    done = sum(max(0, committed.get(p, 0)) for p in ends)
-    print(f"  in {s['read']:>6} | completed {s['completed']:>6} | replayed {s['replayed']:>5} | "
-          f"dead-lettered {s['dead_lettered']:>3} | pending {s['pending']:>5} | "
-          f"committed {done}/{sum(ends.values())}", file=out, flush=True)
+    done, total = sum(max(0, committed.get(p, 0)) for p in ends), max(1, sum(ends.values()))
+    width = 24
+    filled = int(width * done / total)
+    line = (f"  [{'#' * filled}{'.' * (width - filled)}] {100 * done / total:5.1f}% committed {done}/{total} | "
+            f"in {s['read']} | completed {s['completed']} | replayed {s['replayed']} | "
+            f"dead-lettered {s['dead_lettered']} | pending {s['pending']}")
+    if getattr(out, "isatty", lambda: False)():
+        print("\r\x1b[2K" + line, end="\n" if final else "", file=out, flush=True)
+    else:
+        print(line, file=out, flush=True)
+
+
+def _show_status(bootstrap: str, topology: str, out) -> None:
+    """What ``reliable-kafka status`` says about the run, while its components still run."""
+    from reliable_kafka.ops.status import build_report, render
+
+    try:
+        report = build_report(bootstrap, topology)
+    except Exception as exc:  # the demo's checks do not depend on it
+        print(f"demo: status not available: {exc}", file=out, flush=True)
+        return
+    print(f"\n$ reliable-kafka status --topology {topology} --bootstrap-servers {bootstrap}", file=out)
+    print(render(report), file=out, flush=True)
+
+
+def _how_to_watch(topology: str, bootstrap: str | None, out) -> None:
+    if bootstrap:
+        print(f"\nthis run's components have stopped; their last snapshots stay in {topology}.status:\n"
+              f"  reliable-kafka status --topology {topology} --bootstrap-servers {bootstrap} [--json] [--watch]\n"
+              f"  reliable-kafka ui --topology {topology} --bootstrap-servers {bootstrap} --port 8080\n"
+              f"  (run them while a demo runs to watch it live)", file=out, flush=True)
+    else:
+        print("\nto watch a run live, keep a broker and point the demo at it, then in a second terminal:\n"
+              "  reliable-kafka kafka up                      # prints the broker's address, B\n"
+              "  reliable-kafka demo --bootstrap B            # prints its topology name, T\n"
+              "  reliable-kafka status --topology T --bootstrap-servers B --watch\n"
+              "  reliable-kafka ui --topology T --bootstrap-servers B --port 8080   # http://127.0.0.1:8080/",
+              file=out, flush=True)

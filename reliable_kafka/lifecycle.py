@@ -6,6 +6,8 @@ import signal
 import threading
 from typing import Protocol, TypeVar
 
+from reliable_kafka.ops import reporter as ops_reporter
+
 __all__ = ["Pollable", "run_until_stopped"]
 
 Stats = TypeVar("Stats")
@@ -29,9 +31,17 @@ def run_until_stopped(worker: Pollable, stop: threading.Event | None, *, handle_
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
     worker.start()
+    reporter = None
     try:
+        reporter = ops_reporter.attach(worker)  # status snapshots and /metrics (reliable_kafka.ops)
         while not stop.is_set():
             worker.poll_once()
+            if reporter is not None:
+                reporter.tick()
     finally:
-        worker.close()
+        try:
+            worker.close()
+        finally:
+            if reporter is not None:
+                reporter.close()  # after close: the last snapshot has the final counters
     return worker.stats

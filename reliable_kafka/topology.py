@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from reliable_kafka.client_log import with_log
 from reliable_kafka.errors import ConfigError, TopologyError
 
-__all__ = ["TopologyTopics", "ensure_topics", "partition_count", "admin_client"]
+__all__ = ["TopologyTopics", "ensure_topics", "ensure_status_topic", "partition_count", "admin_client"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,11 @@ class TopologyTopics:
     @property
     def quarantine(self) -> str:
         return f"{self.topology}.quarantine"
+
+    @property
+    def status(self) -> str:
+        """Compacted, keyed by component: each component's latest status snapshot (reliable_kafka.ops)."""
+        return f"{self.topology}.status"
 
     def shapes(self) -> dict[str, int]:
         """topic -> partition count the topology needs."""
@@ -114,6 +119,24 @@ def ensure_topics(
                 if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":  # a concurrent worker won the race
                     raise TopologyError(f"topology {topics.topology!r}: cannot create {topic}: {exc}") from exc
     _wait_for_leaders(admin, list(topics.shapes()), timeout)
+    ensure_status_topic(admin, topics, replication_factor=replication_factor, timeout=timeout)
+
+
+def ensure_status_topic(admin: AdminClient, topics: TopologyTopics, *, replication_factor: int = 1,
+                        timeout: float = 30.0) -> None:
+    """Create ``<topology>.status`` (1 partition, compacted, 10-minute segments) when it is missing."""
+    if topics.status in admin.list_topics(timeout=timeout).topics:
+        return
+    new = NewTopic(topics.status, num_partitions=1, replication_factor=replication_factor,
+                   # small segments: snapshots every few seconds would otherwise pile up until the
+                   # default week-long segment rolls, since only closed segments are compacted
+                   config={"cleanup.policy": "compact", "segment.ms": "600000"})
+    for topic, future in admin.create_topics([new], operation_timeout=timeout).items():
+        try:
+            future.result(timeout=timeout)
+        except KafkaException as exc:
+            if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                raise TopologyError(f"topology {topics.topology!r}: cannot create {topic}: {exc}") from exc
 
 
 def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:

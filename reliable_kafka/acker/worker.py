@@ -94,6 +94,7 @@ class AckerWorker:
     - ``max_entries_per_record`` [100000]: larger ack records are quarantined, not folded.
     - ``kafka_config``: librdkafka settings passed through to the consumer and producer
       (the consumer's ``session.timeout.ms`` defaults to 10000 here).
+    - ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
     - ``name`` [random]: give each worker process a stable name to use static group membership
       (``group.instance.id``), so that a restarted worker gets its partitions back without waiting
       for the dead one's session to expire.
@@ -115,6 +116,7 @@ class AckerWorker:
         max_entries_per_record: int = 100_000,
         kafka_config: dict | None = None,
         name: str | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         if ackers < 1:
             raise ConfigError(f"an acker worker needs ackers >= 1 (ack topic partitions), got {ackers}")
@@ -134,6 +136,7 @@ class AckerWorker:
         self._stable_name = name is not None
         self.name = name or f"acker-{new_id() & 0xFFFF:04x}"
         self.stats = AckerStats()
+        self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
         self._partitions: dict[int, _Partition] = {}
         self._outcome_partitions = 0
         self._retry_outcomes: list[tuple[int, bytes]] = []

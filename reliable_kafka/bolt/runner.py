@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from reliable_kafka import codec
 from reliable_kafka.core.anchors import Anchored, ack_entries, anchor_child, fail_roots
 from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import ConfigError, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.lifecycle import run_until_stopped
@@ -152,7 +153,7 @@ class Bolt:
       is also a static group member, ``group.instance.id`` = ``<group_id>.<name>``, so a restart
       gets its partitions back without a rebalance).
     - ``batch_size`` [500], ``commit_interval_ms`` [1000], ``kafka_config`` (librdkafka, copied),
-      ``name`` [random].
+      ``name`` [random], ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
     """
 
     _collector_class = BoltCollector
@@ -171,6 +172,7 @@ class Bolt:
         commit_interval_ms: int = 1000,
         kafka_config: dict | None = None,
         name: str | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         if not callable(handler):
             raise ConfigError(f"Bolt: handler must be callable, got {handler!r}")
@@ -188,6 +190,9 @@ class Bolt:
         self.name = name or f"bolt-{self.task_id & 0xFFFF:04x}"
         check_ack_sender_config(self.kafka_config, component=self.name)
         self.stats = BoltStats()
+        self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
+        self.process_latency = LatencyHistogram()  # handler calls; its count is the tuples handled
+        self.output_topics: set[str] = set()  # for the status page's graph
         self.collector = self._collector_class(self)
         self._consumer = None
         self._producer = None
@@ -296,7 +301,9 @@ class Bolt:
         timestamp = message.timestamp()
         tuple_ = Tuple(message.topic(), message.partition(), message.offset(), message.key(), message.value(),
                        headers, timestamp[1] if timestamp else -1, Anchored(anchors))
+        started = time.perf_counter()
         self._call(tuple_)
+        self.process_latency.observe(time.perf_counter() - started)
 
     def _call(self, tuple_: Tuple) -> None:
         try:
@@ -313,6 +320,7 @@ class Bolt:
         produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors,
                       on_delivery=self._delivered)
         self.stats.emitted += 1
+        self.output_topics.add(topic)
 
     def _delivered(self, error, message) -> None:
         if error is not None:  # the child's edge stays in its tree: it times out and replays

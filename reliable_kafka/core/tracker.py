@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import ConfigError
 from reliable_kafka.ids import new_id
 
@@ -174,7 +175,7 @@ class _Entry:
     """One pending offset. ``token`` changes on every state change, so queued heap/deque items
     that carry an older token are stale and skipped (lazy deletion)."""
 
-    __slots__ = ("tp", "offset", "root", "attempt", "state", "reason", "token")
+    __slots__ = ("tp", "offset", "root", "attempt", "state", "reason", "token", "first_ms", "emitted_ms")
 
     def __init__(self, tp: TopicPartition, offset: int) -> None:
         self.tp = tp
@@ -184,6 +185,8 @@ class _Entry:
         self.state = _State.IN_FLIGHT
         self.reason = ""
         self.token = 0
+        self.first_ms = 0    # first emit: the age of the oldest pending record (status)
+        self.emitted_ms = 0  # this attempt's emit: complete latency
 
 
 class _Partition:
@@ -295,6 +298,8 @@ class InFlightTracker:
                              else message_timeout_ms + backstop_grace_ms)
         self._clock = clock if clock is not None else _monotonic_ms
         self.stats = TrackerStats()
+        self.complete_latency = LatencyHistogram()  # emit to COMPLETED of the attempt that completed
+        self.dead_letters_by_reason: dict[str, int] = {}  # the last attempt's reason: FAILED, TIMED_OUT...
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._roots: dict[int, _Entry] = {}
         self._tokens = itertools.count(1)
@@ -382,8 +387,10 @@ class InFlightTracker:
             if holder is not None and holder is not entry:
                 raise ValueError(f"emitted {tp}@{offset}: root {root} is already held by "
                                  f"{holder.tp}@{holder.offset}; draw a new root")
+        now = self._clock()
         if entry is None:
             entry = _Entry(tp, offset)
+            entry.first_ms = now
             part.add_pending(entry)
         elif entry.root is not None:
             del self._roots[entry.root]  # the old root is forgotten: its late outcome is ignored
@@ -391,9 +398,10 @@ class InFlightTracker:
         entry.attempt = attempt
         entry.state = _State.IN_FLIGHT
         entry.token = next(self._tokens)
+        entry.emitted_ms = now
         self._roots[root] = entry
         if self._backstop_ms is not None:
-            self._backstop.append((self._clock() + self._backstop_ms, entry.token, entry))
+            self._backstop.append((now + self._backstop_ms, entry.token, entry))
             if len(self._backstop) > 2 * len(self._roots) + 1024:
                 self._backstop = deque(item for item in self._backstop if item[2].token == item[1])
         self.stats.emitted += 1
@@ -418,6 +426,7 @@ class InFlightTracker:
             return
         self._finish(tp, offset)
         self.stats.dead_lettered += 1
+        self.dead_letters_by_reason[entry.reason] = self.dead_letters_by_reason.get(entry.reason, 0) + 1
 
     def _finish(self, tp: TopicPartition, offset: int) -> None:
         part = self._partitions.get(tp)
@@ -441,6 +450,7 @@ class InFlightTracker:
             return None
         if kind is OutcomeKind.COMPLETED:
             self.stats.completed += 1
+            self.complete_latency.observe((self._clock() - entry.emitted_ms) / 1000.0)
             entry.token = 0
             self._partitions[entry.tp].mark_done(entry.offset)
             return OutcomeAction(ActionKind.DONE, entry.tp, entry.offset, entry.attempt, kind.name)
@@ -557,6 +567,24 @@ class InFlightTracker:
             return []
         point = part.commit_point()
         return sorted(o for o in part.done if point is None or o > point)
+
+    def pending_summary(self) -> dict[TopicPartition, tuple[int, int, int, int]]:
+        """Per partition with pending offsets: ``(pending, retrying, oldest offset, its first
+        emit ms)``; ``retrying`` counts offsets failed and waiting for a redelivery or a dead-letter
+        write. O(pending): for the periodic status snapshot, not the hot path."""
+        summary = {}
+        for tp, part in list(self._partitions.items()):
+            entries = list(part.pending.values())
+            if not entries:
+                continue
+            oldest = min(entries, key=lambda entry: entry.offset)
+            retrying = sum(1 for entry in entries if entry.state is not _State.IN_FLIGHT)
+            summary[tp] = (len(entries), retrying, oldest.offset, oldest.first_ms)
+        return summary
+
+    def now_ms(self) -> int:
+        """The tracker's clock (ms), the time base of ``pending_summary``."""
+        return self._clock()
 
     def pending_offsets(self, tp: TopicPartition) -> list[int]:
         """Offsets of ``tp`` not done yet, ascending (O(n log n): for inspection and tests)."""

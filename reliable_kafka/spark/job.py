@@ -17,6 +17,7 @@ from typing import Callable, Literal
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import ConfigError, DeliveryError, TopologyError
 from reliable_kafka.ids import new_id
+from reliable_kafka.ops import reporter as ops_reporter
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN
 from reliable_kafka.spark.writer import OutputWriter
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
@@ -84,6 +85,7 @@ class SparkJob:
     """Base of :class:`SparkSpout` and :class:`SparkBolt` (see their docstrings)."""
 
     component = "spark-job"
+    metrics_port: int | None = None  # set before start() to serve /metrics (0: a free port; reliable_kafka.ops)
 
     def __init__(
         self,
@@ -169,6 +171,7 @@ class SparkJob:
         self._listener = _progress_listener(self)
         self.spark.streams.addListener(self._listener)
         self.query = self._start_query()
+        self._reporter = ops_reporter.attach(self)  # status snapshots from the driver (reliable_kafka.ops)
         log.info("%s: query %s reading %s, writing %s (%d ack partitions)", self.name, self.query.id,
                  self.source_topics, self.output_topic, found)
 
@@ -219,6 +222,8 @@ class SparkJob:
                 pass
             self._listener = None
         self._close()
+        if getattr(self, "_reporter", None) is not None:
+            self._reporter.close()
 
     def _drain(self, timeout: float) -> None:
         """Subclass hook: wait for in-flight work after the query stopped."""

@@ -139,6 +139,7 @@ class Spout:
       ``topology.max.spout.pending`` and ``topology.message.timeout.secs``; the backstop fails a
       root locally when no outcome arrives within timeout + grace (no acker running).
     - ``commit_interval_ms`` [1000], ``batch_size`` [500], ``kafka_config`` (librdkafka, copied).
+    - ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
     """
 
     topic_wait_s = 30.0  # how long start() waits for an acker to create the topology's topics
@@ -163,6 +164,7 @@ class Spout:
         batch_size: int = 500,
         kafka_config: dict | None = None,
         name: str | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         if (emit_to is None) == (handler is None):
             raise ConfigError("Spout: give exactly one of emit_to (forward records) or handler")
@@ -191,6 +193,8 @@ class Spout:
             backstop_grace_ms=backstop_grace_ms,
         )
         self.stats = SpoutStats()
+        self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
+        self.output_topics: set[str] = set()  # for the status page's graph
         self._collector = SpoutCollector(self)
         self._records: dict[tuple[TopicPartitionKey, int], SourceRecord] = {}
         self._local_failures: list[int] = []
@@ -368,6 +372,7 @@ class Spout:
                       on_delivery=functools.partial(self._output_delivered, root))
         if anchors:
             self.stats.emitted += 1
+        self.output_topics.add(topic)
 
     def _output_delivered(self, root: int | None, error, message) -> None:
         if error is not None:

@@ -779,3 +779,50 @@ def test_unsettled_lists_retried_and_failed_offsets_for_a_successor():
     tracker.emitted(tp, 2, attempt=3)
     tracker.on_outcome(failed_root, OutcomeKind.TIMED_OUT)
     assert tracker.unsettled(tp) == [(1, 1, True), (2, 3, False)]
+
+
+# -- what the operators' tools read (reliable_kafka.ops) ----------------------------------------------
+
+
+def test_complete_latency_is_emit_to_completed_of_the_attempt_that_completed():
+    tracker, clock = make(backoff=Backoff(initial_ms=10))
+    clock.now = 1_000
+    root = tracker.emitted(TP, 0)
+    clock.now = 1_250
+    assert tracker.on_outcome(root, COMPLETED).kind is ActionKind.DONE
+    assert tracker.complete_latency.count == 1
+    assert tracker.complete_latency.sum_s == pytest.approx(0.25)
+    failed = tracker.emitted(TP, 1)
+    clock.now = 2_000
+    tracker.on_outcome(failed, FAILED)  # not a completion: no latency
+    assert tracker.complete_latency.count == 1
+    clock.now = 3_000
+    (redelivery,) = tracker.due_redeliveries()
+    again = tracker.emitted(TP, 1, attempt=redelivery.attempt)
+    clock.now = 3_040
+    tracker.on_outcome(again, COMPLETED)
+    assert tracker.complete_latency.sum_s == pytest.approx(0.25 + 0.04)  # from the second emit
+
+
+def test_pending_summary_names_the_oldest_pending_offset_and_counts_retries():
+    tracker, clock = make(backoff=Backoff(initial_ms=10_000))
+    clock.now = 100
+    first = tracker.emitted(TP, 5)
+    clock.now = 200
+    tracker.emitted(TP, 6)
+    tracker.emitted(TP2, 0)
+    tracker.on_outcome(first, FAILED)  # waits for its redelivery: still pending, and retrying
+    clock.now = 900
+    assert tracker.pending_summary() == {TP: (2, 1, 5, 100), TP2: (1, 0, 0, 200)}
+    assert tracker.now_ms() == 900
+
+
+def test_dead_letters_are_counted_by_the_reason_of_their_last_attempt():
+    tracker, clock = make(max_retries=0)
+    root = tracker.emitted(TP, 0)
+    assert tracker.on_outcome(root, TIMED_OUT).kind is ActionKind.DEAD_LETTER
+    tracker.dead_lettered(TP, 0)
+    other = tracker.emitted(TP, 1)
+    tracker.on_outcome(other, FAILED)
+    tracker.dead_lettered(TP, 1)
+    assert tracker.dead_letters_by_reason == {"TIMED_OUT": 1, "FAILED": 1}

@@ -1,0 +1,53 @@
+"""Status snapshots from a Spark spout's driver (the demo's word-count job) on a real broker."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from reliable_kafka import BasicBolt, LocalCluster
+from reliable_kafka.acker import AckerWorker
+from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.ops.status import build_report, read_snapshots
+from reliable_kafka.testing.records import produce_values
+from reliable_kafka.testing.topics import create_topics, unique_name
+from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_spark_spout_reports_from_its_driver(kafka_bootstrap):
+    from reliable_kafka.spark.demo_job import SparkWordCount
+
+    topology = unique_name("st-spark")
+    sentences, words = f"{topology}-sentences", f"{topology}-words"
+    create_topics(kafka_bootstrap, {sentences: 2, words: 2})
+    ensure_topics(admin_client(kafka_bootstrap), TopologyTopics(topology, ackers=1))
+    produce_values(kafka_bootstrap, sentences, [b"the cow jumped over the moon"] * 200)
+    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    acker = AckerWorker(**on, ackers=1)
+    counter = BasicBolt(**on, source_topics=words, group_id=f"{topology}-count", handler=lambda t, c: None)
+    job = SparkWordCount(kafka_bootstrap, topology, sentences, words)
+    job.job.status_interval_s = 1.0
+    job.job.metrics_port = 0
+    with LocalCluster(acker, counter):
+        job.start()
+        try:
+            deadline = time.monotonic() + 300
+            while committed_offsets(kafka_bootstrap, job.group_id, sentences) != end_offsets(kafka_bootstrap, sentences):
+                job.job.raise_if_failed()
+                assert time.monotonic() < deadline, f"Spark job did not finish: {job.job.progress()}"
+                time.sleep(1)
+            report = build_report(kafka_bootstrap, topology)
+            spark_row = next(c for c in report["components"] if c["kind"] == "spark-spout")
+            assert spark_row["name"] == job.job.name and spark_row["state"] == "running"
+            assert spark_row["verdict"] != "DOWN" and spark_row["metrics_port"] == job.job.metrics_port > 0
+            assert {p["partition"] for p in report["partitions"] if p["group"] == job.group_id} == {0, 1}
+        finally:
+            job.stop()
+    snapshot = read_snapshots(kafka_bootstrap, topology)[job.job.name]
+    assert snapshot["state"] == "stopped"
+    assert snapshot["counters"]["completed"] == job.job.tracker.stats.completed == 200
+    assert snapshot["latency"]["count"] == 200
+    assert snapshot["outputs"] == [words] and snapshot["inputs"] == [sentences]

@@ -1,0 +1,132 @@
+"""The live page in a real browser: Debian's headless Chromium driven by Selenium.
+
+Needs ``chromium`` and ``chromium-driver`` from apt (``.ci/browser.sh``); Selenium is given
+``/usr/bin/chromedriver`` explicitly, so Selenium Manager never downloads anything. Marked
+``browser``: ``pytest -m "not browser"`` leaves it out; with ``CI=true`` a missing Chromium fails
+the test instead of skipping it. The screenshot is saved in the test's tmp dir (its path is
+printed), and also to ``$RK_UI_SCREENSHOT`` when set (how docs/img/ui.png was made).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from examples.word_count import build
+from reliable_kafka import LocalCluster
+from reliable_kafka.demo import SENTENCES
+from reliable_kafka.ops.ui import StatusPage
+from reliable_kafka.testing.records import produce_values
+from reliable_kafka.testing.topics import create_topics, unique_name
+from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+def _browser():
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        message = "Debian's chromium and chromium-driver are not installed: run .ci/browser.sh"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     "--window-size=1500,1100"):
+        options.add_argument(argument)
+    return webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+
+
+def _wait(condition, *, timeout: float, what: str, detail=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout:.0f} s: {what}\n{detail()}")
+        time.sleep(0.5)
+
+
+def test_the_page_shows_a_running_word_count_with_moving_numbers(kafka_bootstrap, tmp_path):
+    topology = unique_name("ui")
+    sentences, words = f"{topology}-sentences", f"{topology}-words"
+    create_topics(kafka_bootstrap, {sentences: 2, words: 2, f"{topology}.sentences": 2})
+    ensure_topics(admin_client(kafka_bootstrap), TopologyTopics(topology, ackers=2))
+    _, components = build(kafka_bootstrap, topology=topology, sentences=sentences, words=words)
+    for component in components:
+        component.status_interval_s = 1.0
+    stop = threading.Event()
+
+    def keep_writing():  # a live stream, so that the rates are not zero and the numbers move
+        rng = random.Random(5)
+        while not stop.wait(0.3):
+            produce_values(kafka_bootstrap, sentences, [rng.choice(SENTENCES).encode() for _ in range(40)])
+
+    writer = threading.Thread(target=keep_writing, daemon=True)
+    page = StatusPage(bootstrap_servers=kafka_bootstrap, topology=topology, port=0).start()
+    driver = None
+    try:
+        with LocalCluster(*components):
+            writer.start()
+            driver = _browser()
+            driver.get(page.url)
+            from selenium.webdriver.common.by import By
+
+            # the page redraws its tables every 2 s: read what it shows in one script (one moment)
+            read = """
+                const text = (el, sel) => { const x = el.querySelector(sel); return x ? x.textContent : ""; };
+                return {
+                  rows: Object.fromEntries([...document.querySelectorAll("#components tbody tr")].map(
+                    (tr) => [tr.dataset.component, text(tr, "td.rate-in")])),
+                  graph: [...document.querySelectorAll("#graph g.node")].map((g) => g.dataset.component),
+                  committed: [...document.querySelectorAll("#partitions td.committed")].map((td) => td.textContent),
+                  refreshes: +document.getElementById("refreshes").textContent,
+                  topology: document.getElementById("topology").textContent,
+                  error: document.getElementById("error").textContent,
+                  lines: document.querySelectorAll("#charts .chart polyline").length,
+                };"""
+
+            def shown() -> dict:
+                return driver.execute_script(read)
+
+            def rate(text: str) -> float:
+                text = text.replace(",", "")
+                return float(text) if text not in ("", "-") else 0.0
+
+            names = {c.name for c in components}
+            state = lambda: driver.find_element(By.TAG_NAME, "body").text  # noqa: E731
+            _wait(lambda: names <= set(shown()["rows"]), timeout=90, what="all four components on the page",
+                  detail=state)
+            _wait(lambda: all(rate(v) > 0 for name, v in shown()["rows"].items() if name in names),
+                  timeout=90, what="non-zero input rates for every component", detail=state)
+            page_now = shown()
+            assert set(page_now["graph"]) == names - {components[0].name}  # the graph leaves ackers out
+            assert page_now["topology"] == topology
+            before = page_now
+            _wait(lambda: (now := shown())["committed"] != before["committed"] and now["refreshes"] > before["refreshes"],
+                  timeout=90, what="committed offsets that move on the page", detail=state)
+            assert shown()["lines"] >= 9  # three charts per spout or bolt
+            assert shown()["error"] == ""
+            time.sleep(4)  # a few more refreshes, so that the charts in the screenshot have lines
+            shot = tmp_path / "ui.png"
+            assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+            print(f"screenshot: {shot}")
+            if os.environ.get("RK_UI_SCREENSHOT"):
+                shutil.copyfile(shot, os.environ["RK_UI_SCREENSHOT"])
+    finally:
+        stop.set()
+        if driver is not None:
+            driver.quit()
+        page.close()

@@ -1,0 +1,69 @@
+"""The status report's pure parts: judging a snapshot, latency over the window, text, CLI names."""
+
+from reliable_kafka.cli import build_parser
+from reliable_kafka.core.latency import BOUNDS_S
+from reliable_kafka.ops.status import _latency, _rates, judge_snapshot, partition_samples, render
+from reliable_kafka.ops.verdict import Verdict
+
+
+def _snapshot(progress, backlog, *, state="running", t0=1000.0):
+    zero = [0] * (len(BOUNDS_S) + 1)
+    later = list(zero)
+    later[3] = 10  # ten observations in (5 ms, 10 ms]
+    history = [{"t": t0 + i, "progress": p, "backlog": b, "counters": {"received": 10 * i, "acked": 9 * i},
+                "partitions": {"in:0": [100 + p, 100 + p + b]}, "latency_counts": zero if i == 0 else later,
+                "latency_sum_s": 0.0}
+               for i, (p, b) in enumerate(zip(progress, backlog))]
+    return {"kind": "bolt", "state": state, "interval_s": 1.0, "published_at": history[-1]["t"],
+            "history": history, "latency_kind": "process",
+            "latency": {"bounds": list(BOUNDS_S), "counts": later, "count": 10, "sum_s": 0.08}}
+
+
+def test_a_snapshot_is_judged_over_its_own_history():
+    assert judge_snapshot(_snapshot([1, 1, 1, 1], [2, 2, 2, 2]), now=1004.0).verdict is Verdict.STALL
+    assert judge_snapshot(_snapshot([1, 2, 3, 4], [2, 0, 2, 2]), now=1004.0).verdict is Verdict.OK
+    assert judge_snapshot(_snapshot([1, 2, 3, 4], [2, 0, 2, 2], state="stopped"), now=1004.0).verdict is Verdict.DOWN
+    assert judge_snapshot(_snapshot([1, 2, 3, 4], [2, 0, 2, 2]), now=2000.0).verdict is Verdict.DOWN
+
+
+def test_partition_samples_are_the_owners_committed_offsets_and_lag():
+    samples = partition_samples(_snapshot([1, 1, 2], [5, 6, 7]), "in", 0)
+    assert [(s.progress, s.backlog) for s in samples] == [(101, 5), (101, 6), (102, 7)]
+    assert partition_samples(_snapshot([1, 1, 2], [5, 6, 7]), "in", 1) == []
+
+
+def test_rates_and_latency_come_from_the_window():
+    snapshot = _snapshot([1, 2, 3], [0, 0, 0])
+    assert _rates(snapshot) == {"received": 10.0, "acked": 9.0}
+    latency = _latency(snapshot)
+    assert latency["over"] == "window" and latency["count"] == 10
+    assert 0.005 <= latency["p50_s"] <= 0.01 and latency["mean_s"] == 0.008
+
+
+def test_render_names_every_component_and_partition():
+    report = {
+        "topology": "t", "generated_at": 1010.0, "verdict": "STALL",
+        "components": [{"name": "bolt-1", "kind": "bolt", "verdict": "STALL", "host": "h", "pid": 7,
+                        "started_at": 1000.0, "age_s": 1.0, "rates": {"received": 5.0, "acked": 4.0},
+                        "latency": {"p50_s": 0.002, "p99_s": 0.2}, "capacity": 0.5,
+                        "reason": "no progress for 10 s with 3 waiting"}],
+        "partitions": [{"topic": "in", "partition": 0, "verdict": "OK", "committed": 5, "end": 9, "lag": 4,
+                        "done_above_commit": 2, "pending": 3, "retrying": 1,
+                        "oldest_pending": {"topic": "in", "partition": 0, "offset": 5, "age_s": 3.0}}],
+        "ackers": {"workers": 1, "pending_roots": 3, "table_bytes": 2_000_000},
+        "dead_letters": {"topic": "t.dlq", "records": 0}, "quarantine": {"topic": "t.quarantine", "records": None},
+    }
+    text = render(report)
+    assert "topology t: STALL" in text and "bolt-1" in text and "no progress" in text
+    assert "in[0]" in text and "in[0]@5 (3s)" in text and "2.0ms" in text and "200ms" in text
+    assert "1 live, 3 pending roots, 2.00 MB" in text
+
+
+def test_status_and_ui_take_bootstrap_servers_with_bootstrap_as_an_alias():
+    parser = build_parser()
+    for flag in ("--bootstrap-servers", "--bootstrap"):
+        args = parser.parse_args(["status", "--topology", "t", flag, "b:9092", "--json"])
+        assert args.bootstrap_servers == "b:9092" and args.json and args.watch is None
+    assert parser.parse_args(["status", "--topology", "t", "--bootstrap", "b", "--watch"]).watch == 5.0
+    assert parser.parse_args(["ui", "--topology", "t", "--bootstrap", "b", "--port", "0"]).port == 0
+    assert parser.parse_args(["acker", "--topology", "t", "--bootstrap", "b", "--metrics-port", "9100"]).metrics_port == 9100
