@@ -3,9 +3,9 @@ a plain-dict reference model of the same semantics."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -16,9 +16,10 @@ import reliable_kafka.core.acker_table as acker_table
 from reliable_kafka.core.acker_table import AckerTable, Outcomes
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import ConfigError, ReliableKafkaError
+from reliable_kafka.testing.reference_acker import ReferenceAcker
 
 INIT, ACK, FAIL, RESET = (int(k) for k in EventKind)
-COMPLETED, FAILED, TIMED_OUT = (int(k) for k in OutcomeKind)
+COMPLETED, FAILED, TIMED_OUT, RESET_NOTICE = (int(k) for k in OutcomeKind)
 SPOUT, OTHER_SPOUT, BOLT = 7, 8, 100
 
 
@@ -44,75 +45,14 @@ def to_int64(value: int) -> int:
     return value - (1 << 64) if value >> 63 else value
 
 
-class ReferenceAcker:
-    """The table's semantics with plain dicts and no buckets: what AckerTable must match."""
-
-    def __init__(self, *, timeout_ms: int, buckets: int) -> None:
-        self.timeout = timeout_ms
-        self.width = -(-timeout_ms // buckets)
-        self.clock: int | None = None
-        self.roots: dict[int, dict] = {}
-        self.stats: Counter = Counter()
-
-    def advance(self, now: int) -> set:
-        if self.clock is None:
-            self.clock = now
-            return set()
-        if now <= self.clock:
-            return set()
-        self.clock = now
-        decided = set()
-        for root, entry in list(self.roots.items()):
-            if entry["deadline"] < now // self.width:
-                del self.roots[root]
-                if entry["owner"] is None:
-                    self.stats["expired_ownerless"] += 1
-                else:
-                    self.stats["timed_out"] += 1
-                    decided.add((root, entry["owner"], TIMED_OUT))
-        return decided
-
-    def fold(self, entries, *, sender: int, t: int, offset: int) -> set:
-        decided = self.advance(t)
-        deadline = (self.clock + self.timeout) // self.width
-        touched = []
-        for kind, root, val in entries:
-            if root == 0 or kind not in (INIT, ACK, FAIL, RESET):
-                self.stats["invalid_entries"] += 1
-                continue
-            self.stats["entries_folded"] += 1
-            entry = self.roots.get(root)
-            if entry is None:
-                entry = self.roots[root] = {"val": 0, "owner": None, "failed": False,
-                                            "deadline": deadline, "first": offset}
-            if kind in (INIT, ACK):
-                entry["val"] ^= val
-            if kind == INIT:
-                entry["owner"] = sender
-                entry["deadline"] = deadline
-            elif kind == FAIL:
-                entry["failed"] = True
-            elif kind == RESET:
-                entry["deadline"] = deadline
-            touched.append(root)
-        for root in dict.fromkeys(touched):
-            entry = self.roots[root]
-            if entry["owner"] is not None and (entry["failed"] or entry["val"] == 0):
-                del self.roots[root]
-                kind = FAILED if entry["failed"] else COMPLETED
-                self.stats["failed" if entry["failed"] else "completed"] += 1
-                decided.add((root, entry["owner"], kind))
-        return decided
-
-    def min_first_offset(self) -> int | None:
-        return min((e["first"] for e in self.roots.values()), default=None)
+def ref_fold(ref: ReferenceAcker, entries, *, sender: int, t: int, offset: int) -> list:
+    """Fold (kind, root, val) entries into the reference model."""
+    return ref.fold([e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries],
+                    sender=sender, event_time_ms=t, offset=offset)
 
 
 def check_stats(table: AckerTable, ref: ReferenceAcker) -> None:
-    stats = table.stats
-    for name in ("entries_folded", "completed", "failed", "timed_out", "expired_ownerless",
-                 "invalid_entries"):
-        assert getattr(stats, name) == ref.stats[name], name
+    assert dataclasses.replace(table.stats, rebuilds=0) == ref.stats
 
 
 # ------------------------------------------------------------------------------- XOR examples
@@ -177,7 +117,8 @@ def test_fail_wins_over_completion_in_the_same_batch():
 def test_fail_and_reset_vals_are_ignored():
     table = AckerTable()
     fold(table, [(INIT, 3, 0xAB)])
-    assert fold(table, [(FAIL, 4, 0x55), (RESET, 3, 0x66)], sender=BOLT) == set()
+    assert fold(table, [(FAIL, 4, 0x55), (RESET, 3, 0x66)], sender=BOLT) == {
+        (3, SPOUT, RESET_NOTICE)}
     assert table._state_of(3)["val"] == 0xAB and table._state_of(4)["val"] == 0
     assert fold(table, [(ACK, 3, 0xAB)], sender=BOLT) == {(3, SPOUT, COMPLETED)}
 
@@ -282,8 +223,9 @@ def test_fold_records_matches_folding_one_by_one_even_for_a_late_stray_ack():
     # Root 1 completed with record 1; record 2's stray ack starts a new, ownerless entry.
     assert table.pending == 1 and table._state_of(1) == one_by_one._state_of(1)
     assert table.stats == one_by_one.stats
-    # Roots 1 and 2 shared a bucket that never emptied: the low point stays at their offset 0.
-    assert table.low_offset() == one_by_one.low_offset() == 0
+    # Decided roots leave before new ones come: the low point is the stray ack's record, 2,
+    # where a replay must start to rebuild that entry.
+    assert one_by_one.low_offset() == table.low_offset() == 2
 
 
 def test_fold_records_expires_between_records_across_a_bucket_boundary():
@@ -302,7 +244,9 @@ def test_reset_timeout_pushes_the_deadline():
     table = AckerTable(timeout_ms=30_000, buckets=4)  # buckets of 7.5 s
     fold(table, [(INIT, 1, 5), (INIT, 2, 5)], t=0)
     # Touched at 0: deadline bucket (0 + 30000) // 7500 = 4, expires once the clock is 37_500.
-    assert fold(table, [(RESET, 1, 0)], sender=BOLT, t=20_000) == set()
+    # The owner hears of it (issue 9 item 5), so that its own backstop timer moves too.
+    assert fold(table, [(RESET, 1, 0)], sender=BOLT, t=20_000) == {(1, SPOUT, RESET_NOTICE)}
+    assert table.stats.reset_notices == 1
     assert as_set(table.advance(37_499)) == set()
     assert as_set(table.advance(37_500)) == {(2, SPOUT, TIMED_OUT)}
     # Root 1 was touched at 20_000: bucket 50_000 // 7500 = 6, expires at 52_500.
@@ -597,7 +541,7 @@ def test_equivalent_to_the_reference_model(timeout, buckets, start, ops, seed, r
         elif records_per_call == 1:
             entries, sender, t, offset = arg[0]
             got = sorted(fold(table, entries, sender=sender, t=t, offset=offset))
-            want = sorted(ref.fold(entries, sender=sender, t=t, offset=offset))
+            want = sorted(ref_fold(ref, entries, sender=sender, t=t, offset=offset))
         else:
             out = table.fold_records([
                 (np.array([e[0] for e in entries], np.uint8),
@@ -606,19 +550,18 @@ def test_equivalent_to_the_reference_model(timeout, buckets, start, ops, seed, r
                 for entries, sender, t, offset in arg])
             got = sorted(zip(out.roots.tolist(), out.owners.tolist(), out.kinds.tolist()))
             want = sorted(d for entries, sender, t, offset in arg
-                          for d in ref.fold(entries, sender=sender, t=t, offset=offset))
+                          for d in ref_fold(ref, entries, sender=sender, t=t, offset=offset))
         assert got == want
-        assert table.pending == len(ref.roots)
-        truth = ref.min_first_offset()
+        assert table.pending == ref.pending
+        truth = ref.low_bound()
         low = table.low_offset()
         assert (low is None) == (truth is None)
         assert low is None or low <= truth
     check_stats(table, ref)
     assert table._audit() == []
-    for root, entry in ref.roots.items():
+    for root, entry in ref.entries.items():
         state = table._state_of(root)
-        assert state["val"] == entry["val"] and state["owner"] == entry["owner"]
-        assert state["failed"] == entry["failed"]
+        assert (state["val"], state["owner"], state["failed"]) == entry.state()[:3]
 
 
 @settings(max_examples=100, deadline=None)
@@ -659,11 +602,13 @@ def test_table_stays_sound_under_churn_near_its_fill_limit(groups, seed, counts)
 def test_fold_records_decides_as_folding_one_by_one(records, timeout):
     one_by_one = AckerTable(timeout_ms=timeout, buckets=2, initial_capacity=8)
     together = AckerTable(timeout_ms=timeout, buckets=2, initial_capacity=8)
+    ref = ReferenceAcker(timeout_ms=timeout, buckets=2)
     want, t = [], 0
     calls = []
     for offset, (entries, sender, dt) in enumerate(records):
         t += dt
         want += sorted(fold(one_by_one, entries, sender=sender, t=t, offset=offset))
+        ref_fold(ref, entries, sender=sender, t=t, offset=offset)
         calls.append((np.array([e[0] for e in entries], np.uint8),
                       np.array([e[1] for e in entries], np.int64),
                       np.array([e[2] for e in entries], np.int64), sender, t, offset))
@@ -672,7 +617,8 @@ def test_fold_records_decides_as_folding_one_by_one(records, timeout):
     assert together.stats == one_by_one.stats and together.pending == one_by_one.pending
     for root in range(1, 7):
         assert together._state_of(root) == one_by_one._state_of(root)
-    low, low_one_by_one = together.low_offset(), one_by_one.low_offset()
-    assert (low is None) == (low_one_by_one is None)
-    assert low is None or low <= low_one_by_one  # together, a bucket may not empty in between
+    for table in (together, one_by_one):  # never above a pending root's first record
+        low, truth = table.low_offset(), ref.low_bound()
+        assert (low is None) == (truth is None)
+        assert low is None or low <= truth
     assert together._audit() == []
