@@ -67,13 +67,16 @@ class Group:
         mixed = mixed[order]
         first = run_starts(mixed)
         segment = first
-        if record is not None:
+        if record is not None and not first.all():  # some root more than once
             rec = record[order]
             across = ~first[1:] & (rec[1:] != rec[:-1])
-            if across.any():  # a root in several records: keep their order within each root
-                order = np.argsort(mixed_of(roots), kind="stable")
-                mixed, rec = mixed_of(roots)[order], record[order]
-                first = run_starts(mixed)
+            if across.any():  # roots in several records: put their entries in record order
+                run = np.cumsum(first) - 1
+                spans = np.zeros(run[-1] + 1, bool)
+                spans[run[1:][across]] = True
+                at = np.flatnonzero(spans[run])  # whole runs, sorted in place
+                order[at] = order[at[np.lexsort((order[at], run[at]))]]
+                rec = record[order]
                 segment = first.copy()
                 segment[1:] |= rec[1:] != rec[:-1]
         self.order = order
@@ -83,63 +86,87 @@ class Group:
         self.roots = roots[order[starts]]
         bits = KIND_BITS[kinds[order]]
         xvals = np.where(bits & (INIT_BIT | ACK_BIT), vals[order], 0)
-        if len(starts) == len(order):  # every root once: no reductions
+        seg_starts = np.flatnonzero(segment) if self.several_segments else starts
+        if len(seg_starts) == len(order):  # every segment one entry: no reductions
             self._seg_xor, self._seg_bits = xvals, bits
         else:
-            seg_starts = np.flatnonzero(segment)
             self._seg_xor = np.bitwise_xor.reduceat(xvals, seg_starts)
             self._seg_bits = np.bitwise_or.reduceat(bits, seg_starts)
-        seg_starts_at = np.flatnonzero(segment) if self.several_segments else starts
-        self._seg_record = (np.zeros(len(seg_starts_at), np.intp) if record is None
-                            else record[order[seg_starts_at]])
+        self._seg_record = (np.zeros(len(seg_starts), np.intp) if record is None
+                            else record[order[seg_starts]])
         self._seg_sender = sender[self._seg_record]
         self._segment = segment
         self._first = first
 
     def fold(self, val: np.ndarray, owner: np.ndarray, failed: np.ndarray) -> Folded:
         """Apply the rule segment by segment to the roots' stored state (zeros where absent)."""
-        xor, bits, sender = self._seg_xor, self._seg_bits, self._seg_sender
+        xor, bits, sender, record = (self._seg_xor, self._seg_bits, self._seg_sender,
+                                     self._seg_record)
         if not self.several_segments:  # one segment a root: the rule as it stands
-            val, owner, failed = rule.update(val, owner, failed, xor, bits, sender)
-            decision = rule.decide(val, owner, failed, bits)
-            notices = np.flatnonzero(decision == _RESET)
-            return Folded(val, owner, failed, bits, _final(decision), self._seg_record,
-                          notices, owner[notices], np.empty(0, np.intp))
-        return self._fold_segments(val, owner, failed, xor, bits, sender)
+            return _fold_once(val, owner, failed, xor, bits, sender, record)
+        seg_first = self._first[self._segment]
+        run_first = np.flatnonzero(seg_first)
+        seg_root = np.cumsum(seg_first) - 1
+        once = np.ones(len(run_first), bool)
+        once[seg_root[~seg_first]] = False
+        folded = _fold_once(val, owner, failed, xor[run_first], bits[run_first],
+                            sender[run_first], record[run_first])
+        folded.notices = folded.notices[once[folded.notices]]
+        folded.notice_owner = folded.owner[folded.notices]
+        # Roots heard from in several records: the rule after each, as a prefix scan.
+        multi = np.flatnonzero(~once)
+        segs = np.flatnonzero(~once[seg_root])
+        notices, notice_owner, tail_segs = _scan(
+            folded, multi, val[multi], owner[multi], failed[multi], seg_first[segs], xor[segs],
+            bits[segs], sender[segs])
+        folded.notices = np.concatenate([folded.notices, notices])
+        folded.notice_owner = np.concatenate([folded.notice_owner, notice_owner])
+        if len(tail_segs):
+            tail = np.zeros(len(seg_first), bool)
+            tail[segs[tail_segs]] = True
+            folded.tail = np.sort(self.order[tail[np.cumsum(self._segment) - 1]])
+        return folded
 
-    def _fold_segments(self, val0, owner0, failed0, xor, bits, sender) -> Folded:
-        n_seg = len(xor)
-        root = np.cumsum(self._first[self._segment]) - 1          # each segment's root
-        run_first = np.flatnonzero(self._first[self._segment])    # each root's first segment
-        index = np.arange(n_seg)
-        # The rule's update as a prefix scan over each root's segments.
-        acc = np.bitwise_xor.accumulate(xor)
-        before = np.where(run_first > 0, acc[run_first - 1], 0)
-        val = val0[root] ^ acc ^ before[root]
-        last_init = np.maximum.accumulate(np.where(bits & INIT_BIT, index, -1))
-        owner = np.where(last_init >= run_first[root], sender[np.maximum(last_init, 0)],
-                         owner0[root])
-        last_fail = np.maximum.accumulate(np.where(bits & FAIL_BIT, index, -1))
-        failed = failed0[root] | (last_fail >= run_first[root])
-        decision = rule.decide(val, owner, failed, bits)
-        # The first decisive segment of each root ends its entry; later ones are the tail.
-        decisive = (decision == _COMPLETED) | (
-            decision == _FAILED)
-        ends = np.minimum.reduceat(np.where(decisive, index, n_seg), run_first)
-        end_of = ends[root]
-        notices = np.flatnonzero((decision == _RESET)
-                                 & (index < end_of))
-        tail_segments = index > end_of
-        last = np.append(run_first[1:], n_seg) - 1
-        at = np.where(ends < n_seg, ends, last)  # the segment whose state the root keeps
-        applied = index <= end_of
-        seen = np.bitwise_or.reduceat(np.where(applied, bits, 0), run_first)
-        tail = np.empty(0, np.intp)
-        if tail_segments.any():
-            entry_segment = np.cumsum(self._segment) - 1
-            tail = np.sort(self.order[tail_segments[entry_segment]])
-        return Folded(val[at], owner[at], failed[at], seen, _final(decision[at]),
-                      self._seg_record[run_first], root[notices], owner[notices], tail)
+
+def _fold_once(val, owner, failed, xor, bits, sender, record) -> Folded:
+    """Each root in one record: the rule's update, then its decision."""
+    val, owner, failed = rule.update(val, owner, failed, xor, bits, sender)
+    decision = rule.decide(val, owner, failed, bits)
+    notices = np.flatnonzero(decision == _RESET)
+    return Folded(val, owner, failed, bits, _final(decision), record, notices, owner[notices],
+                  np.empty(0, np.intp))
+
+
+def _scan(folded: Folded, multi, val0, owner0, failed0, seg_first, xor, bits, sender):
+    """The rule applied record by record to the roots ``multi`` (their stored state and their
+    segments, in order); writes their results into ``folded``. Returns the notices (root
+    indices, owners) and the segments (indices into those given) after each root's decision."""
+    n_seg = len(xor)
+    run_first = np.flatnonzero(seg_first)
+    root = np.cumsum(seg_first) - 1
+    index = np.arange(n_seg)
+    start = run_first[root]
+    acc = np.bitwise_xor.accumulate(xor)
+    before = np.where(start > 0, acc[start - 1], 0)
+    val = val0[root] ^ acc ^ before
+    last_init = np.maximum.accumulate(np.where(bits & INIT_BIT, index, -1))
+    owner = np.where(last_init >= start, sender[np.maximum(last_init, 0)], owner0[root])
+    last_fail = np.maximum.accumulate(np.where(bits & FAIL_BIT, index, -1))
+    failed = failed0[root] | (last_fail >= start)
+    decision = rule.decide(val, owner, failed, bits)
+    # The first decisive segment of each root ends its entry; later ones are the tail.
+    decisive = decision <= _FAILED
+    ends = np.minimum.reduceat(np.where(decisive, index, n_seg), run_first)
+    end_of = ends[root]
+    notices = np.flatnonzero((decision == _RESET) & (index < end_of))
+    last = np.append(run_first[1:], n_seg) - 1
+    at = np.where(ends < n_seg, ends, last)  # the segment whose state the root keeps
+    folded.val[multi] = val[at]
+    folded.owner[multi] = owner[at]
+    folded.failed[multi] = failed[at]
+    folded.bits[multi] = np.bitwise_or.reduceat(np.where(index <= end_of, bits, 0), run_first)
+    folded.decision[multi] = _final(decision[at])
+    return multi[root[notices]], owner[notices], np.flatnonzero(index > end_of)
 
 
 def mixed_of(roots: np.ndarray) -> np.ndarray:
@@ -149,4 +176,6 @@ def mixed_of(roots: np.ndarray) -> np.ndarray:
 
 def _final(decision: np.ndarray) -> np.ndarray:
     """Decisions that end an entry (COMPLETED, FAILED); NOTHING for the rest."""
-    return np.where(decision <= _FAILED, decision, rule.NOTHING)
+    final = decision.copy()
+    final[decision == _RESET] = rule.NOTHING
+    return final

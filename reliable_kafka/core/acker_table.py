@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reliable_kafka.core.acker_fold import MIX, Group, run_starts
-from reliable_kafka.core.acker_rule import INIT_BIT, KIND_BITS, NOTHING, RESET_BIT
+from reliable_kafka.core.acker_rule import FAIL_BIT, INIT_BIT, KIND_BITS, NOTHING, RESET_BIT
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import ConfigError, ReliableKafkaError
 
@@ -79,6 +79,8 @@ _MAX_OWNER_INDEX = 0xFFFF  # owner indices are uint16; 0 means "INIT not seen ye
 _NO_OFFSET = np.iinfo(np.int64).max
 
 _MAX_KIND = len(KIND_BITS) - 1
+_INIT = int(EventKind.INIT)  # plain ints: comparing arrays with an IntEnum member is slow
+_FAILED_KIND = int(OutcomeKind.FAILED)
 _MIX = MIX
 
 
@@ -328,8 +330,9 @@ class AckerTable:
     def _senders(self, records: list, kinds: np.ndarray, record: np.ndarray | None
                  ) -> np.ndarray:
         """The owner index of each record's sender (0 for records without an INIT)."""
-        with_init = (record[kinds == EventKind.INIT] if record is not None
-                     else np.zeros(int((kinds == EventKind.INIT).any()), np.intp))
+        init = kinds == _INIT
+        with_init = (record[init] if record is not None
+                     else np.zeros(int(init.any()), np.intp))
         senders = np.zeros(len(records), np.uint16)
         for attempt in range(2):  # owner indices renumbered meanwhile: once more
             compactions = self._owner_compactions
@@ -368,17 +371,25 @@ class AckerTable:
         if len(gone):
             self._remove(slots[gone], self._meta[slots[gone]])
         if n_new:  # where the new roots were first seen: their first records
-            slots[new] = self._insert(roots[new], pair[new], step[new],
-                                      int(offsets[folded.first_record[new]].min()))
-        kept = slots[keep]
-        self._vals[kept] = folded.val[keep]
-        self._owner[kept] = folded.owner[keep]
-        meta = self._meta[kept] | np.where(folded.failed[keep], np.uint8(_FAILED), np.uint8(0))
-        self._meta[kept] = meta
-        self._move_to_head(kept, meta, (folded.bits[keep] & (INIT_BIT | RESET_BIT)) != 0)
+            self._insert(roots[new], pair[new], step[new],
+                         int(offsets[folded.first_record[new]].min()),
+                         folded.val[new], folded.owner[new], folded.failed[new])
+        # Roots that stay: write only what changed (each write is a random access).
+        stay = np.flatnonzero(keep & found)
+        at, bits = slots[stay], folded.bits[stay]
+        self._vals[at] = folded.val[stay]
+        init = np.flatnonzero(bits & INIT_BIT)
+        if len(init):
+            self._owner[at[init]] = folded.owner[stay[init]]
+        fail = np.flatnonzero(bits & FAIL_BIT)
+        if len(fail):
+            self._meta[at[fail]] |= np.uint8(_FAILED)
+        moved = np.flatnonzero(bits & (INIT_BIT | RESET_BIT))
+        if len(moved):
+            self._move_to_head(at[moved], self._meta[at[moved]], np.ones(len(moved), bool))
 
         kinds = folded.decision[decided]
-        n_failed = int(np.count_nonzero(kinds == OutcomeKind.FAILED))
+        n_failed = int(np.count_nonzero(kinds == _FAILED_KIND))
         self._stats.failed += n_failed
         self._stats.completed += len(kinds) - n_failed
         self._stats.reset_notices += len(folded.notices)
@@ -501,18 +512,17 @@ class AckerTable:
         slots[todo[hit // ((reach - 1) * _GROUP)]] = ((path.ravel()[hit >> _GROUP_BITS]
                                                        << _GROUP_BITS) + (hit & (_GROUP - 1)))
 
-    def _insert(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray,
-                offset: int) -> np.ndarray:
-        """Slots for new roots (val 0, no owner, newest bucket, first seen at ``offset``)."""
+    def _insert(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray, offset: int,
+                vals: np.ndarray, owner: np.ndarray, failed: np.ndarray) -> None:
+        """Store new roots with their state, in the newest bucket, first seen at ``offset``."""
         slots = self._place(keys, pair, step)
         head = self._head_bucket()
-        self._vals[slots] = 0
-        self._owner[slots] = 0
-        self._meta[slots] |= np.uint8(head)
+        self._vals[slots] = vals
+        self._owner[slots] = owner
+        self._meta[slots] |= np.where(failed, np.uint8(_FAILED | head), np.uint8(head))
         self._live += len(slots)
         self._bucket_count[head] += len(slots)
         self._bucket_low[head] = min(self._bucket_low[head], offset)
-        return slots
 
     def _place(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray) -> np.ndarray:
         """Claim a free slot for each of the distinct, absent ``keys``: in whichever of its two
