@@ -622,3 +622,92 @@ def test_fold_records_decides_as_folding_one_by_one(records, timeout):
         assert (low is None) == (truth is None)
         assert low is None or low <= truth
     assert together._audit() == []
+
+
+# --------------------------------------- property: realistic traffic, grouped, against the model
+
+
+def traffic(rnd: random.Random, n_roots: int):
+    """Records of tree traffic (DESIGN section 2) with what real streams hold besides: a FAIL in
+    place of some acks with the sibling's ACK after it, a FAIL before its INIT, RESET_TIMEOUTs,
+    duplicated records, and time steps that let roots time out. (entries, sender, dt) each."""
+    events, _ = random_trees(rnd, n_roots)
+    out = []
+    for kind, root, val, sender in events:
+        if kind == ACK and rnd.random() < 0.1:  # this tuple fails; a sibling's ack still comes
+            out.append((FAIL, root, 0, BOLT))
+            if rnd.random() < 0.5:  # a sibling's bolt, still at work, resets the timeout
+                out.append((RESET, root, 0, BOLT))
+            out.append((ACK, root, to_int64(rnd.getrandbits(64)), BOLT))
+            continue
+        if rnd.random() < 0.1:
+            out.append((RESET, root, 0, BOLT))
+        out.append((kind, root, val, sender))
+    if rnd.random() < 0.3:  # any order: a FAIL or an ACK before its INIT
+        rnd.shuffle(out)
+    records = [([(k, r, v) for k, r, v, _ in batch], sender)
+               for batch, sender in batches_of(rnd, out)]
+    if records and rnd.random() < 0.3:  # a duplicated record (a non-idempotent sender)
+        i = rnd.randrange(len(records))
+        records.insert(i + rnd.randint(0, 3), records[i])
+    return [(entries, sender, rnd.choice([0, 0, 0, 1, 5, 40])) for entries, sender in records]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32), n_roots=st.integers(1, 15),
+       per_call=st.sampled_from([1, 3, 16]), timeout=st.sampled_from([20, 10_000]),
+       buckets=st.sampled_from([1, 4]), capacity=st.sampled_from([8, 1024]))
+def test_grouped_traffic_with_fails_resets_duplicates_and_timeouts_matches_the_model(
+        seed, n_roots, per_call, timeout, buckets, capacity):
+    rnd = random.Random(seed)
+    table = AckerTable(timeout_ms=timeout, buckets=buckets, initial_capacity=capacity)
+    ref = ReferenceAcker(timeout_ms=timeout, buckets=buckets)
+    records, t = [], 0
+    for offset, (entries, sender, dt) in enumerate(traffic(rnd, n_roots)):
+        t += dt
+        records.append((np.array([e[0] for e in entries], np.uint8),
+                        np.array([e[1] for e in entries], np.int64),
+                        np.array([e[2] for e in entries], np.int64), sender, t, offset))
+    for first in range(0, len(records), per_call):
+        call = records[first:first + per_call]
+        got = sorted(zip(*(c.tolist() for c in astuple(table.fold_records(call)))))
+        assert got == sorted(ref.fold_records(call))
+        assert table.pending == ref.pending
+        low, truth = table.low_offset(), ref.low_bound()
+        assert (low is None) == (truth is None) and (low is None or low <= truth)
+    t += 2 * timeout + 1
+    assert sorted(zip(*(c.tolist() for c in astuple(table.advance(t))))) == sorted(ref.advance(t))
+    check_stats(table, ref)
+    assert table.pending == ref.pending == 0 and table._audit() == []
+
+
+def astuple(out: Outcomes):
+    return out.roots, out.owners, out.kinds
+
+
+def test_fail_then_a_siblings_ack_in_one_group_is_folded_in_two_passes(monkeypatch):
+    # Issue 11: a quarter of fold groups used to drop to record-by-record folding here.
+    created = []
+
+    class CountingGroup(acker_table.Group):
+        def __init__(self, *args):
+            created.append(len(args[1]))
+            super().__init__(*args)
+
+    monkeypatch.setattr(acker_table, "Group", CountingGroup)
+    r, e, c1, c2 = 0x51, 0x0E, 0x0C1, 0x0C2
+    batches = [([(INIT, r, e)] + [(INIT, 100 + i, i + 1) for i in range(20)], SPOUT),
+               ([(ACK, r, e ^ c1 ^ c2)], BOLT),
+               ([(FAIL, r, 0)], BOLT)]                       # child 1 fails: FAILED here
+    batches += [([(ACK, 100 + i, i + 1)], BOLT) for i in range(10)]
+    batches += [([(ACK, r, c2)], BOLT)]                       # the sibling's ack comes after
+    table = AckerTable()
+    ref = ReferenceAcker(timeout_ms=30_000, buckets=4)
+    records = records_of(batches, 0)
+    decided = as_set(table.fold_records(records))
+    assert decided == set(ref.fold_records(records))
+    assert (r, SPOUT, FAILED) in decided and len(decided) == 11
+    assert created == [sum(len(b) for b, _ in batches), 1]  # the group, then the late ACK alone
+    assert table.pending == ref.pending == 11  # ten INITs unacked, the late ACK's new entry
+    assert table._state_of(r) == {"val": c2, "owner": None, "failed": False,
+                                  "bucket": table._state_of(r)["bucket"]}
