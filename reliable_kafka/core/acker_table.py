@@ -2,14 +2,11 @@
 
 One :class:`AckerTable` per ack-topic partition. The shell decodes an ack record into columns and
 calls :meth:`AckerTable.fold` (or hands several records to :meth:`AckerTable.fold_records`, which
-decides the same and shares the per-call cost); the table XORs the entries into one value per
-root and returns the roots it decided (:class:`Outcomes`). Storm's acker, batched:
+decides the same and shares the per-call cost) and publishes the roots it decided
+(:class:`Outcomes`). The rule itself, Storm's few lines, is :mod:`reliable_kafka.core.acker_rule`;
+:mod:`reliable_kafka.core.acker_fold` applies it record by record to a group of records at once.
+This module stores the result and keeps time:
 
-* ``val ^= entry.val`` for INIT and ACK entries (FAIL and RESET_TIMEOUT carry no val; theirs is
-  ignored). An INIT names the owner: the batch's ``sender`` (a spout task id).
-* After a whole batch is folded, each root it touched is decided: failed and owner known ->
-  FAILED; ``val == 0`` and owner known -> COMPLETED; otherwise it stays pending. FAIL wins over
-  completion in the same batch, and a FAIL that comes before the INIT waits for it.
 * Timeouts use event time. The partition clock is the largest event time seen (record timestamps
   passed to ``fold``, wall time passed to ``advance``); it never moves back. Time is cut into
   buckets of width ``w = ceil(timeout_ms / buckets)``. A root touched (created, INIT or
@@ -27,14 +24,15 @@ root and returns the roots it decided (:class:`Outcomes`). Storm's acker, batche
   bucket's minimum along, which can only be lower than its own.
 
 Storage is columnar NumPy, no Python object per root: an open-addressing hash table of groups of
-8 slots (keys and vals int64; owner as a uint16 index into the spout task ids seen; one meta byte:
-live, failed, "far", ring bucket), 19 bytes a slot, plus one overflow byte a group. A root may sit
+8 slots (keys and vals int64; owner as a one-byte index into the spout task ids seen, two bytes
+once more than 255 own pending roots; one meta byte: live, failed, "far", ring bucket), 18 bytes
+a slot, plus one overflow byte a group. A root may sit
 in two groups (its home and the next on its double-hashing path, the group count being prime)
 and goes to the one with more room, so one vectorised round finds nearly every root. Only when
 both are full does it go further along its path; it is then marked far and counted in both
 groups' overflow counts (as in Facebook's F14 tables), and lookups go past a pair only if both
-counts are non-zero. No tombstones: a deleted slot is free at once. Loads stay between 0.6 and
-0.85 (grow at 0.85 to 0.6, shrink below 0.15): about 22 to 32 bytes a pending root.
+counts are non-zero. No tombstones: a deleted slot is free at once. Loads stay between 0.68 and
+0.9 (grow at 0.9 to 0.68, shrink below 0.15): about 20 to 27 bytes a pending root.
 """
 
 from __future__ import annotations
@@ -56,8 +54,8 @@ __all__ = ["AckerTable", "AckerStats", "Outcomes"]
 _GROUP = 8                # slots a lookup compares at once (8 int64 keys: one cache line)
 _GROUP_BITS = 3
 _WIDE_PROBE = 8           # probe positions a second lookup round looks at, at least
-_MAX_FILL = 0.85          # grow when the live roots would exceed this share of the slots ...
-_TARGET_LOAD = 0.60       # ... to a size where they fill this share
+_MAX_FILL = 0.90          # grow when the live roots would exceed this share of the slots ...
+_TARGET_LOAD = 0.68       # ... to a size where they fill this share
 _SHRINK_AT = 0.15         # shrink (to _TARGET_LOAD) when they fill less than this share
 
 # One meta byte per slot; 0 is a free slot.
@@ -75,7 +73,8 @@ _SHIFT32 = np.uint64(32)
 _LOW32 = np.uint64(0xFFFFFFFF)
 _STUCK = 255              # an overflow count that reached this stays there until a rebuild
 
-_MAX_OWNER_INDEX = 0xFFFF  # owner indices are uint16; 0 means "INIT not seen yet"
+_MAX_OWNER_INDEX = 0xFFFF  # owner indices are uint16 at most; 0 means "INIT not seen yet"
+_NARROW_OWNERS = 192       # owners that one byte a slot keeps after a compaction, at most
 _NO_OFFSET = np.iinfo(np.int64).max
 
 _MAX_KIND = len(KIND_BITS) - 1
@@ -193,6 +192,7 @@ class AckerTable:
         self._width = -(-timeout_ms // buckets)
         self._ring = buckets + 1
         self._min_groups = _prime_at_least(-(-initial_capacity // _GROUP))
+        self._owner_dtype: type = np.uint8  # one byte a slot while at most 255 owners are known
         self._allocate(self._min_groups)
         self._live = 0
         self._bucket_count = np.zeros(self._ring, np.int64)
@@ -460,7 +460,7 @@ class AckerTable:
         slots = groups * _GROUP
         self._keys = np.zeros(slots, np.int64)
         self._vals = np.zeros(slots, np.int64)
-        self._owner = np.zeros(slots, np.uint16)
+        self._owner = np.zeros(slots, self._owner_dtype)
         self._meta = np.zeros(slots, np.uint8)
         self._overflow = np.zeros(groups, np.uint8)  # far roots that have the group as a choice
         self._max_probe = 0                           # furthest probe position of any root
@@ -631,6 +631,12 @@ class AckerTable:
                 raise ReliableKafkaError(
                     f"AckerTable: more than {_MAX_OWNER_INDEX} spout tasks own pending roots in "
                     "one ack partition; use more ack partitions")
+        if index > np.iinfo(self._owner.dtype).max:  # 255 owners in one byte: make room
+            self._compact_owners()
+            index = len(self._owner_index) + 1
+            if index > _NARROW_OWNERS:  # still many: two bytes a slot from now on
+                self._owner_dtype = np.uint16
+                self._owner = self._owner.astype(np.uint16)
         if index >= len(self._owner_ids):
             self._owner_ids = np.concatenate([self._owner_ids, np.zeros_like(self._owner_ids)])
         self._owner_ids[index] = sender

@@ -357,8 +357,8 @@ def test_growth_under_many_roots_and_drain():
         assert len(out) == 0
     assert table.pending == len(roots) and table.nbytes > small_bytes
     assert table.stats.rebuilds > 5 and table._audit() == []
-    # About 32 bytes a pending root or less while the table is in its working range.
-    assert table.nbytes / table.pending <= 33.0
+    # 18 bytes a slot at a load of 0.68 or more: about 27 bytes a pending root at most.
+    assert table.nbytes / table.pending <= 27.0
     peak = table.capacity
     perm = rng.permutation(len(roots))
     for i in range(0, len(roots), 900):
@@ -407,6 +407,27 @@ def test_owner_indices_are_reused_once_their_roots_are_gone(monkeypatch):
         fold(table, [(INIT, spout * 10, 5)], sender=spout)
     with pytest.raises(ReliableKafkaError, match="spout tasks"):
         fold(table, [(INIT, 90, 5)], sender=9)
+
+
+def test_owner_index_widens_past_255_spouts_and_keeps_every_owner():
+    table = AckerTable()
+    assert table._owner.dtype == np.uint8
+    spouts = range(1000, 1300)  # 300 spout tasks own pending roots at once
+    for spout in spouts:
+        assert fold(table, [(INIT, spout, 5)], sender=spout) == set()
+    assert table._owner.dtype == np.uint16 and table._audit() == []
+    table._rebuild(table.pending)  # the width survives a rebuild
+    assert table._owner.dtype == np.uint16
+    assert fold(table, [(ACK, spout, 5) for spout in spouts], sender=BOLT) == {
+        (spout, spout, COMPLETED) for spout in spouts}
+
+
+def test_owner_index_stays_one_byte_when_a_compaction_makes_room():
+    table = AckerTable()
+    for spout in range(1, 300):  # earlier incarnations: each root completes before the next
+        fold(table, [(INIT, spout, 5)], sender=spout)
+        assert fold(table, [(ACK, spout, 5)], sender=BOLT) == {(spout, spout, COMPLETED)}
+    assert table._owner.dtype == np.uint8 and table._owner_compactions >= 1
 
 
 # --------------------------------------------------------------------------- property: trees
