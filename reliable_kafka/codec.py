@@ -124,6 +124,7 @@ _ONE_PAIR_PREFIX = bytes([_ANCHORS_V2, 32])  # 32 = zigzag(16): the length of on
 _MAX_VARINT_BYTES = 10
 _NUMPY_PAIRS = 64  # from this many pairs on, NumPy slices faster than struct
 _PAIRS = [struct.Struct(f">{2 * n}q") for n in range(_NUMPY_PAIRS)]
+_PREFIXES: list[bytes] = []  # version byte and length of n pairs, filled below
 
 
 def encode_anchors(anchors: Mapping[int, int] | Iterable[tuple[int, int]]) -> bytes:
@@ -133,11 +134,11 @@ def encode_anchors(anchors: Mapping[int, int] | Iterable[tuple[int, int]]) -> by
             for pair in anchors.items():
                 return _ONE_PAIR_PREFIX + _PAIR.pack(*pair)
         pairs = list(anchors.items() if isinstance(anchors, Mapping) else anchors)
-        if len(pairs) == 1:
-            return _ONE_PAIR_PREFIX + _PAIR.pack(*pairs[0])
+        n = len(pairs)
         values = itertools.chain.from_iterable(pairs)
-        body = (_PAIRS[len(pairs)].pack(*values) if len(pairs) < _NUMPY_PAIRS
-                else struct.pack(f">{2 * len(pairs)}q", *values))
+        if n < _NUMPY_PAIRS:
+            return _PREFIXES[n] + _PAIRS[n].pack(*values)
+        body = struct.pack(f">{2 * n}q", *values)
     except struct.error as exc:
         raise ValueError(f"rk-anchors: root and edge ids must be 64-bit signed ints: {exc}") from exc
     return bytes([_ANCHORS_V2]) + _zigzag_varint(len(body)) + body
@@ -158,6 +159,9 @@ def _zigzag_varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_PREFIXES.extend(bytes([_ANCHORS_V2]) + _zigzag_varint(16 * n) for n in range(_NUMPY_PAIRS))
 
 
 def decode_anchors(raw: bytes | None) -> dict[int, int]:
