@@ -2,7 +2,7 @@
 once, deciding exactly what folding them one record at a time would. Pure: no storage.
 
 The table hands over the group's entries in record order with each entry's record number, and
-after :meth:`Group.roots` has told it which roots to look up, their stored state. Entries are
+after :attr:`Group.roots` has told it which roots to look up, their stored state. Entries are
 sorted by root (a mixed key, so that equal roots sit together); a *segment* is one root's entries
 in one record. Folding record by record means the rule's update applied segment after segment,
 which is a prefix scan over each root's segments (XOR for ``val``, the latest INIT's sender for

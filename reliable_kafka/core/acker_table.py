@@ -104,7 +104,8 @@ def _columns(kinds, roots, vals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class Outcomes:
-    """The roots one call decided, in columns (parallel arrays)."""
+    """The roots one call decided, in columns (parallel arrays), and the RESET_TIMEOUT notices
+    for their owners (kind RESET_TIMEOUT: the root stays pending)."""
 
     roots: np.ndarray   # int64 root ids
     owners: np.ndarray  # int64 spout task ids (the INIT's sender)
