@@ -26,6 +26,7 @@ import tracemalloc
 
 import numpy as np
 
+from reliable_kafka import codec
 from reliable_kafka.core.acker_table import AckerTable
 from reliable_kafka.core.kinds import EventKind
 
@@ -33,6 +34,38 @@ BATCH = 500
 PER_ROOT = BATCH // 3       # roots started (and finished) per steady batch
 LAG = 16                    # batches between a root's bolt ACK and its child's ACK
 SPOUT, BOLT = 11, 42
+
+
+def with_fails(steady, rate: float, seed: int):
+    """The steady batches with ``rate`` of their completing child ACKs turned into a FAIL, and
+    a sibling's ACK for the same root in the next batch (so, mostly in the same fold group):
+    what a bolt that fails one of two children sends. The root is FAILED at the FAIL; the late
+    ACK starts an ownerless entry that expires silently."""
+    rng = np.random.default_rng(seed)
+    out = [list(batch) for batch in steady]
+    for b in range(LAG, len(steady) - 1):
+        kinds, roots, vals, sender = out[b]
+        # The completing child ACKs of this batch are the roots acked by the bolt LAG ago.
+        bolt_acked = steady[b - LAG][1][steady[b - LAG][0] == EventKind.ACK]
+        child = np.flatnonzero(np.isin(roots[:len(steady[b][1])], bolt_acked))
+        fail = child[rng.random(len(child)) < rate]
+        if not len(fail):
+            continue
+        kinds = kinds.copy()
+        kinds[fail] = EventKind.FAIL
+        vals = np.where(np.isin(np.arange(len(vals)), fail), 0, vals)
+        out[b][0], out[b][2] = kinds, vals
+        nk, nr, nv, ns = out[b + 1]
+        out[b + 1] = [np.append(nk, np.full(len(fail), EventKind.ACK, np.uint8)),
+                      np.append(nr, roots[fail]),
+                      np.append(nv, rng.integers(1, 2**62, len(fail), dtype=np.int64)), ns]
+    return [tuple(batch) for batch in out]
+
+
+def encoded(batches) -> list[bytes]:
+    """Each batch as the ack-topic record value a sender writes."""
+    return [codec.encode_ack_batch(sender, kinds, roots, vals)
+            for kinds, roots, vals, sender in batches]
 
 
 def build_workload(roots: int, steady_batches: int, seed: int):
@@ -122,6 +155,29 @@ def run_grouped(table: AckerTable, batches, per_call: int, *, t0: int = 0, off0:
     return time.process_time() - start, entries, decided
 
 
+def run_decoded(table, raw_records, per_call: int, *, t0: int = 0, off0: int = 0
+                ) -> tuple[float, int, int]:
+    """Decode each record value (codec.decode_ack_batch), then fold ``per_call`` records a call
+    (``fold_records``; the dict folds them one by one), as the acker worker does."""
+    entries = decided = 0
+    gc.collect()
+    start = time.process_time()
+    for first in range(0, len(raw_records), per_call):
+        records = []
+        for j, raw in enumerate(raw_records[first:first + per_call]):
+            batch = codec.decode_ack_batch(raw)
+            records.append((batch.kinds, batch.roots, batch.vals, batch.sender, t0 + first + j,
+                            off0 + first + j))
+            entries += len(batch)
+        if isinstance(table, AckerTable):
+            decided += len(table.fold_records(records))
+        else:
+            for kinds, roots, vals, sender, t, offset in records:
+                decided += len(table.fold(kinds, roots, vals, sender=sender, event_time_ms=t,
+                                          offset=offset))
+    return time.process_time() - start, entries, decided
+
+
 def dict_bytes_per_root(fill_batches) -> float:
     """Bytes per pending root of DictAcker, measured with tracemalloc over a fill."""
     gc.collect()
@@ -144,6 +200,9 @@ def main() -> None:
                         help="records per AckerTable.fold_records call (default 16)")
     parser.add_argument("--dict-memory-roots", type=int, default=200_000,
                         help="roots for the dict's tracemalloc measurement (default 200k)")
+    parser.add_argument("--fail-rate", type=float, default=0.001,
+                        help="share of completing child ACKs turned into FAIL + sibling ACK "
+                             "(default 0.001)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     steady_batches = args.steady_batches or max(LAG + 10, min(4000, 2 * args.roots // BATCH))
@@ -194,20 +253,50 @@ def main() -> None:
     gc.collect()
     d_bytes = dict_bytes_per_root(fill[: max(1, args.dict_memory_roots // BATCH)])
 
+    # --- the steady trace with FAILs: folded, and decoded from record values then folded.
+    failing = with_fails(steady, args.fail_rate, args.seed)
+    raw_failing = encoded(failing)
+    n_fails = sum(int(np.count_nonzero(k == EventKind.FAIL)) for k, _, _, _ in failing)
+    on_fail: dict[str, tuple] = {}
+    for name, make in (("dict", DictAcker), ("fold", AckerTable), ("grouped", AckerTable)):
+        for decode in ((False, True) if name != "fold" else (False,)):
+            impl = make()
+            if isinstance(impl, AckerTable):
+                run_grouped(impl, fill, per_call)
+            else:
+                run(impl, fill)
+            t0 = off0 = len(fill)
+            if decode:
+                result = run_decoded(impl, raw_failing, per_call, t0=t0, off0=off0)
+            elif name == "grouped":
+                result = run_grouped(impl, failing, per_call, t0=t0, off0=off0)
+            else:
+                result = run(impl, failing, t0=t0, off0=off0)
+            on_fail[name, decode] = result
+            del impl
+            gc.collect()
+
     def rate(r):
         return r[1] / r[0] / 1e6
 
+    print(f"FAIL trace: {n_fails:,} of the steady trace's child ACKs ({args.fail_rate:.1%}) are a "
+          "FAIL, a sibling's ACK for the root follows in the next record")
     print()
-    print(f"{'M entries/s':<44}{'fill (INIT)':>12}{'steady':>10}")
-    rows = (("dict, Storm's loop (XOR + owner only)", d_fill, d_steady),
-            ("AckerTable.fold, one record a call", np_fill, np_steady),
+    print(f"{'M entries/s (CPU)':<44}{'fill (INIT)':>12}{'steady':>10}{'with FAILs':>12}"
+          f"{'decode+fold':>13}")
+    rows = (("dict, Storm's loop (XOR + owner only)", d_fill, d_steady, on_fail["dict", False],
+             on_fail["dict", True]),
+            ("AckerTable.fold, one record a call", np_fill, np_steady, on_fail["fold", False],
+             None),
             (f"AckerTable.fold_records, {per_call} records a call", np_fill_grouped,
-             np_steady_grouped))
-    for name, a, b in rows:
-        print(f"{name:<44}{rate(a):>12.2f}{rate(b):>10.2f}")
-    for name, a, b in rows[1:]:
-        print(f"{'  ratio to dict: ' + name.split(',')[0]:<44}{rate(a) / rate(d_fill):>11.1f}x"
-              f"{rate(b) / rate(d_steady):>9.1f}x")
+             np_steady_grouped, on_fail["grouped", False], on_fail["grouped", True]))
+    for name, *figures in rows:
+        print(f"{name:<44}" + "".join(f"{rate(f) if f else float('nan'):>{w}.2f}"
+                                      for f, w in zip(figures, (12, 10, 12, 13))))
+    for name, *figures in rows[1:]:
+        print(f"{'  ratio to dict: ' + name.split(',')[0]:<44}" + "".join(
+            f"{rate(f) / rate(d) if f else float('nan'):>{w - 1}.1f}x"
+            for f, d, w in zip(figures, rows[0][1:], (12, 10, 12, 13))))
     print(f"decided in the steady phase: {np_steady[2]:,} / {np_steady_grouped[2]:,} / "
           f"dict {d_steady[2]:,}; pending after: {steady_pending:,} / {grouped_pending:,} / "
           f"dict {d_pending:,}")

@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from reliable_kafka import codec
 from reliable_kafka.core.acker_table import AckerTable, Outcomes
-from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError, DeliveryError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.lifecycle import run_until_stopped
@@ -326,12 +326,17 @@ class AckerWorker:
             self.stats.completed += int(np.count_nonzero(kinds == 0))
             self.stats.failed += int(np.count_nonzero(kinds == 1))
             self.stats.timed_out += int(np.count_nonzero(kinds == 2))
-            for owner, (roots, owner_kinds) in outcomes.by_owner().items():
+            for owner, (all_roots, all_kinds) in outcomes.by_owner().items():
                 partition = (owner & ((1 << 64) - 1)) % self._outcome_partitions
-                for start in range(0, len(roots), MAX_OUTCOMES_PER_RECORD):
-                    stop = start + MAX_OUTCOMES_PER_RECORD
-                    value = codec.encode_outcomes(owner, roots[start:stop], owner_kinds[start:stop])
-                    self._send_outcome(partition, value)
+                # RESET_TIMEOUT notices go in records of their own: a reader that predates the
+                # symbol cannot decode them, and must not lose decisions with them
+                notice = all_kinds == OutcomeKind.RESET_TIMEOUT
+                for part in (~notice, notice) if notice.any() else (slice(None),):
+                    roots, owner_kinds = all_roots[part], all_kinds[part]
+                    for start in range(0, len(roots), MAX_OUTCOMES_PER_RECORD):
+                        stop = start + MAX_OUTCOMES_PER_RECORD
+                        value = codec.encode_outcomes(owner, roots[start:stop], owner_kinds[start:stop])
+                        self._send_outcome(partition, value)
 
     def _send_outcome(self, partition: int, value: bytes) -> None:
         while True:

@@ -2,14 +2,11 @@
 
 One :class:`AckerTable` per ack-topic partition. The shell decodes an ack record into columns and
 calls :meth:`AckerTable.fold` (or hands several records to :meth:`AckerTable.fold_records`, which
-decides the same and shares the per-call cost); the table XORs the entries into one value per
-root and returns the roots it decided (:class:`Outcomes`). Storm's acker, batched:
+decides the same and shares the per-call cost) and publishes the roots it decided
+(:class:`Outcomes`). The rule itself, Storm's few lines, is :mod:`reliable_kafka.core.acker_rule`;
+:mod:`reliable_kafka.core.acker_fold` applies it record by record to a group of records at once.
+This module stores the result and keeps time:
 
-* ``val ^= entry.val`` for INIT and ACK entries (FAIL and RESET_TIMEOUT carry no val; theirs is
-  ignored). An INIT names the owner: the batch's ``sender`` (a spout task id).
-* After a whole batch is folded, each root it touched is decided: failed and owner known ->
-  FAILED; ``val == 0`` and owner known -> COMPLETED; otherwise it stays pending. FAIL wins over
-  completion in the same batch, and a FAIL that comes before the INIT waits for it.
 * Timeouts use event time. The partition clock is the largest event time seen (record timestamps
   passed to ``fold``, wall time passed to ``advance``); it never moves back. Time is cut into
   buckets of width ``w = ceil(timeout_ms / buckets)``. A root touched (created, INIT or
@@ -27,14 +24,15 @@ root and returns the roots it decided (:class:`Outcomes`). Storm's acker, batche
   bucket's minimum along, which can only be lower than its own.
 
 Storage is columnar NumPy, no Python object per root: an open-addressing hash table of groups of
-8 slots (keys and vals int64; owner as a uint16 index into the spout task ids seen; one meta byte:
-live, failed, "far", ring bucket), 19 bytes a slot, plus one overflow byte a group. A root may sit
+8 slots (keys and vals int64; owner as a one-byte index into the spout task ids seen, two bytes
+once more than 255 own pending roots; one meta byte: live, failed, "far", ring bucket), 18 bytes
+a slot, plus one overflow byte a group. A root may sit
 in two groups (its home and the next on its double-hashing path, the group count being prime)
 and goes to the one with more room, so one vectorised round finds nearly every root. Only when
 both are full does it go further along its path; it is then marked far and counted in both
 groups' overflow counts (as in Facebook's F14 tables), and lookups go past a pair only if both
-counts are non-zero. No tombstones: a deleted slot is free at once. Loads stay between 0.6 and
-0.85 (grow at 0.85 to 0.6, shrink below 0.15): about 22 to 32 bytes a pending root.
+counts are non-zero. No tombstones: a deleted slot is free at once. Loads stay between 0.68 and
+0.9 (grow at 0.9 to 0.68, shrink below 0.15): about 20 to 27 bytes a pending root.
 """
 
 from __future__ import annotations
@@ -45,6 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reliable_kafka.core.acker_fold import MIX, Group, run_starts
+from reliable_kafka.core.acker_rule import FAIL_BIT, INIT_BIT, KIND_BITS, NOTHING, RESET_BIT
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import ConfigError, ReliableKafkaError
 
@@ -54,8 +54,8 @@ __all__ = ["AckerTable", "AckerStats", "Outcomes"]
 _GROUP = 8                # slots a lookup compares at once (8 int64 keys: one cache line)
 _GROUP_BITS = 3
 _WIDE_PROBE = 8           # probe positions a second lookup round looks at, at least
-_MAX_FILL = 0.85          # grow when the live roots would exceed this share of the slots ...
-_TARGET_LOAD = 0.60       # ... to a size where they fill this share
+_MAX_FILL = 0.90          # grow when the live roots would exceed this share of the slots ...
+_TARGET_LOAD = 0.68       # ... to a size where they fill this share
 _SHRINK_AT = 0.15         # shrink (to _TARGET_LOAD) when they fill less than this share
 
 # One meta byte per slot; 0 is a free slot.
@@ -69,18 +69,18 @@ _MAX_BUCKETS = _BUCKET - 1  # the ring has buckets + 1 indices
 _META8 = np.dtype("<u8")
 _HIGH_BITS = np.uint64(0x8080808080808080)
 _ONE = np.uint64(1)
-_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying permutes uint64, equal roots stay equal
 _SHIFT32 = np.uint64(32)
 _LOW32 = np.uint64(0xFFFFFFFF)
 _STUCK = 255              # an overflow count that reached this stays there until a rebuild
 
-_MAX_OWNER_INDEX = 0xFFFF  # owner indices are uint16; 0 means "INIT not seen yet"
+_MAX_OWNER_INDEX = 0xFFFF  # owner indices are uint16 at most; 0 means "INIT not seen yet"
+_NARROW_OWNERS = 192       # owners that one byte a slot keeps after a compaction, at most
 _NO_OFFSET = np.iinfo(np.int64).max
 
-# Per event kind (EventKind value = index): the bit it sets in a root's per-batch summary.
-_INIT_BIT, _ACK_BIT, _FAIL_BIT, _RESET_BIT = 1, 2, 4, 8
-_KIND_BITS = np.array([_INIT_BIT, _ACK_BIT, _FAIL_BIT, _RESET_BIT], dtype=np.uint8)
-_MAX_KIND = len(_KIND_BITS) - 1
+_MAX_KIND = len(KIND_BITS) - 1
+_INIT = int(EventKind.INIT)  # plain ints: comparing arrays with an IntEnum member is slow
+_FAILED_KIND = int(OutcomeKind.FAILED)
+_MIX = MIX
 
 
 def _prime_at_least(n: int) -> int:
@@ -102,17 +102,10 @@ def _columns(kinds, roots, vals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return kinds, roots, vals
 
 
-def _run_starts(values: np.ndarray) -> np.ndarray:
-    """True where a sorted array starts a run of equal values."""
-    first = np.empty(len(values), dtype=bool)
-    first[:1] = True
-    np.not_equal(values[1:], values[:-1], out=first[1:])
-    return first
-
-
 @dataclass(frozen=True)
 class Outcomes:
-    """The roots one call decided, in columns (parallel arrays)."""
+    """The roots one call decided, in columns (parallel arrays), and the RESET_TIMEOUT notices
+    for their owners (kind RESET_TIMEOUT: the root stays pending)."""
 
     roots: np.ndarray   # int64 root ids
     owners: np.ndarray  # int64 spout task ids (the INIT's sender)
@@ -127,7 +120,7 @@ class Outcomes:
             return {}
         order = np.argsort(self.owners, kind="stable")
         owners = self.owners[order]
-        starts = np.flatnonzero(_run_starts(owners))
+        starts = np.flatnonzero(run_starts(owners))
         ends = np.append(starts[1:], len(owners))
         roots, kinds = self.roots[order], self.kinds[order]
         return {int(owners[s]): (roots[s:e], kinds[s:e]) for s, e in zip(starts, ends)}
@@ -169,6 +162,7 @@ class AckerStats:
     timed_out: int = 0
     expired_ownerless: int = 0  # roots that timed out before their INIT arrived
     invalid_entries: int = 0    # root 0 or unknown kind: skipped
+    reset_notices: int = 0      # RESET_TIMEOUT forwarded to a root's owner
     rebuilds: int = 0           # rehashes into a larger or smaller table
 
 
@@ -199,6 +193,7 @@ class AckerTable:
         self._width = -(-timeout_ms // buckets)
         self._ring = buckets + 1
         self._min_groups = _prime_at_least(-(-initial_capacity // _GROUP))
+        self._owner_dtype: type = np.uint8  # one byte a slot while at most 255 owners are known
         self._allocate(self._min_groups)
         self._live = 0
         self._bucket_count = np.zeros(self._ring, np.int64)
@@ -267,13 +262,7 @@ class AckerTable:
         ``event_time_ms`` its timestamp and ``offset`` its offset in the ack partition.
         Entries with root 0 or an unknown kind are skipped and counted as invalid.
         """
-        kinds, roots, vals = _columns(kinds, roots, vals)
-        expired = self._advance_clock(int(event_time_ms))
-        kinds, roots, vals = self._valid(kinds, roots, vals)
-        if not len(roots):
-            return expired
-        decided = self._fold_entries(kinds, roots, vals, sender=int(sender), offset=int(offset))
-        return Outcomes.concat([expired, decided]) if len(expired) else decided
+        return self.fold_records([(kinds, roots, vals, sender, event_time_ms, offset)])
 
     def fold_records(self, records: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray,
                                                    int, int, int]]) -> Outcomes:
@@ -282,9 +271,7 @@ class AckerTable:
 
         Decides exactly what folding them one by one would (the same outcomes, counters and
         pending roots), but shares the per-call cost: records whose times fall in one timeout
-        bucket are folded together. Should a root be decided by one record and hear from a
-        later one in the same group (only a broken or duplicated stream does that), the group
-        is folded record by record instead.
+        bucket are folded together (:mod:`reliable_kafka.core.acker_fold`).
         """
         records = [(*_columns(k, r, v), int(s), int(t), int(o)) for k, r, v, s, t, o in records]
         parts: list[Outcomes] = []
@@ -322,147 +309,98 @@ class AckerTable:
         if len(records) == 1:
             kinds, roots, vals, sender, _, offset = records[0]
             kinds, roots, vals = self._valid(kinds, roots, vals)
-            return (self._fold_entries(kinds, roots, vals, sender=sender, offset=offset)
-                    if len(roots) else _NO_OUTCOMES)
-        kinds, roots, vals, record = self._valid(
-            *(np.concatenate([r[c] for r in records]) for c in range(3)),
-            np.repeat(np.arange(len(records)), [len(r[1]) for r in records]))
+            record = None
+        else:
+            kinds, roots, vals, record = self._valid(
+                *(np.concatenate([r[c] for r in records]) for c in range(3)),
+                np.repeat(np.arange(len(records)), [len(r[1]) for r in records]))
         if not len(roots):
             return _NO_OUTCOMES
-        compactions = self._owner_compactions
-        owners = np.zeros(len(records), np.uint16)
-        for i in np.unique(record[kinds == EventKind.INIT]).tolist():
-            owners[i] = self._owner_index_of(records[i][3])
+        self._stats.entries_folded += len(roots)
+        senders = self._senders(records, kinds, record)
         offsets = np.array([r[5] for r in records], np.int64)
-        if self._owner_compactions == compactions:
-            decided = self._fold_entries(kinds, roots, vals, owners=owners[record],
-                                         offsets=offsets[record], record=record)
-            if decided is not None:
-                return decided
-        # A root would be decided before its last record here (or owner indices were just
-        # renumbered): one record at a time.
-        bounds = np.searchsorted(record, np.arange(len(records) + 1))
-        return Outcomes.concat([
-            self._fold_entries(kinds[a:b], roots[a:b], vals[a:b], sender=records[i][3],
-                               offset=records[i][5])
-            for i, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())) if b > a])
+        parts = []
+        while True:  # a tail: entries after their root was decided within the group
+            decided, tail = self._apply(Group(kinds, roots, vals, record, senders), offsets)
+            parts.append(decided)
+            if not len(tail):
+                return Outcomes.concat(parts)
+            kinds, roots, vals = kinds[tail], roots[tail], vals[tail]
+            record = record[tail]
 
-    def _fold_entries(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, *,
-                      sender: int = 0, offset: int = 0, owners: np.ndarray | None = None,
-                      offsets: np.ndarray | None = None, record: np.ndarray | None = None
-                      ) -> Outcomes | None:
-        """XOR valid entries in and decide the roots they touched.
+    def _senders(self, records: list, kinds: np.ndarray, record: np.ndarray | None
+                 ) -> np.ndarray:
+        """The owner index of each record's sender (0 for records without an INIT)."""
+        init = kinds == _INIT
+        with_init = (record[init] if record is not None
+                     else np.zeros(int(init.any()), np.intp))
+        senders = np.zeros(len(records), np.uint16)
+        for attempt in range(2):  # owner indices renumbered meanwhile: once more
+            compactions = self._owner_compactions
+            for i in np.unique(with_init).tolist():
+                senders[i] = self._owner_index_of(records[i][3])
+            if self._owner_compactions == compactions:
+                break
+        return senders
 
-        One record: ``sender`` and ``offset``. Several (in order, one clock bucket and head
-        bucket): per-entry ``owners`` (owner index, for INITs), ``offsets`` and ``record``
-        numbers (non-decreasing); returns None, changing nothing, if a root would be decided
-        by an earlier record than its last one.
-        """
-        # One row per root: XOR of its INIT/ACK vals, OR of its kinds' bits. Sorting by the
-        # mixed key groups equal roots (mixing is a permutation of uint64).
-        bits = _KIND_BITS[kinds]
-        mixed = roots.view(np.uint64) * _MIX
-        order = np.argsort(mixed)
-        mixed = mixed[order]
-        first = _run_starts(mixed)
-        xvals = np.where(bits <= _ACK_BIT, vals, 0)[order]
-        bits = bits[order]
-        several = not first.all()
-        if several:
-            starts = np.flatnonzero(first)
-            mixed = mixed[starts]
-            uroots = roots[order[starts]]
-            uxor = np.bitwise_xor.reduceat(xvals, starts)
-            ubits = np.bitwise_or.reduceat(bits, starts)
-        else:
-            starts, uroots, uxor, ubits = None, roots[order], xvals, bits
-
+    def _apply(self, group: Group, offsets: np.ndarray) -> tuple[Outcomes, np.ndarray]:
+        """Look up the group's roots, fold them (:meth:`Group.fold`), store what stays pending
+        and drop what was decided; returns the decisions and RESET_TIMEOUT notices, and the
+        tail entries to fold next."""
+        mixed, roots = group.mixed, group.roots
         step = self._step(mixed)
         pair = self._choices(self._home(mixed), step)
-        slots = self._find(uroots, pair, step)
-        if record is not None and several and self._decided_early(
-                slots, first, order, xvals, bits, record[order]):
-            return None
-        self._stats.entries_folded += len(roots)
-        absent = np.flatnonzero(slots < 0)
-        need = self._live + len(absent)
+        slots = self._find(roots, pair, step)
+        found = slots >= 0
+        at = np.where(found, slots, 0)
+        meta = self._meta[at]
+        folded = group.fold(np.where(found, self._vals[at], 0),
+                            np.where(found, self._owner[at], 0),
+                            found & ((meta & _FAILED) != 0))
+        decided = folded.decision != NOTHING
+        keep = ~decided
+        new = keep & ~found
+        n_new = int(np.count_nonzero(new))
+        need = self._live + n_new
         if need > self._fill_limit or (need < self._shrink_limit
                                        and self._groups > self._min_groups):
             self._rebuild(need)  # then look again: the groups changed
             step = self._step(mixed)
             pair = self._choices(self._home(mixed), step)
-            slots = self._find(uroots, pair, step)
-        if len(absent):
-            if offsets is not None:  # where the new roots were first seen: their first records
-                offset = offsets[order]
-                if several:
-                    offset = np.minimum.reduceat(offset, starts)
-                offset = int(offset[absent].min())
-            slots[absent] = self._insert(uroots[absent], pair[absent], step[absent], offset)
+            slots = self._find(roots, pair, step)
+        gone = np.flatnonzero(decided & found)
+        if len(gone):
+            self._remove(slots[gone], self._meta[slots[gone]])
+        if n_new:  # where the new roots were first seen: their first records
+            self._insert(roots[new], pair[new], step[new],
+                         int(offsets[folded.first_record[new]].min()),
+                         folded.val[new], folded.owner[new], folded.failed[new])
+        # Roots that stay: write only what changed (each write is a random access).
+        stay = np.flatnonzero(keep & found)
+        at, bits = slots[stay], folded.bits[stay]
+        self._vals[at] = folded.val[stay]
+        init = np.flatnonzero(bits & INIT_BIT)
+        if len(init):
+            self._owner[at[init]] = folded.owner[stay[init]]
+        fail = np.flatnonzero(bits & FAIL_BIT)
+        if len(fail):
+            self._meta[at[fail]] |= np.uint8(_FAILED)
+        moved = np.flatnonzero(bits & (INIT_BIT | RESET_BIT))
+        if len(moved):
+            self._move_to_head(at[moved], self._meta[at[moved]], np.ones(len(moved), bool))
 
-        val = self._vals[slots] ^ uxor
-        self._vals[slots] = val
-        owner = self._owner[slots]
-        batch_bits = int(np.bitwise_or.reduce(ubits))
-        if batch_bits & _INIT_BIT:
-            if owners is None:
-                new_owner = np.uint16(self._owner_index_of(sender))
-            else:  # the sender of each root's last INIT (entries are in record order)
-                last_init = np.where(bits & _INIT_BIT, order, 0)
-                if several:
-                    last_init = np.maximum.reduceat(last_init, starts)
-                new_owner = owners[last_init]
-            owner = np.where(ubits & _INIT_BIT, new_owner, owner)
-            self._owner[slots] = owner
-        meta = self._meta[slots]
-        if batch_bits & _FAIL_BIT:
-            meta |= np.where(ubits & _FAIL_BIT, np.uint8(_FAILED), np.uint8(0))
-            self._meta[slots] = meta
-        if batch_bits & (_INIT_BIT | _RESET_BIT):
-            meta = self._move_to_head(slots, meta, (ubits & (_INIT_BIT | _RESET_BIT)) != 0)
-
-        failed = (meta & _FAILED) != 0
-        done = (owner != 0) & (failed | (val == 0))
-        if not done.any():
-            return _NO_OUTCOMES
-        failed = failed[done]
-        n_failed = int(np.count_nonzero(failed))
+        kinds = folded.decision[decided]
+        n_failed = int(np.count_nonzero(kinds == _FAILED_KIND))
         self._stats.failed += n_failed
-        self._stats.completed += len(failed) - n_failed
-        decided = Outcomes(uroots[done], self._owner_ids[owner[done]],
-                           np.where(failed, np.uint8(OutcomeKind.FAILED),
-                                    np.uint8(OutcomeKind.COMPLETED)))
-        self._remove(slots[done], meta[done])
-        return decided
-
-    def _decided_early(self, slots: np.ndarray, first: np.ndarray, order: np.ndarray,
-                       xvals: np.ndarray, bits: np.ndarray, record: np.ndarray) -> bool:
-        """Whether some root would be decided at the end of a record that is not its last one
-        when folding record by record from the table's state. Entries are sorted by root
-        (``first`` marks each root's first entry, ``order`` their original positions)."""
-        run = np.cumsum(first) - 1
-        # Only roots heard from in several records matter; put their entries in record order.
-        spans = np.flatnonzero((run[1:] == run[:-1]) & (record[1:] != record[:-1]))
-        if not len(spans):
-            return False
-        entries = np.flatnonzero(np.isin(run, run[spans]))
-        entries = entries[np.argsort(run[entries] * len(run) + order[entries])]
-        run, record, xvals, bits = run[entries], record[entries], xvals[entries], bits[entries]
-        start = np.flatnonzero(_run_starts(run))
-        start = np.repeat(start, np.diff(np.append(start, len(run))))  # each entry's run start
-        inner = np.flatnonzero((run[1:] == run[:-1]) & (record[1:] != record[:-1]))
-        root, start = run[inner], start[inner]
-        found = slots[root] >= 0
-        at = np.where(found, slots[root], 0)
-        prefix = np.bitwise_xor.accumulate(xvals)
-        val = (np.where(found, self._vals[at], 0)  # the root's val after record ``inner``
-               ^ prefix[inner] ^ prefix[start] ^ xvals[start])
-        index = np.arange(len(bits))
-        init_seen = np.maximum.accumulate(np.where(bits & _INIT_BIT, index, -1))[inner] >= start
-        fail_seen = np.maximum.accumulate(np.where(bits & _FAIL_BIT, index, -1))[inner] >= start
-        owner = (found & (self._owner[at] != 0)) | init_seen
-        failed = (found & ((self._meta[at] & _FAILED) != 0)) | fail_seen
-        return bool(np.any(owner & (failed | (val == 0))))
+        self._stats.completed += len(kinds) - n_failed
+        self._stats.reset_notices += len(folded.notices)
+        if not len(kinds) and not len(folded.notices):
+            return _NO_OUTCOMES, folded.tail
+        return Outcomes(
+            np.concatenate([roots[decided], roots[folded.notices]]),
+            self._owner_ids[np.concatenate([folded.owner[decided], folded.notice_owner])],
+            np.concatenate([kinds, np.full(len(folded.notices), OutcomeKind.RESET_TIMEOUT,
+                                           np.uint8)])), folded.tail
 
     # ----------------------------------------------------------------------------- time
 
@@ -523,7 +461,7 @@ class AckerTable:
         slots = groups * _GROUP
         self._keys = np.zeros(slots, np.int64)
         self._vals = np.zeros(slots, np.int64)
-        self._owner = np.zeros(slots, np.uint16)
+        self._owner = np.zeros(slots, self._owner_dtype)
         self._meta = np.zeros(slots, np.uint8)
         self._overflow = np.zeros(groups, np.uint8)  # far roots that have the group as a choice
         self._max_probe = 0                           # furthest probe position of any root
@@ -575,18 +513,17 @@ class AckerTable:
         slots[todo[hit // ((reach - 1) * _GROUP)]] = ((path.ravel()[hit >> _GROUP_BITS]
                                                        << _GROUP_BITS) + (hit & (_GROUP - 1)))
 
-    def _insert(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray,
-                offset: int) -> np.ndarray:
-        """Slots for new roots (val 0, no owner, newest bucket, first seen at ``offset``)."""
+    def _insert(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray, offset: int,
+                vals: np.ndarray, owner: np.ndarray, failed: np.ndarray) -> None:
+        """Store new roots with their state, in the newest bucket, first seen at ``offset``."""
         slots = self._place(keys, pair, step)
         head = self._head_bucket()
-        self._vals[slots] = 0
-        self._owner[slots] = 0
-        self._meta[slots] |= np.uint8(head)
+        self._vals[slots] = vals
+        self._owner[slots] = owner
+        self._meta[slots] |= np.where(failed, np.uint8(_FAILED | head), np.uint8(head))
         self._live += len(slots)
         self._bucket_count[head] += len(slots)
         self._bucket_low[head] = min(self._bucket_low[head], offset)
-        return slots
 
     def _place(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray) -> np.ndarray:
         """Claim a free slot for each of the distinct, absent ``keys``: in whichever of its two
@@ -666,7 +603,7 @@ class AckerTable:
         # The table is empty: the first 8 keys of each home group go straight into it, the
         # rest to their second choice or further.
         rank = np.arange(len(home))
-        rank -= np.maximum.accumulate(np.where(_run_starts(home), rank, 0))
+        rank -= np.maximum.accumulate(np.where(run_starts(home), rank, 0))
         direct = rank < _GROUP
         placed = np.empty(len(keys), np.intp)
         placed[direct] = home[direct] * _GROUP + rank[direct]
@@ -695,6 +632,12 @@ class AckerTable:
                 raise ReliableKafkaError(
                     f"AckerTable: more than {_MAX_OWNER_INDEX} spout tasks own pending roots in "
                     "one ack partition; use more ack partitions")
+        if index > np.iinfo(self._owner.dtype).max:  # 255 owners in one byte: make room
+            self._compact_owners()
+            index = len(self._owner_index) + 1
+            if index > _NARROW_OWNERS:  # still many: two bytes a slot from now on
+                self._owner_dtype = np.uint16
+                self._owner = self._owner.astype(np.uint16)
         if index >= len(self._owner_ids):
             self._owner_ids = np.concatenate([self._owner_ids, np.zeros_like(self._owner_ids)])
         self._owner_ids[index] = sender

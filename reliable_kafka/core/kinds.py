@@ -17,8 +17,9 @@ class EventKind(enum.IntEnum):
 
 
 class OutcomeKind(enum.IntEnum):
-    """What an acker decided about a root; names match the Avro enum symbols."""
+    """What an acker tells a root's owner; names match the Avro enum symbols."""
 
     COMPLETED = 0
     FAILED = 1
     TIMED_OUT = 2
+    RESET_TIMEOUT = 3  # not a decision: a bolt pushed the deadline, push the backstop too

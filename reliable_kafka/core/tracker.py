@@ -442,8 +442,15 @@ class InFlightTracker:
     # -- outcomes ----------------------------------------------------------------------------
 
     def on_outcome(self, root: int, kind: OutcomeKind | int) -> OutcomeAction | None:
-        """Apply an acker's outcome; None (and counted) when ``root`` is not held."""
+        """Apply an acker's outcome; None (and counted) when ``root`` is not held.
+
+        RESET_TIMEOUT is no outcome: it pushes the root's backstop deadline and returns None.
+        """
         kind = OutcomeKind(kind)
+        if kind is OutcomeKind.RESET_TIMEOUT:
+            if not self.reset_timeout(root):
+                self.stats.ignored_outcomes += 1
+            return None
         entry = self._roots.pop(root, None)
         if entry is None:
             self.stats.ignored_outcomes += 1

@@ -62,6 +62,7 @@ from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.core.tracker import ActionKind, Backoff, InFlightTracker, OutcomeAction
 from reliable_kafka.errors import ConfigError
 from reliable_kafka.ids import new_id, partition_for_root
+from reliable_kafka.testing.reference_acker import Decision, ReferenceAcker
 
 __all__ = [
     "SimConfig",
@@ -74,11 +75,11 @@ __all__ = [
 
 TopicPartition = tuple[str, int]
 StageKind = Literal["split", "pair", "sink"]
-Decision = tuple[int, int, int]  # (root, owner, OutcomeKind value)
 
 _SOURCE, _ACKS, _OUTCOMES, _DLQ = "source", "acks", "outcomes", "dlq"
 _INIT, _ACK, _FAIL, _RESET = (int(k) for k in EventKind)
-_COMPLETED, _FAILED, _TIMED_OUT = (int(k) for k in OutcomeKind)
+_COMPLETED, _FAILED, _TIMED_OUT = (int(OutcomeKind[k]) for k in ("COMPLETED", "FAILED",
+                                                                  "TIMED_OUT"))
 _SHAPES: tuple[tuple[StageKind, ...], ...] = (
     ("sink",),
     ("split", "sink"),
@@ -326,87 +327,6 @@ class SimResult:
 
 
 # ------------------------------------------------------------------------------------ the model
-
-
-class _ModelEntry:
-    __slots__ = ("val", "owner", "failed", "deadline", "first_offset")
-
-    def __init__(self, deadline: int, first_offset: int) -> None:
-        self.val = 0
-        self.owner: int | None = None
-        self.failed = False
-        self.deadline = deadline  # absolute bucket number
-        self.first_offset = first_offset
-
-    def state(self) -> tuple:
-        return (self.val, self.owner, self.failed, self.deadline)
-
-
-class ReferenceAcker:
-    """The acker table's documented semantics written plainly with a dict: a differential oracle.
-
-    Same calls as :class:`AckerTable` (``fold``, ``advance``) but returns decisions as a list of
-    ``(root, owner, kind)``; ``entries`` maps each pending root to its state, with the offset at
-    which its entry was created (``low_bound`` is the smallest: the table's ``low_offset`` must
-    not be above it).
-    """
-
-    def __init__(self, *, timeout_ms: int, buckets: int) -> None:
-        self.timeout_ms = timeout_ms
-        self.width = -(-timeout_ms // buckets)
-        self.clock: int | None = None
-        self.entries: dict[int, _ModelEntry] = {}
-
-    @property
-    def pending(self) -> int:
-        return len(self.entries)
-
-    def low_bound(self) -> int | None:
-        return min((e.first_offset for e in self.entries.values()), default=None)
-
-    def advance(self, now_ms: int) -> list[Decision]:
-        if self.clock is None:
-            self.clock = now_ms
-            return []
-        if now_ms <= self.clock:
-            return []
-        old, new = self.clock // self.width, now_ms // self.width
-        self.clock = now_ms
-        if new == old:
-            return []
-        decided = []
-        for root in [r for r, e in self.entries.items() if e.deadline < new]:
-            entry = self.entries.pop(root)
-            if entry.owner is not None:  # roots whose INIT never came expire silently
-                decided.append((root, entry.owner, _TIMED_OUT))
-        return decided
-
-    def fold(self, kinds, roots, vals, *, sender: int, event_time_ms: int,
-             offset: int) -> list[Decision]:
-        decided = self.advance(event_time_ms)
-        head = (self.clock + self.timeout_ms) // self.width
-        touched: dict[int, _ModelEntry] = {}
-        for kind, root, val in zip(np.asarray(kinds).tolist(), np.asarray(roots).tolist(),
-                                   np.asarray(vals).tolist()):
-            if root == 0 or not 0 <= kind <= _RESET:
-                continue
-            entry = self.entries.get(root)
-            if entry is None:
-                entry = self.entries[root] = _ModelEntry(head, offset)
-            if kind in (_INIT, _ACK):
-                entry.val ^= val
-            if kind == _INIT:
-                entry.owner = sender
-            elif kind == _FAIL:
-                entry.failed = True
-            if kind in (_INIT, _RESET):
-                entry.deadline = head
-            touched[root] = entry
-        for root, entry in touched.items():  # decisions come after the whole batch is folded
-            if entry.owner is not None and (entry.failed or entry.val == 0):
-                del self.entries[root]
-                decided.append((root, entry.owner, _FAILED if entry.failed else _COMPLETED))
-        return decided
 
 
 # ------------------------------------------------------------------------------------ Kafka

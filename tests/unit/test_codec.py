@@ -13,9 +13,107 @@ ids = st.integers(min_value=-(2**63), max_value=2**63 - 1).filter(lambda v: v !=
 any_long = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
 
-@given(st.dictionaries(ids, any_long, max_size=20))
+@given(st.dictionaries(ids, any_long, max_size=100))
 def test_anchors_round_trip(anchors):
-    assert codec.decode_anchors(codec.encode_anchors(anchors)) == anchors
+    raw = codec.encode_anchors(anchors)
+    assert raw[0] == codec.ANCHORS_VERSION == 2
+    assert codec.decode_anchors(raw) == anchors
+    assert codec.decode_anchors(bytearray(raw)) == anchors
+    assert codec.decode_anchors(codec.encode_anchors(list(anchors.items()))) == anchors
+
+
+@given(st.dictionaries(ids, any_long, max_size=20))
+def test_anchors_v1_still_decode(anchors):
+    raw = codec._encode_anchors_v1(anchors)
+    assert raw[0] == 1
+    assert codec.decode_anchors(raw) == anchors
+
+
+def test_anchors_v2_exact_layout():
+    # One pair: 0x02, zigzag(16) = 0x20, then root and edge as big-endian int64.
+    raw = codec.encode_anchors({1: -1})
+    assert raw == b"\x02\x20" + (1).to_bytes(8, "big") + b"\xff" * 8
+    # Three pairs: L = 48, zigzag 96 = 0x60; ten pairs: L = 160, zigzag 320 = 0xc0 0x02.
+    pairs = [(r, r * 1000) for r in range(-5, 5) if r]
+    raw = codec.encode_anchors(pairs[:3])
+    assert raw[:2] == b"\x02\x60" and len(raw) == 2 + 48
+    raw = codec.encode_anchors(pairs + [(77, 78)])
+    assert raw[:3] == b"\x02\xc0\x02" and len(raw) == 3 + 160
+    assert raw[3:11] == (-5).to_bytes(8, "big", signed=True)
+    assert raw[11:19] == (-5000).to_bytes(8, "big", signed=True)
+    assert codec.encode_anchors({}) == b"\x02\x00" and codec.decode_anchors(b"\x02\x00") == {}
+
+
+@given(st.dictionaries(ids, any_long, max_size=80))
+def test_anchors_v2_body_is_the_avro_bytes_of_its_schema(anchors):
+    # What the schema file promises: after the version byte, one Avro `bytes` value.
+    import io
+    import json
+    from pathlib import Path
+
+    import fastavro
+
+    path = Path(__file__).resolve().parents[2] / "schemas" / "anchors_v2.avsc"
+    schema = fastavro.parse_schema(json.loads(path.read_text()))
+    raw = codec.encode_anchors(anchors)
+    body = io.BytesIO(raw[1:])
+    pairs = fastavro.schemaless_reader(body, schema, None)
+    assert body.tell() == len(raw) - 1
+    assert pairs == b"".join(r.to_bytes(8, "big", signed=True) + e.to_bytes(8, "big", signed=True)
+                             for r, e in anchors.items())
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (b"\x02", "cut short"),
+    (b"\x02\x20" + bytes(15), "truncated"),                       # 16 announced, 15 present
+    (b"\x02\x20" + (1).to_bytes(8, "big") + bytes(9), "trailing"),
+    (b"\x02\x1e" + bytes(15), "not a multiple of 16"),           # L = 15
+    (b"\x02\x01", "not a multiple of 16"),                        # L = -1
+    (b"\x02\x20" + bytes(16), "root id 0"),
+    (b"\x02\x40" + ((3).to_bytes(8, "big") + bytes(8)) * 2, "appears twice"),
+    (b"\x02" + b"\xff" * 11, "too long"),
+    (b"\x02\x80\x02" + (1).to_bytes(8, "big") + bytes(8), "truncated"),  # L = 128
+])
+def test_anchors_v2_malformed(raw, reason):
+    with pytest.raises(DecodeError, match=reason) as info:
+        codec.decode_anchors(raw)
+    assert info.value.raw == raw
+
+
+def test_anchors_v2_many_pairs_use_the_same_checks():
+    pairs = [(r, -r) for r in range(1, 200)]
+    raw = codec.encode_anchors(pairs)
+    assert codec.decode_anchors(raw) == dict(pairs)
+    with pytest.raises(DecodeError, match="appears twice"):
+        codec.decode_anchors(codec.encode_anchors(pairs + [(5, 1)]))
+    with pytest.raises(DecodeError, match="root id 0"):
+        codec.decode_anchors(codec.encode_anchors(pairs + [(0, 1)]))
+    with pytest.raises(DecodeError, match="trailing"):
+        codec.decode_anchors(raw + b"\x00")
+
+
+def test_anchors_encoder_rejects_ids_outside_int64():
+    with pytest.raises(ValueError, match="64-bit"):
+        codec.encode_anchors({2**63: 1})
+    with pytest.raises(ValueError, match="64-bit"):
+        codec.encode_anchors([(1, 1), (2, -(2**63) - 1)])
+
+
+@settings(max_examples=500)
+@given(st.one_of(st.binary(max_size=200), st.binary(max_size=60).map(lambda b: b"\x02" + b),
+                 st.dictionaries(ids, any_long, max_size=8).flatmap(
+                     lambda a: st.tuples(st.just(codec.encode_anchors(a)), st.integers(0, 200),
+                                         st.integers(0, 255)).map(
+                         lambda t: t[0][:t[1] % (len(t[0]) + 1)] + bytes([t[2]])
+                         + t[0][t[1] % (len(t[0]) + 1) + 1:]))))
+def test_anchors_fuzz_never_raises_anything_but_decode_error(raw):
+    try:
+        anchors = codec.decode_anchors(raw)
+    except DecodeError as error:
+        assert error.raw == raw
+    else:
+        assert 0 not in anchors
+        assert codec.decode_anchors(codec.encode_anchors(anchors)) == anchors
 
 
 @given(
@@ -106,7 +204,7 @@ def test_random_bytes_never_raise_anything_but_decode_error(decode, raw):
 
 
 def test_trailing_bytes_are_rejected():
-    raw = codec.encode_anchors({1: 2}) + b"\x00"
+    raw = codec._encode_anchors_v1({1: 2}) + b"\x00"
     with pytest.raises(DecodeError, match="trailing"):
         codec.decode_anchors(raw)
 
@@ -120,10 +218,11 @@ def test_ack_batch_count_must_match_columns():
 
 
 def test_anchors_reject_root_zero_and_repeated_roots():
-    with pytest.raises(DecodeError, match="root id 0"):
-        codec.decode_anchors(codec.encode_anchors([(0, 5)]))
-    with pytest.raises(DecodeError, match="twice"):
-        codec.decode_anchors(codec.encode_anchors([(3, 5), (3, 6)]))
+    for encode in (codec.encode_anchors, codec._encode_anchors_v1):
+        with pytest.raises(DecodeError, match="root id 0"):
+            codec.decode_anchors(encode([(0, 5)]))
+        with pytest.raises(DecodeError, match="twice"):
+            codec.decode_anchors(encode([(3, 5), (3, 6)]))
 
 
 def test_decode_error_can_be_placed_at_coordinates():

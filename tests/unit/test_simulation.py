@@ -18,9 +18,9 @@ import pytest
 
 from reliable_kafka.core.acker_table import AckerTable, Outcomes
 from reliable_kafka.core.tracker import InFlightTracker
+from reliable_kafka.testing.reference_acker import ReferenceAcker
 from reliable_kafka.testing.simulation import (
     InvariantViolation,
-    ReferenceAcker,
     SimConfig,
     SimResult,
     run_simulation,
@@ -74,7 +74,8 @@ def test_the_seeds_exercise_every_fault_and_path():
                  "rebuild_fragments"):
         assert total(name) > 0, name
     outcomes = sum((r.outcomes for r in results), start=Counter())
-    assert set(outcomes) == {"COMPLETED", "FAILED", "TIMED_OUT"}
+    # RESET_TIMEOUT: notices the ackers forward to the owning spouts (issue 9 item 5)
+    assert set(outcomes) == {"COMPLETED", "FAILED", "TIMED_OUT", "RESET_TIMEOUT"}
     assert {r.config.ack_timestamps for r in results} == {"append", "create"}
     assert any(r.liveness_ms > r.config.message_timeout_ms for r in results)  # not all trivial
     print(f"\n{len(results)} seeds: {total('steps')} steps, "
@@ -190,6 +191,11 @@ def test_reference_acker_decides_as_documented():
     assert model.advance(149) == []       # root 6 seen at 20: deadline bucket (20+100)//50 = 2
     assert model.advance(150) == []       # ownerless: expires silently
     assert model.pending == 0 and model.low_bound() is None
+    reset = 3  # a RESET_TIMEOUT is forwarded to the owner once it is known
+    assert model.fold([reset], [5], [0], sender=1, event_time_ms=200, offset=4) == []
+    assert model.fold([init, reset], [5, 5], [4, 0], sender=9, event_time_ms=200,
+                      offset=5) == [(5, 9, 3)]
+    assert model.stats.reset_notices == 1 and model.pending == 1
 
 
 def test_config_rejects_a_topology_without_a_final_sink():

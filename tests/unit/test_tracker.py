@@ -352,6 +352,19 @@ def test_reset_timeout_pushes_the_backstop_deadline():
     assert not tracker.reset_timeout(root)
 
 
+def test_reset_timeout_notice_from_the_acker_pushes_the_backstop():
+    # Issue 9 item 5: the acker forwards a bolt's RESET_TIMEOUT; before, the spout took it for
+    # no outcome at all (or an error) and its backstop failed a tree the bolt kept alive.
+    tracker, clock = make(message_timeout_ms=1_000, backstop_grace_ms=0)
+    root = tracker.emitted(TP, 0)
+    clock.now = 900
+    assert tracker.on_outcome(root, OutcomeKind.RESET_TIMEOUT) is None
+    assert tracker.expire_backstop(now_ms=1_500) == [] and tracker.pending_roots() == 1
+    assert tracker.on_outcome(root, COMPLETED).kind is ActionKind.DONE
+    assert tracker.on_outcome(root, OutcomeKind.RESET_TIMEOUT) is None  # no longer held
+    assert tracker.stats.ignored_outcomes == 1 and tracker.stats.completed == 1
+
+
 def test_backstop_can_be_disabled():
     tracker, _ = make(message_timeout_ms=None)
     tracker.emitted(TP, 0)
@@ -634,7 +647,8 @@ class TrackerMachine(RuleBasedStateMachine):
             self._finish(tp, offset)
 
     @precondition(lambda self: self.flights or self.stale)
-    @rule(data=st.data(), kind=st.sampled_from(list(OutcomeKind)))
+    @rule(data=st.data(), kind=st.sampled_from([k for k in OutcomeKind
+                                                if k is not OutcomeKind.RESET_TIMEOUT]))
     def outcome(self, data, kind):
         # Insertion order, not sorted: roots are random, and draws must replay the same way.
         root = data.draw(st.sampled_from(list(self.flights) + self.stale[-4:]))
@@ -671,6 +685,16 @@ class TrackerMachine(RuleBasedStateMachine):
         entry = self.model[r.tp].pending.get(r.offset)
         if entry is not None and entry.state == "handed":  # not revoked or re-read meanwhile
             self._emit(r.tp, r.offset, r.attempt)
+
+    @precondition(lambda self: self.flights or self.stale)
+    @rule(data=st.data())
+    def reset_timeout_notice(self, data):
+        # An acker forwards a bolt's RESET_TIMEOUT: the backstop deadline moves, nothing else.
+        root = data.draw(st.sampled_from(list(self.flights) + self.stale[-4:]))
+        assert self.tracker.on_outcome(root, OutcomeKind.RESET_TIMEOUT) is None
+        if root in self.flights:
+            tp, offset = self.flights[root]
+            self.model[tp].pending[offset].at = self.clock.now + TIMEOUT + GRACE
 
     @rule(dt=st.integers(0, 150))
     def backstop(self, dt):
