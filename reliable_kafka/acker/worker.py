@@ -21,9 +21,15 @@ from reliable_kafka import codec
 from reliable_kafka.core.acker_table import AckerTable, Outcomes
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import ConfigError, DecodeError, DeliveryError, TopologyError
-from reliable_kafka.ids import new_id
+from reliable_kafka.ids import new_id, partitions_for_roots
 from reliable_kafka.lifecycle import run_until_stopped
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics, partition_count
+from reliable_kafka.topology import (
+    TopologyTopics,
+    admin_client,
+    ensure_topics,
+    partition_count,
+    warn_if_create_time,
+)
 from reliable_kafka.transport import Quarantine, flush_or_raise, new_consumer, new_producer
 
 __all__ = ["AckerWorker", "AckerStats"]
@@ -58,7 +64,7 @@ class AckerStats:
 class _Partition:
     """What the worker holds for one assigned ack partition."""
 
-    __slots__ = ("table", "next_offset", "event_ms", "event_wall_ms", "committed")
+    __slots__ = ("table", "next_offset", "event_ms", "event_wall_ms", "committed", "ownerless")
 
     def __init__(self, table: AckerTable, committed: int | None) -> None:
         self.table = table
@@ -66,6 +72,7 @@ class _Partition:
         self.event_ms: int | None = None  # largest record timestamp seen
         self.event_wall_ms = 0  # wall clock when that timestamp was seen
         self.committed = committed
+        self.ownerless = 0  # the table's expired_ownerless already added to the worker's stats
 
     def clock_ms(self, wall_ms: int) -> int | None:
         """Event time, carried forward by wall time while the partition is idle."""
@@ -141,6 +148,8 @@ class AckerWorker:
         self._producer = None
         self._quarantine: Quarantine | None = None
         self._last_commit = 0.0
+        self._ack_partitions = 0
+        self._failed = False  # poll_once raised: the table may hold a half-folded group, commit nothing
         self.ready = threading.Event()  # set once the worker consumes (for tests and supervisors)
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -153,11 +162,13 @@ class AckerWorker:
         admin = admin_client(self.bootstrap_servers, self.kafka_config)
         if self.create_topics:
             ensure_topics(admin, self.topics, replication_factor=self.replication_factor)
-        elif partition_count(admin, self.topics.acks) is None:
+        self._ack_partitions = partition_count(admin, self.topics.acks) or 0
+        if not self._ack_partitions:
             raise TopologyError(
                 f"{self.name}: ack topic {self.topics.acks} does not exist; run with create_topics "
                 f"or create the topology's topics first"
             )
+        warn_if_create_time(admin, self.topics)
         self._outcome_partitions = partition_count(admin, self.topics.outcomes) or 0
         if not self._outcome_partitions:
             raise TopologyError(f"{self.name}: outcome topic {self.topics.outcomes} does not exist")
@@ -176,9 +187,10 @@ class AckerWorker:
     def close(self) -> None:
         try:
             if self._consumer is not None:
-                self._publish(self._advance_clocks())
-                self._commit(force=True)
-                self._consumer.close()  # revokes: the callback commits once more
+                if not self._failed:  # after an error only what was committed before it stands
+                    self._publish(self._advance_clocks())
+                    self._commit(force=True)
+                self._consumer.close()  # revokes (the callback commits once more) and leaves the group
         finally:
             self._consumer = None
             if self._producer is not None:
@@ -199,8 +211,9 @@ class AckerWorker:
     def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
         revoked = {tp.partition for tp in partitions}
         try:
-            self._publish(self._advance_clocks())
-            self._commit(force=True, only=revoked)
+            if not self._failed:  # after an error the next owner replays from the last commit
+                self._publish(self._advance_clocks())
+                self._commit(force=True, only=revoked)
         except (KafkaException, DeliveryError) as exc:
             # the next owner replays from the last commit: nothing is lost, outcomes repeat
             log.warning("%s: could not commit revoked partitions %s: %s", self.name, sorted(revoked), exc)
@@ -217,37 +230,58 @@ class AckerWorker:
 
     def poll_once(self, timeout: float = 0.2) -> None:
         """Fold one consumed batch, publish its decisions, and commit when the interval passed."""
+        try:
+            self._poll_once(timeout)
+        except BaseException:
+            self._failed = True  # close() then commits nothing more (DESIGN section 4)
+            raise
+
+    def _poll_once(self, timeout: float) -> None:
         self._retry_failed_outcomes()
+        self._quarantine.retry_unsent()
         by_partition: dict[int, list] = {}
         for message in self._consumer.consume(num_messages=self.batch_size, timeout=timeout):
             if message.error() is not None:
                 if message.error().code() != KafkaError._PARTITION_EOF:
                     log.warning("%s: consumer error: %s", self.name, message.error())
                 continue
-            record = self._decode(message)
-            if record is not None:
-                by_partition.setdefault(message.partition(), []).append(record)
+            if message.partition() in self._partitions:  # else revoked in this very poll
+                by_partition.setdefault(message.partition(), []).append((message.offset(), self._decode(message)))
         decided: list[Outcomes] = []
         for partition, records in by_partition.items():
-            table = self._partitions[partition].table
-            for start in range(0, len(records), FOLD_GROUP):  # one vectorised fold per group of records
-                outcomes = table.fold_records(records[start:start + FOLD_GROUP])
-                if len(outcomes):
-                    decided.append(outcomes)
+            decided.extend(self._fold(self._partitions[partition], records))
         decided.extend(self._advance_clocks())
         self._publish(decided)
         self._producer.poll(0)
+        self._count_expired_ownerless()
         self.stats.pending = sum(state.table.pending for state in self._partitions.values())
         self.stats.table_bytes = sum(state.table.nbytes for state in self._partitions.values())
         self._commit()
 
+    def _fold(self, state: _Partition, records: list[tuple[int, tuple | None]]) -> list[Outcomes]:
+        """Fold one partition's records in order, one vectorised fold per group of records.
+
+        ``next_offset`` passes a record only once it is folded (or quarantined, as None), so no
+        commit can pass a record that was read but not folded.
+        """
+        decided, group = [], []
+        for i, (offset, record) in enumerate(records):
+            if record is not None:
+                group.append(record)
+            if len(group) == FOLD_GROUP or (i == len(records) - 1 and group):
+                outcomes = state.table.fold_records(group)
+                if len(outcomes):
+                    decided.append(outcomes)
+                self.stats.entries_folded += sum(len(r[0]) for r in group)
+                group = []
+            if not group:
+                state.next_offset = offset + 1
+        return decided
+
     def _decode(self, message: Message) -> tuple | None:
-        """The record as ``fold_records`` takes it, or None when it is quarantined or not ours."""
-        state = self._partitions.get(message.partition())
-        if state is None:  # a message from a partition revoked in this very poll
-            return None
+        """The record as ``fold_records`` takes it (its valid entries), or None when it is quarantined."""
+        state = self._partitions[message.partition()]
         self.stats.records += 1
-        state.next_offset = message.offset() + 1
         try:
             batch = codec.decode_ack_batch(message.value())
         except DecodeError as error:
@@ -261,22 +295,29 @@ class AckerWorker:
             )
             self.stats.quarantined += 1
             return None
-        invalid = int(np.count_nonzero((batch.roots == 0) | (batch.kinds > MAX_EVENT_KIND)))
-        if invalid:  # the table skips (and counts) them; the record is kept for inspection
+        kinds, roots, vals = batch.kinds, batch.roots, batch.vals
+        malformed = (roots == 0) | (kinds > MAX_EVENT_KIND)
+        # a root of another partition could never complete here: its other events go elsewhere
+        elsewhere = ~malformed & (partitions_for_roots(roots, self._ack_partitions) != message.partition())
+        invalid = int(np.count_nonzero(malformed)) + int(np.count_nonzero(elsewhere))
+        if invalid:  # not folded; the record is kept for inspection
             self.stats.invalid_entries += invalid
             self._quarantine.park(
-                message, f"{invalid} of {len(batch)} entries invalid (root 0 or unknown kind); "
+                message, f"{invalid} of {len(batch)} entries invalid ({int(np.count_nonzero(malformed))} with "
+                f"root 0 or an unknown kind, {int(np.count_nonzero(elsewhere))} whose root belongs to another "
+                f"of the {self._ack_partitions} ack partitions: root mod {self._ack_partitions}, read unsigned); "
                 f"the valid ones were folded"
             )
             self.stats.quarantined += 1
+            valid = ~(malformed | elsewhere)
+            kinds, roots, vals = kinds[valid], roots[valid], vals[valid]
         timestamp = message.timestamp()[1]
         wall_ms = int(time.time() * 1000)
         if timestamp <= 0:
             timestamp = wall_ms
         if state.event_ms is None or timestamp >= state.event_ms:
             state.event_ms, state.event_wall_ms = timestamp, wall_ms
-        self.stats.entries_folded += len(batch)
-        return batch.kinds, batch.roots, batch.vals, batch.sender, timestamp, message.offset()
+        return kinds, roots, vals, batch.sender, timestamp, message.offset()
 
     def _advance_clocks(self) -> list[Outcomes]:
         """Let wall time pass on idle partitions, so trees whose acks never come time out.
@@ -314,6 +355,12 @@ class AckerWorker:
         except KafkaException as exc:  # no fetch yet: treat as idle, as before
             log.debug("%s: no positions yet: %s", self.name, exc)
         return behind
+
+    def _count_expired_ownerless(self) -> None:
+        for state in self._partitions.values():
+            expired = state.table.stats.expired_ownerless
+            self.stats.expired_ownerless += expired - state.ownerless
+            state.ownerless = expired
 
     # --- outcomes and commits -------------------------------------------------------------------
 
@@ -368,7 +415,7 @@ class AckerWorker:
         try:
             # outcomes decided below the new low points must be delivered first (DESIGN section 4)
             flush_or_raise(self._producer, what=f"{self.name} outcomes")
-            if self._retry_outcomes:
+            if self._retry_outcomes or self._quarantine.unsent:  # written again on the next poll
                 return
             self._consumer.commit(
                 offsets=[TopicPartition(self.topics.acks, p, off) for p, _, off in offsets], asynchronous=False
