@@ -411,6 +411,8 @@ class OutcomeListener:
         if self._consumer is None:
             raise RuntimeError("OutcomeListener.start() was not called")
         outcomes: list[tuple[int, OutcomeKind]] = []
+        if self.quarantine is not None and self.quarantine.unsent:
+            self.quarantine.retry_unsent()
         for message in self._consumer.consume(num_messages=max_records, timeout=timeout):
             if message.error() is not None:
                 log.warning("outcome consumer: %s", message.error())

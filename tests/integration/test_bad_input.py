@@ -218,3 +218,30 @@ def test_acker_counts_roots_that_expire_without_their_init(kafka_bootstrap):
         cluster.wait_until(lambda: worker.stats.expired_ownerless == 3, timeout=60,
                            what="the INIT-less roots expired and were counted", progress=lambda: str(worker.stats))
     assert worker.stats.timed_out == 0 and worker.stats.pending == 0
+
+
+def test_park_writes_a_reference_when_the_producer_or_the_broker_refuses_the_copy(kafka_bootstrap):
+    from reliable_kafka.transport import new_producer, park
+
+    loose, strict = unique_name("park-loose"), unique_name("park-strict")
+    create_topics(kafka_bootstrap, {loose: 1})
+    create_topics(kafka_bootstrap, {strict: 1}, config={"max.message.bytes": "20000"})
+    producer = new_producer(kafka_bootstrap)
+    delivered = []
+    cases = [(loose, bytes(1_500_000)),  # over the producer's message.max.bytes: produce refuses it
+             (strict, bytes(50_000)),  # over the topic's max.message.bytes: the broker refuses it
+             (strict, b"small")]  # copied as it is
+    for offset, (topic, value) in enumerate(cases):
+        park(producer, topic, key=b"k", value=value, headers=[("h", b"v")],
+             parked=codec.ParkedRecord(reason="test", attempts=3, source_topic="src", source_partition=0,
+                                       source_offset=offset),
+             on_delivery=lambda error, message: delivered.append(error))
+        assert producer.flush(30) == 0  # one batch each: the broker refuses a whole batch as too large
+    assert delivered == [None, None, None]
+    parked = [(m, codec.decode_parked(dict(m.headers())[codec.PARKED_HEADER]))
+              for topic in (loose, strict) for m in read_topic(kafka_bootstrap, topic)]
+    parked.sort(key=lambda pair: pair[1].source_offset)  # a reference follows the copies queued after it
+    assert [(m.value(), p.value_omitted, p.original_bytes, p.source_offset) for m, p in parked] == [
+        (None, True, 1_500_000 + 3, 0), (None, True, 50_000 + 3, 1), (b"small", False, 5 + 3, 2)]
+    assert "value omitted" in parked[0][1].reason and "src[0]@0" in parked[0][1].reason
+    assert parked[2][0].key() == b"k" and dict(parked[2][0].headers())["h"] == b"v"
