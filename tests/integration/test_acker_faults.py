@@ -100,3 +100,27 @@ def test_an_ack_topic_with_create_time_is_warned_about_once(kafka_bootstrap, cap
     assert len(warnings) == 1, warnings
     assert topics.acks in warnings[0] and "docs/guarantees.md" in warnings[0]
     assert "--add-config message.timestamp.type=LogAppendTime" in warnings[0]
+
+
+def _members(bootstrap: str, group: str) -> list[str]:
+    admin = admin_client(bootstrap)  # kept alive until the answer came
+    description = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    return [member.client_id for member in description.members]
+
+
+def test_a_worker_that_stops_cleanly_leaves_the_group_at_once(kafka_bootstrap):
+    # Its partitions then move on the survivor's next heartbeat, not when its session expires: the
+    # session is made far longer than the wait, so only leaving can pass this test.
+    topics = TopologyTopics(unique_name("acker-leaves"), ackers=2)
+    ensure_topics(admin_client(kafka_bootstrap), topics)
+    long_session = {"session.timeout.ms": 600_000, "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 600_000}
+    staying, leaving = (AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, ackers=2,
+                                    kafka_config=long_session) for _ in range(2))
+    with LocalCluster(staying) as cluster:
+        with LocalCluster(leaving):
+            cluster.wait_until(lambda: len(staying._partitions) == len(leaving._partitions) == 1, timeout=60,
+                               what="each worker owns one partition (the rebalance is over)")
+        cluster.wait_until(lambda: len(_members(kafka_bootstrap, staying.group_id)) == 1, timeout=120,
+                           what="the stopped worker left the group (its session lasts 600 s)")
+        cluster.wait_until(lambda: len(staying._partitions) == 2, timeout=120,
+                           what="the remaining worker took both partitions")
