@@ -242,6 +242,7 @@ class Quarantine:
 _SIZE_ERRORS = (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE)
 _TOO_LARGE: dict[tuple[str, str, int, int], None] = {}  # copies refused as too large, oldest first
 _TOO_LARGE_KEPT = 10_000
+_TOO_LARGE_LOCK = threading.Lock()  # workers of one process (LocalCluster threads) share it
 
 
 def park(
@@ -325,9 +326,10 @@ def _as_reference(parked: ParkedRecord, why: str) -> ParkedRecord:
 
 
 def _remember_too_large(topic: str, parked: ParkedRecord) -> None:
-    _TOO_LARGE[(topic, parked.source_topic, parked.source_partition, parked.source_offset)] = None
-    while len(_TOO_LARGE) > _TOO_LARGE_KEPT:
-        del _TOO_LARGE[next(iter(_TOO_LARGE))]
+    with _TOO_LARGE_LOCK:
+        _TOO_LARGE[(topic, parked.source_topic, parked.source_partition, parked.source_offset)] = None
+        while len(_TOO_LARGE) > _TOO_LARGE_KEPT:
+            del _TOO_LARGE[next(iter(_TOO_LARGE))]
 
 
 class OutcomeListener:
