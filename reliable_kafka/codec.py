@@ -78,6 +78,11 @@ def schema_dir() -> Path:
 
 @cache
 def _schema(name: str):
+    if name == "parked_record_first":  # the header as first written: its first eight fields
+        with open(schema_dir() / _SCHEMA_FILES["parked_record"], encoding="utf-8") as handle:
+            schema = json.load(handle)
+        schema["fields"] = schema["fields"][:_PARKED_FIRST_FIELDS]
+        return fastavro.parse_schema(schema, named_schemas={})
     with open(schema_dir() / _SCHEMA_FILES[name], encoding="utf-8") as handle:
         return fastavro.parse_schema(json.load(handle))
 
@@ -340,6 +345,11 @@ class ParkedRecord:
     source_timestamp_ms: int = -1
     component: str = ""
     parked_at_ms: int = -1
+    value_omitted: bool = False  # a reference: the original was too large to copy
+    original_bytes: int = -1
+
+
+_PARKED_FIRST_FIELDS = 8  # the fields every rk-parked header has; later ones were added with defaults
 
 
 def encode_parked(parked: ParkedRecord) -> bytes:
@@ -350,5 +360,12 @@ def encode_parked(parked: ParkedRecord) -> bytes:
 
 
 def decode_parked(raw: bytes | None) -> ParkedRecord:
-    datum, _ = _decode("parked_record", raw)
+    """The ``rk-parked`` header; headers written before the added fields read with their defaults."""
+    try:
+        datum, _ = _decode("parked_record", raw)
+    except DecodeError as error:
+        try:
+            datum, _ = _decode("parked_record_first", raw)
+        except DecodeError:
+            raise error from None
     return ParkedRecord(**datum)

@@ -8,16 +8,25 @@ route an entry to the wrong shard by configuration.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from reliable_kafka.client_log import with_log
 from reliable_kafka.errors import ConfigError, TopologyError
 
-__all__ = ["TopologyTopics", "ensure_topics", "ensure_status_topic", "partition_count", "admin_client"]
+__all__ = ["TopologyTopics", "ensure_topics", "ensure_status_topic", "partition_count", "admin_client",
+           "warn_if_create_time"]
+
+log = logging.getLogger(__name__)
+
+# Ackers time roots out by the ack records' timestamps: with the broker's append time a replay
+# after a restart sees the same clock the live acker saw (docs/guarantees.md, known limitations).
+ACK_TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+_warned_create_time: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -110,7 +119,9 @@ def ensure_topics(
                     f"or delete the topic (losing its pending trees) and start again"
                 )
         else:
-            missing.append(NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor))
+            config = ACK_TOPIC_CONFIG if topic == topics.acks else {}
+            missing.append(NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
+                                    config=dict(config)))
     if missing:
         for topic, future in admin.create_topics(missing, operation_timeout=timeout).items():
             try:
@@ -137,6 +148,33 @@ def ensure_status_topic(admin: AdminClient, topics: TopologyTopics, *, replicati
         except KafkaException as exc:
             if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                 raise TopologyError(f"topology {topics.topology!r}: cannot create {topic}: {exc}") from exc
+
+
+def warn_if_create_time(admin: AdminClient, topics: TopologyTopics, *, timeout: float = 30.0) -> bool:
+    """Warn (once per process and topic) when the ack topic keeps producers' CreateTime stamps.
+
+    Returns True when it does. A topic whose configuration cannot be read is not warned about.
+    """
+    resource = ConfigResource(ResourceType.TOPIC, topics.acks)
+    try:
+        described = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout=timeout)
+    except KafkaException as exc:
+        log.debug("cannot read the configuration of %s: %s", topics.acks, exc)
+        return False
+    entry = described.get("message.timestamp.type")
+    if entry is None or entry.value != "CreateTime":
+        return False
+    if topics.acks not in _warned_create_time:
+        _warned_create_time.add(topics.acks)
+        log.warning(
+            "ack topic %s uses message.timestamp.type=CreateTime: ackers time roots out by the records' "
+            "timestamps, so a table rebuilt after a restart or rebalance may decide a timeout differently "
+            "from the live one (earlier or later by up to a timeout bucket; never an early completion; "
+            "see docs/guarantees.md). Fix: kafka-configs.sh --bootstrap-server HOST:PORT --alter "
+            "--entity-type topics --entity-name %s --add-config message.timestamp.type=LogAppendTime",
+            topics.acks, topics.acks,
+        )
+    return True
 
 
 def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:

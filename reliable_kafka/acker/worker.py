@@ -21,9 +21,15 @@ from reliable_kafka import codec
 from reliable_kafka.core.acker_table import AckerTable, Outcomes
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError, DeliveryError, TopologyError
-from reliable_kafka.ids import new_id
+from reliable_kafka.ids import new_id, partitions_for_roots
 from reliable_kafka.lifecycle import run_until_stopped
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics, partition_count
+from reliable_kafka.topology import (
+    TopologyTopics,
+    admin_client,
+    ensure_topics,
+    partition_count,
+    warn_if_create_time,
+)
 from reliable_kafka.transport import Quarantine, flush_or_raise, new_consumer, new_producer
 
 __all__ = ["AckerWorker", "AckerStats"]
@@ -31,8 +37,10 @@ __all__ = ["AckerWorker", "AckerStats"]
 log = logging.getLogger(__name__)
 
 MAX_OUTCOMES_PER_RECORD = 5000
-# a dead worker's partitions wait for its session to expire: 10 s, not librdkafka's 45 s
-ACKER_CONSUMER_DEFAULTS = {"session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}
+# A killed worker's partitions wait for its session to expire: 6 s, the least a broker accepts by
+# default (group.min.session.timeout.ms), not librdkafka's 45 s. KIP-848's protocol is no faster:
+# its session is the broker's (45 s by default). bench/bench_acker_failover.py measures both.
+ACKER_CONSUMER_DEFAULTS = {"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_000}
 FOLD_GROUP = 16  # records per vectorised fold: shares NumPy's per-call cost (bench/bench_acker_table.py)
 MAX_EVENT_KIND = max(EventKind)
 
@@ -58,7 +66,7 @@ class AckerStats:
 class _Partition:
     """What the worker holds for one assigned ack partition."""
 
-    __slots__ = ("table", "next_offset", "event_ms", "event_wall_ms", "committed")
+    __slots__ = ("table", "next_offset", "event_ms", "event_wall_ms", "committed", "ownerless")
 
     def __init__(self, table: AckerTable, committed: int | None) -> None:
         self.table = table
@@ -66,6 +74,7 @@ class _Partition:
         self.event_ms: int | None = None  # largest record timestamp seen
         self.event_wall_ms = 0  # wall clock when that timestamp was seen
         self.committed = committed
+        self.ownerless = 0  # the table's expired_ownerless already added to the worker's stats
 
     def clock_ms(self, wall_ms: int) -> int | None:
         """Event time, carried forward by wall time while the partition is idle."""
@@ -93,11 +102,13 @@ class AckerWorker:
     - ``replication_factor`` [1]: for topics this worker creates.
     - ``max_entries_per_record`` [100000]: larger ack records are quarantined, not folded.
     - ``kafka_config``: librdkafka settings passed through to the consumer and producer
-      (the consumer's ``session.timeout.ms`` defaults to 10000 here).
+      (the consumer's ``session.timeout.ms`` defaults to 6000 here, ``heartbeat.interval.ms`` to
+      1000: a killed worker's partitions move after about 6 s; a stopped one leaves at once).
     - ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
     - ``name`` [random]: give each worker process a stable name to use static group membership
       (``group.instance.id``), so that a restarted worker gets its partitions back without waiting
-      for the dead one's session to expire.
+      for the dead one's session to expire. A named worker that stops and is not restarted holds
+      its partitions until its session expires (static members do not leave the group).
     """
 
     def __init__(
@@ -144,6 +155,8 @@ class AckerWorker:
         self._producer = None
         self._quarantine: Quarantine | None = None
         self._last_commit = 0.0
+        self._ack_partitions = 0
+        self._failed = False  # poll_once raised: the table may hold a half-folded group, commit nothing
         self.ready = threading.Event()  # set once the worker consumes (for tests and supervisors)
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -156,20 +169,26 @@ class AckerWorker:
         admin = admin_client(self.bootstrap_servers, self.kafka_config)
         if self.create_topics:
             ensure_topics(admin, self.topics, replication_factor=self.replication_factor)
-        elif partition_count(admin, self.topics.acks) is None:
+        self._ack_partitions = partition_count(admin, self.topics.acks) or 0
+        if not self._ack_partitions:
             raise TopologyError(
                 f"{self.name}: ack topic {self.topics.acks} does not exist; run with create_topics "
                 f"or create the topology's topics first"
             )
+        warn_if_create_time(admin, self.topics)
         self._outcome_partitions = partition_count(admin, self.topics.outcomes) or 0
         if not self._outcome_partitions:
             raise TopologyError(f"{self.name}: outcome topic {self.topics.outcomes} does not exist")
         self._producer = new_producer(self.bootstrap_servers, self.kafka_config)
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
-        overrides = {"isolation.level": "read_committed", "partition.assignment.strategy": "cooperative-sticky"}
+        overrides = {"isolation.level": "read_committed"}
+        config = dict(self.kafka_config)
+        if config.get("group.protocol", "classic") == "classic":
+            # KIP-848's protocol (group.protocol=consumer) refuses these: the broker decides them
+            overrides["partition.assignment.strategy"] = "cooperative-sticky"
+            config = {**ACKER_CONSUMER_DEFAULTS, **config}
         if self._stable_name:  # static membership: a restarted worker gets its partitions back at once
             overrides["group.instance.id"] = f"{self.group_id}.{self.name}"
-        config = {**ACKER_CONSUMER_DEFAULTS, **self.kafka_config}
         self._consumer = new_consumer(self.bootstrap_servers, self.group_id, config, **overrides)
         self._consumer.subscribe(
             [self.topics.acks], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
@@ -179,9 +198,10 @@ class AckerWorker:
     def close(self) -> None:
         try:
             if self._consumer is not None:
-                self._publish(self._advance_clocks())
-                self._commit(force=True)
-                self._consumer.close()  # revokes: the callback commits once more
+                if not self._failed:  # after an error only what was committed before it stands
+                    self._publish(self._advance_clocks())
+                    self._commit(force=True)
+                self._consumer.close()  # revokes (the callback commits once more) and leaves the group
         finally:
             self._consumer = None
             if self._producer is not None:
@@ -202,8 +222,9 @@ class AckerWorker:
     def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
         revoked = {tp.partition for tp in partitions}
         try:
-            self._publish(self._advance_clocks())
-            self._commit(force=True, only=revoked)
+            if not self._failed:  # after an error the next owner replays from the last commit
+                self._publish(self._advance_clocks())
+                self._commit(force=True, only=revoked)
         except (KafkaException, DeliveryError) as exc:
             # the next owner replays from the last commit: nothing is lost, outcomes repeat
             log.warning("%s: could not commit revoked partitions %s: %s", self.name, sorted(revoked), exc)
@@ -220,37 +241,58 @@ class AckerWorker:
 
     def poll_once(self, timeout: float = 0.2) -> None:
         """Fold one consumed batch, publish its decisions, and commit when the interval passed."""
+        try:
+            self._poll_once(timeout)
+        except BaseException:
+            self._failed = True  # close() then commits nothing more (DESIGN section 4)
+            raise
+
+    def _poll_once(self, timeout: float) -> None:
         self._retry_failed_outcomes()
+        self._quarantine.retry_unsent()
         by_partition: dict[int, list] = {}
         for message in self._consumer.consume(num_messages=self.batch_size, timeout=timeout):
             if message.error() is not None:
                 if message.error().code() != KafkaError._PARTITION_EOF:
                     log.warning("%s: consumer error: %s", self.name, message.error())
                 continue
-            record = self._decode(message)
-            if record is not None:
-                by_partition.setdefault(message.partition(), []).append(record)
+            if message.partition() in self._partitions:  # else revoked in this very poll
+                by_partition.setdefault(message.partition(), []).append((message.offset(), self._decode(message)))
         decided: list[Outcomes] = []
         for partition, records in by_partition.items():
-            table = self._partitions[partition].table
-            for start in range(0, len(records), FOLD_GROUP):  # one vectorised fold per group of records
-                outcomes = table.fold_records(records[start:start + FOLD_GROUP])
-                if len(outcomes):
-                    decided.append(outcomes)
+            decided.extend(self._fold(self._partitions[partition], records))
         decided.extend(self._advance_clocks())
         self._publish(decided)
         self._producer.poll(0)
+        self._count_expired_ownerless()
         self.stats.pending = sum(state.table.pending for state in self._partitions.values())
         self.stats.table_bytes = sum(state.table.nbytes for state in self._partitions.values())
         self._commit()
 
+    def _fold(self, state: _Partition, records: list[tuple[int, tuple | None]]) -> list[Outcomes]:
+        """Fold one partition's records in order, one vectorised fold per group of records.
+
+        ``next_offset`` passes a record only once it is folded (or quarantined, as None), so no
+        commit can pass a record that was read but not folded.
+        """
+        decided, group = [], []
+        for i, (offset, record) in enumerate(records):
+            if record is not None:
+                group.append(record)
+            if len(group) == FOLD_GROUP or (i == len(records) - 1 and group):
+                outcomes = state.table.fold_records(group)
+                if len(outcomes):
+                    decided.append(outcomes)
+                self.stats.entries_folded += sum(len(r[0]) for r in group)
+                group = []
+            if not group:
+                state.next_offset = offset + 1
+        return decided
+
     def _decode(self, message: Message) -> tuple | None:
-        """The record as ``fold_records`` takes it, or None when it is quarantined or not ours."""
-        state = self._partitions.get(message.partition())
-        if state is None:  # a message from a partition revoked in this very poll
-            return None
+        """The record as ``fold_records`` takes it (its valid entries), or None when it is quarantined."""
+        state = self._partitions[message.partition()]
         self.stats.records += 1
-        state.next_offset = message.offset() + 1
         try:
             batch = codec.decode_ack_batch(message.value())
         except DecodeError as error:
@@ -264,22 +306,29 @@ class AckerWorker:
             )
             self.stats.quarantined += 1
             return None
-        invalid = int(np.count_nonzero((batch.roots == 0) | (batch.kinds > MAX_EVENT_KIND)))
-        if invalid:  # the table skips (and counts) them; the record is kept for inspection
+        kinds, roots, vals = batch.kinds, batch.roots, batch.vals
+        malformed = (roots == 0) | (kinds > MAX_EVENT_KIND)
+        # a root of another partition could never complete here: its other events go elsewhere
+        elsewhere = ~malformed & (partitions_for_roots(roots, self._ack_partitions) != message.partition())
+        invalid = int(np.count_nonzero(malformed)) + int(np.count_nonzero(elsewhere))
+        if invalid:  # not folded; the record is kept for inspection
             self.stats.invalid_entries += invalid
             self._quarantine.park(
-                message, f"{invalid} of {len(batch)} entries invalid (root 0 or unknown kind); "
+                message, f"{invalid} of {len(batch)} entries invalid ({int(np.count_nonzero(malformed))} with "
+                f"root 0 or an unknown kind, {int(np.count_nonzero(elsewhere))} whose root belongs to another "
+                f"of the {self._ack_partitions} ack partitions: root mod {self._ack_partitions}, read unsigned); "
                 f"the valid ones were folded"
             )
             self.stats.quarantined += 1
+            valid = ~(malformed | elsewhere)
+            kinds, roots, vals = kinds[valid], roots[valid], vals[valid]
         timestamp = message.timestamp()[1]
         wall_ms = int(time.time() * 1000)
         if timestamp <= 0:
             timestamp = wall_ms
         if state.event_ms is None or timestamp >= state.event_ms:
             state.event_ms, state.event_wall_ms = timestamp, wall_ms
-        self.stats.entries_folded += len(batch)
-        return batch.kinds, batch.roots, batch.vals, batch.sender, timestamp, message.offset()
+        return kinds, roots, vals, batch.sender, timestamp, message.offset()
 
     def _advance_clocks(self) -> list[Outcomes]:
         """Let wall time pass on idle partitions, so trees whose acks never come time out.
@@ -317,6 +366,12 @@ class AckerWorker:
         except KafkaException as exc:  # no fetch yet: treat as idle, as before
             log.debug("%s: no positions yet: %s", self.name, exc)
         return behind
+
+    def _count_expired_ownerless(self) -> None:
+        for state in self._partitions.values():
+            expired = state.table.stats.expired_ownerless
+            self.stats.expired_ownerless += expired - state.ownerless
+            state.ownerless = expired
 
     # --- outcomes and commits -------------------------------------------------------------------
 
@@ -376,7 +431,7 @@ class AckerWorker:
         try:
             # outcomes decided below the new low points must be delivered first (DESIGN section 4)
             flush_or_raise(self._producer, what=f"{self.name} outcomes")
-            if self._retry_outcomes:
+            if self._retry_outcomes or self._quarantine.unsent:  # written again on the next poll
                 return
             self._consumer.commit(
                 offsets=[TopicPartition(self.topics.acks, p, off) for p, _, off in offsets], asynchronous=False

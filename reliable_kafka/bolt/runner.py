@@ -335,6 +335,9 @@ class Bolt:
         try:
             # inputs are committed after their outputs and acks were delivered: fewer replays
             flush_or_raise(self._producer, what=f"{self.name} outputs and acks")
+            if self._quarantine.unsent:  # a quarantine copy failed: not past its record until written
+                self._quarantine.retry_unsent()
+                return
             self._consumer.commit(asynchronous=False)
             self._uncommitted = False
         except KafkaException as exc:

@@ -134,3 +134,114 @@ def test_spout_ignores_commit_metadata_that_is_not_its_own(kafka_bootstrap):
         cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, group, source) == {0: 3}, timeout=60,
                            what="the spout resumed from offset 1 and completed")
     assert [m.value() for m in read_topic(kafka_bootstrap, out)] == [b"b", b"c"]
+
+
+def _trees(spout: int, count: int) -> tuple[list[int], bytes, bytes]:
+    """``count`` one-edge trees: the roots, an INIT record and the record that acks them all."""
+    roots = [new_id() for _ in range(count)]
+    edges = [new_id() for _ in range(count)]
+    init = codec.encode_ack_batch(spout, [EventKind.INIT] * count, roots, edges)
+    ack = codec.encode_ack_batch(new_id(), [EventKind.ACK] * count, roots, edges)
+    return roots, init, ack
+
+
+def test_acker_parks_a_reference_to_records_too_large_to_copy_and_every_good_tree_completes(kafka_bootstrap):
+    # Both records fit the broker compressed but not the acker's producer uncompressed (1 MB).
+    topics = TopologyTopics(unique_name("unparkable"), ackers=1)
+    ensure_topics(admin_client(kafka_bootstrap), topics)
+    spout = new_id()
+    before, init_before, ack_before = _trees(spout, 200)
+    after, init_after, ack_after = _trees(spout, 200)
+    does_not_decode = codec.encode_ack_batch(7, [], [], []) + bytes(1_500_000)  # trailing bytes
+    entries = 150_000  # valid, but over max_entries_per_record (100,000)
+    too_many = codec.encode_ack_batch(7, np.full(entries, EventKind.ACK, np.uint8), np.arange(1, entries + 1),
+                                      np.zeros(entries, np.int64))
+    _send(kafka_bootstrap, topics.acks, [(0, init_before), (0, ack_before)])
+    big = Producer({"bootstrap.servers": kafka_bootstrap, "compression.type": "gzip", "message.max.bytes": 10_000_000})
+    for value in (does_not_decode, too_many):
+        big.produce(topics.acks, value, partition=0)
+    assert big.flush(30) == 0
+    _send(kafka_bootstrap, topics.acks, [(0, init_after), (0, ack_after)])
+    worker = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, commit_interval_ms=100)
+    with LocalCluster(worker) as cluster:
+        cluster.wait_until(lambda: worker.stats.completed == 400, timeout=120, what="every good tree completed",
+                           progress=lambda: str(worker.stats))
+        cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, worker.group_id, topics.acks) == {0: 6},
+                           timeout=30, what="acker committed past the parked records")
+        cluster.check()  # still running
+    assert _outcomes(kafka_bootstrap, topics) == {root: OutcomeKind.COMPLETED for root in before + after}
+    assert worker.stats.quarantined == 2
+    parked = list(read_topic(kafka_bootstrap, topics.quarantine))
+    assert len(parked) == 2
+    for message, offset, size in zip(parked, (2, 3), (len(does_not_decode), len(too_many))):
+        header = codec.decode_parked(dict(message.headers())[codec.PARKED_HEADER])
+        assert message.value() is None and message.key() is None
+        assert header.value_omitted and header.original_bytes == size
+        assert (header.source_topic, header.source_partition, header.source_offset) == (topics.acks, 0, offset)
+        assert "value omitted" in header.reason and f"{topics.acks}[0]@{offset}" in header.reason
+    assert "max_entries_per_record" in codec.decode_parked(dict(parked[1].headers())[codec.PARKED_HEADER]).reason
+
+
+def test_acker_quarantines_entries_whose_root_belongs_to_another_partition_and_folds_the_rest(kafka_bootstrap):
+    topics = TopologyTopics(unique_name("wrong-partition"), ackers=3)
+    ensure_topics(admin_client(kafka_bootstrap), topics)
+    spout = new_id()
+    ours = [r for r in (new_id() for _ in range(200)) if partition_for_root(r, 3) == 0][:2]
+    elsewhere = [r for r in (new_id() for _ in range(200)) if partition_for_root(r, 3) == 1][:2]
+    ours.append(-1)  # unsigned 2**64 - 1 is in partition 0 (signed, -1 mod 3 would be 2)
+    roots = ours + elsewhere
+    edges = [new_id() for _ in roots]
+    record = codec.encode_ack_batch(spout, [EventKind.INIT] * len(roots) + [EventKind.ACK] * len(roots),
+                                    roots + roots, edges + edges)
+    _send(kafka_bootstrap, topics.acks, [(0, record)])
+    worker = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, ackers=3)
+    with LocalCluster(worker) as cluster:
+        cluster.wait_until(lambda: worker.stats.completed == len(ours), timeout=60, what="the valid trees completed",
+                           progress=lambda: str(worker.stats))
+        cluster.wait_until(lambda: len(list(read_topic(kafka_bootstrap, topics.quarantine))) == 1, timeout=30,
+                           what="the record was quarantined")
+    assert _outcomes(kafka_bootstrap, topics) == {root: OutcomeKind.COMPLETED for root in ours}
+    assert worker.stats.invalid_entries == 2 * len(elsewhere) and worker.stats.quarantined == 1
+    [(value, parked)] = _parked(kafka_bootstrap, topics.quarantine)
+    assert value == record and parked.source_offset == 0
+    assert "4 of 10 entries invalid" in parked.reason and "another of the 3 ack partitions" in parked.reason
+
+
+def test_acker_counts_roots_that_expire_without_their_init(kafka_bootstrap):
+    topics = TopologyTopics(unique_name("ownerless"), ackers=1)
+    ensure_topics(admin_client(kafka_bootstrap), topics)
+    orphans = [new_id() for _ in range(3)]
+    _send(kafka_bootstrap, topics.acks, [(0, codec.encode_ack_batch(new_id(), [EventKind.ACK] * 3, orphans,
+                                                                    [new_id() for _ in orphans]))])
+    worker = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, timeout_ms=1000)
+    with LocalCluster(worker) as cluster:
+        cluster.wait_until(lambda: worker.stats.expired_ownerless == 3, timeout=60,
+                           what="the INIT-less roots expired and were counted", progress=lambda: str(worker.stats))
+    assert worker.stats.timed_out == 0 and worker.stats.pending == 0
+
+
+def test_park_writes_a_reference_when_the_producer_or_the_broker_refuses_the_copy(kafka_bootstrap):
+    from reliable_kafka.transport import new_producer, park
+
+    loose, strict = unique_name("park-loose"), unique_name("park-strict")
+    create_topics(kafka_bootstrap, {loose: 1})
+    create_topics(kafka_bootstrap, {strict: 1}, config={"max.message.bytes": "20000"})
+    producer = new_producer(kafka_bootstrap)
+    delivered = []
+    cases = [(loose, bytes(1_500_000)),  # over the producer's message.max.bytes: produce refuses it
+             (strict, bytes(50_000)),  # over the topic's max.message.bytes: the broker refuses it
+             (strict, b"small")]  # copied as it is
+    for offset, (topic, value) in enumerate(cases):
+        park(producer, topic, key=b"k", value=value, headers=[("h", b"v")],
+             parked=codec.ParkedRecord(reason="test", attempts=3, source_topic="src", source_partition=0,
+                                       source_offset=offset),
+             on_delivery=lambda error, message: delivered.append(error))
+        assert producer.flush(30) == 0  # one batch each: the broker refuses a whole batch as too large
+    assert delivered == [None, None, None]
+    parked = [(m, codec.decode_parked(dict(m.headers())[codec.PARKED_HEADER]))
+              for topic in (loose, strict) for m in read_topic(kafka_bootstrap, topic)]
+    parked.sort(key=lambda pair: pair[1].source_offset)  # a reference follows the copies queued after it
+    assert [(m.value(), p.value_omitted, p.original_bytes, p.source_offset) for m, p in parked] == [
+        (None, True, 1_500_000 + 3, 0), (None, True, 50_000 + 3, 1), (b"small", False, 5 + 3, 2)]
+    assert "value omitted" in parked[0][1].reason and "src[0]@0" in parked[0][1].reason
+    assert parked[2][0].key() == b"k" and dict(parked[2][0].headers())["h"] == b"v"

@@ -160,10 +160,27 @@ def test_outcomes_round_trip(spout, entries):
         source_timestamp_ms=st.integers(-1, 2**50),
         component=st.text(max_size=20),
         parked_at_ms=st.integers(0, 2**50),
+        value_omitted=st.booleans(),
+        original_bytes=st.integers(-1, 2**40),
     )
 )
 def test_parked_round_trip(parked):
     assert codec.decode_parked(codec.encode_parked(parked)) == parked
+
+
+def test_parked_header_written_before_the_reference_fields_still_decodes():
+    import io
+
+    import fastavro
+
+    first = codec._schema("parked_record_first")
+    buffer = io.BytesIO()
+    buffer.write(b"\x01")
+    fastavro.schemaless_writer(buffer, first, {
+        "reason": "old", "attempts": 2, "source_topic": "t", "source_partition": 1, "source_offset": 9,
+        "source_timestamp_ms": 5, "component": "spout", "parked_at_ms": 7})
+    parked = codec.decode_parked(buffer.getvalue())
+    assert parked == codec.ParkedRecord("old", 2, "t", 1, 9, 5, "spout", 7, value_omitted=False, original_bytes=-1)
 
 
 def test_parked_stamps_wall_clock_when_unset():
