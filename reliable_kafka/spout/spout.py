@@ -373,6 +373,9 @@ class Spout:
 
     # --- outcomes, retries, dead letters --------------------------------------------------------
 
+    def _completed(self, record: SourceRecord) -> None:
+        """Hook: ``record``'s tree completed (bench/bench_pipeline.py times completions here)."""
+
     def _take_outcomes(self) -> None:
         failures, self._local_failures = self._local_failures, []
         for root in failures:
@@ -389,7 +392,9 @@ class Spout:
         record_key = (action.tp, action.offset)
         if action.kind is ActionKind.DONE:
             self.stats.completed += 1
-            self._records.pop(record_key, None)
+            record = self._records.pop(record_key, None)
+            if record is not None:
+                self._completed(record)
         elif action.kind is ActionKind.DEAD_LETTER:
             record = self._record(action.tp, action.offset)
             if record is not None:
