@@ -35,7 +35,6 @@ import multiprocessing as mp
 import os
 import random
 import statistics
-import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field

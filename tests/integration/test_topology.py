@@ -11,7 +11,7 @@ import pytest
 
 from examples.word_count import build
 from reliable_kafka.demo import SENTENCES
-from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, TopologyError
+from reliable_kafka import AckerWorker, BasicBolt, Bolt, LocalCluster, Spout, TopologyError
 from reliable_kafka import codec
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, end_offsets
@@ -139,6 +139,44 @@ def test_dropped_tuples_time_out_replay_and_complete_without_early_commit(kafka_
     ]
     assert not violations, f"commit passed an incomplete record: {violations[:3]}"
     assert len(samples) > 20
+
+
+def test_undelivered_tuples_are_counted_and_their_trees_time_out_and_replay(kafka_bootstrap):
+    # spouts and bolts take delivery reports for failures only (no Python call per delivered
+    # tuple): a tuple the broker refuses must still be counted and its tree must never complete
+    # before a replay delivers it
+    topology = unique_name("undelivered")
+    source, middle, sink_topic = f"{topology}-source", f"{topology}-middle", f"{topology}-sink"
+    create_topics(kafka_bootstrap, {source: 1, middle: 1})
+    create_topics(kafka_bootstrap, {sink_topic: 1}, config={"max.message.bytes": "2000"})
+    produce_values(kafka_bootstrap, source, [f"r{i}".encode() for i in range(20)])
+    too_big = b"x" * 10_000  # over the sink topic's max.message.bytes: the broker refuses it
+    first_sight: set[bytes] = set()
+
+    def oversize_once(value: bytes) -> bytes:
+        if value in (b"r3", b"r11") and value not in first_sight:
+            first_sight.add(value)
+            return too_big
+        return value
+
+    def relay(tuple_, collector):
+        collector.emit(sink_topic, oversize_once(tuple_.value), key=tuple_.value)
+
+    received: list[bytes] = []
+    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle,
+                  message_timeout_ms=2_000, backoff=FAST_RETRY, backstop_grace_ms=5_000)
+    relay_bolt = BasicBolt(**on, source_topics=middle, group_id=f"{topology}-relay", handler=relay)
+    sink = BasicBolt(**on, source_topics=sink_topic, group_id=f"{topology}-sink",
+                     handler=lambda t, c: received.append(t.value))
+    with LocalCluster(AckerWorker(**on, ackers=1, timeout_ms=2_000), spout, relay_bolt, sink) as cluster:
+        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=120,
+                           what="every record completed, the refused ones after a replay",
+                           progress=_progress(kafka_bootstrap, f"{topology}-spout", source, spout))
+    assert relay_bolt.stats.delivery_errors >= 2
+    assert spout.stats.replayed >= 2  # the two trees timed out: nothing completed them early
+    assert spout.stats.completed == 20
+    assert too_big not in received and {b"r3", b"r11"} <= set(received)
 
 
 def test_poison_record_goes_to_the_dead_letter_topic_and_the_commit_moves_past_it(kafka_bootstrap):
