@@ -24,6 +24,9 @@ source timestamp -> the spout learns COMPLETED (tracked). The curve is written a
 
 Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--bootstrap H:P]``.
 Sized for a 2-core machine: the default run takes a few minutes, ``--quick`` about two.
+Projections of work on other branches, labelled as such: ``--project-v2`` adds ``tracked_v2``
+(rk-anchors v2 by a struct stand-in), ``--acker-consume-batch`` makes the acker consume with
+:func:`~reliable_kafka.polling.consume_batch`.
 """
 
 from __future__ import annotations
@@ -169,7 +172,7 @@ def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
             acker.start = start_then_wrap
         return acker
     if role == "spout":
-        options = {"guarantee": "at_least_once"} if config == "tracked" else \
+        options = {"guarantee": "at_least_once"} if config.startswith("tracked") else \
             {"guarantee": "at_least_once", "ackers": 0} if config == "ackers0" else {"guarantee": "none"}
         spout = _tracked_spout_class()(**on, source_topics=topics["source"], group_id=f"{topics['topology']}-spout",
                                        emit_to=topics["sentences"], **options)
@@ -192,12 +195,39 @@ def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
     return BasicBolt(**on, source_topics=topics["words"], group_id=f"{topics['topology']}-count", handler=count)
 
 
+def _anchors_v2_stand_in() -> None:
+    """``--project-v2``: rk-anchors as fixed-width big-endian pairs (struct), in every component.
+
+    A projection of the header version 2 (DESIGN 3) that another branch brings to codec.py: the
+    same layout and cost class, minus the Avro length prefix. Only this bench's processes use it.
+    """
+    import struct
+
+    from reliable_kafka import codec
+
+    v1_decode = codec.decode_anchors
+
+    def encode(anchors) -> bytes:
+        flat = [x for pair in (anchors.items() if hasattr(anchors, "items") else anchors) for x in pair]
+        return b"\x02" + struct.pack(f">{len(flat)}q", *flat)
+
+    def decode(raw):
+        if raw and raw[0] == 2:
+            values = struct.unpack_from(f">{(len(raw) - 1) // 8}q", raw, 1)
+            return dict(zip(values[::2], values[1::2]))
+        return v1_decode(raw)
+
+    codec.encode_anchors, codec.decode_anchors = encode, decode
+
+
 def component_main(roles: list[str], config: str, topics: dict, bootstrap: str, counter, completed,
                    ready, stop, results) -> None:
     """One component process (or, with several roles, a LocalCluster of threads)."""
     import logging
 
     logging.basicConfig(level=logging.WARNING)
+    if config == "tracked_v2":
+        _anchors_v2_stand_in()
     probe = _Probe(counter, completed)
     if config == "plain":
         _plain_role(roles[0], topics, bootstrap, probe, stop, ready)
@@ -296,7 +326,7 @@ class Pipeline:
                        "words": f"{topology}-words"}
         create_topics(self.bootstrap, {self.topics[t]: PARTITIONS for t in ("source", "sentences", "words")})
         ensure_topics(admin_client(self.bootstrap), TopologyTopics(topology, ackers=1))
-        roles = ["spout", "split", "count"] + (["acker"] if self.config == "tracked" else [])
+        roles = ["spout", "split", "count"] + (["acker"] if self.config.startswith("tracked") else [])
         groups = [roles] if self.threads else [[role] for role in roles]
         self.counter, self.completed = ctx.Value("q", 0, lock=False), ctx.Value("q", 0, lock=False)
         self._stop, self._results = ctx.Event(), ctx.Queue()
@@ -339,7 +369,7 @@ class Pipeline:
 
     def drained(self) -> bool:
         return self.counter.value >= self.written * WORDS_PER_SENTENCE and \
-            (self.config != "tracked" or self.completed.value >= self.written)
+            (not self.config.startswith("tracked") or self.completed.value >= self.written)
 
     def wait(self, condition, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -367,7 +397,7 @@ class Pipeline:
                                f"({self.counter.value - words_before} of {target - words_before} words)")
         counted = time.perf_counter() - started
         completed = None
-        if self.config == "tracked":
+        if self.config.startswith("tracked"):
             if not self.wait(self.drained, timeout):
                 raise RuntimeError(f"{self.config}: burst not completed within {timeout:.0f}s")
             completed = time.perf_counter() - started
@@ -517,7 +547,7 @@ def _latency_curve(ctx, bootstrap, broker_pids, pool, configs, rates, *, seconds
             counted = pipeline.latencies(phase, "latencies")
             completed = pipeline.latencies(phase, "completion")
             point = RatePoint(config, rate, achieved, _percentile(counted, 0.5), _percentile(counted, 0.99))
-            if config == "tracked":
+            if config.startswith("tracked"):
                 point.completed_p50, point.completed_p99 = _percentile(completed, 0.5), _percentile(completed, 0.99)
             worst = point.completed_p99 if point.completed_p99 is not None else point.counted_p99
             point.saturated = not drained or worst > SATURATED_P99_MS or achieved < 0.8 * rate
@@ -575,6 +605,8 @@ def main() -> None:
     parser.add_argument("--no-latency", action="store_true", help="skip the latency curve")
     parser.add_argument("--plot", type=Path, default=Path("docs/perf/pipeline-latency.png"))
     parser.add_argument("--bootstrap", help="an existing broker (else an embedded one is started)")
+    parser.add_argument("--project-v2", action="store_true",
+                        help="also run tracked_v2: tracked with a struct stand-in for the rk-anchors v2 codec")
     parser.add_argument("--acker-consume-batch", action="store_true",
                         help="projection: the acker consumes with consume_batch (not yet in acker/worker.py)")
     args = parser.parse_args()
@@ -585,7 +617,7 @@ def main() -> None:
     seconds = 2.0 if args.quick else 3.0
     if args.acker_consume_batch:
         os.environ["RK_BENCH_ACKER_CONSUME_BATCH"] = "1"  # inherited by the spawned components
-    configs = list(CONFIGS) + (["ackers0"] if args.with_ackers0 else [])
+    configs = list(CONFIGS) + (["tracked_v2"] if args.project_v2 else []) + (["ackers0"] if args.with_ackers0 else [])
     ctx = mp.get_context("spawn")
     pool = _sentence_pool()
     print(f"word count bench: {sentences} sentences x {rounds} rounds, {os.cpu_count()} CPUs, "
