@@ -103,6 +103,8 @@ class AckSender:
         self.records_sent = 0
         self.entries_sent = 0
         self._packer = AckPacker(ack_partitions=ack_partitions)
+        # add(kind, root, val=0): the packer's own method, one call per ack entry instead of two
+        self.add = self._packer.add
 
     @property
     def ack_partitions(self) -> int:
@@ -110,9 +112,6 @@ class AckSender:
 
     def __len__(self) -> int:
         return len(self._packer)
-
-    def add(self, kind: EventKind, root: int, val: int = 0) -> None:
-        self._packer.add(kind, root, val)
 
     def add_many(self, kind: EventKind, entries: Iterable[tuple[int, int]]) -> None:
         self._packer.add_many(kind, entries)
