@@ -463,8 +463,10 @@ class Spout:
             self._process(_replace_attempt(record, redelivery.attempt))
 
     def _apply_backpressure(self) -> None:
-        assignment = self._consumer.assignment()
         over = self.tracker.over_max_pending()
+        if over == self.stats.paused:
+            return  # nothing to change; assignment() is a round trip to librdkafka's thread (ms)
+        assignment = self._consumer.assignment()
         if over and not self.stats.paused and assignment:
             self._consumer.pause(assignment)
             self.stats.paused = True

@@ -179,6 +179,37 @@ def test_undelivered_tuples_are_counted_and_their_trees_time_out_and_replay(kafk
     assert too_big not in received and {b"r3", b"r11"} <= set(received)
 
 
+def test_spout_pauses_at_max_pending_and_resumes_when_trees_complete(kafka_bootstrap):
+    topology = unique_name("pending")
+    source, middle = f"{topology}-source", f"{topology}-middle"
+    create_topics(kafka_bootstrap, {source: 1, middle: 1})
+    produce_values(kafka_bootstrap, source, [f"r{i}".encode() for i in range(60)])
+    held: list = []
+    release = threading.Event()
+
+    def hold_until_released(tuple_, collector):
+        held.append(tuple_)
+        if release.is_set():
+            for t in held:
+                collector.ack(t)
+            held.clear()
+
+    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle, max_pending=5,
+                  batch_size=10)
+    bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-hold", handler=hold_until_released)
+    with LocalCluster(AckerWorker(**on, ackers=1), spout, bolt) as cluster:
+        cluster.wait_until(lambda: spout.stats.paused, timeout=60, what="the spout paused at max_pending")
+        read = spout.stats.read
+        time.sleep(1.0)  # many rounds of the spout's loop: a paused spout reads nothing more
+        assert spout.stats.read == read <= 10
+        release.set()
+        produce_values(kafka_bootstrap, middle, [b"nudge"])  # an untracked record wakes the bolt
+        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=120,
+                           what="every record completed after the bolt acked")
+    assert spout.stats.completed == 60 and not spout.stats.paused
+
+
 def test_poison_record_goes_to_the_dead_letter_topic_and_the_commit_moves_past_it(kafka_bootstrap):
     topology, sentences, words = _word_count_topics(kafka_bootstrap, "wc-poison")
     batch = [SENTENCES[i % 5] for i in range(50)]
