@@ -323,14 +323,33 @@ class OutcomeListener:
         assigned = {tp.partition for tp in self._consumer.assignment()}
         if partition not in assigned:
             if from_offset is None:
-                _, from_offset = self._consumer.get_watermark_offsets(
-                    TopicPartition(self.topics.outcomes, partition), timeout=timeout, cached=False)
+                from_offset = self._end_offset(partition, timeout)
             self._consumer.incremental_assign([TopicPartition(self.topics.outcomes, partition, from_offset)])
             self._next[partition] = from_offset
         elif from_offset is not None and from_offset < self.position(owner):
             # read again from the earlier point: outcomes for roots no longer held are ignored
             self._consumer.seek(TopicPartition(self.topics.outcomes, partition, from_offset))
             self._next[partition] = from_offset
+
+    def _end_offset(self, partition: int, timeout: float) -> int:
+        """The outcome partition's end, asked of its leader; retried while that is not settled.
+
+        Right after an acker created the topic, the broker may answer NOT_LEADER_FOR_PARTITION for
+        a moment (seen on a loaded machine): a spout must not die of that at start.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                _, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topics.outcomes, partition), timeout=max(1.0, deadline - time.monotonic()),
+                    cached=False)
+                return high
+            except KafkaException as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                log.info("outcome partition %s[%s] not ready (%s); asking again", self.topics.outcomes, partition,
+                         exc.args[0])
+                time.sleep(0.2)
 
     def unfollow(self, owner: int) -> None:
         self._owners.discard(owner)
