@@ -13,19 +13,21 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from reliable_kafka import codec
-from reliable_kafka.core.anchors import Anchored, ack_entries, anchor_child, fail_roots
+from reliable_kafka.core.anchors import Anchored, anchor_child, fail_roots
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import ConfigError, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.lifecycle import run_until_stopped
+from reliable_kafka.polling import consume_batch
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.transport import (
+    ERRORS_ONLY,
     AckSender,
     ProducerUnusable,
     Quarantine,
@@ -42,6 +44,7 @@ __all__ = ["Tuple", "BoltCollector", "Bolt", "BasicBolt", "BoltStats"]
 
 log = logging.getLogger(__name__)
 
+_ANCHORS = codec.ANCHORS_HEADER
 TXN_DEADLINE_S = 45.0  # a transactional call past its own 30 s timeout is stuck (see with_deadline)
 
 
@@ -90,6 +93,20 @@ class BoltStats:
     aborted_transactions: int = 0
 
 
+def _child_anchors(anchors: Tuple | Sequence[Tuple] | None) -> dict[int, int]:
+    """The new child's anchors (updating its parents' ack vals), as ``anchor_child``."""
+    if anchors is None:
+        return {}
+    if isinstance(anchors, Tuple):  # the common case: anchor_child([anchored]) without its loop
+        parent = anchors.anchored
+        if not parent.anchors:
+            return {}
+        edge = new_id()
+        parent.ack_val ^= edge
+        return dict.fromkeys(parent.anchors, edge)
+    return anchor_child(parent.anchored for parent in anchors)
+
+
 class BoltCollector:
     """Emits tuples and acks, fails or resets the timeout of inputs; entries are packed per batch."""
 
@@ -107,18 +124,14 @@ class BoltCollector:
         partition: int | None = None,
     ) -> None:
         """Send a record to ``topic``, anchored to ``anchors`` (one tuple or several; None: unanchored)."""
-        if anchors is None:
-            parents: Iterable[Tuple] = ()
-        elif isinstance(anchors, Tuple):
-            parents = (anchors,)
-        else:
-            parents = anchors
-        child = anchor_child(parent.anchored for parent in parents)
-        self._bolt._produce(topic, value, key, headers, partition, child)
+        self._bolt._produce(topic, value, key, headers, partition, _child_anchors(anchors))
 
     def ack(self, tuple_: Tuple) -> None:
-        if tuple_.tracked:
-            self._bolt._acks.add_many(EventKind.ACK, ack_entries(tuple_.anchored))
+        anchored = tuple_.anchored
+        if anchored.anchors:
+            add, ack_val = self._bolt._acks.add, anchored.ack_val
+            for root, edge in anchored.anchors.items():  # ack_entries(anchored)
+                add(EventKind.ACK, root, edge ^ ack_val)
         self._bolt.stats.acked += 1
 
     def fail(self, tuple_: Tuple) -> None:
@@ -138,8 +151,9 @@ class _BasicCollector(BoltCollector):
     current: Tuple | None = None
 
     def emit(self, topic, value, *, key=None, anchors=None, headers=None, partition=None) -> None:
-        super().emit(topic, value, key=key, anchors=anchors if anchors is not None else self.current,
-                     headers=headers, partition=partition)
+        # BoltCollector.emit, inlined: this runs once per output tuple
+        self._bolt._produce(topic, value, key, headers, partition,
+                            _child_anchors(self.current if anchors is None else anchors))
 
 
 class Bolt:
@@ -221,6 +235,7 @@ class Bolt:
             overrides = {"transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 60_000}
         self._ack_partitions = ack_partitions
         self._producer_overrides = overrides
+        self._producer_overrides.update(ERRORS_ONLY, on_delivery=self._delivered)
         self._new_producer()
         consumer_overrides = {"isolation.level": "read_committed"}
         if self.transactional and self._stable_name:
@@ -261,15 +276,17 @@ class Bolt:
     # --- the loop -------------------------------------------------------------------------------
 
     def poll_once(self, timeout: float = 0.1) -> None:
-        messages = [m for m in self._consumer.consume(num_messages=self.batch_size, timeout=timeout)
-                    if self._usable(m)]
+        messages = [m for m in consume_batch(self._consumer, self.batch_size, timeout) if self._usable(m)]
         if self.transactional:
             if messages:
                 self._process_in_transaction(messages)
             return
+        ends: dict[tuple[str, int], int] = {}
         for message in messages:
             self._process(message)
-            self._consumer.store_offsets(message)
+            ends[(message.topic(), message.partition())] = message.offset() + 1
+        if ends:  # one store per batch: the offset after each partition's last processed message
+            self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()])
             self._uncommitted = True
         self._acks.send()
         self._producer.poll(0)
@@ -284,19 +301,25 @@ class Bolt:
 
     def _process(self, message: Message) -> None:
         self.stats.received += 1
-        headers = list(message.headers() or [])
-        anchors: dict[int, int] = {}
-        raw = [v for k, v in headers if k == codec.ANCHORS_HEADER]
-        if raw:
+        headers = message.headers() or []  # read only: a new list is made when one is removed
+        raw = None
+        if len(headers) == 1:  # the common case: rk-anchors alone, or one header of the user's
+            if headers[0][0] == _ANCHORS:
+                raw, headers = headers[0][1], []
+        elif headers:
+            found = [v for k, v in headers if k == _ANCHORS]
+            if found:
+                raw, headers = found[-1], [(k, v) for k, v in headers if k != _ANCHORS]
+        if raw is not None:
             try:
-                anchors = codec.decode_anchors(raw[-1])
+                anchors = codec.decode_anchors(raw)
             except DecodeError as error:
                 # its tree cannot be acked: upstream times it out and replays it; the copy keeps it
                 self._quarantine.decode_error(message, error)
                 self.stats.quarantined += 1
                 return
-            headers = [(k, v) for k, v in headers if k != codec.ANCHORS_HEADER]
         else:
+            anchors = {}
             self.stats.untracked += 1
         timestamp = message.timestamp()
         tuple_ = Tuple(message.topic(), message.partition(), message.offset(), message.key(), message.value(),
@@ -317,12 +340,12 @@ class Bolt:
             self.collector.fail(tuple_)
 
     def _produce(self, topic, value, key, headers, partition, anchors: dict[int, int]) -> None:
-        produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors,
-                      on_delivery=self._delivered)
+        produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
         self.stats.emitted += 1
         self.output_topics.add(topic)
 
     def _delivered(self, error, message) -> None:
+        """The producer's delivery report, for failed messages only (:data:`ERRORS_ONLY`)."""
         if error is not None:  # the child's edge stays in its tree: it times out and replays
             self.stats.delivery_errors += 1
             log.error("%s: output to %s not delivered: %s", self.name, message.topic(), error)

@@ -359,6 +359,8 @@ class InFlightTracker:
             return False
         if offset in part.done:
             return True
+        if part.position is None or offset >= part.position:
+            return False  # the usual case, a new record: the commit point never passes an offset not done
         point = part.commit_point()
         return point is not None and offset < point
 

@@ -8,7 +8,6 @@ offset is the tracker's commit point: every record below it completed or was dea
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -18,15 +17,17 @@ from typing import Callable, Literal
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from reliable_kafka.codec import ParkedRecord
-from reliable_kafka.core.anchors import Anchored, ack_entries, anchor_child, spout_root
+from reliable_kafka.core.anchors import Anchored, spout_root
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.core.tracker import ActionKind, Backoff, InFlightTracker, OutcomeAction
 from reliable_kafka.errors import ConfigError, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.lifecycle import run_until_stopped
+from reliable_kafka.polling import consume_batch
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.transport import (
+    ERRORS_ONLY,
     AckSender,
     OutcomeListener,
     ProducerUnusable,
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 
 Guarantee = Literal["at_least_once", "at_most_once", "none"]
 TopicPartitionKey = tuple[str, int]
+
+OUTCOME_WAIT_S = 0.005  # longest wait for source records while trees are in flight: outcomes come first
+DEAD_LETTER_FLUSH_S = 1.0  # how long a round waits to learn that its dead letters were written
 
 
 @dataclass(frozen=True)
@@ -102,15 +106,21 @@ class SpoutCollector:
         partition: int | None = None,
     ) -> None:
         """Send a tuple of the current tree to ``topic`` (tracked when the spout tracks)."""
-        anchors = anchor_child([self._parent]) if self._parent is not None else {}
-        self._spout._produce_output(topic, value, key, headers, partition, anchors, self._root)
+        parent = self._parent
+        if parent is None:
+            anchors = {}
+        else:  # anchor_child([parent]) for the one parent a spout tuple has, without its loop
+            edge = new_id()
+            parent.ack_val ^= edge
+            anchors = {self._root: edge}
+        self._spout._produce_output(topic, value, key, headers, partition, anchors)
 
     def emit_unanchored(
         self, topic: str, value: bytes | None, *, key: bytes | None = None,
         headers: list[tuple[str, bytes]] | None = None, partition: int | None = None,
     ) -> None:
         """Send a record that belongs to no tree (not tracked, never replayed)."""
-        self._spout._produce_output(topic, value, key, headers, partition, {}, None)
+        self._spout._produce_output(topic, value, key, headers, partition, {})
 
 
 def forward_to(topic: str) -> Callable[[SourceRecord, SpoutCollector], None]:
@@ -197,7 +207,7 @@ class Spout:
         self.output_topics: set[str] = set()  # for the status page's graph
         self._collector = SpoutCollector(self)
         self._records: dict[tuple[TopicPartitionKey, int], SourceRecord] = {}
-        self._local_failures: list[int] = []
+        self._dead_letters_unconfirmed: list[_DeadLetterWrite] = []
         self._committed: dict[TopicPartitionKey, tuple[int, str]] = {}
         self._last_commit = 0.0
         self._consumer = None
@@ -217,8 +227,8 @@ class Spout:
         return run_until_stopped(self, stop, handle_signals=handle_signals)
 
     def _make_producer(self):
-        return new_producer(self.bootstrap_servers, self.kafka_config,
-                            ack_sender=self.name if self._sends_acks else None)
+        return new_producer(self.bootstrap_servers, self.kafka_config, **ERRORS_ONLY,
+                            ack_sender=self.name if self._sends_acks else None, on_delivery=self._output_failed)
 
     def _make_listener(self) -> OutcomeListener:
         return OutcomeListener(
@@ -256,6 +266,7 @@ class Spout:
     def close(self) -> None:
         try:
             if self._consumer is not None:
+                self._confirm_dead_letters()
                 self._commit(force=True)
                 self._consumer.close()
         finally:
@@ -304,9 +315,12 @@ class Spout:
     def poll_once(self, timeout: float = 0.1) -> None:
         """One round: outcomes, timeouts, redeliveries, new records, INITs, commit."""
         self._take_outcomes()
+        self._confirm_dead_letters()
         self._redeliver_due()
         self._apply_backpressure()
-        messages = self._consumer.consume(num_messages=self.batch_size, timeout=timeout)
+        if self.tracker.pending_roots():
+            timeout = min(timeout, OUTCOME_WAIT_S)  # outcomes are read on the next round
+        messages = consume_batch(self._consumer, self.batch_size, timeout)
         if self.guarantee == "at_most_once":
             self._commit_before_emit(messages)
         for message in messages:
@@ -352,7 +366,7 @@ class Spout:
             return
         self.tracker.emitted(key, record.offset, root=root, attempt=record.attempt)
         self._records[(key, record.offset)] = record
-        self._ack_sender(key).add_many(EventKind.INIT, ack_entries(parent))
+        self._ack_sender(key).add(EventKind.INIT, root, parent.ack_val)  # = ack_entries(parent)
 
     # hooks that the transactional spout overrides
     def _consumer_overrides(self) -> dict:
@@ -367,26 +381,29 @@ class Spout:
     def _record(self, key: TopicPartitionKey, offset: int) -> SourceRecord | None:
         return self._records.get((key, offset))
 
-    def _produce_output(self, topic, value, key, headers, partition, anchors, root) -> None:
-        produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors,
-                      on_delivery=functools.partial(self._output_delivered, root))
+    def _produce_output(self, topic, value, key, headers, partition, anchors) -> None:
+        produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
         if anchors:
             self.stats.emitted += 1
         self.output_topics.add(topic)
 
-    def _output_delivered(self, root: int | None, error, message) -> None:
+    def _output_failed(self, error, message) -> None:
+        """The producer's delivery report, for failed messages only (:data:`ERRORS_ONLY`).
+
+        A tuple that was not delivered keeps its edge in its tree's XOR: the acker times the tree
+        out and it is replayed (a report cannot name the tree: reports carry no headers).
+        """
         if error is not None:
             self.stats.output_delivery_errors += 1
-            log.error("%s: tuple to %s not delivered: %s", self.name, message.topic(), error)
-            if root is not None:
-                self._local_failures.append(root)
+            log.error("%s: tuple to %s[%s] not delivered (its tree will time out and replay): %s",
+                      self.name, message.topic(), message.partition(), error)
 
     # --- outcomes, retries, dead letters --------------------------------------------------------
 
+    def _completed(self, record: SourceRecord) -> None:
+        """Hook: ``record``'s tree completed (bench/bench_pipeline.py times completions here)."""
+
     def _take_outcomes(self) -> None:
-        failures, self._local_failures = self._local_failures, []
-        for root in failures:
-            self._act(self.tracker.on_outcome(root, OutcomeKind.FAILED))
         if self._listener is not None:
             for root, kind in self._listener.poll(0.0):
                 self._act(self.tracker.on_outcome(root, kind))
@@ -399,7 +416,9 @@ class Spout:
         record_key = (action.tp, action.offset)
         if action.kind is ActionKind.DONE:
             self.stats.completed += 1
-            self._records.pop(record_key, None)
+            record = self._records.pop(record_key, None)
+            if record is not None:
+                self._completed(record)
         elif action.kind is ActionKind.DEAD_LETTER:
             record = self._record(action.tp, action.offset)
             if record is not None:
@@ -407,14 +426,12 @@ class Spout:
         # REDELIVER: the tracker schedules it; _redeliver_due picks it up after the backoff
 
     def _dead_letter(self, record: SourceRecord, action: OutcomeAction) -> None:
-        def delivered(error, message, record=record, action=action):
+        write = _DeadLetterWrite(record, action)
+
+        def failed(error, message, write=write):
             if error is not None:
                 log.error("%s: dead letter for %s not written (%s); retrying", self.name, record.coordinates, error)
-                self._dead_letter(record, action)
-                return
-            self.stats.dead_lettered += 1
-            self.tracker.dead_lettered((record.topic, record.partition), record.offset)
-            self._records.pop(((record.topic, record.partition), record.offset), None)
+                write.failed = True
 
         reason = f"{action.reason} after {record.attempt} attempts"
         log.warning("%s: %s %s; parked in %s", self.name, record.coordinates, reason, self.topics.dlq)
@@ -423,8 +440,28 @@ class Spout:
             parked=ParkedRecord(reason=reason, attempts=record.attempt, source_topic=record.topic,
                                 source_partition=record.partition, source_offset=record.offset,
                                 source_timestamp_ms=record.timestamp_ms, component=self.name),
-            on_delivery=delivered,
+            on_delivery=failed,
         )
+        self._dead_letters_unconfirmed.append(write)
+
+    def _confirm_dead_letters(self) -> None:
+        """Count dead letters done once the producer has delivered everything sent before them.
+
+        Its delivery reports are for failures only (:data:`ERRORS_ONLY`): a flush that leaves
+        nothing queued means every earlier write was delivered or reported failed. Dead letters
+        are rare, so the flush costs nothing on the hot path; until it succeeds they stay pending.
+        """
+        if not self._dead_letters_unconfirmed or self._producer.flush(DEAD_LETTER_FLUSH_S) > 0:
+            return
+        writes, self._dead_letters_unconfirmed = self._dead_letters_unconfirmed, []
+        for write in writes:
+            record = write.record
+            if write.failed:
+                self._dead_letter(record, write.action)
+                continue
+            self.stats.dead_lettered += 1
+            self.tracker.dead_lettered((record.topic, record.partition), record.offset)
+            self._records.pop(((record.topic, record.partition), record.offset), None)
 
     def _redeliver_due(self) -> None:
         for redelivery in self.tracker.due_redeliveries():
@@ -435,8 +472,10 @@ class Spout:
             self._process(_replace_attempt(record, redelivery.attempt))
 
     def _apply_backpressure(self) -> None:
-        assignment = self._consumer.assignment()
         over = self.tracker.over_max_pending()
+        if over == self.stats.paused:
+            return  # nothing to change; assignment() is a round trip to librdkafka's thread (ms)
+        assignment = self._consumer.assignment()
         if over and not self.stats.paused and assignment:
             self._consumer.pause(assignment)
             self.stats.paused = True
@@ -483,6 +522,13 @@ class Spout:
         for key, point, metadata in offsets:
             self._committed[key] = (point, metadata)
             self.stats.committed[key] = point
+
+
+class _DeadLetterWrite:
+    __slots__ = ("record", "action", "failed")
+
+    def __init__(self, record: SourceRecord, action: OutcomeAction) -> None:
+        self.record, self.action, self.failed = record, action, False
 
 
 def _source_record(message: Message) -> SourceRecord:

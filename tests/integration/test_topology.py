@@ -12,7 +12,7 @@ from confluent_kafka import KafkaException
 
 from examples.word_count import build
 from reliable_kafka.demo import SENTENCES
-from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, TopologyError
+from reliable_kafka import AckerWorker, BasicBolt, Bolt, LocalCluster, Spout, TopologyError
 from reliable_kafka import codec
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, end_offsets
@@ -152,6 +152,75 @@ def test_dropped_tuples_time_out_replay_and_complete_without_early_commit(kafka_
     ]
     assert not violations, f"commit passed an incomplete record: {violations[:3]}"
     assert len(samples) > 20
+
+
+def test_undelivered_tuples_are_counted_and_their_trees_time_out_and_replay(kafka_bootstrap):
+    # spouts and bolts take delivery reports for failures only (no Python call per delivered
+    # tuple): a tuple the broker refuses must still be counted and its tree must never complete
+    # before a replay delivers it
+    topology = unique_name("undelivered")
+    source, middle, sink_topic = f"{topology}-source", f"{topology}-middle", f"{topology}-sink"
+    create_topics(kafka_bootstrap, {source: 1, middle: 1})
+    create_topics(kafka_bootstrap, {sink_topic: 1}, config={"max.message.bytes": "2000"})
+    produce_values(kafka_bootstrap, source, [f"r{i}".encode() for i in range(20)])
+    too_big = b"x" * 10_000  # over the sink topic's max.message.bytes: the broker refuses it
+    first_sight: set[bytes] = set()
+
+    def oversize_once(value: bytes) -> bytes:
+        if value in (b"r3", b"r11") and value not in first_sight:
+            first_sight.add(value)
+            return too_big
+        return value
+
+    def relay(tuple_, collector):
+        collector.emit(sink_topic, oversize_once(tuple_.value), key=tuple_.value)
+
+    received: list[bytes] = []
+    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle,
+                  message_timeout_ms=2_000, backoff=FAST_RETRY, backstop_grace_ms=5_000)
+    relay_bolt = BasicBolt(**on, source_topics=middle, group_id=f"{topology}-relay", handler=relay)
+    sink = BasicBolt(**on, source_topics=sink_topic, group_id=f"{topology}-sink",
+                     handler=lambda t, c: received.append(t.value))
+    with LocalCluster(AckerWorker(**on, ackers=1, timeout_ms=2_000), spout, relay_bolt, sink) as cluster:
+        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=120,
+                           what="every record completed, the refused ones after a replay",
+                           progress=_progress(kafka_bootstrap, f"{topology}-spout", source, spout))
+    assert relay_bolt.stats.delivery_errors >= 2
+    assert spout.stats.replayed >= 2  # the two trees timed out: nothing completed them early
+    assert spout.stats.completed == 20
+    assert too_big not in received and {b"r3", b"r11"} <= set(received)
+
+
+def test_spout_pauses_at_max_pending_and_resumes_when_trees_complete(kafka_bootstrap):
+    topology = unique_name("pending")
+    source, middle = f"{topology}-source", f"{topology}-middle"
+    create_topics(kafka_bootstrap, {source: 1, middle: 1})
+    produce_values(kafka_bootstrap, source, [f"r{i}".encode() for i in range(60)])
+    held: list = []
+    release = threading.Event()
+
+    def hold_until_released(tuple_, collector):
+        held.append(tuple_)
+        if release.is_set():
+            for t in held:
+                collector.ack(t)
+            held.clear()
+
+    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle, max_pending=5,
+                  batch_size=10)
+    bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-hold", handler=hold_until_released)
+    with LocalCluster(AckerWorker(**on, ackers=1), spout, bolt) as cluster:
+        cluster.wait_until(lambda: spout.stats.paused, timeout=60, what="the spout paused at max_pending")
+        read = spout.stats.read
+        time.sleep(1.0)  # many rounds of the spout's loop: a paused spout reads nothing more
+        assert spout.stats.read == read <= 10
+        release.set()
+        produce_values(kafka_bootstrap, middle, [b"nudge"])  # an untracked record wakes the bolt
+        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=120,
+                           what="every record completed after the bolt acked")
+    assert spout.stats.completed == 60 and not spout.stats.paused
 
 
 def test_poison_record_goes_to_the_dead_letter_topic_and_the_commit_moves_past_it(kafka_bootstrap):

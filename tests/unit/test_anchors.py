@@ -3,6 +3,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+import numpy as np
+
 from reliable_kafka.core.ack_packer import AckPacker
 from reliable_kafka.core.anchors import Anchored, ack_entries, anchor_child, fail_roots, spout_root
 from reliable_kafka.core.kinds import EventKind
@@ -87,6 +89,20 @@ def test_packer_groups_by_root_partition_and_keeps_every_entry(entries, partitio
         assert all(partition_for_root(int(r), partitions) == partition for r in roots)
         seen += list(zip(kinds.tolist(), roots.tolist(), vals.tolist()))
     assert sorted(seen) == sorted((int(k), r, v % 2**63) for k, r, v in entries)
+
+
+@given(st.lists(st.tuples(st.integers(-2**63, 2**63 - 1).filter(bool), st.integers(0, 2**63 - 1)), max_size=200),
+       st.integers(1, 7))
+def test_packer_keeps_each_partitions_entries_in_the_order_added(entries, partitions):
+    # roots are signed: the partition is root mod N read unsigned, as the acker checks it
+    packer = AckPacker(ack_partitions=partitions)
+    packer.add_many(EventKind.ACK, entries)
+    expected: dict[int, list] = {}
+    for root, val in entries:
+        expected.setdefault(partition_for_root(root, partitions), []).append((int(EventKind.ACK), root, val))
+    packed = packer.drain()
+    assert {p: list(zip(k.tolist(), r.tolist(), v.tolist())) for p, (k, r, v) in packed.items()} == expected
+    assert all(k.dtype == np.uint8 and r.dtype == np.int64 and v.dtype == np.int64 for k, r, v in packed.values())
 
 
 def test_packer_with_zero_ackers_drops_everything():

@@ -850,3 +850,23 @@ def test_dead_letters_are_counted_by_the_reason_of_their_last_attempt():
     tracker.on_outcome(other, FAILED)
     tracker.dead_lettered(TP, 1)
     assert tracker.dead_letters_by_reason == {"TIMED_OUT": 1, "FAILED": 1}
+
+
+@given(st.integers(0, 20), st.sets(st.integers(0, 40), max_size=15), st.lists(st.tuples(st.integers(0, 40), st.booleans()), max_size=40))
+def test_should_skip_is_exactly_done_or_below_the_commit_point(committed, done_above, steps):
+    # should_skip answers new offsets (at or past everything seen) without computing the commit
+    # point; it must agree with its definition for every offset, before and after any history
+    tracker, _ = make()
+    tracker.assign(TP, committed=committed, done_above=sorted(done_above))
+    for offset, complete in steps:
+        if tracker.should_skip(TP, offset):
+            continue
+        root = tracker.emitted(TP, offset)
+        if complete:
+            tracker.on_outcome(root, COMPLETED)
+    point = tracker.commit_point(TP)
+    done = set(tracker.done_above(TP))
+    pending = set(tracker.pending_offsets(TP))
+    for offset in range(0, 50):
+        expected = offset not in pending and (offset in done or (point is not None and offset < point))
+        assert tracker.should_skip(TP, offset) == expected, offset

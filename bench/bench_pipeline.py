@@ -1,0 +1,654 @@
+"""Storm's word count through Kafka: throughput, CPU and latency of plain, untracked and tracked.
+
+The pipeline (issue 11): a spout reads ``source`` and forwards each sentence to ``sentences``; a
+split bolt emits its 8 words to ``words``; a count bolt counts them; with tracking, one acker.
+Every component is its own OS process (``spawn``), on one embedded broker, and the configurations
+run side by side in one run, alternating:
+
+* ``plain``: the same work as plain confluent-kafka loops (consume(500) -> produce -> consume ->
+  count), default client settings, no tracking;
+* ``off``: reliable-kafka with tracking off (``Spout(guarantee="none")``: no root, no INIT, no
+  commit metadata; the bolts see untracked tuples and send no acks). ``ackers=0`` also turns
+  tracking off but keeps the tracker and its commits (``--with-ackers0`` measures it too);
+* ``tracked``: reliable-kafka, at-least-once, one acker process.
+
+Figures, per configuration: sentences/s (the run's median of ``--rounds`` bursts of ``--sentences``
+sentences, from the first write to the last word counted; tracked also until the spout learned
+the last COMPLETED), the ratio to plain, CPU seconds per 1,000 sentences of each process and of
+the broker JVM, and what each process asked of the broker (produce/fetch requests, records per
+produce batch, commits) from librdkafka's statistics. Then LocalCluster figures (all components as
+threads of one process). Then latency: sentences written at an offered rate for a few seconds per
+point, rising until the pipeline saturates; p50/p99 of source timestamp -> counted (all) and
+source timestamp -> the spout learns COMPLETED (tracked). The curve is written as a PNG
+(matplotlib, the ``bench`` extra). Prints figures, asserts nothing.
+
+Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--bootstrap H:P]``.
+Sized for a 2-core machine: the default run takes a few minutes, ``--quick`` about two.
+Projections of work on other branches, labelled as such: ``--project-v2`` adds ``tracked_v2``
+(rk-anchors v2 by a struct stand-in), ``--acker-consume-batch`` makes the acker consume with
+:func:`~reliable_kafka.polling.consume_batch`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import random
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+WORDS_PER_SENTENCE = 8
+VOCABULARY = [f"w{i:03d}" for i in range(1000)]
+PARTITIONS = 2  # of source, sentences and words
+STATS_INTERVAL_MS = 1000
+SATURATED_P99_MS = 2000.0  # a rate point whose p99 passes this (or does not drain) ends the curve
+CONFIGS = ("plain", "off", "tracked")
+
+
+# --- what every component process does ----------------------------------------------------------
+
+def _now_ms() -> float:
+    return time.time() * 1000.0
+
+
+class _Probe:
+    """Counters and latencies a component process reports to the parent."""
+
+    def __init__(self, counter, completed) -> None:
+        self.counter = counter  # words counted (count role), shared with the parent
+        self.completed = completed  # trees completed (tracked spout), shared with the parent
+        self.latencies: dict[int, list[float]] = defaultdict(list)  # phase -> ms
+        self.completion: dict[int, list[float]] = defaultdict(list)
+        self.client_stats: dict[str, dict] = {}  # client name -> last librdkafka statistics
+
+    def stats_cb(self, raw: str) -> None:
+        stats = json.loads(raw)
+        self.client_stats[stats["name"]] = stats
+
+    def counted(self, value: bytes) -> None:
+        phase, stamp = value.split(b" ", 1)
+        self.latencies[int(phase)].append(_now_ms() - float(stamp))
+        self.counter.value += 1
+
+
+def _split_words(value: bytes) -> tuple[bytes, list[bytes]]:
+    """``b"phase ts w1 .. w8"`` -> (``b"phase ts"``, words)."""
+    parts = value.split(b" ")
+    return parts[0] + b" " + parts[1], parts[2:]
+
+
+def _client_config(probe: _Probe) -> dict:
+    return {"statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": probe.stats_cb}
+
+
+def _plain_role(role: str, topics: dict, bootstrap: str, probe: _Probe, stop, ready) -> None:
+    """The plain confluent-kafka loops: default client settings, auto commit, no tracking."""
+    from confluent_kafka import Consumer, Producer
+
+    common = {"bootstrap.servers": bootstrap, **_client_config(probe)}
+    source = {"spout": topics["source"], "split": topics["sentences"], "count": topics["words"]}[role]
+    consumer = Consumer({**common, "group.id": f"{topics['topology']}-{role}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([source], on_assign=lambda c, p: ready.set())
+    producer = Producer(common) if role != "count" else None
+    counts: dict[bytes, int] = defaultdict(int)
+    try:
+        while not stop.is_set():
+            messages = consumer.consume(500, 0.1)
+            for message in messages:
+                if message.error() is not None:
+                    continue
+                if role == "spout":
+                    producer.produce(topics["sentences"], message.value(), key=message.key())
+                elif role == "split":
+                    prefix, words = _split_words(message.value())
+                    for word in words:
+                        producer.produce(topics["words"], prefix, key=word)
+                else:
+                    counts[message.key()] += 1
+                    probe.counted(message.value())
+            if producer is not None:
+                producer.poll(0)
+    finally:
+        consumer.close()
+        if producer is not None:
+            producer.flush(10)
+
+
+def _tracked_spout_class():
+    from reliable_kafka.spout import Spout
+
+    class TimedSpout(Spout):
+        """Records source timestamp -> COMPLETED per phase (the bench's only hook into the spout)."""
+
+        probe: _Probe
+
+        def _completed(self, record) -> None:
+            super()._completed(record)
+            phase, stamp = record.value.split(b" ", 2)[:2]
+            self.probe.completion[int(phase)].append(_now_ms() - float(stamp))
+            self.probe.completed.value += 1
+
+    return TimedSpout
+
+
+class _ConsumeBatch:
+    """A consumer whose ``consume`` is :func:`consume_batch` (``--acker-consume-batch`` only)."""
+
+    def __init__(self, consumer) -> None:
+        self._consumer = consumer
+
+    def consume(self, num_messages: int = 1, timeout: float = -1):
+        from reliable_kafka.polling import consume_batch
+
+        return consume_batch(self._consumer, num_messages, timeout)
+
+    def __getattr__(self, name):
+        return getattr(self._consumer, name)
+
+
+def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
+    from reliable_kafka import AckerWorker
+    from reliable_kafka.bolt import BasicBolt
+
+    on = {"topology": topics["topology"], "bootstrap_servers": bootstrap, "kafka_config": _client_config(probe)}
+    if role == "acker":
+        acker = AckerWorker(**on, ackers=1, name="acker")
+        if os.environ.get("RK_BENCH_ACKER_CONSUME_BATCH"):
+            # a projection of the one-line change acker/worker.py needs (consume_batch): the
+            # worker waits out consume(500, 0.2) at moderate rates, most of the completion latency
+            start = acker.start
+
+            def start_then_wrap():
+                start()
+                acker._consumer = _ConsumeBatch(acker._consumer)
+
+            acker.start = start_then_wrap
+        return acker
+    if role == "spout":
+        options = {"guarantee": "at_least_once"} if config.startswith("tracked") else \
+            {"guarantee": "at_least_once", "ackers": 0} if config == "ackers0" else {"guarantee": "none"}
+        spout = _tracked_spout_class()(**on, source_topics=topics["source"], group_id=f"{topics['topology']}-spout",
+                                       emit_to=topics["sentences"], **options)
+        spout.probe = probe
+        return spout
+    if role == "split":
+        def split(sentence, collector):
+            prefix, words = _split_words(sentence.value)
+            for word in words:
+                collector.emit(topics["words"], prefix, key=word)
+
+        return BasicBolt(**on, source_topics=topics["sentences"], group_id=f"{topics['topology']}-split",
+                         handler=split)
+    counts: dict[bytes, int] = defaultdict(int)
+
+    def count(word, collector):
+        counts[word.key] += 1
+        probe.counted(word.value)
+
+    return BasicBolt(**on, source_topics=topics["words"], group_id=f"{topics['topology']}-count", handler=count)
+
+
+def _anchors_v2_stand_in() -> None:
+    """``--project-v2``: rk-anchors as fixed-width big-endian pairs (struct), in every component.
+
+    A projection of the header version 2 (DESIGN 3) that another branch brings to codec.py: the
+    same layout and cost class, minus the Avro length prefix. Only this bench's processes use it.
+    """
+    import struct
+
+    from reliable_kafka import codec
+
+    v1_decode = codec.decode_anchors
+
+    def encode(anchors) -> bytes:
+        flat = [x for pair in (anchors.items() if hasattr(anchors, "items") else anchors) for x in pair]
+        return b"\x02" + struct.pack(f">{len(flat)}q", *flat)
+
+    def decode(raw):
+        if raw and raw[0] == 2:
+            values = struct.unpack_from(f">{(len(raw) - 1) // 8}q", raw, 1)
+            return dict(zip(values[::2], values[1::2]))
+        return v1_decode(raw)
+
+    codec.encode_anchors, codec.decode_anchors = encode, decode
+
+
+def component_main(roles: list[str], config: str, topics: dict, bootstrap: str, counter, completed,
+                   ready, stop, results) -> None:
+    """One component process (or, with several roles, a LocalCluster of threads)."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    if config == "tracked_v2":
+        _anchors_v2_stand_in()
+    probe = _Probe(counter, completed)
+    if config == "plain":
+        _plain_role(roles[0], topics, bootstrap, probe, stop, ready)
+    else:
+        from reliable_kafka.local import LocalCluster
+
+        cluster = LocalCluster(*[_ours(role, config, topics, bootstrap, probe) for role in roles])
+        cluster.start(ready_timeout=120)
+        ready.set()
+        while not stop.wait(0.2):
+            cluster.check()
+        cluster.stop()
+    results.put({"roles": roles, "latencies": dict(probe.latencies), "completion": dict(probe.completion),
+                 "client_stats": probe.client_stats})
+
+
+# --- the parent: topics, feeding, measuring -----------------------------------------------------
+
+def _sentence_pool(size: int = 1000) -> list[str]:
+    rng = random.Random(11)
+    return [" ".join(rng.choice(VOCABULARY) for _ in range(WORDS_PER_SENTENCE)) for _ in range(size)]
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        import psutil
+
+        times = psutil.Process(pid).cpu_times()
+        return times.user + times.system
+    except ImportError:  # /proc/<pid>/stat: utime and stime are fields 14 and 15, in clock ticks
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_tree(pid: int) -> list[int]:
+    try:
+        import psutil
+
+        root = psutil.Process(pid)
+        return [root.pid] + [child.pid for child in root.children(recursive=True)]
+    except ImportError:
+        return [pid]
+    except Exception:
+        return []
+
+
+@dataclass
+class Burst:
+    """One throughput burst of one configuration."""
+
+    config: str
+    sentences: int
+    seconds: float
+    completed_seconds: float | None
+    cpu: dict[str, float]  # process -> CPU seconds during the burst
+
+    @property
+    def rate(self) -> float:
+        return self.sentences / self.seconds
+
+
+@dataclass
+class RatePoint:
+    config: str
+    offered: float
+    achieved: float
+    counted_p50: float
+    counted_p99: float
+    completed_p50: float | None = None
+    completed_p99: float | None = None
+    saturated: bool = False
+
+
+@dataclass
+class Pipeline:
+    """The components of one configuration, running, with their topics and shared counters."""
+
+    config: str
+    bootstrap: str
+    broker_pids: list[int]
+    threads: bool = False
+    topics: dict = field(default_factory=dict)
+    processes: dict = field(default_factory=dict)
+    results: list = field(default_factory=list)
+    written: int = 0
+    phase: int = 0
+
+    def start(self, ctx, pool: list[str]) -> "Pipeline":
+        from confluent_kafka import Producer
+
+        from reliable_kafka.testing.topics import create_topics, unique_name
+        from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+        topology = unique_name(f"bench-{self.config}")
+        self.topics = {"topology": topology, "source": f"{topology}-source", "sentences": f"{topology}-sentences",
+                       "words": f"{topology}-words"}
+        create_topics(self.bootstrap, {self.topics[t]: PARTITIONS for t in ("source", "sentences", "words")})
+        ensure_topics(admin_client(self.bootstrap), TopologyTopics(topology, ackers=1))
+        roles = ["spout", "split", "count"] + (["acker"] if self.config.startswith("tracked") else [])
+        groups = [roles] if self.threads else [[role] for role in roles]
+        self.counter, self.completed = ctx.Value("q", 0, lock=False), ctx.Value("q", 0, lock=False)
+        self._stop, self._results = ctx.Event(), ctx.Queue()
+        readies = []
+        for group in groups:
+            ready = ctx.Event()
+            process = ctx.Process(target=component_main, name="+".join(group), daemon=True, args=(
+                group, self.config, self.topics, self.bootstrap, self.counter, self.completed, ready,
+                self._stop, self._results))
+            process.start()
+            self.processes["+".join(group) if self.threads else group[0]] = process
+            readies.append((group, ready, process))
+        deadline = time.monotonic() + 120
+        for group, ready, process in readies:
+            while not ready.wait(0.2):
+                if not process.is_alive() or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"{self.config}: component {group} did not start")
+        self._producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 1})
+        self._pool = pool
+        return self
+
+    def cpu(self) -> dict[str, float]:
+        figures = {name: _cpu_seconds(process.pid) for name, process in self.processes.items()}
+        figures["broker"] = sum(_cpu_seconds(pid) for pid in self.broker_pids)
+        return figures
+
+    def _write(self, count: int, phase: int) -> None:
+        for _ in range(count):
+            sentence = self._pool[self.written % len(self._pool)]
+            value = f"{phase} {_now_ms():.3f} {sentence}".encode()
+            while True:
+                try:
+                    self._producer.produce(self.topics["source"], value, partition=self.written % PARTITIONS)
+                    break
+                except BufferError:
+                    self._producer.poll(0.01)
+            self.written += 1
+        self._producer.poll(0)
+
+    def drained(self) -> bool:
+        return self.counter.value >= self.written * WORDS_PER_SENTENCE and \
+            (not self.config.startswith("tracked") or self.completed.value >= self.written)
+
+    def wait(self, condition, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                return False
+            for name, process in self.processes.items():
+                if not process.is_alive():
+                    raise RuntimeError(f"{self.config}: component {name} died (exit code {process.exitcode})")
+            time.sleep(0.005)
+        return True
+
+    def burst(self, sentences: int, timeout: float) -> Burst:
+        """``sentences`` written as fast as the pipeline takes them; timed until all are counted."""
+        self.phase += 1
+        words_before = self.counter.value
+        cpu_before = self.cpu()
+        started = time.perf_counter()
+        for start in range(0, sentences, 1000):
+            self._write(min(1000, sentences - start), self.phase)
+        self._producer.flush(30)
+        target = words_before + sentences * WORDS_PER_SENTENCE
+        if not self.wait(lambda: self.counter.value >= target, timeout):
+            raise RuntimeError(f"{self.config}: burst not counted within {timeout:.0f}s "
+                               f"({self.counter.value - words_before} of {target - words_before} words)")
+        counted = time.perf_counter() - started
+        completed = None
+        if self.config.startswith("tracked"):
+            if not self.wait(self.drained, timeout):
+                raise RuntimeError(f"{self.config}: burst not completed within {timeout:.0f}s")
+            completed = time.perf_counter() - started
+        cpu_after = self.cpu()
+        return Burst(self.config, sentences, counted, completed,
+                     {name: cpu_after[name] - cpu_before[name] for name in cpu_after})
+
+    def offer(self, rate: float, seconds: float, drain_timeout: float) -> tuple[int, float, bool]:
+        """Write at ``rate`` sentences/s for ``seconds``; returns (phase, achieved rate, drained)."""
+        self.phase += 1
+        tick = 0.005
+        started = time.perf_counter()
+        written_at_start = self.written
+        counted_before = self.counter.value
+        while (elapsed := time.perf_counter() - started) < seconds:
+            due = int(rate * elapsed) - (self.written - written_at_start)
+            if due > 0:
+                self._write(due, self.phase)
+            self._producer.poll(0)
+            time.sleep(tick)
+        self._producer.flush(30)
+        achieved_words = self.counter.value - counted_before
+        drained = self.wait(self.drained, drain_timeout)
+        return self.phase, achieved_words / WORDS_PER_SENTENCE / seconds, drained
+
+    def stop(self) -> None:
+        self._stop.set()
+        deadline = time.monotonic() + 60
+        while len(self.results) < len(self.processes) and time.monotonic() < deadline:
+            try:
+                self.results.append(self._results.get(timeout=1))
+            except Exception:
+                if not any(p.is_alive() for p in self.processes.values()):
+                    break
+        for process in self.processes.values():
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+
+    def latencies(self, phase: int, kind: str) -> list[float]:
+        return [ms for result in self.results for ms in result[kind].get(phase, [])]
+
+    def client_totals(self) -> dict[str, dict[str, float]]:
+        """Per process: produce/fetch/commit requests and records per produce batch (librdkafka)."""
+        totals = {}
+        for result in self.results:
+            name = "+".join(result["roles"])
+            tx = rx = produce = fetch = commit = batches = records = 0
+            for stats in result["client_stats"].values():
+                for broker in stats.get("brokers", {}).values():  # the group coordinator's too
+                    tx += broker.get("tx", 0)
+                    rx += broker.get("rx", 0)
+                    for request, count in broker.get("req", {}).items():
+                        if request == "Produce":
+                            produce += count
+                        elif request == "Fetch":
+                            fetch += count
+                        elif request == "OffsetCommit":
+                            commit += count
+                for topic in stats.get("topics", {}).values():
+                    batch = topic.get("batchcnt", {})
+                    batches += batch.get("cnt", 0)
+                    records += batch.get("sum", 0)
+            totals[name] = {"requests": tx, "produce": produce, "fetch": fetch, "commit": commit,
+                            "per_batch": records / batches if batches else 0.0}
+        return totals
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@contextlib.contextmanager
+def kafka(bootstrap: str | None) -> Iterator[tuple[str, list[int]]]:
+    if bootstrap:
+        yield bootstrap, []
+        return
+    from reliable_kafka.broker import EmbeddedKafka
+
+    started = time.perf_counter()
+    with EmbeddedKafka() as broker:
+        print(f"embedded broker at {broker.bootstrap_servers} (started in {time.perf_counter() - started:.1f}s)",
+              flush=True)
+        yield broker.bootstrap_servers, _process_tree(broker.pid)
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+def _throughput(ctx, bootstrap, broker_pids, pool, configs, *, rounds, sentences, threads=False):
+    bursts: dict[str, list[Burst]] = defaultdict(list)
+    clients: dict[str, dict] = {}
+    for _ in range(rounds):
+        for config in configs:
+            pipeline = Pipeline(config, bootstrap, broker_pids, threads=threads).start(ctx, pool)
+            try:
+                pipeline.burst(min(2000, sentences), timeout=300)  # warm-up: caches, JIT, batches
+                bursts[config].append(pipeline.burst(sentences, timeout=600))
+            finally:
+                pipeline.stop()
+            clients[config] = pipeline.client_totals()
+            b = bursts[config][-1]
+            print(f"  {config:<8}{' threads' if threads else ''}: {b.rate:>8,.0f} sentences/s "
+                  f"({b.seconds:.1f} s{'' if b.completed_seconds is None else f', completed in {b.completed_seconds:.1f} s'})",
+                  flush=True)
+    return bursts, clients
+
+
+def _report_throughput(bursts: dict[str, list[Burst]], clients: dict, *, title: str) -> dict[str, float]:
+    print(f"\n{title}")
+    rates = {config: statistics.median(b.rate for b in runs) for config, runs in bursts.items()}
+    plain = rates.get("plain")
+    print(f"{'pipeline':<10}{'sentences/s':>12}{'ratio':>7}   CPU s per 1,000 sentences (median of rounds)")
+    for config, runs in bursts.items():
+        ratio = f"{rates[config] / plain:.2f}" if plain else "-"
+        names = list(runs[0].cpu)
+        cpu = {name: statistics.median(b.cpu[name] / b.sentences * 1000 for b in runs) for name in names}
+        python = sum(v for k, v in cpu.items() if k != "broker")
+        detail = "  ".join(f"{name} {value:.3f}" for name, value in cpu.items())
+        print(f"{config:<10}{rates[config]:>12,.0f}{ratio:>7}   {detail}  | python total {python:.3f}")
+    print("\nclient requests to the broker, last round, whole pipeline life (librdkafka statistics):")
+    for config, per_process in clients.items():
+        for name, t in per_process.items():
+            print(f"  {config:<8} {name:<22} requests {t['requests']:>7}  produce {t['produce']:>6}  "
+                  f"fetch {t['fetch']:>6}  commit {t['commit']:>5}  records/produce batch {t['per_batch']:.1f}")
+    return rates
+
+
+def _latency_curve(ctx, bootstrap, broker_pids, pool, configs, rates, *, seconds) -> list[RatePoint]:
+    points = []
+    for config in configs:
+        pipeline = Pipeline(config, bootstrap, broker_pids).start(ctx, pool)
+        measured = []
+        try:
+            pipeline.burst(500, timeout=300)  # warm-up
+            for rate in rates:
+                phase, achieved, drained = pipeline.offer(rate, seconds, drain_timeout=max(10.0, 2 * seconds))
+                measured.append((rate, phase, achieved, drained))
+                if not drained:
+                    break
+                pipeline.wait(lambda: False, 0.3)  # a gap between points
+        finally:
+            pipeline.stop()
+        for rate, phase, achieved, drained in measured:
+            counted = pipeline.latencies(phase, "latencies")
+            completed = pipeline.latencies(phase, "completion")
+            point = RatePoint(config, rate, achieved, _percentile(counted, 0.5), _percentile(counted, 0.99))
+            if config.startswith("tracked"):
+                point.completed_p50, point.completed_p99 = _percentile(completed, 0.5), _percentile(completed, 0.99)
+            worst = point.completed_p99 if point.completed_p99 is not None else point.counted_p99
+            point.saturated = not drained or worst > SATURATED_P99_MS or achieved < 0.8 * rate
+            points.append(point)
+            extra = "" if point.completed_p50 is None else \
+                f" | completed p50 {point.completed_p50:7.1f} p99 {point.completed_p99:7.1f}"
+            print(f"  {config:<8} offered {rate:>7,.0f}/s achieved {achieved:>7,.0f}/s | counted p50 "
+                  f"{point.counted_p50:7.1f} ms p99 {point.counted_p99:7.1f} ms{extra}"
+                  f"{'  (saturated)' if point.saturated else ''}", flush=True)
+    return points
+
+
+def _plot(points: list[RatePoint], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"matplotlib is not installed (pip install 'reliable-kafka[bench]'): no plot written to {path}")
+        return
+    figure, axis = plt.subplots(figsize=(8, 5))
+    series = [("plain", "counted", "plain: source -> counted"),
+              ("off", "counted", "tracking off: source -> counted"),
+              ("tracked", "counted", "tracked: source -> counted"),
+              ("tracked", "completed", "tracked: source -> spout learns COMPLETED")]
+    for config, kind, label in series:
+        chosen = [p for p in points if p.config == config]
+        if not chosen:
+            continue
+        xs = [p.offered for p in chosen]
+        for q, style in (("p50", "-"), ("p99", "--")):
+            ys = [getattr(p, f"{kind}_{q}") for p in chosen]
+            axis.plot(xs, ys, style, marker="o", label=f"{label} {q}")
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlabel("offered rate (sentences/s)")
+    axis.set_ylabel("latency (ms)")
+    axis.set_title("word count, 3 stages, one process per component")
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend(fontsize=7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100, bbox_inches="tight")
+    print(f"latency curve written to {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sentences", type=int, default=None, help="sentences per throughput burst [20000]")
+    parser.add_argument("--rates", default=None, help="offered rates for the latency curve, sentences/s")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds of plain/off/tracked [2]")
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter measurements (about two minutes)")
+    parser.add_argument("--with-ackers0", action="store_true", help="also measure Spout(ackers=0)")
+    parser.add_argument("--no-threads", action="store_true", help="skip the LocalCluster (threads) figures")
+    parser.add_argument("--no-latency", action="store_true", help="skip the latency curve")
+    parser.add_argument("--plot", type=Path, default=Path("docs/perf/pipeline-latency.png"))
+    parser.add_argument("--bootstrap", help="an existing broker (else an embedded one is started)")
+    parser.add_argument("--project-v2", action="store_true",
+                        help="also run tracked_v2: tracked with a struct stand-in for the rk-anchors v2 codec")
+    parser.add_argument("--acker-consume-batch", action="store_true",
+                        help="projection: the acker consumes with consume_batch (not yet in acker/worker.py)")
+    args = parser.parse_args()
+    sentences = args.sentences or (6000 if args.quick else 20000)
+    rounds = args.rounds or (1 if args.quick else 2)
+    rates = [float(r) for r in (args.rates or ("250,1000,4000,16000" if args.quick else
+                                                "250,500,1000,2000,4000,8000,16000,32000")).split(",")]
+    seconds = 2.0 if args.quick else 3.0
+    if args.acker_consume_batch:
+        os.environ["RK_BENCH_ACKER_CONSUME_BATCH"] = "1"  # inherited by the spawned components
+    configs = list(CONFIGS) + (["tracked_v2"] if args.project_v2 else []) + (["ackers0"] if args.with_ackers0 else [])
+    ctx = mp.get_context("spawn")
+    pool = _sentence_pool()
+    print(f"word count bench: {sentences} sentences x {rounds} rounds, {os.cpu_count()} CPUs, "
+          f"load {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+    with kafka(args.bootstrap) as (bootstrap, broker_pids):
+        print("\nthroughput, one process per component, alternating:", flush=True)
+        bursts, clients = _throughput(ctx, bootstrap, broker_pids, pool, configs, rounds=rounds, sentences=sentences)
+        if not args.no_threads:
+            print("\nthroughput, LocalCluster (all components as threads of one process):", flush=True)
+            thread_bursts, thread_clients = _throughput(ctx, bootstrap, broker_pids, pool, [c for c in configs if c != "plain"],
+                                                        rounds=1, sentences=sentences, threads=True)
+        points = []
+        if not args.no_latency:
+            print(f"\nlatency against offered rate ({seconds:.0f} s per point):", flush=True)
+            points = _latency_curve(ctx, bootstrap, broker_pids, pool, ["plain", "off", "tracked"], rates,
+                                    seconds=seconds)
+    rates_by_config = _report_throughput(bursts, clients, title="throughput, one process per component")
+    if not args.no_threads:
+        thread_rates = _report_throughput(thread_bursts, thread_clients, title="throughput, LocalCluster (threads)")
+        plain = rates_by_config.get("plain")
+        if plain:
+            print("  ratios to the plain multi-process loop: " +
+                  ", ".join(f"{c} {r / plain:.2f}" for c, r in thread_rates.items()))
+    if points:
+        at_1000 = [p for p in points if p.config == "tracked" and p.offered == 1000]
+        if at_1000:
+            p = at_1000[0]
+            print(f"\ntracked at 1,000 sentences/s: completion latency p50 {p.completed_p50:.1f} ms, "
+                  f"p99 {p.completed_p99:.1f} ms (targets 30 / 100)")
+        _plot(points, args.plot)
+
+
+if __name__ == "__main__":
+    main()
