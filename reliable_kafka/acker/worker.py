@@ -23,6 +23,7 @@ from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError, DeliveryError, TopologyError
 from reliable_kafka.ids import new_id, partitions_for_roots
 from reliable_kafka.lifecycle import run_until_stopped
+from reliable_kafka.polling import consume_batch
 from reliable_kafka.topology import (
     TopologyTopics,
     admin_client,
@@ -251,7 +252,7 @@ class AckerWorker:
         self._retry_failed_outcomes()
         self._quarantine.retry_unsent()
         by_partition: dict[int, list] = {}
-        for message in self._consumer.consume(num_messages=self.batch_size, timeout=timeout):
+        for message in consume_batch(self._consumer, self.batch_size, timeout):
             if message.error() is not None:
                 if message.error().code() != KafkaError._PARTITION_EOF:
                     log.warning("%s: consumer error: %s", self.name, message.error())
