@@ -24,9 +24,6 @@ source timestamp -> the spout learns COMPLETED (tracked). The curve is written a
 
 Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--bootstrap H:P]``.
 Sized for a 2-core machine: the default run takes a few minutes, ``--quick`` about two.
-Projections of work on other branches, labelled as such: ``--project-v2`` adds ``tracked_v2``
-(rk-anchors v2 by a struct stand-in), ``--acker-consume-batch`` makes the acker consume with
-:func:`~reliable_kafka.polling.consume_batch`.
 """
 
 from __future__ import annotations
@@ -138,21 +135,6 @@ def _tracked_spout_class():
     return TimedSpout
 
 
-class _ConsumeBatch:
-    """A consumer whose ``consume`` is :func:`consume_batch` (``--acker-consume-batch`` only)."""
-
-    def __init__(self, consumer) -> None:
-        self._consumer = consumer
-
-    def consume(self, num_messages: int = 1, timeout: float = -1):
-        from reliable_kafka.polling import consume_batch
-
-        return consume_batch(self._consumer, num_messages, timeout)
-
-    def __getattr__(self, name):
-        return getattr(self._consumer, name)
-
-
 def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
     from reliable_kafka import AckerWorker
     from reliable_kafka.bolt import BasicBolt
@@ -160,16 +142,6 @@ def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
     on = {"topology": topics["topology"], "bootstrap_servers": bootstrap, "kafka_config": _client_config(probe)}
     if role == "acker":
         acker = AckerWorker(**on, ackers=1, name="acker")
-        if os.environ.get("RK_BENCH_ACKER_CONSUME_BATCH"):
-            # a projection of the one-line change acker/worker.py needs (consume_batch): the
-            # worker waits out consume(500, 0.2) at moderate rates, most of the completion latency
-            start = acker.start
-
-            def start_then_wrap():
-                start()
-                acker._consumer = _ConsumeBatch(acker._consumer)
-
-            acker.start = start_then_wrap
         return acker
     if role == "spout":
         options = {"guarantee": "at_least_once"} if config.startswith("tracked") else \
@@ -195,39 +167,12 @@ def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
     return BasicBolt(**on, source_topics=topics["words"], group_id=f"{topics['topology']}-count", handler=count)
 
 
-def _anchors_v2_stand_in() -> None:
-    """``--project-v2``: rk-anchors as fixed-width big-endian pairs (struct), in every component.
-
-    A projection of the header version 2 (DESIGN 3) that another branch brings to codec.py: the
-    same layout and cost class, minus the Avro length prefix. Only this bench's processes use it.
-    """
-    import struct
-
-    from reliable_kafka import codec
-
-    v1_decode = codec.decode_anchors
-
-    def encode(anchors) -> bytes:
-        flat = [x for pair in (anchors.items() if hasattr(anchors, "items") else anchors) for x in pair]
-        return b"\x02" + struct.pack(f">{len(flat)}q", *flat)
-
-    def decode(raw):
-        if raw and raw[0] == 2:
-            values = struct.unpack_from(f">{(len(raw) - 1) // 8}q", raw, 1)
-            return dict(zip(values[::2], values[1::2]))
-        return v1_decode(raw)
-
-    codec.encode_anchors, codec.decode_anchors = encode, decode
-
-
 def component_main(roles: list[str], config: str, topics: dict, bootstrap: str, counter, completed,
                    ready, stop, results) -> None:
     """One component process (or, with several roles, a LocalCluster of threads)."""
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    if config == "tracked_v2":
-        _anchors_v2_stand_in()
     probe = _Probe(counter, completed)
     if config == "plain":
         _plain_role(roles[0], topics, bootstrap, probe, stop, ready)
@@ -605,19 +550,13 @@ def main() -> None:
     parser.add_argument("--no-latency", action="store_true", help="skip the latency curve")
     parser.add_argument("--plot", type=Path, default=Path("docs/perf/pipeline-latency.png"))
     parser.add_argument("--bootstrap", help="an existing broker (else an embedded one is started)")
-    parser.add_argument("--project-v2", action="store_true",
-                        help="also run tracked_v2: tracked with a struct stand-in for the rk-anchors v2 codec")
-    parser.add_argument("--acker-consume-batch", action="store_true",
-                        help="projection: the acker consumes with consume_batch (not yet in acker/worker.py)")
     args = parser.parse_args()
     sentences = args.sentences or (6000 if args.quick else 20000)
     rounds = args.rounds or (1 if args.quick else 2)
     rates = [float(r) for r in (args.rates or ("250,1000,4000,16000" if args.quick else
                                                 "250,500,1000,2000,4000,8000,16000,32000")).split(",")]
     seconds = 2.0 if args.quick else 3.0
-    if args.acker_consume_batch:
-        os.environ["RK_BENCH_ACKER_CONSUME_BATCH"] = "1"  # inherited by the spawned components
-    configs = list(CONFIGS) + (["tracked_v2"] if args.project_v2 else []) + (["ackers0"] if args.with_ackers0 else [])
+    configs = list(CONFIGS) + (["ackers0"] if args.with_ackers0 else [])
     ctx = mp.get_context("spawn")
     pool = _sentence_pool()
     print(f"word count bench: {sentences} sentences x {rounds} rounds, {os.cpu_count()} CPUs, "
