@@ -110,18 +110,28 @@ def kafka_container(image: str = DEFAULT_KAFKA_IMAGE, *, host_port: int | None =
     container = DockerContainer(image).with_envs(
         KAFKA_NODE_ID="1",
         KAFKA_PROCESS_ROLES="broker,controller",
-        KAFKA_LISTENERS="PLAINTEXT://:9092,CONTROLLER://:9093",
-        KAFKA_ADVERTISED_LISTENERS=f"PLAINTEXT://127.0.0.1:{port}",
-        KAFKA_LISTENER_SECURITY_PROTOCOL_MAP="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        # Clients on this machine use PLAINTEXT (the published port); the broker's requests to
+        # itself (e.g. transaction verification) use BROKER, which is reachable inside the container.
+        KAFKA_LISTENERS="PLAINTEXT://:9092,BROKER://:19092,CONTROLLER://:9093",
+        KAFKA_ADVERTISED_LISTENERS=f"PLAINTEXT://127.0.0.1:{port},BROKER://localhost:19092",
+        KAFKA_LISTENER_SECURITY_PROTOCOL_MAP="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,BROKER:PLAINTEXT",
         KAFKA_CONTROLLER_LISTENER_NAMES="CONTROLLER",
-        KAFKA_INTER_BROKER_LISTENER_NAME="PLAINTEXT",
+        KAFKA_INTER_BROKER_LISTENER_NAME="BROKER",
         KAFKA_CONTROLLER_QUORUM_VOTERS="1@localhost:9093",
+        KAFKA_NUM_PARTITIONS="1",
+        # One node: internal topics with replication 1. Few partitions, as the embedded broker has
+        # (node_properties): the default 50 make a fresh broker load 50 group and 50 transaction
+        # coordinators, and the first transactions and commits meet COORDINATOR_LOAD_IN_PROGRESS.
         KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR="1",
+        KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS="5",
         KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR="1",
         KAFKA_TRANSACTION_STATE_LOG_MIN_ISR="1",
+        KAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS="5",
         KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR="1",
         KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR="1",
+        KAFKA_SHARE_COORDINATOR_STATE_TOPIC_NUM_PARTITIONS="5",
         KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS="0",
+        KAFKA_LOG_CLEANER_DEDUPE_BUFFER_SIZE=str(16 * 1024 * 1024),  # the default takes 1/4 of the heap
     )
     # with_bind_ports takes a port only (0.0.0.0); docker-py's (ip, port) form keeps it on loopback.
     container.ports["9092/tcp"] = ("127.0.0.1", port)

@@ -49,7 +49,7 @@ def test_kafka_variables_become_broker_properties(docker_engine):
         config = {name: entry.value for name, entry in future.result(timeout=30).items()}
         assert config["num.partitions"] == "3"
         assert config["log.retention.ms"] == "123456789"
-        assert config["advertised.listeners"] == f"PLAINTEXT://{bootstrap}"
+        assert config["advertised.listeners"] == f"PLAINTEXT://{bootstrap},BROKER://localhost:19092"
         written = container.exec(["cat", "/opt/kafka/config/server.properties"]).output.decode()
         assert "confluent.x_y=ignored" in written.splitlines(), written
     finally:
