@@ -1,4 +1,4 @@
-"""Encoders and decoders for the Avro contract in ``schemas/``.
+"""Encoders and decoders for the Avro contract in ``reliable_kafka/schemas/``.
 
 Every payload is one format-version byte (:data:`FORMAT_VERSION`) followed by the Avro binary
 encoding (fastavro, schemaless) of the schema named for it. Encoders are pure callables with no
@@ -13,10 +13,10 @@ import itertools
 import json
 import os
 import struct
-import sys
 import time
 from dataclasses import dataclass
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -61,30 +61,33 @@ _OUTCOME_BY_SYMBOL = {kind.name: int(kind) for kind in OutcomeKind}
 
 
 def schema_dir() -> Path:
-    """Where the ``.avsc`` files are: ``$RK_SCHEMA_DIR``, the source tree, or the install prefix."""
-    candidates = [
-        os.environ.get("RK_SCHEMA_DIR"),
-        Path(__file__).resolve().parent.parent / "schemas",
-        Path(sys.prefix) / "share" / "reliable-kafka" / "schemas",
-    ]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "ack_batch.avsc").is_file():
-            return Path(candidate)
-    raise ConfigError(
-        "reliable-kafka: Avro schemas not found (looked in $RK_SCHEMA_DIR, the source tree and "
-        f"{sys.prefix}/share/reliable-kafka/schemas); reinstall the package or set RK_SCHEMA_DIR"
-    )
+    """The folder of the ``.avsc`` files: ``$RK_SCHEMA_DIR`` if set, else the package's own
+    ``reliable_kafka/schemas`` (package data, so a wheel, ``pip install --user`` and an editable
+    checkout all carry it)."""
+    explicit = os.environ.get("RK_SCHEMA_DIR")
+    return Path(explicit) if explicit else Path(str(resources.files("reliable_kafka").joinpath("schemas")))
 
 
 @cache
 def _schema(name: str):
     if name == "parked_record_first":  # the header as first written: its first eight fields
-        with open(schema_dir() / _SCHEMA_FILES["parked_record"], encoding="utf-8") as handle:
-            schema = json.load(handle)
+        schema = json.loads(_schema_text("parked_record"))
         schema["fields"] = schema["fields"][:_PARKED_FIRST_FIELDS]
         return fastavro.parse_schema(schema, named_schemas={})
-    with open(schema_dir() / _SCHEMA_FILES[name], encoding="utf-8") as handle:
-        return fastavro.parse_schema(json.load(handle))
+    return fastavro.parse_schema(json.loads(_schema_text(name)))
+
+
+def _schema_text(name: str) -> str:
+    explicit = os.environ.get("RK_SCHEMA_DIR")
+    # importlib.resources reads the package's data wherever (and however) the package is installed.
+    source = Path(explicit) if explicit else resources.files("reliable_kafka").joinpath("schemas")
+    try:
+        return source.joinpath(_SCHEMA_FILES[name]).read_text(encoding="utf-8")
+    except OSError as exc:
+        fix = ("point RK_SCHEMA_DIR at a folder holding the .avsc files, or unset it" if explicit
+               else "reinstall reliable-kafka (its wheel carries reliable_kafka/schemas/*.avsc)")
+        raise ConfigError(f"reliable-kafka: Avro schema {_SCHEMA_FILES[name]} not found in {source} "
+                          f"({exc.strerror or exc}); {fix}") from exc
 
 
 def _encode(name: str, datum) -> bytes:

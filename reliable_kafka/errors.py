@@ -15,6 +15,7 @@ __all__ = [
     "JarResolutionError",
     "TopologyError",
     "DeliveryError",
+    "MissingExtraError",
 ]
 
 
@@ -101,3 +102,7 @@ class DeliveryError(ReliableKafkaError):
         self.topic = topic
         self.partition = partition
         super().__init__(message)
+
+
+class MissingExtraError(ReliableKafkaError, ImportError):
+    """An optional part was used without its extra installed; the message names the extra."""

@@ -9,6 +9,14 @@ The only subpackage that imports pyspark (lazily: importing it starts no JVM).
 - :func:`merge_anchors` / :func:`concat_anchors`: carry anchors through aggregations and joins.
 """
 
+try:
+    import pyspark  # noqa: F401  (an optional dependency: extra [spark])
+except ImportError as _exc:
+    from reliable_kafka.errors import MissingExtraError
+
+    raise MissingExtraError("reliable_kafka.spark needs PySpark, which is an optional dependency: "
+                            "pip install 'reliable-kafka[spark]'") from _exc
+
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, ANCHORS_TYPE, FAIL_COLUMN, concat_anchors, merge_anchors
 from reliable_kafka.spark.bolt import SparkBolt
 from reliable_kafka.spark.checkpoint import ResumePoint, read_resume_point

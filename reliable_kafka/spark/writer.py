@@ -25,11 +25,7 @@ from reliable_kafka.ids import new_id
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
 from reliable_kafka.transport import AckSender, flush_or_raise, new_producer
 
-__all__ = ["OutputWriter", "FAILPOINT_ENV", "to_bytes"]
-
-FAILPOINT_ENV = "RK_SPARK_WRITER_FAILPOINT"
-"""Testing failpoint, ``<flag file>:<n>``: the first task that has produced ``n`` outputs while
-the flag file exists deletes it, flushes those outputs and raises (a task dying after writing)."""
+__all__ = ["OutputWriter", "to_bytes"]
 
 _producers: dict[tuple, Any] = {}
 
@@ -54,14 +50,6 @@ def to_bytes(value, what: str) -> bytes | None:
         return str(value).encode("ascii")
     raise ConfigError(f"spark output: {what} of type {type(value).__name__} cannot be written; "
                       f"cast the column to string or binary")
-
-
-def _failpoint() -> tuple[str, int] | None:
-    spec = os.environ.get(FAILPOINT_ENV)
-    if not spec:
-        return None
-    path, _, count = spec.rpartition(":")
-    return path, int(count)
 
 
 @dataclass(frozen=True)
@@ -94,7 +82,6 @@ class OutputWriter:
                          sender=self.sender)
         child_edges: dict[int, int] = {}  # root -> XOR of the child edges this task created
         failed_roots: set[int] = set()
-        failpoint = _failpoint()
         written = failed = 0
         fields: set[str] | None = None
         for row in rows:
@@ -125,8 +112,6 @@ class OutputWriter:
             key = to_bytes(row["key"], "key") if "key" in fields else None
             self._produce(producer, to_bytes(row["value"], "value"), key, headers, delivered)
             written += 1
-            if failpoint is not None and written == failpoint[1]:
-                self._fail_once(producer, failpoint[0])
         for root, val in child_edges.items():
             acks.add(EventKind.ACK, root, val)
         for root in failed_roots:
@@ -151,12 +136,3 @@ class OutputWriter:
                 return
             except BufferError:
                 producer.poll(0.05)
-
-    @staticmethod
-    def _fail_once(producer, flag: str) -> None:
-        try:
-            os.unlink(flag)
-        except FileNotFoundError:
-            return
-        producer.flush(30)
-        raise RuntimeError(f"{FAILPOINT_ENV}: task fails on purpose after writing outputs")

@@ -8,20 +8,25 @@
   broker and waits until it is ready:
   ``create_topic(name=None, *, partitions=1, replication_factor=1, config=None) -> str``.
 - ``kafka_cluster`` (module): a started 3-broker :class:`reliable_kafka.broker.EmbeddedCluster`.
+- ``docker_engine`` (session): the Docker client of an engine that answers; outside CI a test using
+  it is skipped when none answers, in CI (``CI`` set, as .ci/run starts an engine) it fails.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import pytest
 
 from reliable_kafka.broker import EmbeddedCluster
-from reliable_kafka.testing.session import session_kafka
+from reliable_kafka.testing.session import docker_available, session_kafka
 from reliable_kafka.testing.topics import create_topics, unique_name
 
-__all__ = ["kafka_bootstrap", "topic_name", "unique_topic", "create_topic", "kafka_cluster"]
+__all__ = ["kafka_bootstrap", "topic_name", "unique_topic", "create_topic", "kafka_cluster",
+           "docker_engine", "require_docker"]
 
 
 @pytest.fixture(scope="session")
@@ -79,3 +84,28 @@ def kafka_cluster() -> Iterator[EmbeddedCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+def require_docker() -> None:
+    """Return when a Docker engine answers; else fail in CI (which starts one), skip elsewhere."""
+    if docker_available():
+        return
+    where = os.environ.get("DOCKER_HOST") or "the default socket"
+    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        pytest.fail(f"CI expects a Docker engine (.ci/run starts one), but none answers at {where}",
+                    pytrace=False)
+    pytest.skip(f"no Docker engine answers at {where}; skipped outside CI only "
+                f"(start one: eval \"$(docker/engine start)\" && docker/build-images)")
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[Any]:
+    """A docker-py client of the engine the container tests use (see :func:`require_docker`)."""
+    require_docker()
+    import docker
+
+    client = docker.from_env(timeout=30)
+    try:
+        yield client
+    finally:
+        client.close()

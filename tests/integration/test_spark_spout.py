@@ -1,8 +1,8 @@
 """SparkSpout against a real broker and acker, Spark in local mode (DESIGN 7, 7.1, 8).
 
 One SparkSession for the module, ``local[2,3]``: two cores, and a failed task is retried (local
-mode ignores ``spark.task.maxFailures``). The writer's failpoint is armed by a flag file that
-only the task-retry test creates.
+mode ignores ``spark.task.maxFailures``). The task-retry test swaps in a test-only writer whose
+task dies after writing (spark_dying_writer).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.spark import SparkSpout, spark_session
 from reliable_kafka.spark.derive import derive_edge, derive_root, edge_column, root_column
-from reliable_kafka.spark.writer import FAILPOINT_ENV
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
@@ -38,16 +37,22 @@ pytestmark = pytest.mark.spark
 FAILPOINT_OUTPUTS = 40
 
 
-@pytest.fixture(scope="module")
-def failpoint_flag(tmp_path_factory):
-    return tmp_path_factory.mktemp("failpoint") / "fail-one-task"
+@pytest.fixture
+def failpoint_flag(tmp_path, monkeypatch):
+    """Arms the test-only DyingWriter for this test: one task dies after FAILPOINT_OUTPUTS outputs."""
+    from functools import partial
+
+    from spark_dying_writer import DyingWriter
+
+    flag = tmp_path / "fail-one-task"
+    monkeypatch.setattr("reliable_kafka.spark.job.OutputWriter",
+                        partial(DyingWriter, flag=str(flag), after=FAILPOINT_OUTPUTS))
+    return flag
 
 
 @pytest.fixture(scope="module")
-def spark(failpoint_flag):
-    session = spark_session(
-        "rk-test-spark-spout", master="local[2,3]",
-        extra_conf={f"spark.executorEnv.{FAILPOINT_ENV}": f"{failpoint_flag}:{FAILPOINT_OUTPUTS}"})
+def spark():
+    session = spark_session("rk-test-spark-spout", master="local[2,3]")
     yield session
     session.stop()
 
