@@ -287,12 +287,50 @@ def _spark_submit(args: argparse.Namespace) -> int:
     return 1  # not reached
 
 
+# -- lag: a spout group's true lag ----------------------------------------------------------------
+
+
+def _register_lag(subparsers: _Subparsers) -> None:
+    lag = subparsers.add_parser(
+        "lag",
+        help="a spout's consumer-group lag, minus the records done above its commit point",
+        description="Kafka's group tool counts every record above a spout's commit point as lag, "
+        "although the spout recorded the ones already done in its commit metadata; this shows both "
+        "figures per partition. Reads only (joins no group).",
+    )
+    lag.add_argument("--group", required=True, help="the spout's consumer group (a Spark job: its group_id)")
+    lag.add_argument("--topic", required=True, help="a source topic of the spout")
+    lag.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap", required=True,
+                     help="Kafka bootstrap servers, host:port[,...]")
+    lag.set_defaults(handler=_lag)
+
+
+def _lag(args: argparse.Namespace) -> int:
+    from reliable_kafka.offsets import true_lag
+
+    rows = true_lag(args.bootstrap, args.group, args.topic)
+    if not rows:
+        print(f"topic {args.topic!r} not found or has no partitions")
+        return 1
+    print(f"{'PARTITION':>9} {'END':>12} {'COMMITTED':>12} {'DONE-ABOVE':>10} {'KAFKA-LAG':>10} {'LAG':>10}")
+    for row in rows:
+        committed = "-" if row.committed is None else row.committed
+        done = "?" if row.done_above is None else row.done_above
+        print(f"{row.partition:>9} {row.end:>12} {committed:>12} {done:>10} {row.kafka_lag:>10} {row.lag:>10}")
+        if row.note:
+            print(f"  partition {row.partition}: commit metadata ignored: {row.note}")
+    print(f"{'total':>9} {'':>12} {'':>12} {sum(r.done_above or 0 for r in rows):>10} "
+          f"{sum(r.kafka_lag for r in rows):>10} {sum(r.lag for r in rows):>10}")
+    return 0
+
+
 _COMMANDS: list[Callable[[_Subparsers], None]] = [
     _register_kafka,
     _register_acker,
     _register_demo,
     _register_chaos,
     _register_spark_submit,
+    _register_lag,
 ]
 
 
