@@ -134,6 +134,18 @@ def _logging(level: str) -> None:
                         stream=sys.stderr)
 
 
+def _add_command_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--command-config", type=Path, default=None, metavar="FILE",
+                        help="Kafka client properties (Java names, as Kafka's tools take them), e.g. "
+                        "security.protocol, sasl.mechanism, sasl.jaas.config; translated for librdkafka")
+
+
+def _command_config(args: argparse.Namespace) -> dict[str, str]:
+    from reliable_kafka.security import read_command_config
+
+    return read_command_config(args.command_config) if args.command_config else {}
+
+
 def _register_acker(subparsers: _Subparsers) -> None:
     acker = subparsers.add_parser(
         "acker",
@@ -158,6 +170,7 @@ def _register_acker(subparsers: _Subparsers) -> None:
                        help="replication factor of topics this worker creates (default: 1)")
     acker.add_argument("--kafka-config", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                        help="librdkafka setting passed through (repeatable)")
+    _add_command_config(acker)
     acker.add_argument("--log-level", default="info", help="logging level (default: info)")
     acker.set_defaults(handler=_acker)
 
@@ -170,7 +183,8 @@ def _acker(args: argparse.Namespace) -> int:
         topology=args.topology, bootstrap_servers=args.bootstrap, ackers=args.ackers,
         timeout_ms=args.timeout_ms, timeout_buckets=args.timeout_buckets,
         commit_interval_ms=args.commit_interval_ms, group_id=args.group, name=args.name,
-        replication_factor=args.replication_factor, kafka_config=dict(args.kafka_config),
+        replication_factor=args.replication_factor,
+        kafka_config={**_command_config(args), **dict(args.kafka_config)},
     )
     worker.run(handle_signals=True)
     return 0
@@ -302,13 +316,14 @@ def _register_lag(subparsers: _Subparsers) -> None:
     lag.add_argument("--topic", required=True, help="a source topic of the spout")
     lag.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap", required=True,
                      help="Kafka bootstrap servers, host:port[,...]")
+    _add_command_config(lag)
     lag.set_defaults(handler=_lag)
 
 
 def _lag(args: argparse.Namespace) -> int:
     from reliable_kafka.offsets import true_lag
 
-    rows = true_lag(args.bootstrap, args.group, args.topic)
+    rows = true_lag(args.bootstrap, args.group, args.topic, kafka_config=_command_config(args))
     if not rows:
         print(f"topic {args.topic!r} not found or has no partitions")
         return 1

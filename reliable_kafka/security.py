@@ -5,15 +5,18 @@ Python clients take librdkafka's settings (``security.protocol``, ``sasl.mechani
 Java client, which names some settings differently and takes SASL credentials as a JAAS line:
 :func:`spark_kafka_options` translates the first into the second (``kafka.``-prefixed reader
 options), so a job given ``kafka_config`` needs no second copy of its credentials.
+:func:`read_command_config` goes the other way for the CLI's ``--command-config FILE``: a Kafka
+tools' properties file (Java names) becomes a librdkafka ``kafka_config``.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from reliable_kafka.errors import ConfigError
 
-__all__ = ["spark_kafka_options", "SECURITY_KEYS"]
+__all__ = ["spark_kafka_options", "SECURITY_KEYS", "read_command_config", "command_config_to_librdkafka"]
 
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -91,3 +94,68 @@ def _read(path: str) -> str:
         return Path(path).read_text()
     except OSError as error:
         raise ConfigError(f"security: cannot read {path}: {error}") from None
+
+
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;"]+)')
+
+
+def _jaas_credentials(jaas: str) -> tuple[str, str]:
+    module = next((m for m in set(_LOGIN_MODULES.values()) if m in jaas), None)
+    if module is None:
+        raise ConfigError(f"security: sasl.jaas.config {jaas.split()[0] if jaas.split() else ''!r}: only "
+                          f"PlainLoginModule and ScramLoginModule translate to librdkafka")
+    values = {}
+    for key, raw in _JAAS_OPTION.findall(jaas.split(module, 1)[1]):
+        values[key] = re.sub(r"\\(.)", r"\1", raw[1:-1]) if raw.startswith('"') else raw
+    if "username" not in values or "password" not in values:
+        raise ConfigError("security: sasl.jaas.config needs username=\"...\" and password=\"...\"")
+    return values["username"], values["password"]
+
+
+def command_config_to_librdkafka(properties: dict[str, str]) -> dict[str, str]:
+    """Kafka Java client properties (as Kafka's tools take them) as librdkafka settings.
+
+    Security settings are translated (JAAS PLAIN/SCRAM to ``sasl.username``/``sasl.password``, a
+    PEM truststore to ``ssl.ca.location``, a PKCS12 keystore as is); other keys pass unchanged
+    (librdkafka rejects the ones it does not know, by name). JKS stores, which librdkafka cannot
+    read, are a :class:`ConfigError`.
+    """
+    config = dict(properties)
+    out: dict[str, str] = {}
+    jaas = config.pop("sasl.jaas.config", None)
+    if jaas is not None:
+        out["sasl.username"], out["sasl.password"] = _jaas_credentials(jaas)
+    truststore_type = config.pop("ssl.truststore.type", "JKS").upper()
+    if "ssl.truststore.location" in config:
+        if truststore_type != "PEM":
+            raise ConfigError(f"security: ssl.truststore.type {truststore_type} cannot be read by librdkafka; "
+                              f"use a PEM file (ssl.truststore.type=PEM)")
+        out["ssl.ca.location"] = config.pop("ssl.truststore.location")
+    config.pop("ssl.truststore.password", None)  # a PEM truststore has none
+    keystore_type = config.pop("ssl.keystore.type", "JKS").upper()
+    if "ssl.keystore.location" in config and keystore_type != "PKCS12":
+        raise ConfigError(f"security: ssl.keystore.type {keystore_type} cannot be read by librdkafka; "
+                          f"use PKCS12 (ssl.keystore.type=PKCS12)")
+    algorithm = config.pop("ssl.endpoint.identification.algorithm", None)
+    if algorithm is not None:
+        out["ssl.endpoint.identification.algorithm"] = algorithm or "none"
+    out.update(config)
+    return out
+
+
+def read_command_config(path: str | Path) -> dict[str, str]:
+    """``--command-config FILE``: a Java properties file, as librdkafka settings."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise ConfigError(f"--command-config: cannot read {path}: {error}") from None
+    properties: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConfigError(f"--command-config {path}:{number}: expected key=value, got {line!r}")
+        properties[key.strip()] = value.strip()
+    return command_config_to_librdkafka(properties)

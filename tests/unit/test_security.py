@@ -104,3 +104,56 @@ def test_a_spark_job_hands_kafka_config_security_to_its_reader():
     assert 'username="job" password="pw"' in options["kafka.sasl.jaas.config"]
     assert options["kafka.sasl.mechanism"] == "SCRAM-SHA-512"  # given explicitly: wins
     assert options["kafka.isolation.level"] == "read_committed"
+
+
+def test_command_config_round_trips_what_spark_gets(tmp_path):
+    from reliable_kafka.security import read_command_config
+
+    path = tmp_path / "client.properties"
+    path.write_text(
+        "# as for kafka-consumer-groups.sh --command-config\n"
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-256\n"
+        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
+        'username="ops" password="p\\"w\\\\x";\n'
+        "ssl.truststore.type=PEM\n"
+        "ssl.truststore.location=/etc/ca.pem\n"
+        "ssl.endpoint.identification.algorithm=\n"
+        "client.id=rk-cli\n")
+    config = read_command_config(path)
+    assert config == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "ops",
+                      "sasl.password": 'p"w\\x', "ssl.ca.location": "/etc/ca.pem",
+                      "ssl.endpoint.identification.algorithm": "none", "client.id": "rk-cli"}
+    back = spark_kafka_options(config)
+    assert back["kafka.sasl.jaas.config"].endswith('username="ops" password="p\\"w\\\\x";')
+
+
+@pytest.mark.parametrize("text, words", [
+    ("ssl.truststore.location=/t.jks\n", "JKS"),
+    ("ssl.keystore.location=/k.jks\n", "JKS"),
+    ("sasl.jaas.config=com.sun.security.auth.module.Krb5LoginModule required;\n", "only PlainLoginModule"),
+    ("sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"u\";\n",
+     "password"),
+    ("no equals sign\n", ":1: expected key=value"),
+])
+def test_command_config_errors(tmp_path, text, words):
+    from reliable_kafka.security import read_command_config
+
+    (tmp_path / "c.properties").write_text(text)
+    with pytest.raises(ConfigError) as error:
+        read_command_config(tmp_path / "c.properties")
+    assert words in str(error.value)
+
+
+def test_cli_commands_take_a_command_config(tmp_path):
+    from reliable_kafka.cli import _command_config, build_parser
+
+    path = tmp_path / "c.properties"
+    path.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                    "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    "username=\"a\" password=\"b\";\n")
+    for argv in (["acker", "--topology", "t", "--bootstrap", "x"], ["lag", "--group", "g", "--topic", "t",
+                                                                    "--bootstrap-servers", "x"]):
+        args = build_parser().parse_args([*argv, "--command-config", str(path)])
+        assert _command_config(args) == {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                         "sasl.username": "a", "sasl.password": "b"}
