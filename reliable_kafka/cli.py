@@ -71,6 +71,11 @@ def _register_kafka(subparsers: _Subparsers) -> None:
         "--brokers", type=int, default=1,
         help="number of brokers; more than 1 starts a cluster (replication factor up to 3)",
     )
+    start.add_argument(
+        "--secure", action="store_true",
+        help="SASL/SCRAM-SHA-256 and ACLs (StandardAuthorizer); users admin, spout, bolt, acker, spark, "
+        "outsider with client properties in the data directory",
+    )
     start.set_defaults(handler=_kafka_up)
 
     show = actions.add_parser("status", help="say whether the broker runs, and where")
@@ -88,7 +93,8 @@ def _kafka_up(args: argparse.Namespace) -> int:
     from reliable_kafka.broker import daemon
 
     current, started = daemon.up(
-        port=args.port, data_dir=args.data_dir, keep_data=args.keep_data, brokers=args.brokers
+        port=args.port, data_dir=args.data_dir, keep_data=args.keep_data, brokers=args.brokers,
+        secure=args.secure,
     )
     if not started:
         print(f"already running; {current.describe()}")
