@@ -216,11 +216,12 @@ def _running_conf() -> dict[str, str] | None:
 
     Under spark-submit (``PYSPARK_GATEWAY_PORT`` set) the JVM runs before Python does: its system
     properties hold ``--master``, ``--jars``, ``--conf`` and spark-defaults.conf. Connecting to it
-    starts nothing.
+    starts nothing. A JVM that an earlier session of this process started is not spark-submit's:
+    its properties are that session's settings, not a submitted master.
     """
     from pyspark import SparkConf, SparkContext
 
-    if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
         return None
     SparkContext._ensure_initialized()
     return dict(SparkConf(loadDefaults=True).getAll())

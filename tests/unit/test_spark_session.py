@@ -89,3 +89,13 @@ def test_cli_passes_every_argument_to_spark_submit():
     assert not args.print_jars
     assert build_parser().parse_args(["spark-submit", "++print-jars"]).print_jars
     assert isinstance(args, argparse.Namespace)
+
+
+def test_a_jvm_this_process_started_is_not_a_submitted_one(monkeypatch):
+    from pyspark import SparkContext
+
+    from reliable_kafka.spark.session import _running_conf
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setattr(SparkContext, "_gateway", object())  # an earlier session's JVM: not consulted
+    assert _running_conf() is None
