@@ -283,7 +283,8 @@ def spark_session(
 
     active = SparkSession.getActiveSession()
     running = None if active is not None else _running_conf()
-    chosen = master or given_master(running_conf=running) or DEFAULT_MASTER
+    submitted = given_master(running_conf=running)
+    chosen = master or submitted or DEFAULT_MASTER
     local = chosen.startswith("local")
     if local:
         # Spark otherwise picks the host's first non-loopback address and warns about it.
@@ -322,8 +323,8 @@ def spark_session(
                 "this process; stop it first (spark.stop()) or create it with spark_session()"
             )
     builder = SparkSession.builder.appName(app_name)
-    if master is not None or given_master(running_conf=running) is None:
-        builder = builder.master(chosen)
+    if master is not None or submitted is None:
+        builder = builder.master(chosen)  # otherwise spark-submit's launcher passes it on
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
