@@ -71,6 +71,11 @@ def _register_kafka(subparsers: _Subparsers) -> None:
         "--brokers", type=int, default=1,
         help="number of brokers; more than 1 starts a cluster (replication factor up to 3)",
     )
+    start.add_argument(
+        "--secure", action="store_true",
+        help="SASL/SCRAM-SHA-256 and ACLs (StandardAuthorizer); users admin, spout, bolt, acker, spark, "
+        "outsider with client properties in the data directory",
+    )
     start.set_defaults(handler=_kafka_up)
 
     show = actions.add_parser("status", help="say whether the broker runs, and where")
@@ -88,7 +93,8 @@ def _kafka_up(args: argparse.Namespace) -> int:
     from reliable_kafka.broker import daemon
 
     current, started = daemon.up(
-        port=args.port, data_dir=args.data_dir, keep_data=args.keep_data, brokers=args.brokers
+        port=args.port, data_dir=args.data_dir, keep_data=args.keep_data, brokers=args.brokers,
+        secure=args.secure,
     )
     if not started:
         print(f"already running; {current.describe()}")
@@ -134,6 +140,18 @@ def _logging(level: str) -> None:
                         stream=sys.stderr)
 
 
+def _add_command_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--command-config", type=Path, default=None, metavar="FILE",
+                        help="Kafka client properties (Java names, as Kafka's tools take them), e.g. "
+                        "security.protocol, sasl.mechanism, sasl.jaas.config; translated for librdkafka")
+
+
+def _command_config(args: argparse.Namespace) -> dict[str, str]:
+    from reliable_kafka.security import read_command_config
+
+    return read_command_config(args.command_config) if args.command_config else {}
+
+
 def _register_acker(subparsers: _Subparsers) -> None:
     acker = subparsers.add_parser(
         "acker",
@@ -158,6 +176,7 @@ def _register_acker(subparsers: _Subparsers) -> None:
                        help="replication factor of topics this worker creates (default: 1)")
     acker.add_argument("--kafka-config", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                        help="librdkafka setting passed through (repeatable)")
+    _add_command_config(acker)
     acker.add_argument("--log-level", default="info", help="logging level (default: info)")
     acker.add_argument("--metrics-port", type=int, default=None,
                        help="serve Prometheus /metrics on this port (docs/operations.md; default: off)")
@@ -172,7 +191,8 @@ def _acker(args: argparse.Namespace) -> int:
         topology=args.topology, bootstrap_servers=args.bootstrap, ackers=args.ackers,
         timeout_ms=args.timeout_ms, timeout_buckets=args.timeout_buckets,
         commit_interval_ms=args.commit_interval_ms, group_id=args.group, name=args.name,
-        replication_factor=args.replication_factor, kafka_config=dict(args.kafka_config),
+        replication_factor=args.replication_factor,
+        kafka_config={**_command_config(args), **dict(args.kafka_config)},
         metrics_port=args.metrics_port,
     )
     worker.run(handle_signals=True)
@@ -326,6 +346,77 @@ def _ui(args: argparse.Namespace) -> int:
                       kafka_config=dict(args.kafka_config), host=args.host, port=args.port)
     print(f"reliable-kafka ui: topology {args.topology} at {page.url} (Ctrl-C stops)", flush=True)
     page.serve_forever()
+
+
+# -- spark-submit: spark-submit with the Kafka connector ------------------------------------------
+
+
+def _register_spark_submit(subparsers: _Subparsers) -> None:
+    # prefix_chars "+": every argument, --master included, is spark-submit's, passed on as given.
+    submit = subparsers.add_parser(
+        "spark-submit", prefix_chars="+", add_help=False,
+        help="spark-submit with Spark's Kafka connector added to --jars (from the jar cache)",
+        description="Runs pyspark's spark-submit (or $SPARK_HOME's) with the connector jars added to "
+        "--jars; every argument is spark-submit's. `reliable-kafka spark-submit ++print-jars` prints "
+        "the jars (comma-separated) instead.",
+    )
+    submit.add_argument("++print-jars", dest="print_jars", action="store_true",
+                        help="print the connector jars, comma-separated, and exit")
+    submit.add_argument("submit_args", nargs=argparse.REMAINDER, metavar="ARGS")
+    submit.set_defaults(handler=_spark_submit)
+
+
+def _spark_submit(args: argparse.Namespace) -> int:
+    import os
+
+    from reliable_kafka.spark.session import connector_jars, spark_submit_command
+
+    jars = connector_jars()
+    if args.print_jars:
+        print(",".join(str(jar) for jar in jars))
+        return 0
+    command = spark_submit_command(list(args.submit_args), jars=jars)
+    # Python workers default to this interpreter, which has reliable_kafka installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.execv(command[0], command)
+    return 1  # not reached
+
+
+# -- lag: a spout group's true lag ----------------------------------------------------------------
+
+
+def _register_lag(subparsers: _Subparsers) -> None:
+    lag = subparsers.add_parser(
+        "lag",
+        help="a spout's consumer-group lag, minus the records done above its commit point",
+        description="Kafka's group tool counts every record above a spout's commit point as lag, "
+        "although the spout recorded the ones already done in its commit metadata; this shows both "
+        "figures per partition. Reads only (joins no group).",
+    )
+    lag.add_argument("--group", required=True, help="the spout's consumer group (a Spark job: its group_id)")
+    lag.add_argument("--topic", required=True, help="a source topic of the spout")
+    lag.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap", required=True,
+                     help="Kafka bootstrap servers, host:port[,...]")
+    _add_command_config(lag)
+    lag.set_defaults(handler=_lag)
+
+
+def _lag(args: argparse.Namespace) -> int:
+    from reliable_kafka.offsets import true_lag
+
+    rows = true_lag(args.bootstrap, args.group, args.topic, kafka_config=_command_config(args))
+    if not rows:
+        print(f"topic {args.topic!r} not found or has no partitions")
+        return 1
+    print(f"{'PARTITION':>9} {'END':>12} {'COMMITTED':>12} {'DONE-ABOVE':>10} {'KAFKA-LAG':>10} {'LAG':>10}")
+    for row in rows:
+        committed = "-" if row.committed is None else row.committed
+        done = "?" if row.done_above is None else row.done_above
+        print(f"{row.partition:>9} {row.end:>12} {committed:>12} {done:>10} {row.kafka_lag:>10} {row.lag:>10}")
+        if row.note:
+            print(f"  partition {row.partition}: commit metadata ignored: {row.note}")
+    print(f"{'total':>9} {'':>12} {'':>12} {sum(r.done_above or 0 for r in rows):>10} "
+          f"{sum(r.kafka_lag for r in rows):>10} {sum(r.lag for r in rows):>10}")
     return 0
 
 
@@ -336,6 +427,8 @@ _COMMANDS: list[Callable[[_Subparsers], None]] = [
     _register_chaos,
     _register_status,
     _register_ui,
+    _register_spark_submit,
+    _register_lag,
 ]
 
 

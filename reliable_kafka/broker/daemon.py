@@ -20,7 +20,9 @@ from pathlib import Path
 
 from reliable_kafka.broker.embedded import EmbeddedCluster, EmbeddedKafka
 from reliable_kafka.broker.node import probe_broker_ids
+from reliable_kafka.broker.secure import ADMIN, SECURE_ROLES, BrokerSecurity
 from reliable_kafka.jars import cache_dir
+from reliable_kafka.security import read_command_config
 
 __all__ = ["DaemonStatus", "run_dir", "state_path", "up", "status", "down"]
 
@@ -70,6 +72,8 @@ class DaemonStatus:
             f"bootstrap {self.bootstrap} ({len(nodes)} broker{'s' if len(nodes) > 1 else ''}, "
             f"pid {', '.join(str(n['pid']) for n in nodes)}, data {self.state['data_dir']})"
         )
+        if self.state.get("client_properties"):
+            where += f"; secured (SASL/SCRAM-SHA-256, ACLs), client properties: {self.state['data_dir']}/client-<user>.properties"
         if self.running:
             return f"Kafka {self.state['version']} is running: {where}"
         if not self.alive_pids:
@@ -85,8 +89,13 @@ def up(
     data_dir: Path | None = None,
     keep_data: bool = False,
     brokers: int = 1,
+    secure: bool = False,
 ) -> tuple[DaemonStatus, bool]:
     """Start a detached broker (``brokers`` > 1: a cluster) unless one is recorded as running.
+
+    ``secure``: SASL/SCRAM-SHA-256 and the StandardAuthorizer with users ``admin`` (super user)
+    and one per role (:data:`SECURE_ROLES`), their client properties written to
+    ``<data_dir>/client-<user>.properties`` (mode 0600).
 
     Returns the status and whether this call started it. A stale record (processes gone) is
     cleaned up first.
@@ -98,14 +107,19 @@ def up(
         if current.state is not None:
             _cleanup(current.state)
         kafka: EmbeddedKafka | EmbeddedCluster
+        security = BrokerSecurity.generate(SECURE_ROLES) if secure else None
         if brokers == 1:
-            kafka = EmbeddedKafka(port=port, data_dir=data_dir, keep_data=keep_data, detach=True)
+            kafka = EmbeddedKafka(port=port, data_dir=data_dir, keep_data=keep_data, detach=True,
+                                  security=security)
         else:
             kafka = EmbeddedCluster(
-                brokers=brokers, port=port, data_dir=data_dir, keep_data=keep_data, detach=True
+                brokers=brokers, port=port, data_dir=data_dir, keep_data=keep_data, detach=True,
+                security=security,
             )
         kafka.start()
         state = {**kafka.describe(), "started_at": time.time()}
+        if security is not None:
+            state["client_properties"] = _write_client_properties(security, kafka.data_dir)
         _write_state(state)
         return _status_of(state), True
 
@@ -139,6 +153,17 @@ def down(*, timeout: float = 30.0) -> DaemonStatus | None:
         return before
 
 
+def _write_client_properties(security: BrokerSecurity, directory: Path) -> dict[str, str]:
+    paths = {}
+    for user in security.users:
+        path = directory / f"client-{user}.properties"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(security.client_properties(user))
+        paths[user] = str(path)
+    return paths
+
+
 def _status_of(state: dict | None, *, timeout: float = 3.0) -> DaemonStatus:
     if state is None:
         return DaemonStatus(None, (), False)
@@ -149,7 +174,9 @@ def _status_of(state: dict | None, *, timeout: float = 3.0) -> DaemonStatus:
     )
     answering = False
     if alive:
-        seen = probe_broker_ids(str(state["bootstrap"]), timeout=timeout)
+        admin = (state.get("client_properties") or {}).get(ADMIN)
+        seen = probe_broker_ids(str(state["bootstrap"]), timeout=timeout,
+                                client_config=read_command_config(admin) if admin else None)
         answering = seen is not None and len(seen) >= len(alive)
     return DaemonStatus(state, alive, answering)
 

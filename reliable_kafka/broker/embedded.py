@@ -44,6 +44,7 @@ from reliable_kafka.broker.node import (
     probe_broker_ids,
     tail,
 )
+from reliable_kafka.broker.secure import ADMIN, BrokerSecurity
 from reliable_kafka.errors import BrokerStartError, ConfigError
 from reliable_kafka.jars import KAFKA_VERSION
 
@@ -95,6 +96,7 @@ class _KraftNodes:
         detach: bool,
         startup_timeout: float,
         version: str,
+        security: BrokerSecurity | None = None,
     ) -> None:
         if count < 1:
             raise ConfigError(f"brokers must be at least 1, got {count}")
@@ -115,6 +117,7 @@ class _KraftNodes:
         self._detach = detach
         self._startup_timeout = startup_timeout
         self._version = version
+        self.security = security
         self._data_dir: Path | None = None
         self._created_data_dir = False
         self._nodes: list[KraftNode] = []
@@ -277,7 +280,7 @@ class _KraftNodes:
     def _start_nodes(self, java: str, classpath: str, nodes: list[KraftNode]) -> None:
         voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in self._nodes)
         for node in nodes:
-            node.write_config(node_properties(node, voters, self._count, self._extra))
+            node.write_config(node_properties(node, voters, self._count, self._extra, self.security))
         self._format(java, classpath, [n for n in nodes if not n.is_formatted()])
         for node in nodes:
             node.launch(java, classpath, detach=self._detach)
@@ -293,6 +296,7 @@ class _KraftNodes:
             command = node.jvm_command(
                 java, classpath, "kafka.tools.StorageTool",
                 "format", "-t", cluster_id, "-c", str(node.properties_path),
+                *(self.security.format_arguments() if self.security else []),
             )
             process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
@@ -345,7 +349,8 @@ class _KraftNodes:
                     nodes,
                 )
             node = pending[0]
-            seen = probe_broker_ids(node.bootstrap, timeout=min(3.0, max(0.5, remaining)))
+            seen = probe_broker_ids(node.bootstrap, timeout=min(3.0, max(0.5, remaining)),
+                                    client_config=self.security.client_config(ADMIN) if self.security else None)
             if seen is not None and expected <= seen:
                 pending.pop(0)
             else:
@@ -410,6 +415,9 @@ class EmbeddedKafka(_KraftNodes):
       by ``reliable-kafka kafka up``.
     - ``startup_timeout`` [60.0]: seconds to wait for a metadata answer.
     - ``version`` [KAFKA_VERSION]: the Kafka version resolved from Maven (ignored with KAFKA_HOME).
+    - ``security`` [None]: a :class:`~reliable_kafka.broker.secure.BrokerSecurity`: SASL/SCRAM-SHA-256
+      users, the StandardAuthorizer, ``admin`` the only super user; clients then need
+      ``security.client_config(user)`` and ACLs.
 
     Example::
 
@@ -427,6 +435,7 @@ class EmbeddedKafka(_KraftNodes):
         detach: bool = False,
         startup_timeout: float = 60.0,
         version: str = KAFKA_VERSION,
+        security: BrokerSecurity | None = None,
     ) -> None:
         super().__init__(
             count=1,
@@ -437,6 +446,7 @@ class EmbeddedKafka(_KraftNodes):
             detach=detach,
             startup_timeout=startup_timeout,
             version=version,
+            security=security,
         )
 
     def start(self) -> "EmbeddedKafka":
@@ -496,6 +506,7 @@ class EmbeddedCluster(_KraftNodes):
         detach: bool = False,
         startup_timeout: float = 120.0,
         version: str = KAFKA_VERSION,
+        security: BrokerSecurity | None = None,
     ) -> None:
         super().__init__(
             count=brokers,
@@ -506,6 +517,7 @@ class EmbeddedCluster(_KraftNodes):
             detach=detach,
             startup_timeout=startup_timeout,
             version=version,
+            security=security,
         )
 
     def start(self) -> "EmbeddedCluster":

@@ -163,13 +163,15 @@ def _quiet_logger() -> logging.Logger:
     return logger
 
 
-def probe_broker_ids(bootstrap: str, timeout: float) -> set[int] | None:
+def probe_broker_ids(bootstrap: str, timeout: float, client_config: Mapping[str, str] | None = None
+                     ) -> set[int] | None:
     """The broker ids a fresh client bootstrapped at ``bootstrap`` sees, or None if no answer."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient(
         {
+            **(client_config or {}),
             "bootstrap.servers": bootstrap,
             "logger": _quiet_logger(),
             "socket.connection.setup.timeout.ms": max(1000, int(timeout * 1000)),
@@ -340,7 +342,7 @@ log4j.appender.BROKER.layout.ConversionPattern=[%d] %p %m (%c)%n
 
 
 def node_properties(
-    node: KraftNode, voters: str, nodes: int, extra: Mapping[str, str]
+    node: KraftNode, voters: str, nodes: int, extra: Mapping[str, str], security=None
 ) -> dict[str, str]:
     replication = min(3, nodes)
     min_isr = max(1, replication - 1)
@@ -375,5 +377,8 @@ def node_properties(
         # The default 128 MiB compaction buffer would take a quarter of the small heap.
         "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
     }
+    if security is not None:  # a BrokerSecurity: SASL listeners and the authorizer
+        properties.update(security.broker_properties(port=node.port, controller_port=node.controller_port,
+                                                     host=HOST))
     properties.update(extra)
     return properties

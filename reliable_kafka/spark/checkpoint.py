@@ -8,7 +8,10 @@ the initial offsets in ``sources/0/0``). Either way Spark resumes at the end off
 *committed* batch: every record below that point was handed to ``foreachBatch`` in a batch Spark
 will not run again.
 
-Pure file parsing (local paths only); no Spark needed.
+The logs are read through :class:`CheckpointFiles`: :class:`HadoopFiles` reads them with Hadoop's
+FileSystem API in the Spark session's JVM, so any location Spark accepts as ``checkpointLocation``
+(``file:``, ``hdfs:``, ``s3a:``, a scheme mapped by ``spark.hadoop.fs.<scheme>.impl``) is read
+the way Spark wrote it; :class:`LocalFiles` reads local paths with no Spark (tests, tools).
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from reliable_kafka.errors import DecodeError
 
 __all__ = ["KafkaOffsets", "ResumePoint", "parse_kafka_offsets", "read_log_entry", "read_resume_point",
-           "log_batch_ids"]
+           "log_batch_ids", "CheckpointFiles", "LocalFiles", "HadoopFiles"]
 
 KafkaOffsets = dict[tuple[str, int], int]
 """Kafka source offsets: ``(topic, partition) -> offset``."""
@@ -73,54 +77,123 @@ def parse_kafka_offsets(text: str) -> KafkaOffsets:
     return offsets
 
 
-def log_batch_ids(log_dir: Path) -> list[int]:
+class CheckpointFiles(Protocol):
+    """Read access to a checkpoint's files; paths are strings joined with ``/``."""
+
+    def names(self, directory: str) -> list[str]:
+        """Entry names in ``directory``; empty when it does not exist."""
+
+    def read(self, path: str) -> bytes | None:
+        """The content of file ``path``; None when it does not exist."""
+
+
+class LocalFiles:
+    """A checkpoint on the local file system (a path, or a ``file:`` URI)."""
+
+    @staticmethod
+    def _local(path: str) -> Path:
+        return Path(path.removeprefix("file:"))
+
+    def names(self, directory: str) -> list[str]:
+        try:
+            return os.listdir(self._local(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def read(self, path: str) -> bytes | None:
+        local = self._local(path)
+        return local.read_bytes() if local.is_file() else None
+
+
+class HadoopFiles:
+    """A checkpoint read through Hadoop's FileSystem API in ``spark``'s JVM, as Spark reads it.
+
+    Uses the session's Hadoop configuration (``spark.hadoop.*`` included), so credentials and
+    file-system implementations that Spark uses for the checkpoint apply here too.
+    """
+
+    def __init__(self, spark) -> None:
+        self._jvm = spark._jvm
+        self._conf = spark._jsparkSession.sessionState().newHadoopConf()
+
+    def _fs_path(self, path: str):
+        jpath = self._jvm.org.apache.hadoop.fs.Path(path)
+        return jpath.getFileSystem(self._conf), jpath
+
+    def names(self, directory: str) -> list[str]:
+        fs, jpath = self._fs_path(directory)
+        if not fs.exists(jpath) or not fs.getFileStatus(jpath).isDirectory():
+            return []
+        return [status.getPath().getName() for status in fs.listStatus(jpath)]
+
+    def read(self, path: str) -> bytes | None:
+        fs, jpath = self._fs_path(path)
+        if not fs.exists(jpath) or not fs.getFileStatus(jpath).isFile():
+            return None
+        stream = fs.open(jpath)
+        try:
+            return bytes(stream.readAllBytes())
+        finally:
+            stream.close()
+
+
+def _join(*parts: str) -> str:
+    return "/".join([parts[0].rstrip("/"), *parts[1:]])
+
+
+def log_batch_ids(log_dir: str | Path, *, files: CheckpointFiles | None = None) -> list[int]:
     """Batch ids present in a metadata log directory (``offsets/`` or ``commits/``), ascending.
 
     Only files named by a bare number count: Hadoop's ``.N.crc`` checksums and ``.N.tmp`` files
     of an interrupted write are ignored.
     """
-    try:
-        names = os.listdir(log_dir)
-    except FileNotFoundError:
-        return []
+    names = (files or LocalFiles()).names(str(log_dir))
     return sorted(int(name) for name in names if name.isdigit())
 
 
-def read_log_entry(path: Path) -> list[str]:
+def read_log_entry(path: str | Path, *, files: CheckpointFiles | None = None) -> list[str]:
     """The lines of a metadata log file after its version line (``v1``, ``v2``...).
 
     The Kafka source's initial offset file starts with a NUL byte (kept by Spark for files written
     by Spark 2.1); it is skipped.
     """
-    text = path.read_bytes().lstrip(b"\x00").decode("utf-8")
+    data = (files or LocalFiles()).read(str(path))
+    if data is None:
+        raise DecodeError("spark metadata log", f"{path}: no such file", None)
+    text = data.lstrip(b"\x00").decode("utf-8")
     lines = text.split("\n")
     if not lines or not lines[0].startswith("v") or not lines[0][1:].isdigit():
         raise DecodeError("spark metadata log", f"{path}: no version line", text.encode())
     return lines[1:]
 
 
-def _offsets_in_offset_log(path: Path, source_index: int) -> KafkaOffsets:
+def _offsets_in_offset_log(path: str, source_index: int, files: CheckpointFiles) -> KafkaOffsets:
     # Layout: version line, batch metadata JSON, then one line per source ("-" when absent).
-    lines = read_log_entry(path)
+    lines = read_log_entry(path, files=files)
     if len(lines) < 2 + source_index:
         raise DecodeError("spark offset log", f"{path}: no line for source {source_index}", None)
     line = lines[1 + source_index].strip()
     return {} if line in ("", "-") else parse_kafka_offsets(line)
 
 
-def read_resume_point(checkpoint_dir: str | Path, *, source_index: int = 0) -> ResumePoint:
-    """Read ``offsets/``, ``commits/`` and ``sources/<i>/0`` of a checkpoint (local path).
+def read_resume_point(checkpoint_dir: str | Path, *, source_index: int = 0, spark=None,
+                      files: CheckpointFiles | None = None) -> ResumePoint:
+    """Read ``offsets/``, ``commits/`` and ``sources/<i>/0`` of a checkpoint.
 
+    ``spark``: read through that session's Hadoop FileSystem (:class:`HadoopFiles`), for any
+    location Spark accepts; without it (and without ``files``) a local path or ``file:`` URI.
     ``source_index`` is the query's source number (0 for a query with one Kafka source).
     A missing checkpoint gives an empty :class:`ResumePoint`.
     """
-    root = Path(str(checkpoint_dir).removeprefix("file:"))
-    planned = log_batch_ids(root / "offsets")
-    committed = log_batch_ids(root / "commits")
+    if files is None:
+        files = HadoopFiles(spark) if spark is not None else LocalFiles()
+    root = str(checkpoint_dir)
+    planned = log_batch_ids(_join(root, "offsets"), files=files)
+    committed = log_batch_ids(_join(root, "commits"), files=files)
     initial: KafkaOffsets = {}
-    initial_file = root / "sources" / str(source_index) / "0"
-    if initial_file.is_file():
-        lines = read_log_entry(initial_file)
+    initial_file = _join(root, "sources", str(source_index), "0")
+    if files.read(initial_file) is not None:
+        lines = read_log_entry(initial_file, files=files)
         initial = parse_kafka_offsets(lines[0]) if lines and lines[0].strip() else {}
     if not planned:
         return ResumePoint(initial=initial)
@@ -132,6 +205,6 @@ def read_resume_point(checkpoint_dir: str | Path, *, source_index: int = 0) -> R
     if last_committed is None:
         offsets = dict(initial)
     else:
-        offsets = _offsets_in_offset_log(root / "offsets" / str(last_committed), source_index)
+        offsets = _offsets_in_offset_log(_join(root, "offsets", str(last_committed)), source_index, files)
     return ResumePoint(offsets=offsets, last_planned=last_planned, last_committed=last_committed,
                        initial=initial)

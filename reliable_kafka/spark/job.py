@@ -18,6 +18,7 @@ from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import ConfigError, DeliveryError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.ops import reporter as ops_reporter
+from reliable_kafka.security import spark_kafka_options as spark_security_options
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN
 from reliable_kafka.spark.writer import OutputWriter
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
@@ -129,7 +130,9 @@ class SparkJob:
         self.max_offsets_per_trigger = max_offsets_per_trigger
         self.on_batch_error = on_batch_error
         self.kafka_config = dict(kafka_config or {})
+        # Security settings of kafka_config reach Spark's Kafka reader too (DESIGN 10).
         self.spark_kafka_options = {"kafka.isolation.level": "read_committed",
+                                    **spark_security_options(self.kafka_config),
                                     **dict(spark_kafka_options or {})}
         self.task_id = new_id()
         self.name = name or f"{self.component}-{self.task_id & 0xFFFF:04x}"

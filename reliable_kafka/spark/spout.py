@@ -152,7 +152,7 @@ class SparkSpout(SparkJob):
 
     def _recover(self) -> None:
         """Track from the group's commit; process again what Spark will not re-read."""
-        resume = read_resume_point(self.checkpoint_dir)
+        resume = read_resume_point(self.checkpoint_dir, spark=self.spark)  # any Hadoop file system
         committed = self._group.committed([TopicPartition(t, p) for t, p in self.partitions], timeout=30)
         ranges: dict[TP, tuple[int, int]] = {}
         starting: dict[TP, int] = {}

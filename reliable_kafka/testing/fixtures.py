@@ -10,6 +10,9 @@
 - ``kafka_cluster`` (module): a started 3-broker :class:`reliable_kafka.broker.EmbeddedCluster`.
 - ``docker_engine`` (session): the Docker client of an engine that answers; outside CI a test using
   it is skipped when none answers, in CI (``CI`` set, as .ci/run starts an engine) it fails.
+- ``secure_kafka`` (module): a started SASL/SCRAM broker with the StandardAuthorizer; a
+  :class:`SecureKafka` with per-role credentials (``admin``, ``spout``, ``bolt``, ``acker``,
+  ``spark``, ``outsider``; ``config(role)`` is that role's ``kafka_config``).
 """
 
 from __future__ import annotations
@@ -18,15 +21,18 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from reliable_kafka.broker import EmbeddedCluster
+from reliable_kafka.broker.secure import SECURE_ROLES
 from reliable_kafka.testing.session import docker_available, session_kafka
 from reliable_kafka.testing.topics import create_topics, unique_name
 
 __all__ = ["kafka_bootstrap", "topic_name", "unique_topic", "create_topic", "kafka_cluster",
-           "docker_engine", "require_docker"]
+           "docker_engine", "require_docker", "secure_kafka", "SecureKafka", "SECURE_ROLES"]
 
 
 @pytest.fixture(scope="session")
@@ -109,3 +115,25 @@ def docker_engine() -> Iterator[Any]:
         yield client
     finally:
         client.close()
+
+
+@dataclass(frozen=True)
+class SecureKafka:
+    bootstrap: str
+    security: "BrokerSecurity"  # noqa: F821 - imported lazily with the broker
+    log_path: Path
+
+    def config(self, role: str) -> dict[str, str]:
+        """``kafka_config`` (librdkafka settings) of ``role``."""
+        return self.security.client_config(role)
+
+
+@pytest.fixture(scope="module")
+def secure_kafka() -> Iterator[SecureKafka]:
+    """A secured embedded broker for the module (SASL/SCRAM-SHA-256, StandardAuthorizer)."""
+    from reliable_kafka.broker import EmbeddedKafka
+    from reliable_kafka.broker.secure import BrokerSecurity
+
+    security = BrokerSecurity.generate(SECURE_ROLES)
+    with EmbeddedKafka(security=security, startup_timeout=180.0) as broker:
+        yield SecureKafka(bootstrap=broker.bootstrap_servers, security=security, log_path=broker.log_path)

@@ -5,6 +5,10 @@ killed. Outputs are ``value|partition|offset|attempt`` so the test can trace the
 
     python spark_driver_script.py --bootstrap HOST:PORT --topology T --source S --output O \
         --group G --checkpoint DIR [--max-offsets-per-trigger N] [--message-timeout-ms MS]
+        [--pause-on VALUE --pause-file PATH]
+
+``--pause-on``: the task that transforms the record ``VALUE`` writes its Python worker's pid to
+``PATH`` and waits (up to 120 s) for ``PATH.release``, so a test can kill its executor mid-batch.
 """
 
 from __future__ import annotations
@@ -28,6 +32,29 @@ def tag_with_source(df):
     )
 
 
+def pausing(transform, value: str, marker: str):
+    """``transform`` behind a UDF that holds the task of record ``value`` (see the docstring)."""
+    import os
+    import time
+
+    from pyspark.sql import functions as F
+
+    target = value.encode()
+
+    @F.udf("binary")
+    def pause(data):
+        if bytes(data) == target and not os.path.exists(marker + ".release"):
+            with open(marker + ".tmp", "w") as handle:
+                handle.write(str(os.getpid()))
+            os.replace(marker + ".tmp", marker)
+            deadline = time.monotonic() + 120
+            while not os.path.exists(marker + ".release") and time.monotonic() < deadline:
+                time.sleep(0.1)
+        return data
+
+    return lambda df: transform(df.withColumn("value", pause(F.col("value"))))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--bootstrap", required=True)
@@ -38,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=300)
     parser.add_argument("--message-timeout-ms", type=int, default=10_000)
+    parser.add_argument("--pause-on", default=None)
+    parser.add_argument("--pause-file", default=None)
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -51,12 +80,15 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = spark_session("rk-kill-test-driver")
     spout = SparkSpout(spark, topology=args.topology, bootstrap_servers=args.bootstrap, source_topics=args.source,
-                       group_id=args.group, checkpoint_dir=args.checkpoint, transform=tag_with_source,
+                       group_id=args.group, checkpoint_dir=args.checkpoint,
+                       transform=pausing(tag_with_source, args.pause_on, args.pause_file) if args.pause_on
+                       else tag_with_source,
                        output_topic=args.output, max_offsets_per_trigger=args.max_offsets_per_trigger,
                        message_timeout_ms=args.message_timeout_ms, backoff=Backoff(initial_ms=200),
                        commit_interval_ms=300)
     spout.start()
-    print(json.dumps({"started": True, "recovered": spout.recovered}), flush=True)
+    print(json.dumps({"started": True, "recovered": spout.recovered, "master": spark.sparkContext.master}),
+          flush=True)
     try:
         while not stop.wait(0.5):
             spout.raise_if_failed()

@@ -75,3 +75,27 @@ def test_taken_port_is_refused_before_any_jvm(monkeypatch, tmp_path):
             kafka.start()
     assert "port=0" in caught.value.hint
     assert not (tmp_path / "data").exists()
+
+
+def test_secured_broker_properties_and_scram_users():
+    from reliable_kafka.broker.secure import BrokerSecurity
+
+    security = BrokerSecurity(users={"admin": "a1", "bolt": "b2"})
+    props = security.broker_properties(port=9092, controller_port=9093, host="127.0.0.1")
+    assert props["listeners"] == "SASL_PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
+    assert props["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert props["super.users"] == "User:admin"
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert 'username="admin" password="a1"' in props["listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config"]
+    assert security.format_arguments() == ["--add-scram", "SCRAM-SHA-256=[name=admin,password=a1]",
+                                           "--add-scram", "SCRAM-SHA-256=[name=bolt,password=b2]"]
+    assert security.client_config("bolt") == {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                                              "sasl.username": "bolt", "sasl.password": "b2"}
+
+
+@pytest.mark.parametrize("users", [{"bolt": "x"}, {"admin": "a", "b,c": "x"}, {"admin": 'p"w'}, {"admin": ""}])
+def test_secured_broker_refuses_users_it_cannot_quote(users):
+    from reliable_kafka.broker.secure import BrokerSecurity
+
+    with pytest.raises(ConfigError):
+        BrokerSecurity(users=users)

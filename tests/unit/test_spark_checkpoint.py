@@ -120,3 +120,39 @@ def test_resume_point_is_the_end_of_the_last_committed_batch(tmp_path_factory, s
     resume = read_resume_point(root)
     assert resume.offsets == (planned[committed - 1] if committed else initial)
     assert resume.rerun == uncommitted
+
+
+def test_file_uri_forms(tmp_path):
+    write_checkpoint(tmp_path, initial={("t", 0): 0}, planned=[{("t", 0): 4}, {("t", 0): 9}], committed=2)
+    for form in (f"file://{tmp_path}", f"file:{tmp_path}", f"file://{tmp_path}/"):
+        assert read_resume_point(form).offsets == {("t", 0): 9}, form
+
+
+class DictFiles:
+    """A checkpoint held in a dict: what a non-local file system looks like to the reader."""
+
+    def __init__(self, files):
+        self.files = files
+
+    def names(self, directory):
+        prefix = directory.rstrip("/") + "/"
+        return sorted({path[len(prefix):].split("/")[0] for path in self.files if path.startswith(prefix)})
+
+    def read(self, path):
+        return self.files.get(path)
+
+
+def test_reads_through_any_checkpoint_files():
+    root = "s3a://bucket/checkpoints/job"
+    files = DictFiles({
+        f"{root}/sources/0/0": b"\x00v1\n" + kafka_json({("t", 0): 2}).encode(),
+        f"{root}/offsets/0": f"v1\n{METADATA}\n{kafka_json({('t', 0): 5})}".encode(),
+        f"{root}/offsets/.0.crc": b"crc",
+        f"{root}/offsets/1": f"v1\n{METADATA}\n{kafka_json({('t', 0): 8})}".encode(),
+        f"{root}/commits/0": b'v1\n{"nextBatchWatermarkMs":0}',
+    })
+    resume = read_resume_point(root, files=files)
+    assert (resume.last_planned, resume.last_committed, resume.rerun) == (1, 0, True)
+    assert resume.offsets == {("t", 0): 5}
+    assert resume.initial == {("t", 0): 2}
+    assert not read_resume_point("s3a://bucket/elsewhere", files=files).exists
