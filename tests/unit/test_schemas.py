@@ -31,8 +31,8 @@ def test_schemas_are_package_data(monkeypatch):
 def test_rk_schema_dir_overrides_and_a_missing_file_is_a_config_error(monkeypatch, tmp_path):
     monkeypatch.setenv("RK_SCHEMA_DIR", str(tmp_path))
     assert codec.schema_dir() == tmp_path
-    with pytest.raises(ConfigError, match=r"anchors\.avsc not found .*RK_SCHEMA_DIR"):
-        codec.encode_anchors({1: 2})
+    with pytest.raises(ConfigError, match=r"ack_batch\.avsc not found .*RK_SCHEMA_DIR"):
+        codec.encode_ack_batch(1, [], [], [])  # (rk-anchors v2 is written without a schema file)
 
 
 def test_rk_schema_dir_with_the_schemas_is_used(monkeypatch, tmp_path):
@@ -40,4 +40,4 @@ def test_rk_schema_dir_with_the_schemas_is_used(monkeypatch, tmp_path):
     for name in codec._SCHEMA_FILES.values():
         (tmp_path / name).write_text(source.joinpath(name).read_text(encoding="utf-8"), encoding="utf-8")
     monkeypatch.setenv("RK_SCHEMA_DIR", str(tmp_path))
-    assert codec.decode_anchors(codec.encode_anchors({3: 4})) == {3: 4}
+    assert codec.decode_ack_batch(codec.encode_ack_batch(5, [0], [3], [4])).sender == 5
