@@ -329,6 +329,118 @@ def _ui(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- dlq and trace: acting on failures ----------------------------------------------------------------
+
+
+def _dlq_filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reason", default=None, help="reason contains this text (any case)")
+    parser.add_argument("--source-topic", default=None, help="parked from this source topic")
+    parser.add_argument("--source-partition", type=int, default=None, help="parked from this source partition")
+    parser.add_argument("--component", default=None, help="failed or parked by a component whose name contains this")
+    parser.add_argument("--since", default=None,
+                        help="parked at or after: ms since the epoch, ISO 8601 (UTC) or an age (15m, 2h, 1d)")
+    parser.add_argument("--until", default=None, help="parked at or before (same forms as --since)")
+
+
+def _register_dlq(subparsers: _Subparsers) -> None:
+    dlq = subparsers.add_parser(
+        "dlq",
+        help="list, show and replay the dead-letter topic <topology>.dlq",
+        description="Dead letters carry why they were parked (rk-parked, rk-reason, rk-attempts headers). "
+        "`replay` sends them back once: what was replayed is recorded in <topology>.dlq-replayed in the same "
+        "Kafka transaction as the copy (docs/operations.md).",
+    )
+    actions = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="one line per dead letter, filtered")
+    _topology_arguments(listing)
+    _dlq_filters(listing)
+    listing.add_argument("--json", action="store_true", help="print a JSON list")
+    listing.set_defaults(handler=_dlq_list)
+    show = actions.add_parser("show", help="one dead letter with its attempts and failure records")
+    _topology_arguments(show)
+    show.add_argument("offset", type=int, help="offset in the DLQ")
+    show.add_argument("--partition", type=int, default=0, help="DLQ partition (default: 0)")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(handler=_dlq_show)
+    again = actions.add_parser("replay", help="send dead letters back to their source (or --to), once each")
+    _topology_arguments(again)
+    _dlq_filters(again)
+    again.add_argument("--offset", type=int, action="append", default=[], metavar="OFFSET",
+                       help="replay this DLQ offset (repeatable; partition from --partition)")
+    again.add_argument("--partition", type=int, default=0, help="DLQ partition of --offset (default: 0)")
+    again.add_argument("--all", action="store_true", help="replay every dead letter that matches (needed "
+                       "when neither --offset nor a filter is given)")
+    again.add_argument("--to", default=None, help="send to this topic instead of each record's source topic")
+    again.add_argument("--rate", type=float, default=100.0, help="records per second at most (default: 100)")
+    again.add_argument("--dry-run", action="store_true", help="say what would be sent; send nothing")
+    again.add_argument("--json", action="store_true", help="print the report as JSON")
+    again.set_defaults(handler=_dlq_replay)
+
+
+def _dlq_selected(args: argparse.Namespace):
+    from reliable_kafka.ops import dlq
+
+    letters = dlq.read_dead_letters(args.bootstrap_servers, args.topology, kafka_config=dict(args.kafka_config))
+    offsets = [(args.partition, o) for o in getattr(args, "offset", None) or []] or None
+    return dlq.select(
+        letters, reason=args.reason, source_topic=args.source_topic, source_partition=args.source_partition,
+        component=args.component, since_ms=dlq.parse_time(args.since) if args.since else None,
+        until_ms=dlq.parse_time(args.until) if args.until else None, offsets=offsets)
+
+
+def _dlq_list(args: argparse.Namespace) -> int:
+    import json
+
+    from reliable_kafka.ops import dlq
+
+    letters = _dlq_selected(args)
+    print(json.dumps([d.as_json() for d in letters], indent=2) if args.json else dlq.render_list(letters))
+    return 0
+
+
+def _dlq_show(args: argparse.Namespace) -> int:
+    import json
+
+    from reliable_kafka.ops import dlq
+
+    letters = dlq.read_dead_letters(args.bootstrap_servers, args.topology, kafka_config=dict(args.kafka_config))
+    found = [d for d in letters if (d.partition, d.offset) == (args.partition, args.offset)]
+    if not found:
+        raise ReliableKafkaError(f"no dead letter at {args.topology}.dlq[{args.partition}]@{args.offset}; "
+                                 f"see `reliable-kafka dlq list --topology {args.topology}`")
+    marks = dlq.replayed(args.bootstrap_servers, args.topology, kafka_config=dict(args.kafka_config))
+    if args.json:
+        document = found[0].as_json()
+        document["replayed"] = marks.get((args.partition, args.offset))
+        print(json.dumps(document, indent=2))
+    else:
+        print(dlq.render_one(found[0], marks))
+    return 0
+
+
+def _dlq_replay(args: argparse.Namespace) -> int:
+    import json
+
+    from reliable_kafka.ops import dlq
+
+    filtered = args.offset or any(getattr(args, n) is not None for n in
+                                  ("reason", "source_topic", "source_partition", "component", "since", "until"))
+    if not filtered and not args.all:
+        raise ReliableKafkaError("dlq replay: choose what to replay (--offset or a filter), or say --all")
+    report = dlq.replay(args.bootstrap_servers, args.topology, _dlq_selected(args), to=args.to, rate=args.rate,
+                        dry_run=args.dry_run, kafka_config=dict(args.kafka_config))
+    if args.json:
+        print(json.dumps(report.__dict__, indent=2))
+    else:
+        verb = "would send" if report.dry_run else "sent"
+        for item in report.sent:
+            print(f"{verb} {item['dlq']} -> {item['to']}" + (f"[{item['partition']}]" if item["partition"] is not None else ""))
+        for item in report.skipped:
+            print(f"skipped {item['dlq']}: {item['why']}")
+        print(f"{len(report.sent)} {verb}, {len(report.skipped)} skipped")
+    return 0
+
+
 _COMMANDS: list[Callable[[_Subparsers], None]] = [
     _register_kafka,
     _register_acker,
@@ -336,6 +448,7 @@ _COMMANDS: list[Callable[[_Subparsers], None]] = [
     _register_chaos,
     _register_status,
     _register_ui,
+    _register_dlq,
 ]
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "JarResolutionError",
     "TopologyError",
     "DeliveryError",
+    "DeadLetterGuardTripped",
 ]
 
 
@@ -100,4 +101,18 @@ class DeliveryError(ReliableKafkaError):
     def __init__(self, message: str, *, topic: str | None = None, partition: int | None = None):
         self.topic = topic
         self.partition = partition
+        super().__init__(message)
+
+
+class DeadLetterGuardTripped(ReliableKafkaError):
+    """A spout stopped because too large a share of its recent records went to the dead-letter topic.
+
+    A bad deploy (a bolt that fails everything) must not divert a whole stream to the DLQ silently.
+    Nothing is lost: records not yet dead-lettered stay uncommitted and are read again on restart.
+    """
+
+    def __init__(self, message: str, *, component: str, dead_letters: int, window: int):
+        self.component = component
+        self.dead_letters = dead_letters
+        self.window = window
         super().__init__(message)

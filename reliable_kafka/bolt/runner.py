@@ -24,6 +24,7 @@ from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import ConfigError, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.lifecycle import run_until_stopped
+from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.transport import (
     AckSender,
@@ -121,7 +122,12 @@ class BoltCollector:
             self._bolt._acks.add_many(EventKind.ACK, ack_entries(tuple_.anchored))
         self._bolt.stats.acked += 1
 
-    def fail(self, tuple_: Tuple) -> None:
+    def fail(self, tuple_: Tuple, reason: str | None = None, error: BaseException | None = None,
+             retry: bool = True) -> None:
+        """Fail ``tuple_``'s trees; ``reason``/``error`` go to ``<topology>.failures`` (only on
+        failure), ``retry=False`` asks the spout to dead-letter the source record at once."""
+        if tuple_.tracked:
+            self._bolt._record_failure(tuple_, reason, error, retry)
         for root in fail_roots(tuple_.anchored):
             self._bolt._acks.add(EventKind.FAIL, root)
         self._bolt.stats.failed += 1
@@ -241,6 +247,13 @@ class Bolt:
         self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=self._ack_partitions,
                                sender=self.task_id)
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
+        self._failures = FailureLog(self._producer, topic=self.topics.failures, component=self.name,
+                                    task_id=self.task_id)
+
+    def _record_failure(self, tuple_: Tuple, reason, error, retry: bool) -> None:
+        self._failures.write(FailureRecord.of(
+            roots=tuple_.anchored.anchors, component=self.name, task_id=self.task_id, reason=reason,
+            error=error, retry=retry, topic=tuple_.topic, partition=tuple_.partition, offset=tuple_.offset))
 
     def close(self) -> None:
         try:
@@ -310,11 +323,11 @@ class Bolt:
             self.handler(tuple_, self.collector)
         except ProducerUnusable:
             raise  # not the tuple's fault: the transaction aborts, or the process restarts
-        except Exception:
+        except Exception as exc:
             self.stats.handler_errors += 1
             log.exception("%s: handler %s raised on %s; failing the tuple", self.name,
                           getattr(self.handler, "__name__", self.handler), tuple_.coordinates)
-            self.collector.fail(tuple_)
+            self.collector.fail(tuple_, error=exc)
 
     def _produce(self, topic, value, key, headers, partition, anchors: dict[int, int]) -> None:
         produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors,
@@ -405,7 +418,7 @@ class BasicBolt(Bolt):
             self.stats.handler_errors += 1
             log.warning("%s: handler %s raised on %s, failing the tuple: %r", self.name,
                         getattr(self.handler, "__name__", self.handler), tuple_.coordinates, exc)
-            self.collector.fail(tuple_)
+            self.collector.fail(tuple_, error=exc)
         else:
             self.collector.ack(tuple_)
         finally:

@@ -1,0 +1,163 @@
+"""Failure reasons, dead letters that say why, poison pills, the dead-letter guard, `dlq` commands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, codec
+from reliable_kafka.cli import main
+from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.errors import DeadLetterGuardTripped
+from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.ops.dlq import LINEAGE_HEADER
+from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER, decode_attempts, decode_failure
+from reliable_kafka.testing.records import produce_values, read_topic
+from reliable_kafka.testing.topics import create_topics, unique_name
+from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+FAST_RETRY = Backoff(initial_ms=20, multiplier=2.0, max_ms=200)
+
+
+def _topology(bootstrap, prefix, handler, **spout_options):
+    topology = unique_name(prefix)
+    source, middle = f"{topology}-src", f"{topology}-mid"
+    create_topics(bootstrap, {source: 1, middle: 1})
+    # created (with leaders) before the spout starts: it reads the outcome topic's end at once
+    ensure_topics(admin_client(bootstrap), TopologyTopics(topology))
+    on = {"topology": topology, "bootstrap_servers": bootstrap}
+    spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle, backoff=FAST_RETRY,
+                  message_timeout_ms=20_000, name="spout", **spout_options)
+    bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-bolt", handler=handler, name="checker")
+    return topology, source, [AckerWorker(**on, ackers=1, timeout_ms=20_000), spout, bolt]
+
+
+def _checker(tuple_, collector):
+    if tuple_.value == b"poison":
+        collector.fail(tuple_, reason="cannot parse: not a number", retry=False)
+    elif tuple_.value == b"bad":
+        raise ValueError("bad value")  # the rich bolt fails it with the error as reason
+    else:
+        collector.ack(tuple_)
+
+
+@pytest.fixture(scope="module")
+def failed_run(kafka_bootstrap):
+    """One run: 10 good records, a poison pill (fail(retry=False)) and a record whose bolt raises."""
+    topology, source, components = _topology(kafka_bootstrap, "fail", _checker, max_retries=4)
+    values = [b"ok"] * 10
+    values[3], values[7] = b"poison", b"bad"
+    placed = produce_values(kafka_bootstrap, source, values)
+    with LocalCluster(*components) as cluster:
+        cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, f"{topology}-spout", source)
+                           == end_offsets(kafka_bootstrap, source), timeout=120,
+                           what="every record completed or dead-lettered",
+                           progress=lambda: str(components[1].stats))
+    dead = {m.value(): m for m in read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)}
+    return {"topology": topology, "source": source, "placed": placed, "dead": dead, "spout": components[1]}
+
+
+def test_a_poison_pill_is_dead_lettered_at_once_with_its_reason(failed_run):
+    assert set(failed_run["dead"]) == {b"poison", b"bad"}
+    message = failed_run["dead"][b"poison"]
+    headers = dict(message.headers())
+    parked = codec.decode_parked(headers[codec.PARKED_HEADER])
+    assert parked.attempts == 1, "fail(retry=False) must not be retried (max_retries=4)"
+    assert (parked.source_topic, parked.source_offset) == (failed_run["source"], failed_run["placed"][3][1])
+    assert "POISON_PILL" in parked.reason
+    assert headers[REASON_HEADER] == b"cannot parse: not a number"
+    [attempt] = decode_attempts(headers[ATTEMPTS_HEADER])
+    [failure] = attempt.failures
+    assert (failure["component"], failure["retry"], attempt.outcome) == ("checker", False, "FAILED")
+    assert failure["tuple"]["topic"] == f"{failed_run['topology']}-mid"
+
+
+def test_dead_letters_carry_the_reason_of_every_attempt(failed_run):
+    headers = dict(failed_run["dead"][b"bad"].headers())
+    assert codec.decode_parked(headers[codec.PARKED_HEADER]).attempts == 5
+    attempts = decode_attempts(headers[ATTEMPTS_HEADER])
+    assert [a.attempt for a in attempts] == [1, 2, 3, 4, 5]
+    assert len({a.root for a in attempts}) == 5, "each attempt is a new tree"
+    # a record's failure record may in rare cases arrive after its outcome: most attempts name it
+    named = [a for a in attempts if a.failures]
+    assert len(named) >= 4
+    for attempt in named:
+        assert attempt.failures[0]["error_type"] == "ValueError"
+        assert attempt.failures[0]["reason"] == "ValueError: bad value"
+    assert headers[REASON_HEADER] in (b"ValueError: bad value", b"FAILED")
+
+
+def test_failures_topic_holds_one_record_per_fail(failed_run):
+    records = [decode_failure(m.value())
+               for m in read_topic(failed_run["spout"].bootstrap_servers, f"{failed_run['topology']}.failures")]
+    by_reason = {}
+    for record in records:
+        by_reason[record.reason] = by_reason.get(record.reason, 0) + 1
+        assert record.component == "checker" and record.roots and record.at_ms > 0
+    assert by_reason == {"cannot parse: not a number": 1, "ValueError: bad value": 5}
+
+
+def test_dlq_list_show_and_replay_round_trip_sends_each_letter_once(failed_run, capsys):
+    bootstrap, topology = failed_run["spout"].bootstrap_servers, failed_run["topology"]
+    on = ["--topology", topology, "--bootstrap-servers", bootstrap]
+
+    assert main(["dlq", "list", *on, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert sorted(d["value"] for d in listed) == ["bad", "poison"]
+    assert main(["dlq", "list", *on, "--json", "--reason", "PARSE", "--component", "check",
+                 "--source-topic", failed_run["source"], "--since", "1h"]) == 0
+    [poison] = json.loads(capsys.readouterr().out)
+    assert poison["value"] == "poison" and poison["source"]["offset"] == failed_run["placed"][3][1]
+    assert main(["dlq", "list", *on, "--json", "--until", "1h"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+    assert main(["dlq", "show", str(poison["offset"]), *on]) == 0
+    shown = capsys.readouterr().out
+    assert "cannot parse: not a number" in shown and "failed by checker" in shown and "retry=False" in shown
+
+    target = f"{topology}-fixed"
+    create_topics(bootstrap, {target: 1})
+    replay = ["dlq", "replay", *on, "--reason", "parse", "--to", target, "--json"]
+    assert main([*replay, "--dry-run"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["sent"]) == 1
+    assert read_topic(bootstrap, target, timeout=5) == []
+    assert main(replay) == 0
+    assert len(json.loads(capsys.readouterr().out)["sent"]) == 1
+    assert main(replay) == 0  # the second time: recorded as replayed, nothing sent
+    report = json.loads(capsys.readouterr().out)
+    assert report["sent"] == [] and "already replayed" in report["skipped"][0]["why"]
+    [copy] = read_topic(bootstrap, target)
+    headers = dict(copy.headers())
+    assert copy.value() == b"poison"
+    assert headers[LINEAGE_HEADER] == f"{topology}.dlq[0]@{poison['offset']}".encode()
+    assert codec.PARKED_HEADER not in headers and ATTEMPTS_HEADER not in headers
+
+    assert main(["dlq", "show", str(poison["offset"]), *on]) == 0
+    assert f"replayed  to {target}" in capsys.readouterr().out
+
+
+def test_dlq_replay_refuses_to_replay_everything_unless_told(failed_run, capsys):
+    on = ["--topology", failed_run["topology"], "--bootstrap-servers", failed_run["spout"].bootstrap_servers]
+    assert main(["dlq", "replay", *on]) == 1
+    assert "--all" in capsys.readouterr().err
+
+
+def test_a_stream_of_failures_trips_the_dead_letter_guard(kafka_bootstrap):
+    def fail_all(tuple_, collector):
+        collector.fail(tuple_, reason="downstream rejects everything")
+
+    topology, source, components = _topology(kafka_bootstrap, "guard", fail_all, max_retries=0,
+                                             max_dead_letter_ratio=0.2, dead_letter_window=10)
+    produce_values(kafka_bootstrap, source, [b"x"] * 60)
+    spout = components[1]
+    with LocalCluster(*components) as cluster:
+        cluster.wait_until(lambda: "spout" in cluster.errors, timeout=120, what="the guard stops the spout",
+                           progress=lambda: str(spout.stats))
+        error = cluster.errors["spout"]
+    assert isinstance(error, DeadLetterGuardTripped)
+    assert error.window == 10 and error.dead_letters == 3 and "dlq list" in str(error)
+    dead = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
+    assert len(dead) == 2, "the guard refuses the dead letter that trips it, and every one after"
+    committed = committed_offsets(kafka_bootstrap, f"{topology}-spout", source)
+    assert committed.get(0, 0) < 60, "records not dead-lettered stay uncommitted"
