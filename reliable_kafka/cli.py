@@ -441,6 +441,37 @@ def _dlq_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _register_trace(subparsers: _Subparsers) -> None:
+    trace = subparsers.add_parser(
+        "trace",
+        help="one source record's trees: who sent INIT, ACK, FAIL, RESET_TIMEOUT and when, the outcomes",
+        description="Finds the record's roots in <topology>.roots (written by the spout with its INITs), then "
+        "reads the ack, outcome, failures and dead-letter topics from a little before then (docs/operations.md).",
+    )
+    trace.add_argument("record", metavar="TOPIC:PARTITION@OFFSET", help="the source record")
+    _topology_arguments(trace)
+    trace.add_argument("--since", default=None,
+                       help="read the logs from this time (ms, ISO 8601 or an age such as 2h; default: a minute "
+                       "before the record was written)")
+    trace.add_argument("--timeout", type=float, default=120.0, help="give up reading after this long (s)")
+    trace.add_argument("--json", action="store_true", help="print JSON")
+    trace.set_defaults(handler=_trace)
+
+
+def _trace(args: argparse.Namespace) -> int:
+    import json
+
+    from reliable_kafka.ops import trace
+    from reliable_kafka.ops.dlq import parse_time
+
+    topic, partition, offset = trace.parse_coordinates(args.record)
+    document = trace.trace(args.bootstrap_servers, args.topology, topic, partition, offset,
+                           kafka_config=dict(args.kafka_config), timeout=args.timeout,
+                           since_ms=parse_time(args.since) if args.since else None)
+    print(json.dumps(document, indent=2) if args.json else trace.render(document))
+    return 0
+
+
 _COMMANDS: list[Callable[[_Subparsers], None]] = [
     _register_kafka,
     _register_acker,
@@ -449,6 +480,7 @@ _COMMANDS: list[Callable[[_Subparsers], None]] = [
     _register_status,
     _register_ui,
     _register_dlq,
+    _register_trace,
 ]
 
 

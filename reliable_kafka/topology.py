@@ -61,6 +61,11 @@ class TopologyTopics:
         return f"{self.topology}.failures"
 
     @property
+    def roots(self) -> str:
+        """The spouts' root index: (source offset, root) pairs, for ``reliable-kafka trace``."""
+        return f"{self.topology}.roots"
+
+    @property
     def dlq_replayed(self) -> str:
         """Compacted, keyed by DLQ partition and offset: what ``dlq replay`` already sent back."""
         return f"{self.topology}.dlq-replayed"
@@ -77,6 +82,7 @@ class TopologyTopics:
             self.dlq: 1,
             self.quarantine: 1,
             self.failures: 1,
+            self.roots: 1,
         }
         if self.ackers:
             shapes[self.acks] = self.ackers

@@ -27,6 +27,7 @@ from reliable_kafka.errors import ConfigError, DeadLetterGuardTripped, DecodeErr
 from reliable_kafka.ids import new_id
 from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.ops.failures import Attempt, FailureIndex, FailureRecord, attempt_headers
+from reliable_kafka.ops.trace import RootIndex
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.transport import (
     AckSender,
@@ -145,6 +146,8 @@ class Spout:
     - ``max_dead_letter_ratio`` [None: off], ``dead_letter_window`` [1000]: stop the spout with
       :class:`DeadLetterGuardTripped` when more than this share of the last ``dead_letter_window``
       settled records (completed or dead-lettered) went to the DLQ (docs/operations.md).
+    - ``root_index`` [True]: write (offset, root) pairs to ``<topology>.roots`` with each INIT
+      batch, 16 bytes a root, so that ``reliable-kafka trace`` finds a record's trees.
     """
 
     topic_wait_s = 30.0  # how long start() waits for an acker to create the topology's topics
@@ -172,6 +175,7 @@ class Spout:
         metrics_port: int | None = None,
         max_dead_letter_ratio: float | None = None,
         dead_letter_window: int = 1000,
+        root_index: bool = True,
     ) -> None:
         if max_dead_letter_ratio is not None and not 0 <= max_dead_letter_ratio < 1:
             raise ConfigError(f"Spout: max_dead_letter_ratio must be in [0, 1) or None, got {max_dead_letter_ratio}")
@@ -226,6 +230,8 @@ class Spout:
         self._dead_letter_marks: deque[int] = deque()  # settled count when each dead letter was bound
         self._dead_letters_bound = 0
         self._guard_tripped: DeadLetterGuardTripped | None = None
+        self.root_index = root_index
+        self._root_index: RootIndex | None = None
 
     @property
     def tracking(self) -> bool:
@@ -267,6 +273,9 @@ class Spout:
         self._acks = AckSender(
             self._producer, acks_topic=self.topics.acks, ack_partitions=ack_partitions, sender=self.task_id
         )
+        # random roots need the index; a spout that derives its roots (transactional) needs none
+        if self.root_index and ack_partitions and type(self)._new_root is Spout._new_root:
+            self._root_index = RootIndex(self._producer, topic=self.topics.roots, spout_id=self.task_id)
         self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config,
                                       **self._consumer_overrides())
         self._consumer.subscribe(self.source_topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
@@ -344,6 +353,8 @@ class Spout:
             self.stats.read += 1
             self._process(_source_record(message))
         self._acks.send()
+        if self._root_index is not None:
+            self._root_index.send()
         self._producer.poll(0)
         self._commit()
 
@@ -383,6 +394,8 @@ class Spout:
         self.tracker.emitted(key, record.offset, root=root, attempt=record.attempt)
         self._records[(key, record.offset)] = record
         self._ack_sender(key).add_many(EventKind.INIT, ack_entries(parent))
+        if self._root_index is not None:
+            self._root_index.add(key, record.offset, root)
 
     # hooks that the transactional spout overrides
     def _consumer_overrides(self) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -20,7 +21,7 @@ from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
 FAST_RETRY = Backoff(initial_ms=20, multiplier=2.0, max_ms=200)
 
 
-def _topology(bootstrap, prefix, handler, **spout_options):
+def _topology(bootstrap, prefix, handler, *, acker_timeout_ms=20_000, **spout_options):
     topology = unique_name(prefix)
     source, middle = f"{topology}-src", f"{topology}-mid"
     create_topics(bootstrap, {source: 1, middle: 1})
@@ -30,7 +31,7 @@ def _topology(bootstrap, prefix, handler, **spout_options):
     spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle, backoff=FAST_RETRY,
                   message_timeout_ms=20_000, name="spout", **spout_options)
     bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-bolt", handler=handler, name="checker")
-    return topology, source, [AckerWorker(**on, ackers=1, timeout_ms=20_000), spout, bolt]
+    return topology, source, [AckerWorker(**on, ackers=1, timeout_ms=acker_timeout_ms), spout, bolt]
 
 
 def _checker(tuple_, collector):
@@ -161,3 +162,56 @@ def test_a_stream_of_failures_trips_the_dead_letter_guard(kafka_bootstrap):
     assert len(dead) == 2, "the guard refuses the dead letter that trips it, and every one after"
     committed = committed_offsets(kafka_bootstrap, f"{topology}-spout", source)
     assert committed.get(0, 0) < 60, "records not dead-lettered stay uncommitted"
+
+
+def _tracing_checker(tuple_, collector):
+    if tuple_.value == b"ok":
+        collector.reset_timeout(tuple_)
+        collector.ack(tuple_)
+    elif tuple_.value == b"bad":
+        collector.fail(tuple_, reason="nope")
+    # b"lost": neither acked nor failed, so its tree times out
+
+
+def test_trace_shows_a_completed_a_failed_and_a_timed_out_record(kafka_bootstrap, capsys):
+    # the lost record times out after 8 s (ample for the others to complete on a busy machine)
+    topology, source, components = _topology(kafka_bootstrap, "trace", _tracing_checker, max_retries=0,
+                                             acker_timeout_ms=8000)
+    placed = produce_values(kafka_bootstrap, source, [b"ok", b"bad", b"lost"])
+    with LocalCluster(*components) as cluster:
+        cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, f"{topology}-spout", source)
+                           == end_offsets(kafka_bootstrap, source), timeout=120,
+                           what="all three records settled", progress=lambda: str(components[1].stats))
+        time.sleep(6)  # one more status snapshot (every 5 s), which names the components' task ids
+    on = ["--topology", topology, "--bootstrap-servers", kafka_bootstrap, "--json"]
+
+    def traced(index):
+        assert main(["trace", f"{source}:{placed[index][0]}@{placed[index][1]}", *on]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    def kinds(attempt):
+        return [(e["kind"], e["from"]) for e in attempt["events"]]
+
+    ok = traced(0)
+    assert ok["attempts"] and ok["attempts"][-1]["outcome"]["kind"] == "COMPLETED"
+    last = ok["attempts"][-1]
+    assert ("INIT", "spout") in kinds(last) and ("RESET_TIMEOUT", "checker") in kinds(last)
+    assert ("ACK", "checker") in kinds(last) and not last["outstanding"]
+    assert ok["dead_letters"] == []
+
+    bad = traced(1)
+    [attempt] = bad["attempts"]
+    assert attempt["outcome"]["kind"] == "FAILED" and ("FAIL", "checker") in kinds(attempt)
+    assert [f["reason"] for f in attempt["failures"]] == ["nope"]
+    assert [d["reason"] for d in bad["dead_letters"]] == ["nope"]
+
+    lost = traced(2)
+    [attempt] = lost["attempts"]
+    assert attempt["outcome"]["kind"] == "TIMED_OUT"
+    assert kinds(attempt) == [("INIT", "spout")], "nobody acked or failed it"
+    assert attempt["last_ack"] is None and attempt["failures"] == []
+    assert [d["reason"] for d in lost["dead_letters"]] == ["TIMED_OUT"]
+
+    assert main(["trace", f"{source}:{placed[2][0]}@{placed[2][1]}", *on[:-1]]) == 0
+    text = capsys.readouterr().out
+    assert "TIMED_OUT" in text and "no ACK at all before the timeout" in text and "dead letter" in text
