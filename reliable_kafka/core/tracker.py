@@ -88,7 +88,9 @@ class OutcomeAction:
     attempt: int
     reason: str
     due_ms: int | None = None
-    root: int | None = None  # the root the outcome was about (who failed it: reliable_kafka.ops.failures)
+    # the root the outcome was about, to look up why it failed (reliable_kafka.ops.failures);
+    # informational, so not part of equality
+    root: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 Guarantee = Literal["at_least_once", "at_most_once", "none"]
 TopicPartitionKey = tuple[str, int]
+POISON_PILL = "POISON_PILL"  # the dead-letter reason of a record a component failed with retry=False
 
 
 @dataclass(frozen=True)
@@ -446,15 +447,20 @@ class Spout:
             if action.attempt > 1:
                 self._attempts.pop(record_key, None)
             return
-        action = self._note_attempt(action)
+        if action.reason != POISON_PILL:  # a poison pill's attempt was noted when it failed
+            given_up = self._note_attempt(action)
+            if given_up is not None:
+                self._act(given_up)  # through self._act: a subclass may write dead letters its own way
+                return
         if action.kind is ActionKind.DEAD_LETTER:
             record = self._record(action.tp, action.offset)
             if record is not None and (self.max_dead_letter_ratio is None or self._dead_letter_allowed()):
                 self._dead_letter(record, action)
         # REDELIVER: the tracker schedules it; _redeliver_due picks it up after the backoff
 
-    def _note_attempt(self, action: OutcomeAction) -> OutcomeAction:
-        """Failure path only: remember why this attempt ended; a poison pill skips its retries."""
+    def _note_attempt(self, action: OutcomeAction) -> OutcomeAction | None:
+        """Failure path only: remember why this attempt ended. A poison pill skips its retries: the
+        DEAD_LETTER action that replaces its REDELIVER is returned."""
         failures: list[FailureRecord] = []
         if action.root is not None:
             local = self._local_reasons.pop(action.root, None)
@@ -471,10 +477,8 @@ class Spout:
                           [asdict(f) for f in failures])
         self._attempts.setdefault((action.tp, action.offset), []).append(attempt)
         if action.kind is ActionKind.REDELIVER and attempt.poison:
-            given_up = self.tracker.give_up(action.tp, action.offset, "POISON_PILL")
-            if given_up is not None:
-                return given_up
-        return action
+            return self.tracker.give_up(action.tp, action.offset, POISON_PILL)
+        return None
 
     def _dead_letter_allowed(self) -> bool:
         """The guard, counted only when a record is bound for the DLQ (no cost on the happy path):

@@ -215,3 +215,22 @@ def test_trace_shows_a_completed_a_failed_and_a_timed_out_record(kafka_bootstrap
     assert main(["trace", f"{source}:{placed[2][0]}@{placed[2][1]}", *on[:-1]]) == 0
     text = capsys.readouterr().out
     assert "TIMED_OUT" in text and "no ACK at all before the timeout" in text and "dead letter" in text
+
+
+def test_a_transactional_spout_dead_letters_a_poison_pill_at_once_in_its_transaction(kafka_bootstrap):
+    from reliable_kafka.spout.transactional import TransactionalSpout
+
+    topology, source, components = _topology(kafka_bootstrap, "txfail", _checker, max_retries=4)
+    plain = components[1]
+    components[1] = TransactionalSpout(
+        name="spout", topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
+        group_id=plain.group_id, emit_to=f"{topology}-mid", backoff=FAST_RETRY, max_retries=4)
+    produce_values(kafka_bootstrap, source, [b"ok", b"poison", b"ok"])
+    with LocalCluster(*components) as cluster:
+        cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, plain.group_id, source)
+                           == end_offsets(kafka_bootstrap, source), timeout=120,
+                           what="every record completed or dead-lettered", progress=lambda: str(components[1].stats))
+    [dead] = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
+    headers = dict(dead.headers())
+    assert dead.value() == b"poison" and codec.decode_parked(headers[codec.PARKED_HEADER]).attempts == 1
+    assert headers[REASON_HEADER] == b"cannot parse: not a number"
