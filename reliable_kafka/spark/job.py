@@ -282,7 +282,7 @@ class SparkJob:
             raise ConfigError(
                 f"{self.name}: transform {getattr(self.transform, '__name__', self.transform)} must return "
                 f"a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns (and optionally key, headers, "
-                f"rk_fail); got {sorted(columns)}")
+                f"rk_fail, rk_fail_reason); got {sorted(columns)}")
         before_outputs, before_failed = self._outputs_acc.value, self._failed_acc.value
         writer = OutputWriter(
             bootstrap_servers=self.bootstrap_servers,
@@ -293,6 +293,8 @@ class SparkJob:
             kafka_config=self.kafka_config,
             outputs=self._outputs_acc,
             failed_rows=self._failed_acc,
+            component=self.name,
+            failures_topic=self.topics.failures,
         )
         outputs.foreachPartition(writer)
         written = self._outputs_acc.value - before_outputs
