@@ -204,6 +204,8 @@ class Bolt:
         self._producer = None
         self._acks: AckSender | None = None
         self._quarantine: Quarantine | None = None
+        self._failures: FailureLog | None = None
+        self._failures_topic: str | None = None
         self._last_commit = 0.0
         self._uncommitted = False
         self._failed_in_a_row = 0
@@ -226,6 +228,12 @@ class Bolt:
         if self.transactional:
             overrides = {"transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 60_000}
         self._ack_partitions = ack_partitions
+        # a topology created by an older version has no failures topic: records to it would sit in
+        # the producer's queue and hold up every flush, so reasons are then not recorded
+        self._failures_topic = self.topics.failures if partition_count(admin, self.topics.failures) else None
+        if self._failures_topic is None:
+            log.warning("%s: %s does not exist; failure reasons are not recorded (an acker worker of this "
+                        "version creates it)", self.name, self.topics.failures)
         self._producer_overrides = overrides
         self._new_producer()
         consumer_overrides = {"isolation.level": "read_committed"}
@@ -247,10 +255,12 @@ class Bolt:
         self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=self._ack_partitions,
                                sender=self.task_id)
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
-        self._failures = FailureLog(self._producer, topic=self.topics.failures, component=self.name,
-                                    task_id=self.task_id)
+        self._failures = None if self._failures_topic is None else FailureLog(
+            self._producer, topic=self._failures_topic, component=self.name, task_id=self.task_id)
 
     def _record_failure(self, tuple_: Tuple, reason, error, retry: bool) -> None:
+        if self._failures is None:
+            return
         self._failures.write(FailureRecord.of(
             roots=tuple_.anchored.anchors, component=self.name, task_id=self.task_id, reason=reason,
             error=error, retry=retry, topic=tuple_.topic, partition=tuple_.partition, offset=tuple_.offset))

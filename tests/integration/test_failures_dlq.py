@@ -139,10 +139,23 @@ def test_dlq_list_show_and_replay_round_trip_sends_each_letter_once(failed_run, 
     assert f"replayed  to {target}" in capsys.readouterr().out
 
 
+def test_dlq_replay_sends_a_letter_back_to_its_source_partition(failed_run, capsys):
+    bootstrap, topology, source = failed_run["spout"].bootstrap_servers, failed_run["topology"], failed_run["source"]
+    on = ["--topology", topology, "--bootstrap-servers", bootstrap, "--json"]
+    assert main(["dlq", "replay", *on, "--reason", "ValueError", "--rate", "50"]) == 0
+    [sent] = json.loads(capsys.readouterr().out)["sent"]
+    assert (sent["to"], sent["partition"]) == (source, failed_run["placed"][7][0])
+    copy = read_topic(bootstrap, source)[-1]
+    assert copy.value() == b"bad" and copy.offset() == len(failed_run["placed"])
+    assert dict(copy.headers())[LINEAGE_HEADER].decode() == sent["dlq"]
+
+
 def test_dlq_replay_refuses_to_replay_everything_unless_told(failed_run, capsys):
     on = ["--topology", failed_run["topology"], "--bootstrap-servers", failed_run["spout"].bootstrap_servers]
     assert main(["dlq", "replay", *on]) == 1
     assert "--all" in capsys.readouterr().err
+    assert main(["dlq", "replay", *on, "--all", "--rate", "0"]) == 1
+    assert "--rate must be > 0" in capsys.readouterr().err
 
 
 def test_a_stream_of_failures_trips_the_dead_letter_guard(kafka_bootstrap):
@@ -258,3 +271,22 @@ def test_a_spark_row_failed_with_rk_fail_writes_its_reason(kafka_bootstrap):
         batch = codec.decode_ack_batch(message.value())
         fails.update(r for k, r in zip(batch.kinds.tolist(), batch.roots.tolist()) if k == EventKind.FAIL)
     assert fails == {12, 13}
+
+
+def test_a_bolt_of_a_topology_without_a_failures_topic_fails_tuples_without_reasons(kafka_bootstrap, caplog):
+    from reliable_kafka.bolt.runner import Tuple
+    from reliable_kafka.core.anchors import Anchored
+
+    topology = unique_name("oldtopo")
+    topics = TopologyTopics(topology)
+    create_topics(kafka_bootstrap, {topics.acks: 1, topics.outcomes: 1, f"{topology}-in": 1})  # as before .failures
+    bolt = Bolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=f"{topology}-in",
+                group_id=f"{topology}-bolt", handler=lambda t, c: None, name="old")
+    bolt.start()
+    try:
+        assert "failure reasons are not recorded" in caplog.text
+        bolt.collector.fail(Tuple(f"{topology}-in", 0, 0, None, b"v", [], 0, Anchored({5: 9})), reason="r")
+        bolt._acks.send()
+        assert bolt._producer.flush(30) == 0, "nothing waits for a topic that does not exist"
+    finally:
+        bolt.close()
