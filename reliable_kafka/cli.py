@@ -401,7 +401,7 @@ def _dlq_list(args: argparse.Namespace) -> int:
 def _dlq_show(args: argparse.Namespace) -> int:
     import json
 
-    from reliable_kafka.ops import dlq
+    from reliable_kafka.ops import dlq, trace
 
     letters = dlq.read_dead_letters(args.bootstrap_servers, args.topology, kafka_config=dict(args.kafka_config))
     found = [d for d in letters if (d.partition, d.offset) == (args.partition, args.offset)]
@@ -409,12 +409,18 @@ def _dlq_show(args: argparse.Namespace) -> int:
         raise ReliableKafkaError(f"no dead letter at {args.topology}.dlq[{args.partition}]@{args.offset}; "
                                  f"see `reliable-kafka dlq list --topology {args.topology}`")
     marks = dlq.replayed(args.bootstrap_servers, args.topology, kafka_config=dict(args.kafka_config))
+    # where each timed-out attempt stopped: its tree's last ACK, read back from the ack log
+    timed_out = {a.root: a.at_ms for a in found[0].attempts if a.root is not None and a.outcome != "FAILED"}
+    stopped = trace.last_acks(args.bootstrap_servers, args.topology, timed_out, kafka_config=dict(args.kafka_config))
     if args.json:
         document = found[0].as_json()
         document["replayed"] = marks.get((args.partition, args.offset))
+        for attempt in document["attempts"]:
+            if attempt["root"] in stopped:
+                attempt["last_ack"] = stopped[attempt["root"]]
         print(json.dumps(document, indent=2))
     else:
-        print(dlq.render_one(found[0], marks))
+        print(dlq.render_one(found[0], marks, stopped))
     return 0
 
 

@@ -353,7 +353,8 @@ def render_list(letters: list[DeadLetter]) -> str:
     return "\n".join(lines)
 
 
-def render_one(letter: DeadLetter, marks: dict | None = None) -> str:
+def render_one(letter: DeadLetter, marks: dict | None = None, last_acks: dict | None = None) -> str:
+    """``dlq show``; ``last_acks``: root -> the last ACK of a timed-out attempt's tree (or None)."""
     d = letter.as_json()
     lines = [f"dead letter {d['partition']}@{d['offset']}  reason: {d['reason']}"]
     if d["source"]:
@@ -366,6 +367,10 @@ def render_one(letter: DeadLetter, marks: dict | None = None) -> str:
         lines.append(f"  header    {name}={value!r}")
     for a in letter.attempts:
         lines.append(f"  attempt {a.attempt}: {a.outcome} at {_when(a.at_ms)} (root {a.root})")
+        if last_acks is not None and a.root in last_acks:
+            last = last_acks[a.root]
+            lines.append(f"    last ACK before the timeout: {last['from'] or last['task_id']} at {_when(last['at_ms'])}"
+                         if last else "    no ACK at all before the timeout: the first hop never acked")
         for f in a.failures:
             where = f" on {f['tuple']['topic']}[{f['tuple']['partition']}]@{f['tuple']['offset']}" if f.get("tuple") else ""
             error = f" [{f['error_type']}]" if f.get("error_type") else ""

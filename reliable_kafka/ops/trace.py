@@ -26,7 +26,7 @@ from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import DecodeError, ReliableKafkaError
 from reliable_kafka.topology import TopologyTopics
 
-__all__ = ["RootIndex", "decode_root_index", "parse_coordinates", "trace", "render"]
+__all__ = ["RootIndex", "decode_root_index", "parse_coordinates", "trace", "last_acks", "render"]
 
 _FORMAT = 1
 _MARGIN_MS = 60_000  # clocks of producers and the broker differ a little; entries are read this far back
@@ -214,6 +214,43 @@ def trace(bootstrap_servers: str, topology: str, topic: str, partition: int, off
                if d.source == (topic, partition, offset)]
     return {"record": {"topic": topic, "partition": partition, "offset": offset, "timestamp_ms": record_ms},
             "attempts": attempts, "dead_letters": letters}
+
+
+def last_acks(bootstrap_servers: str, topology: str, roots: dict[int, int], *, kafka_config: dict | None = None,
+              timeout: float = 60.0) -> dict[int, dict | None]:
+    """root -> the last ACK entry of its tree ({``task_id``, ``from``, ``at_ms``}) or None, reading each
+    root's ack partition from a minute before ``roots[root]`` (ms): where a timed-out tree stopped."""
+    from reliable_kafka.ops.status import read_snapshots
+
+    found: dict[int, dict | None] = {root: None for root in roots}
+    if not roots:
+        return found
+    topics = TopologyTopics(topology)
+    consumer = _consumer(bootstrap_servers, topology, kafka_config)
+    try:
+        partitions = _partitions(consumer, topics.acks)
+        if partitions:
+            wanted = sorted({(root & _U64) % len(partitions) for root in roots})
+            since = min(roots.values()) - 2 * _MARGIN_MS
+            for message in _scan(consumer, topics.acks, wanted, since, timeout=timeout):
+                try:
+                    batch = codec.decode_ack_batch(message.value())
+                except DecodeError:
+                    continue
+                for kind, root in zip(batch.kinds.tolist(), batch.roots.tolist()):
+                    if kind == EventKind.ACK and root in found:
+                        found[root] = {"task_id": batch.sender, "at_ms": message.timestamp()[1]}
+    finally:
+        consumer.close()
+    try:
+        names = {s["task_id"]: n for n, s in read_snapshots(bootstrap_servers, topology,
+                                                             kafka_config=kafka_config).items() if s.get("task_id")}
+    except ReliableKafkaError:
+        names = {}
+    for entry in found.values():
+        if entry is not None:
+            entry["from"] = names.get(entry["task_id"])
+    return found
 
 
 def _record_time(consumer, topic: str, partition: int, offset: int) -> int | None:

@@ -184,6 +184,9 @@ def _tracing_checker(tuple_, collector):
         collector.ack(tuple_)
     elif tuple_.value == b"bad":
         collector.fail(tuple_, reason="nope")
+    elif tuple_.value == b"half":  # acked, but its child is never read: the tree times out after this ACK
+        collector.emit(tuple_.topic.replace("-mid", "-out"), b"child", anchors=tuple_)
+        collector.ack(tuple_)
     # b"lost": neither acked nor failed, so its tree times out
 
 
@@ -191,11 +194,12 @@ def test_trace_shows_a_completed_a_failed_and_a_timed_out_record(kafka_bootstrap
     # the lost record times out after 8 s (ample for the others to complete on a busy machine)
     topology, source, components = _topology(kafka_bootstrap, "trace", _tracing_checker, max_retries=0,
                                              acker_timeout_ms=8000)
-    placed = produce_values(kafka_bootstrap, source, [b"ok", b"bad", b"lost"])
+    create_topics(kafka_bootstrap, {f"{topology}-out": 1})
+    placed = produce_values(kafka_bootstrap, source, [b"ok", b"bad", b"lost", b"half"])
     with LocalCluster(*components) as cluster:
         cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, f"{topology}-spout", source)
                            == end_offsets(kafka_bootstrap, source), timeout=120,
-                           what="all three records settled", progress=lambda: str(components[1].stats))
+                           what="all four records settled", progress=lambda: str(components[1].stats))
         time.sleep(6)  # one more status snapshot (every 5 s), which names the components' task ids
     on = ["--topology", topology, "--bootstrap-servers", kafka_bootstrap, "--json"]
 
@@ -229,6 +233,17 @@ def test_trace_shows_a_completed_a_failed_and_a_timed_out_record(kafka_bootstrap
     assert main(["trace", f"{source}:{placed[2][0]}@{placed[2][1]}", *on[:-1]]) == 0
     text = capsys.readouterr().out
     assert "TIMED_OUT" in text and "no ACK at all before the timeout" in text and "dead letter" in text
+
+    half = traced(3)
+    [attempt] = half["attempts"]
+    assert attempt["outcome"]["kind"] == "TIMED_OUT" and attempt["last_ack"]["from"] == "checker"
+    assert ("ACK", "checker") in kinds(attempt)
+    dead_offset = half["dead_letters"][0]["offset"]
+    assert main(["dlq", "show", str(dead_offset), *on[:-1]]) == 0
+    assert "last ACK before the timeout: checker" in capsys.readouterr().out
+    assert main(["dlq", "show", str(lost["dead_letters"][0]["offset"]), *on]) == 0
+    [shown] = json.loads(capsys.readouterr().out)["attempts"]
+    assert shown["last_ack"] is None
 
 
 def test_a_transactional_spout_dead_letters_a_poison_pill_at_once_in_its_transaction(kafka_bootstrap):
