@@ -460,6 +460,9 @@ def _register_trace(subparsers: _Subparsers) -> None:
                        help="read the logs from this time (ms, ISO 8601 or an age such as 2h; default: a minute "
                        "before the record was written)")
     trace.add_argument("--timeout", type=float, default=120.0, help="give up reading after this long (s)")
+    trace.add_argument("--transactional-group", default=None, metavar="GROUP",
+                       help="the record was read by a transactional spout of this consumer group: its roots "
+                       "are derived, not looked up in the root index")
     trace.add_argument("--json", action="store_true", help="print JSON")
     trace.set_defaults(handler=_trace)
 
@@ -473,6 +476,7 @@ def _trace(args: argparse.Namespace) -> int:
     topic, partition, offset = trace.parse_coordinates(args.record)
     document = trace.trace(args.bootstrap_servers, args.topology, topic, partition, offset,
                            kafka_config=dict(args.kafka_config), timeout=args.timeout,
+                           transactional_group=args.transactional_group,
                            since_ms=parse_time(args.since) if args.since else None)
     print(json.dumps(document, indent=2) if args.json else trace.render(document))
     return 0

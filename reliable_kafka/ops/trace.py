@@ -131,8 +131,14 @@ def _partitions(consumer, topic: str) -> list[int]:
 
 
 def trace(bootstrap_servers: str, topology: str, topic: str, partition: int, offset: int, *,
-          kafka_config: dict | None = None, since_ms: int | None = None, timeout: float = 120.0) -> dict:
-    """The trace document of the source record ``topic[partition]@offset`` (docs/operations.md)."""
+          kafka_config: dict | None = None, since_ms: int | None = None, timeout: float = 120.0,
+          transactional_group: str | None = None, max_attempts: int = 20) -> dict:
+    """The trace document of the source record ``topic[partition]@offset`` (docs/operations.md).
+
+    ``transactional_group``: the record was read by a transactional spout of this consumer group,
+    whose roots are derived from (group, topic, partition, offset, attempt): attempts 1 to
+    ``max_attempts`` are derived instead of looked up, and those with no ack entry are dropped.
+    """
     from reliable_kafka.ops import dlq as dlq_module
     from reliable_kafka.ops.failures import decode_failure
     from reliable_kafka.ops.status import read_snapshots
@@ -156,6 +162,15 @@ def trace(bootstrap_servers: str, topology: str, topic: str, partition: int, off
                 if at == offset and root not in roots:
                     roots[root] = {"root": root, "spout_task_id": spout, "indexed_ms": message.timestamp()[1],
                                    "events": [], "outcome": None, "failures": []}
+        if transactional_group is not None:
+            from reliable_kafka.spout.transactional import derive_root, owner_id
+
+            owner = owner_id(transactional_group, topic, partition)
+            for attempt in range(1, max_attempts + 1):
+                roots[derive_root(owner, offset, attempt)] = {
+                    "root": derive_root(owner, offset, attempt), "spout_task_id": owner, "derived_attempt": attempt,
+                    "indexed_ms": record_ms if record_ms is not None else start_ms + _MARGIN_MS,
+                    "events": [], "outcome": None, "failures": []}
         ack_partitions = _partitions(consumer, topics.acks)
         if roots and ack_partitions:
             first_ms = min(r["indexed_ms"] for r in roots.values()) - _MARGIN_MS
@@ -199,7 +214,9 @@ def trace(bootstrap_servers: str, topology: str, topic: str, partition: int, off
     except ReliableKafkaError:
         snapshots = {}
     names.update({s["task_id"]: name for name, s in snapshots.items() if s.get("task_id") is not None})
-    attempts = sorted(roots.values(), key=lambda r: r["indexed_ms"])
+    if transactional_group is not None:  # derived roots that never had an INIT were never emitted
+        roots = {root: r for root, r in roots.items() if r["events"] or r["outcome"]}
+    attempts = sorted(roots.values(), key=lambda r: (r.get("derived_attempt", 0), r["indexed_ms"]))
     for number, attempt in enumerate(attempts, 1):
         attempt["attempt"] = number
         attempt["spout"] = names.get(attempt["spout_task_id"])

@@ -246,7 +246,7 @@ def test_trace_shows_a_completed_a_failed_and_a_timed_out_record(kafka_bootstrap
     assert shown["last_ack"] is None
 
 
-def test_a_transactional_spout_dead_letters_a_poison_pill_at_once_in_its_transaction(kafka_bootstrap):
+def test_a_transactional_spout_dead_letters_a_poison_pill_at_once_in_its_transaction(kafka_bootstrap, capsys):
     from reliable_kafka.spout.transactional import TransactionalSpout
 
     topology, source, components = _topology(kafka_bootstrap, "txfail", _checker, max_retries=4)
@@ -254,7 +254,7 @@ def test_a_transactional_spout_dead_letters_a_poison_pill_at_once_in_its_transac
     components[1] = TransactionalSpout(
         name="spout", topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
         group_id=plain.group_id, emit_to=f"{topology}-mid", backoff=FAST_RETRY, max_retries=4)
-    produce_values(kafka_bootstrap, source, [b"ok", b"poison", b"ok"])
+    placed = produce_values(kafka_bootstrap, source, [b"ok", b"poison", b"ok"])
     with LocalCluster(*components) as cluster:
         cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, plain.group_id, source)
                            == end_offsets(kafka_bootstrap, source), timeout=120,
@@ -263,6 +263,15 @@ def test_a_transactional_spout_dead_letters_a_poison_pill_at_once_in_its_transac
     headers = dict(dead.headers())
     assert dead.value() == b"poison" and codec.decode_parked(headers[codec.PARKED_HEADER]).attempts == 1
     assert headers[REASON_HEADER] == b"cannot parse: not a number"
+
+    # its roots are derived from the group and the coordinates: trace finds them without an index
+    assert main(["trace", f"{source}:{placed[1][0]}@{placed[1][1]}", "--topology", topology, "--bootstrap-servers",
+                 kafka_bootstrap, "--transactional-group", plain.group_id, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    [attempt] = document["attempts"]
+    assert attempt["outcome"]["kind"] == "FAILED" and [e["kind"] for e in attempt["events"]] == ["INIT", "FAIL"]
+    assert [f["reason"] for f in attempt["failures"]] == ["cannot parse: not a number"]
+    assert len(document["dead_letters"]) == 1
 
 
 def test_a_spark_row_failed_with_rk_fail_writes_its_reason(kafka_bootstrap):
