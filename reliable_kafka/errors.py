@@ -16,6 +16,7 @@ __all__ = [
     "TopologyError",
     "DeliveryError",
     "MissingExtraError",
+    "DeadLetterGuardTripped",
 ]
 
 
@@ -106,3 +107,17 @@ class DeliveryError(ReliableKafkaError):
 
 class MissingExtraError(ReliableKafkaError, ImportError):
     """An optional part was used without its extra installed; the message names the extra."""
+
+
+class DeadLetterGuardTripped(ReliableKafkaError):
+    """A spout stopped because too large a share of its recent records went to the dead-letter topic.
+
+    A bad deploy (a bolt that fails everything) must not divert a whole stream to the DLQ silently.
+    Nothing is lost: records not yet dead-lettered stay uncommitted and are read again on restart.
+    """
+
+    def __init__(self, message: str, *, component: str, dead_letters: int, window: int):
+        self.component = component
+        self.dead_letters = dead_letters
+        self.window = window
+        super().__init__(message)

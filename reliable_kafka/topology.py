@@ -1,7 +1,8 @@
 """A topology's own topics: names, shapes, creation and verification.
 
 ``<name>.acks`` (N partitions, one per acker shard), ``<name>.outcomes``, ``<name>.dlq`` (dead
-letters) and ``<name>.quarantine`` (events that do not decode). The ack topic's partition count
+letters), ``<name>.quarantine`` (events that do not decode) and ``<name>.failures`` (why tuples
+failed). The ack topic's partition count
 is the single source of truth for N: spouts and bolts read it from the broker, so nobody can
 route an entry to the wrong shard by configuration.
 """
@@ -64,6 +65,21 @@ class TopologyTopics:
         return f"{self.topology}.quarantine"
 
     @property
+    def failures(self) -> str:
+        """Why tuples failed: one JSON record per fail (reliable_kafka.ops.failures)."""
+        return f"{self.topology}.failures"
+
+    @property
+    def roots(self) -> str:
+        """The spouts' root index: (source offset, root) pairs, for ``reliable-kafka trace``."""
+        return f"{self.topology}.roots"
+
+    @property
+    def dlq_replayed(self) -> str:
+        """Compacted, keyed by DLQ partition and offset: what ``dlq replay`` already sent back."""
+        return f"{self.topology}.dlq-replayed"
+
+    @property
     def status(self) -> str:
         """Compacted, keyed by component: each component's latest status snapshot (reliable_kafka.ops)."""
         return f"{self.topology}.status"
@@ -74,6 +90,8 @@ class TopologyTopics:
             self.outcomes: self.outcome_partitions or max(self.ackers, 1),
             self.dlq: 1,
             self.quarantine: 1,
+            self.failures: 1,
+            self.roots: 1,
         }
         if self.ackers:
             shapes[self.acks] = self.ackers

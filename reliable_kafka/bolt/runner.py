@@ -25,6 +25,7 @@ from reliable_kafka.errors import ConfigError, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.polling import consume_batch
+from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.transport import (
     ERRORS_ONLY,
@@ -134,7 +135,12 @@ class BoltCollector:
                 add(EventKind.ACK, root, edge ^ ack_val)
         self._bolt.stats.acked += 1
 
-    def fail(self, tuple_: Tuple) -> None:
+    def fail(self, tuple_: Tuple, reason: str | None = None, error: BaseException | None = None,
+             retry: bool = True) -> None:
+        """Fail ``tuple_``'s trees; ``reason``/``error`` go to ``<topology>.failures`` (only on
+        failure), ``retry=False`` asks the spout to dead-letter the source record at once."""
+        if tuple_.tracked:
+            self._bolt._record_failure(tuple_, reason, error, retry)
         for root in fail_roots(tuple_.anchored):
             self._bolt._acks.add(EventKind.FAIL, root)
         self._bolt.stats.failed += 1
@@ -212,6 +218,8 @@ class Bolt:
         self._producer = None
         self._acks: AckSender | None = None
         self._quarantine: Quarantine | None = None
+        self._failures: FailureLog | None = None
+        self._failures_topic: str | None = None
         self._last_commit = 0.0
         self._uncommitted = False
         self._failed_in_a_row = 0
@@ -234,6 +242,12 @@ class Bolt:
         if self.transactional:
             overrides = {"transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 60_000}
         self._ack_partitions = ack_partitions
+        # a topology created by an older version has no failures topic: records to it would sit in
+        # the producer's queue and hold up every flush, so reasons are then not recorded
+        self._failures_topic = self.topics.failures if partition_count(admin, self.topics.failures) else None
+        if self._failures_topic is None:
+            log.warning("%s: %s does not exist; failure reasons are not recorded (an acker worker of this "
+                        "version creates it)", self.name, self.topics.failures)
         self._producer_overrides = overrides
         self._producer_overrides.update(ERRORS_ONLY, on_delivery=self._delivered)
         self._new_producer()
@@ -256,6 +270,15 @@ class Bolt:
         self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=self._ack_partitions,
                                sender=self.task_id)
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
+        self._failures = None if self._failures_topic is None else FailureLog(
+            self._producer, topic=self._failures_topic, component=self.name, task_id=self.task_id)
+
+    def _record_failure(self, tuple_: Tuple, reason, error, retry: bool) -> None:
+        if self._failures is None:
+            return
+        self._failures.write(FailureRecord.of(
+            roots=tuple_.anchored.anchors, component=self.name, task_id=self.task_id, reason=reason,
+            error=error, retry=retry, topic=tuple_.topic, partition=tuple_.partition, offset=tuple_.offset))
 
     def close(self) -> None:
         try:
@@ -333,11 +356,11 @@ class Bolt:
             self.handler(tuple_, self.collector)
         except ProducerUnusable:
             raise  # not the tuple's fault: the transaction aborts, or the process restarts
-        except Exception:
+        except Exception as exc:
             self.stats.handler_errors += 1
             log.exception("%s: handler %s raised on %s; failing the tuple", self.name,
                           getattr(self.handler, "__name__", self.handler), tuple_.coordinates)
-            self.collector.fail(tuple_)
+            self.collector.fail(tuple_, error=exc)
 
     def _produce(self, topic, value, key, headers, partition, anchors: dict[int, int]) -> None:
         produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
@@ -431,7 +454,7 @@ class BasicBolt(Bolt):
             self.stats.handler_errors += 1
             log.warning("%s: handler %s raised on %s, failing the tuple: %r", self.name,
                         getattr(self.handler, "__name__", self.handler), tuple_.coordinates, exc)
-            self.collector.fail(tuple_)
+            self.collector.fail(tuple_, error=exc)
         else:
             self.collector.ack(tuple_)
         finally:

@@ -88,6 +88,9 @@ class OutcomeAction:
     attempt: int
     reason: str
     due_ms: int | None = None
+    # the root the outcome was about, to look up why it failed (reliable_kafka.ops.failures);
+    # informational, so not part of equality
+    root: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,7 +474,7 @@ class InFlightTracker:
 
     def _failed(self, entry: _Entry, reason: str, now_ms: int) -> OutcomeAction:
         """Retry path shared by acker outcomes and backstop expiry; the offset stays pending."""
-        entry.root = None
+        root, entry.root = entry.root, None
         entry.reason = reason
         entry.token = next(self._tokens)
         if self.max_retries is None or entry.attempt <= self.max_retries:
@@ -479,8 +482,22 @@ class InFlightTracker:
             due = now_ms + self.backoff.delay_ms(entry.attempt)
             heapq.heappush(self._retries, (due, entry.token, entry))
             return OutcomeAction(ActionKind.REDELIVER, entry.tp, entry.offset, entry.attempt,
-                                 reason, due)
+                                 reason, due, root)
         entry.state = _State.DEAD_LETTER
+        return OutcomeAction(ActionKind.DEAD_LETTER, entry.tp, entry.offset, entry.attempt, reason, None, root)
+
+    def give_up(self, tp: TopicPartition, offset: int, reason: str) -> OutcomeAction | None:
+        """Dead-letter a record waiting for its redelivery now (a poison pill: ``fail(retry=False)``).
+
+        Returns the DEAD_LETTER action, or None when ``offset`` is not waiting for a redelivery.
+        """
+        part = self._partitions.get(tp)
+        entry = part.pending.get(offset) if part is not None else None
+        if entry is None or entry.state is not _State.RETRY:
+            return None
+        entry.state = _State.DEAD_LETTER
+        entry.reason = reason
+        entry.token = next(self._tokens)  # its queued retry is stale now
         return OutcomeAction(ActionKind.DEAD_LETTER, entry.tp, entry.offset, entry.attempt, reason)
 
     def reset_timeout(self, root: int) -> bool:

@@ -131,6 +131,7 @@ class ComponentReporter:
                 "schema": SCHEMA,
                 "topology": self.view.topology,
                 "component": self.view.name,
+                "task_id": getattr(self.view.worker, "task_id", None),  # names senders in `trace`
                 "kind": self.view.kind,
                 "host": self.host,
                 "pid": self.pid,

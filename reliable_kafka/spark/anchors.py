@@ -15,6 +15,7 @@ from reliable_kafka.errors import DecodeError
 __all__ = [
     "ANCHORS_COLUMN",
     "FAIL_COLUMN",
+    "FAIL_REASON_COLUMN",
     "ANCHORS_TYPE",
     "merge_anchors",
     "concat_anchors",
@@ -26,6 +27,10 @@ ANCHORS_COLUMN = "anchors"
 FAIL_COLUMN = "rk_fail"
 """An optional boolean output column: a true value fails the row's anchors instead of writing it
 (Storm's ``collector.fail``): their trees are FAILED and the spout redelivers them."""
+
+FAIL_REASON_COLUMN = "rk_fail_reason"
+"""An optional string output column: why a row with ``rk_fail`` failed, written to
+``<topology>.failures`` (reliable_kafka.ops.failures); without it the reason is ``failed``."""
 
 ANCHORS_TYPE = "array<struct<root:bigint,edge:bigint>>"
 _DECODED_TYPE = f"struct<anchors:{ANCHORS_TYPE},error:string>"

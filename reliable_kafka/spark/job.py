@@ -142,6 +142,7 @@ class SparkJob:
         self._producer = None
         self._acks: AckSender | None = None
         self._ack_partitions = 0
+        self._failures_topic: str | None = None
         self._listener = None
         self._outputs_acc = None
         self._failed_acc = None
@@ -160,6 +161,8 @@ class SparkJob:
                 f"{self.name}: ack topic {self.topics.acks} does not exist; start an acker worker for "
                 f"topology {self.topics.topology!r} first")
         self._ack_partitions = found
+        # an older topology has no failures topic: its records would hold up the writers' flush
+        self._failures_topic = self.topics.failures if partition_count(admin, self.topics.failures) else None
         self._producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name)
         self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=found,
                                sender=self.task_id)
@@ -285,7 +288,7 @@ class SparkJob:
             raise ConfigError(
                 f"{self.name}: transform {getattr(self.transform, '__name__', self.transform)} must return "
                 f"a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns (and optionally key, headers, "
-                f"rk_fail); got {sorted(columns)}")
+                f"rk_fail, rk_fail_reason); got {sorted(columns)}")
         before_outputs, before_failed = self._outputs_acc.value, self._failed_acc.value
         writer = OutputWriter(
             bootstrap_servers=self.bootstrap_servers,
@@ -296,6 +299,8 @@ class SparkJob:
             kafka_config=self.kafka_config,
             outputs=self._outputs_acc,
             failed_rows=self._failed_acc,
+            component=self.name,
+            failures_topic=self._failures_topic,
         )
         outputs.foreachPartition(writer)
         written = self._outputs_acc.value - before_outputs

@@ -22,7 +22,8 @@ from reliable_kafka import codec
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import ConfigError, DeliveryError
 from reliable_kafka.ids import new_id
-from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
+from reliable_kafka.ops.failures import FailureLog, FailureRecord
+from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN, FAIL_REASON_COLUMN
 from reliable_kafka.transport import AckSender, flush_or_raise, new_producer
 
 __all__ = ["OutputWriter", "to_bytes"]
@@ -69,6 +70,8 @@ class OutputWriter:
     outputs: Any = None
     failed_rows: Any = None
     flush_timeout_s: float = 60.0
+    component: str = ""  # names the job in failure records
+    failures_topic: str | None = None  # rows with rk_fail write a failure record here (None: none)
 
     def __call__(self, rows: Iterable) -> None:
         producer = _producer(self.bootstrap_servers, self.kafka_config)
@@ -92,8 +95,14 @@ class OutputWriter:
                                       f"got {sorted(fields)}")
             pairs = row[ANCHORS_COLUMN] or ()
             if FAIL_COLUMN in fields and row[FAIL_COLUMN]:
-                failed_roots.update(pair[0] for pair in pairs if pair is not None and pair[0])
+                roots = [pair[0] for pair in pairs if pair is not None and pair[0]]
+                failed_roots.update(roots)
                 failed += 1
+                if self.failures_topic is not None and roots:  # written before the FAIL entries
+                    FailureLog(producer, topic=self.failures_topic, component=self.component,
+                               task_id=self.sender).write(FailureRecord.of(
+                                   roots=roots, component=self.component, task_id=self.sender,
+                                   reason=row[FAIL_REASON_COLUMN] if FAIL_REASON_COLUMN in fields else None))
                 continue
             anchors: dict[int, int] = {}
             for pair in pairs:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Literal
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
@@ -21,9 +22,11 @@ from reliable_kafka.core.anchors import Anchored, spout_root
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.core.tracker import ActionKind, Backoff, InFlightTracker, OutcomeAction
-from reliable_kafka.errors import ConfigError, DecodeError, TopologyError
+from reliable_kafka.errors import ConfigError, DeadLetterGuardTripped, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.lifecycle import run_until_stopped
+from reliable_kafka.ops.failures import Attempt, FailureIndex, FailureRecord, attempt_headers
+from reliable_kafka.ops.trace import RootIndex
 from reliable_kafka.polling import consume_batch
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.transport import (
@@ -45,6 +48,7 @@ log = logging.getLogger(__name__)
 
 Guarantee = Literal["at_least_once", "at_most_once", "none"]
 TopicPartitionKey = tuple[str, int]
+POISON_PILL = "POISON_PILL"  # the dead-letter reason of a record a component failed with retry=False
 
 OUTCOME_WAIT_S = 0.005  # longest wait for source records while trees are in flight: outcomes come first
 DEAD_LETTER_FLUSH_S = 1.0  # how long a round waits to learn that its dead letters were written
@@ -150,6 +154,11 @@ class Spout:
       root locally when no outcome arrives within timeout + grace (no acker running).
     - ``commit_interval_ms`` [1000], ``batch_size`` [500], ``kafka_config`` (librdkafka, copied).
     - ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
+    - ``max_dead_letter_ratio`` [None: off], ``dead_letter_window`` [1000]: stop the spout with
+      :class:`DeadLetterGuardTripped` when more than this share of the last ``dead_letter_window``
+      settled records (completed or dead-lettered) went to the DLQ (docs/operations.md).
+    - ``root_index`` [True]: write (offset, root) pairs to ``<topology>.roots`` with each INIT
+      batch, 16 bytes a root, so that ``reliable-kafka trace`` finds a record's trees.
     """
 
     topic_wait_s = 30.0  # how long start() waits for an acker to create the topology's topics
@@ -175,7 +184,14 @@ class Spout:
         kafka_config: dict | None = None,
         name: str | None = None,
         metrics_port: int | None = None,
+        max_dead_letter_ratio: float | None = None,
+        dead_letter_window: int = 1000,
+        root_index: bool = True,
     ) -> None:
+        if max_dead_letter_ratio is not None and not 0 <= max_dead_letter_ratio < 1:
+            raise ConfigError(f"Spout: max_dead_letter_ratio must be in [0, 1) or None, got {max_dead_letter_ratio}")
+        if dead_letter_window < 1:
+            raise ConfigError(f"Spout: dead_letter_window must be >= 1, got {dead_letter_window}")
         if (emit_to is None) == (handler is None):
             raise ConfigError("Spout: give exactly one of emit_to (forward records) or handler")
         if guarantee not in ("at_least_once", "at_most_once", "none"):
@@ -215,6 +231,18 @@ class Spout:
         self._acks: AckSender | None = None
         self._listener: OutcomeListener | None = None
         self.ready = threading.Event()
+        # failures only (reliable_kafka.ops.failures): attempt histories, why roots failed locally
+        self._attempts: dict[tuple[TopicPartitionKey, int], list[Attempt]] = {}
+        self._local_reasons: dict[int, FailureRecord] = {}
+        self._failure_index: FailureIndex | None = None
+        self._started_ms = int(time.time() * 1000)
+        self.max_dead_letter_ratio = max_dead_letter_ratio
+        self.dead_letter_window = dead_letter_window
+        self._dead_letter_marks: deque[int] = deque()  # settled count when each dead letter was bound
+        self._dead_letters_bound = 0
+        self._guard_tripped: DeadLetterGuardTripped | None = None
+        self.root_index = root_index
+        self._root_index: RootIndex | None = None
 
     @property
     def tracking(self) -> bool:
@@ -251,11 +279,16 @@ class Spout:
             if self.ackers is not None and found != self.ackers:
                 raise TopologyError(f"{self.name}: {self.topics.acks} has {found} partitions, ackers={self.ackers}")
             ack_partitions = found
+            # an older topology has no root index topic (an acker of this version creates it)
+            self.root_index = self.root_index and partition_count(admin, self.topics.roots) is not None
             self._listener = self._make_listener()
             self._listener.start()
         self._acks = AckSender(
             self._producer, acks_topic=self.topics.acks, ack_partitions=ack_partitions, sender=self.task_id
         )
+        # random roots need the index; a spout that derives its roots (transactional) needs none
+        if self.root_index and ack_partitions and type(self)._new_root is Spout._new_root:
+            self._root_index = RootIndex(self._producer, topic=self.topics.roots, spout_id=self.task_id)
         self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config,
                                       **self._consumer_overrides())
         self._consumer.subscribe(self.source_topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
@@ -275,6 +308,8 @@ class Spout:
                 self._producer.flush(10)
             if self._listener is not None:
                 self._listener.close()
+            if self._failure_index is not None:
+                self._failure_index.close()
             log.info("%s: stopped; %s", self.name, self.stats)
 
     # --- rebalance ------------------------------------------------------------------------------
@@ -309,11 +344,15 @@ class Spout:
         self._committed.pop(key, None)
         for record_key in [k for k in self._records if k[0] == key]:
             del self._records[record_key]
+        for record_key in [k for k in self._attempts if k[0] == key]:
+            del self._attempts[record_key]
 
     # --- the loop -------------------------------------------------------------------------------
 
     def poll_once(self, timeout: float = 0.1) -> None:
         """One round: outcomes, timeouts, redeliveries, new records, INITs, commit."""
+        if self._guard_tripped is not None:
+            raise self._guard_tripped
         self._take_outcomes()
         self._confirm_dead_letters()
         self._redeliver_due()
@@ -331,6 +370,8 @@ class Spout:
             self.stats.read += 1
             self._process(_source_record(message))
         self._acks.send()
+        if self._root_index is not None:
+            self._root_index.send()
         self._producer.poll(0)
         self._commit()
 
@@ -347,7 +388,7 @@ class Spout:
             self.handler(record, self._collector)
         except ProducerUnusable:
             raise  # not the record's fault: the caller replaces the producer (or the process restarts)
-        except Exception:
+        except Exception as exc:
             self.stats.handler_errors += 1
             log.exception("%s: handler %s raised on %s (attempt %d); the record will be retried",
                           self.name, getattr(self.handler, "__name__", self.handler), record.coordinates,
@@ -357,6 +398,9 @@ class Spout:
                 return
             self.tracker.emitted(key, record.offset, root=root, attempt=record.attempt)
             self._records[(key, record.offset)] = record
+            self._local_reasons[root] = FailureRecord.of(
+                roots=[root], component=self.name, task_id=self.task_id, error=exc, topic=record.topic,
+                partition=record.partition, offset=record.offset)
             self._act(self.tracker.on_outcome(root, OutcomeKind.FAILED))
             return
         finally:
@@ -367,6 +411,8 @@ class Spout:
         self.tracker.emitted(key, record.offset, root=root, attempt=record.attempt)
         self._records[(key, record.offset)] = record
         self._ack_sender(key).add(EventKind.INIT, root, parent.ack_val)  # = ack_entries(parent)
+        if self._root_index is not None:
+            self._root_index.add(key, record.offset, root)
 
     # hooks that the transactional spout overrides
     def _consumer_overrides(self) -> dict:
@@ -419,11 +465,65 @@ class Spout:
             record = self._records.pop(record_key, None)
             if record is not None:
                 self._completed(record)
-        elif action.kind is ActionKind.DEAD_LETTER:
+            if action.attempt > 1:
+                self._attempts.pop(record_key, None)
+            return
+        if action.reason != POISON_PILL:  # a poison pill's attempt was noted when it failed
+            given_up = self._note_attempt(action)
+            if given_up is not None:
+                self._act(given_up)  # through self._act: a subclass may write dead letters its own way
+                return
+        if action.kind is ActionKind.DEAD_LETTER:
             record = self._record(action.tp, action.offset)
-            if record is not None:
+            if record is not None and (self.max_dead_letter_ratio is None or self._dead_letter_allowed()):
                 self._dead_letter(record, action)
         # REDELIVER: the tracker schedules it; _redeliver_due picks it up after the backoff
+
+    def _note_attempt(self, action: OutcomeAction) -> OutcomeAction | None:
+        """Failure path only: remember why this attempt ended. A poison pill skips its retries: the
+        DEAD_LETTER action that replaces its REDELIVER is returned."""
+        failures: list[FailureRecord] = []
+        if action.root is not None:
+            local = self._local_reasons.pop(action.root, None)
+            if local is not None:
+                failures = [local]
+            elif action.reason == OutcomeKind.FAILED.name and self.tracking:
+                if self._failure_index is None:
+                    self._failure_index = FailureIndex(
+                        bootstrap_servers=self.bootstrap_servers, topic=self.topics.failures,
+                        group_id=f"{self.topics.topology}.failure-reader", kafka_config=self.kafka_config,
+                        since_ms=self._started_ms - 60_000)
+                failures = self._failure_index.take([action.root]).get(action.root, [])
+        attempt = Attempt(action.attempt, action.root, action.reason, int(time.time() * 1000),
+                          [asdict(f) for f in failures])
+        self._attempts.setdefault((action.tp, action.offset), []).append(attempt)
+        if action.kind is ActionKind.REDELIVER and attempt.poison:
+            return self.tracker.give_up(action.tp, action.offset, POISON_PILL)
+        return None
+
+    def _dead_letter_allowed(self) -> bool:
+        """The guard, counted only when a record is bound for the DLQ (no cost on the happy path):
+        False, and tripped, when this one would make more than ``max_dead_letter_ratio`` of the last
+        ``dead_letter_window`` settled records (completed or dead-lettered). A record refused here
+        stays pending: uncommitted, read again when the spout restarts."""
+        if self._guard_tripped is not None:
+            return False
+        self._dead_letters_bound += 1
+        settled = self.tracker.stats.completed + self._dead_letters_bound
+        marks = self._dead_letter_marks
+        marks.append(settled)
+        while marks[0] <= settled - self.dead_letter_window:
+            marks.popleft()
+        if len(marks) <= self.max_dead_letter_ratio * self.dead_letter_window:
+            return True
+        self._guard_tripped = DeadLetterGuardTripped(
+            f"{self.name}: {len(marks)} of the last {self.dead_letter_window} settled records were bound for "
+            f"{self.topics.dlq} (max_dead_letter_ratio={self.max_dead_letter_ratio}); stopped so that a bad "
+            f"deploy does not divert the stream. See why with `reliable-kafka dlq list --topology "
+            f"{self.topics.topology} --bootstrap-servers ...`, fix the cause and restart the spout (records not "
+            f"dead-lettered are read again), then `dlq replay` what should not have been parked",
+            component=self.name, dead_letters=len(marks), window=self.dead_letter_window)
+        return False
 
     def _dead_letter(self, record: SourceRecord, action: OutcomeAction) -> None:
         write = _DeadLetterWrite(record, action)
@@ -434,9 +534,10 @@ class Spout:
                 write.failed = True
 
         reason = f"{action.reason} after {record.attempt} attempts"
+        why = attempt_headers(self._attempts.get(((record.topic, record.partition), record.offset), []))
         log.warning("%s: %s %s; parked in %s", self.name, record.coordinates, reason, self.topics.dlq)
         park(
-            self._producer, self.topics.dlq, key=record.key, value=record.value, headers=record.headers,
+            self._producer, self.topics.dlq, key=record.key, value=record.value, headers=record.headers + why,
             parked=ParkedRecord(reason=reason, attempts=record.attempt, source_topic=record.topic,
                                 source_partition=record.partition, source_offset=record.offset,
                                 source_timestamp_ms=record.timestamp_ms, component=self.name),
@@ -462,6 +563,7 @@ class Spout:
             self.stats.dead_lettered += 1
             self.tracker.dead_lettered((record.topic, record.partition), record.offset)
             self._records.pop(((record.topic, record.partition), record.offset), None)
+            self._attempts.pop(((record.topic, record.partition), record.offset), None)
 
     def _redeliver_due(self) -> None:
         for redelivery in self.tracker.due_redeliveries():

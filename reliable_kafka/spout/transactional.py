@@ -341,6 +341,7 @@ class TransactionalSpout(Spout):
             self.stats.dead_lettered += 1
             self.tracker.dead_lettered(key, offset)
             self._records.pop((key, offset), None)
+            self._attempts.pop((key, offset), None)
         for tp in offsets:
             self._state_committed[(tp.topic, tp.partition)] = tp.metadata
             self.stats.committed[(tp.topic, tp.partition)] = tp.offset
@@ -356,6 +357,7 @@ class TransactionalSpout(Spout):
 
     def _write_dead_letters(self) -> list:
         from reliable_kafka.codec import ParkedRecord
+        from reliable_kafka.ops.failures import attempt_headers
         from reliable_kafka.transport import park
 
         written = []
@@ -365,7 +367,8 @@ class TransactionalSpout(Spout):
             if record is None:
                 continue
             reason = f"{action.reason} after {record.attempt} attempts"
-            park(self._producer, self.topics.dlq, key=record.key, value=record.value, headers=record.headers,
+            why = attempt_headers(self._attempts.get((action.tp, action.offset), []))  # ops/failures.py
+            park(self._producer, self.topics.dlq, key=record.key, value=record.value, headers=record.headers + why,
                  parked=ParkedRecord(reason=reason, attempts=record.attempt, source_topic=record.topic,
                                      source_partition=record.partition, source_offset=record.offset,
                                      source_timestamp_ms=record.timestamp_ms, component=self.name))

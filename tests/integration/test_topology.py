@@ -348,7 +348,7 @@ def test_ensure_topics_is_idempotent(kafka_bootstrap):
     ensure_topics(admin, topics)
     ensure_topics(admin, topics)
     assert {t: n for t, n in topics.shapes().items()} == {
-        topics.acks: 3, topics.outcomes: 3, topics.dlq: 1, topics.quarantine: 1}
+        topics.acks: 3, topics.outcomes: 3, topics.dlq: 1, topics.quarantine: 1, topics.failures: 1, topics.roots: 1}
 
 
 def test_word_count_example_runs_as_a_script():

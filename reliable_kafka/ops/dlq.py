@@ -1,0 +1,382 @@
+"""The dead-letter topic for operators: list, show and replay ``<topology>.dlq``.
+
+Reading is plain: the whole DLQ (read_committed) decoded into :class:`DeadLetter` values. Replay
+sends a dead letter's original key, value and headers back to its source topic and partition (or
+to another topic) with the lineage header ``rk-replayed-from: <dlq>[p]@o``, and records each
+replayed DLQ offset in the compacted ``<topology>.dlq-replayed`` topic *in the same Kafka
+transaction* as the replayed record, so a replay is idempotent: an offset recorded there is never
+sent again, and a replay that dies mid-way leaves neither the copy nor the mark. Replays of one
+topology share one transactional id: a second replay running at once fences the first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from reliable_kafka import codec
+from reliable_kafka.errors import DecodeError, ReliableKafkaError, TopologyError
+from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER, Attempt, decode_attempts
+from reliable_kafka.topology import TopologyTopics
+
+__all__ = [
+    "LINEAGE_HEADER",
+    "DeadLetter",
+    "ReplayReport",
+    "read_dead_letters",
+    "select",
+    "replayed",
+    "replay",
+    "parse_time",
+    "render_list",
+    "render_one",
+]
+
+LINEAGE_HEADER = "rk-replayed-from"
+_OURS = {codec.PARKED_HEADER, ATTEMPTS_HEADER, REASON_HEADER, LINEAGE_HEADER, codec.ANCHORS_HEADER}
+
+
+@dataclass
+class DeadLetter:
+    """One record of the dead-letter topic, with why and from where it was parked."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    parked: codec.ParkedRecord | None
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        for name, value in self.headers:
+            if name == REASON_HEADER and value is not None:
+                return value.decode(errors="replace")
+        return self.parked.reason if self.parked else "unknown (no rk-parked header)"
+
+    def reasons(self) -> list[str]:
+        found = [r for a in self.attempts for r in a.reasons()] or [a.outcome for a in self.attempts]
+        return found + ([self.parked.reason] if self.parked else [])
+
+    def components(self) -> set[str]:
+        found = {f["component"] for a in self.attempts for f in a.failures}
+        if self.parked and self.parked.component:
+            found.add(self.parked.component)
+        return found
+
+    @property
+    def source(self) -> tuple[str, int, int] | None:
+        if self.parked is None:
+            return None
+        return self.parked.source_topic, self.parked.source_partition, self.parked.source_offset
+
+    def original_headers(self) -> list[tuple[str, bytes]]:
+        """The headers the source record had (the layer's own are dropped)."""
+        return [(k, v) for k, v in self.headers if k not in _OURS]
+
+    def as_json(self) -> dict:
+        parked = self.parked
+        return {
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp_ms": self.timestamp_ms,
+            "reason": self.reason,
+            "source": None if parked is None else {
+                "topic": parked.source_topic, "partition": parked.source_partition,
+                "offset": parked.source_offset, "timestamp_ms": parked.source_timestamp_ms},
+            "parked_by": parked.component if parked else None,
+            "parked_reason": parked.reason if parked else None,
+            "parked_at_ms": parked.parked_at_ms if parked else None,
+            "attempt_count": parked.attempts if parked else None,
+            "attempts": [a.__dict__ for a in self.attempts],
+            "components": sorted(self.components()),
+            "key": _text(self.key),
+            "value": _text(self.value),
+            "headers": [[k, _text(v)] for k, v in self.original_headers()],
+        }
+
+
+def _text(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return "0x" + raw.hex()
+
+
+def _consumer(bootstrap_servers: str, topology: str, kafka_config: dict | None):
+    from reliable_kafka.transport import new_consumer
+
+    return new_consumer(bootstrap_servers, f"{topology}.dlq-reader", kafka_config,
+                        **{"isolation.level": "read_committed"})
+
+
+def _read_all(consumer, topic: str, timeout: float) -> list:
+    """Every committed record of ``topic``, from the beginning to its end offsets of now."""
+    metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    if metadata is None or metadata.error is not None or not metadata.partitions:
+        return []
+    ends = {}
+    for p in metadata.partitions:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+        if high > low:
+            ends[p] = high
+    if not ends:
+        return []
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+    positions = {p: -1 for p in ends}
+    messages = []
+    deadline = time.monotonic() + timeout
+    while any(positions[p] + 1 < ends[p] for p in ends):
+        if time.monotonic() > deadline:
+            raise ReliableKafkaError(
+                f"reading {topic} did not reach its end offsets {ends} within {timeout:.0f}s "
+                f"(read up to {positions}); is the broker up? try again with a longer --timeout")
+        for message in consumer.consume(num_messages=1000, timeout=0.5):
+            if message.error() is not None:
+                continue
+            positions[message.partition()] = message.offset()
+            messages.append(message)
+        # transaction markers hold the last offsets: the position tells when the end is passed
+        for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
+            if tp.offset >= ends[tp.partition]:
+                positions[tp.partition] = ends[tp.partition] - 1
+    return messages
+
+
+def read_dead_letters(bootstrap_servers: str, topology: str, *, kafka_config: dict | None = None,
+                      timeout: float = 60.0) -> list[DeadLetter]:
+    """Every dead letter of ``topology``, in partition and offset order."""
+    topics = TopologyTopics(topology)
+    consumer = _consumer(bootstrap_servers, topology, kafka_config)
+    try:
+        messages = _read_all(consumer, topics.dlq, timeout)
+    finally:
+        consumer.close()
+    letters = []
+    for message in messages:
+        headers = list(message.headers() or [])
+        parked = None
+        raw = [v for k, v in headers if k == codec.PARKED_HEADER]
+        if raw:
+            try:
+                parked = codec.decode_parked(raw[-1])
+            except DecodeError:
+                parked = None
+        attempts = decode_attempts(next((v for k, v in headers if k == ATTEMPTS_HEADER), None))
+        timestamp = message.timestamp()
+        letters.append(DeadLetter(message.partition(), message.offset(), timestamp[1] if timestamp else -1,
+                                  message.key(), message.value(), headers, parked, attempts))
+    letters.sort(key=lambda d: (d.partition, d.offset))
+    return letters
+
+
+def select(letters: list[DeadLetter], *, reason: str | None = None, source_topic: str | None = None,
+           source_partition: int | None = None, component: str | None = None, since_ms: int | None = None,
+           until_ms: int | None = None, offsets: list[tuple[int, int]] | None = None) -> list[DeadLetter]:
+    """The dead letters matching every given filter (``reason`` and ``component``: substrings,
+    any case; times: when parked; ``offsets``: DLQ (partition, offset) pairs)."""
+    wanted = set(offsets) if offsets else None
+    out = []
+    for letter in letters:
+        source = letter.source
+        parked_at = letter.parked.parked_at_ms if letter.parked else letter.timestamp_ms
+        if wanted is not None and (letter.partition, letter.offset) not in wanted:
+            continue
+        if reason and not any(reason.lower() in r.lower() for r in [letter.reason, *letter.reasons()]):
+            continue
+        if component and not any(component.lower() in c.lower() for c in letter.components()):
+            continue
+        if source_topic is not None and (source is None or source[0] != source_topic):
+            continue
+        if source_partition is not None and (source is None or source[1] != source_partition):
+            continue
+        if since_ms is not None and parked_at < since_ms:
+            continue
+        if until_ms is not None and parked_at > until_ms:
+            continue
+        out.append(letter)
+    return out
+
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+
+
+def parse_time(text: str, *, now_ms: int | None = None) -> int:
+    """Milliseconds since the epoch from ``1700000000000`` (ms), ISO 8601 (UTC unless it says
+    otherwise) or a time ago: ``90s``, ``15m``, ``2h``, ``1d``."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    match = _RELATIVE.match(text)
+    if match:
+        unit = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}[match.group(2)]
+        return now_ms - int(float(match.group(1)) * unit)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ReliableKafkaError(
+            f"cannot read time {text!r}: give ms since the epoch, ISO 8601 (2026-11-23T18:00) or an age "
+            f"such as 15m, 2h, 1d") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def replayed(bootstrap_servers: str, topology: str, *, kafka_config: dict | None = None,
+             timeout: float = 60.0) -> dict[tuple[int, int], dict]:
+    """DLQ (partition, offset) -> what its replay recorded, from ``<topology>.dlq-replayed``."""
+    topics = TopologyTopics(topology)
+    consumer = _consumer(bootstrap_servers, topology, kafka_config)
+    try:
+        messages = _read_all(consumer, topics.dlq_replayed, timeout)
+    finally:
+        consumer.close()
+    marks: dict[tuple[int, int], dict] = {}
+    for message in messages:
+        try:
+            partition, offset = (int(x) for x in message.key().decode().split(":"))
+            marks[(partition, offset)] = json.loads(message.value())
+        except (AttributeError, ValueError, TypeError):
+            continue  # not ours: ignored
+    return marks
+
+
+@dataclass
+class ReplayReport:
+    sent: list[dict] = field(default_factory=list)     # {dlq, to, partition}
+    skipped: list[dict] = field(default_factory=list)  # {dlq, why}
+    dry_run: bool = False
+
+
+def _ensure_replayed_topic(admin, topics: TopologyTopics) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    if topics.dlq_replayed in admin.list_topics(timeout=30).topics:
+        return
+    new = NewTopic(topics.dlq_replayed, num_partitions=1, replication_factor=1,
+                   config={"cleanup.policy": "compact"})
+    for topic, future in admin.create_topics([new], operation_timeout=30).items():
+        try:
+            future.result(timeout=30)
+        except KafkaException as exc:
+            if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                raise TopologyError(f"cannot create {topic}: {exc}") from exc
+
+
+def replay(bootstrap_servers: str, topology: str, letters: list[DeadLetter], *, to: str | None = None,
+           rate: float = 100.0, dry_run: bool = False, kafka_config: dict | None = None,
+           batch: int = 100) -> ReplayReport:
+    """Send ``letters`` back to their source topic and partition (or to topic ``to``), at most
+    ``rate`` records a second, each once ever (see the module doc); ``dry_run`` sends nothing."""
+    from reliable_kafka.topology import admin_client
+    from reliable_kafka.transport import new_producer
+
+    if rate <= 0:
+        raise ReliableKafkaError(f"dlq replay: --rate must be > 0, got {rate}")
+    topics = TopologyTopics(topology)
+    report = ReplayReport(dry_run=dry_run)
+    done = replayed(bootstrap_servers, topology, kafka_config=kafka_config)
+    admin = admin_client(bootstrap_servers, kafka_config)
+    existing = admin.list_topics(timeout=30).topics
+    todo = []
+    for letter in letters:
+        where = f"{topics.dlq}[{letter.partition}]@{letter.offset}"
+        if (letter.partition, letter.offset) in done:
+            report.skipped.append({"dlq": where, "why": f"already replayed: {done[(letter.partition, letter.offset)]}"})
+            continue
+        if to is None and letter.source is None:
+            report.skipped.append({"dlq": where, "why": "no rk-parked header: source unknown; give --to"})
+            continue
+        target = to or letter.source[0]
+        if target not in existing:
+            report.skipped.append({"dlq": where, "why": f"topic {target} does not exist"})
+            continue
+        partition = None
+        if to is None and letter.source[1] in existing[target].partitions:
+            partition = letter.source[1]  # back where it came from: its key's order is kept
+        todo.append((letter, where, target, partition))
+    if dry_run or not todo:
+        report.sent = [{"dlq": w, "to": t, "partition": p} for _, w, t, p in todo]
+        return report
+    _ensure_replayed_topic(admin, topics)
+    producer = new_producer(bootstrap_servers, kafka_config, **{"transactional.id": f"{topology}.dlq-replay"})
+    producer.init_transactions(30)  # fences another replay of this topology still running
+    started = time.monotonic()
+    for start in range(0, len(todo), batch):
+        chunk = todo[start:start + batch]
+        producer.begin_transaction()
+        for letter, where, target, partition in chunk:
+            kwargs = {"key": letter.key,
+                      "headers": letter.original_headers() + [(LINEAGE_HEADER, where.encode())]}
+            if partition is not None:
+                kwargs["partition"] = partition
+            producer.produce(target, letter.value, **kwargs)
+            mark = {"to": target, "at_ms": int(time.time() * 1000), "reason": letter.reason}
+            producer.produce(topics.dlq_replayed, json.dumps(mark).encode(),
+                             key=f"{letter.partition}:{letter.offset}".encode())
+            report.sent.append({"dlq": where, "to": target, "partition": partition})
+        producer.commit_transaction(60)
+        # rate limit: the next chunk waits until the records so far fit in rate/second
+        wait = len(report.sent) / rate - (time.monotonic() - started)
+        if wait > 0 and start + batch < len(todo):
+            time.sleep(wait)
+    return report
+
+
+def _when(ms: int | None) -> str:
+    if ms is None or ms < 0:
+        return "?"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def render_list(letters: list[DeadLetter]) -> str:
+    if not letters:
+        return "no dead letters match"
+    lines = [f"{'DLQ':>10}  {'PARKED (UTC)':19}  {'SOURCE':28}  {'TRIES':>5}  {'COMPONENTS':20}  REASON"]
+    for d in letters:
+        source = f"{d.source[0]}[{d.source[1]}]@{d.source[2]}" if d.source else "?"
+        lines.append(f"{d.partition:>3}@{d.offset:<6}  {_when(d.parked.parked_at_ms if d.parked else d.timestamp_ms):19}  "
+                     f"{source:28}  {d.parked.attempts if d.parked else '?':>5}  "
+                     f"{','.join(sorted(d.components()))[:20]:20}  {d.reason}")
+    lines.append(f"{len(letters)} dead letter(s)")
+    return "\n".join(lines)
+
+
+def render_one(letter: DeadLetter, marks: dict | None = None, last_acks: dict | None = None) -> str:
+    """``dlq show``; ``last_acks``: root -> the last ACK of a timed-out attempt's tree (or None)."""
+    d = letter.as_json()
+    lines = [f"dead letter {d['partition']}@{d['offset']}  reason: {d['reason']}"]
+    if d["source"]:
+        s = d["source"]
+        lines.append(f"  source    {s['topic']}[{s['partition']}]@{s['offset']} (written {_when(s['timestamp_ms'])})")
+    lines.append(f"  parked    by {d['parked_by']} at {_when(d['parked_at_ms'])}: {d['parked_reason']}")
+    lines.append(f"  key       {d['key']!r}")
+    lines.append(f"  value     {(d['value'] or '')[:200]!r}")
+    for name, value in d["headers"]:
+        lines.append(f"  header    {name}={value!r}")
+    for a in letter.attempts:
+        lines.append(f"  attempt {a.attempt}: {a.outcome} at {_when(a.at_ms)} (root {a.root})")
+        if last_acks is not None and a.root in last_acks:
+            last = last_acks[a.root]
+            lines.append(f"    last ACK before the timeout: {last['from'] or last['task_id']} at {_when(last['at_ms'])}"
+                         if last else "    no ACK at all before the timeout: the first hop never acked")
+        for f in a.failures:
+            where = f" on {f['tuple']['topic']}[{f['tuple']['partition']}]@{f['tuple']['offset']}" if f.get("tuple") else ""
+            error = f" [{f['error_type']}]" if f.get("error_type") else ""
+            lines.append(f"    failed by {f['component']}{where} at {_when(f['at_ms'])}: {f['reason']}{error}"
+                         f"{'' if f.get('retry', True) else ' (retry=False)'}")
+    if marks and (letter.partition, letter.offset) in marks:
+        mark = marks[(letter.partition, letter.offset)]
+        lines.append(f"  replayed  to {mark.get('to')} at {_when(mark.get('at_ms'))}")
+    return "\n".join(lines)

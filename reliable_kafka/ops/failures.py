@@ -1,0 +1,277 @@
+"""Why a tuple failed: failure records on ``<topology>.failures`` and the attempt history of a root.
+
+Only failures pay for this: a component writes one JSON record when it fails a tuple
+(``collector.fail(tuple, reason=..., error=...)`` or a basic bolt's exception), and a spout reads
+the failures topic only after a FAILED outcome arrived, from a consumer it creates at the first
+failure. The happy path sends and reads nothing more.
+
+A failure record (UTF-8 JSON object, key = the first root as decimal text)::
+
+    {"v": 1, "roots": [int64...], "component": str, "task_id": int64, "reason": str,
+     "error_type": str|null, "error_message": str|null, "retry": bool,
+     "tuple": {"topic": str, "partition": int, "offset": int}|null, "at_ms": int}
+
+``retry: false`` marks a poison pill: the spout that owns a root dead-letters its record at once
+instead of redelivering it. Dead letters carry the attempt history as the ``rk-attempts`` header
+(a JSON list of :class:`Attempt`) and a one-line ``rk-reason`` header.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+
+__all__ = [
+    "FAILURE_FORMAT",
+    "ATTEMPTS_HEADER",
+    "REASON_HEADER",
+    "FailureRecord",
+    "Attempt",
+    "FailureLog",
+    "FailureIndex",
+    "reason_of",
+    "encode_failure",
+    "decode_failure",
+    "encode_attempts",
+    "decode_attempts",
+    "attempt_headers",
+]
+
+log = logging.getLogger(__name__)
+
+FAILURE_FORMAT = 1
+ATTEMPTS_HEADER = "rk-attempts"
+REASON_HEADER = "rk-reason"
+_MAX_TEXT = 1000  # a reason or error message longer than this is cut: records and headers stay small
+_MAX_ATTEMPTS_HEADER = 16_000  # bytes; older attempts are dropped first, the count stays in rk-parked
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _cut(text: str | None) -> str | None:
+    if text is None:
+        return None
+    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 3] + "..."
+
+
+def reason_of(reason: str | None, error: BaseException | None) -> str:
+    """The reason to record: the given one, else the error's type and message, else ``"failed"``."""
+    if reason:
+        return _cut(reason)
+    if error is not None:
+        message = str(error)
+        return _cut(f"{type(error).__name__}: {message}" if message else type(error).__name__)
+    return "failed"
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """One component's report that it failed a tuple (of one or more trees)."""
+
+    roots: list[int]
+    component: str
+    reason: str
+    task_id: int = 0
+    error_type: str | None = None
+    error_message: str | None = None
+    retry: bool = True
+    tuple: dict | None = None  # {"topic", "partition", "offset"} of the failed tuple
+    at_ms: int = -1
+
+    @classmethod
+    def of(cls, *, roots, component: str, task_id: int = 0, reason: str | None = None,
+           error: BaseException | None = None, retry: bool = True, topic: str | None = None,
+           partition: int | None = None, offset: int | None = None) -> "FailureRecord":
+        coordinates = None if topic is None else {"topic": topic, "partition": partition, "offset": offset}
+        return cls(roots=[int(r) for r in roots], component=component, task_id=int(task_id),
+                   reason=reason_of(reason, error),
+                   error_type=type(error).__name__ if error is not None else None,
+                   error_message=_cut(str(error)) if error is not None else None,
+                   retry=bool(retry), tuple=coordinates, at_ms=_now_ms())
+
+    def summary(self) -> str:
+        where = ""
+        if self.tuple:
+            where = f" at {self.tuple['topic']}[{self.tuple['partition']}]@{self.tuple['offset']}"
+        return f"{self.component}: {self.reason}{where}{'' if self.retry else ' (no retry)'}"
+
+
+def encode_failure(record: FailureRecord) -> bytes:
+    return json.dumps({"v": FAILURE_FORMAT, **asdict(record)}, separators=(",", ":")).encode()
+
+
+def decode_failure(raw: bytes | None) -> FailureRecord | None:
+    """The record, or None for bytes that are not a failure record (logged, never raised)."""
+    try:
+        datum = json.loads(raw)
+        return FailureRecord(
+            roots=[int(r) for r in datum["roots"]], component=str(datum["component"]),
+            reason=str(datum["reason"]), task_id=int(datum.get("task_id", 0)),
+            error_type=datum.get("error_type"), error_message=datum.get("error_message"),
+            retry=bool(datum.get("retry", True)), tuple=datum.get("tuple"), at_ms=int(datum.get("at_ms", -1)),
+        )
+    except (TypeError, ValueError, KeyError) as exc:
+        log.warning("not a failure record (%s): %r", exc, raw[:200] if raw else raw)
+        return None
+
+
+@dataclass
+class Attempt:
+    """One attempt of a source record: its root, how it ended, and the failures reported for it."""
+
+    attempt: int
+    root: int | None
+    outcome: str  # FAILED, TIMED_OUT, backstop timeout, handler error
+    at_ms: int
+    failures: list[dict] = field(default_factory=list)  # FailureRecord fields
+
+    def reasons(self) -> list[str]:
+        return [f["reason"] for f in self.failures]
+
+    @property
+    def poison(self) -> bool:
+        return any(not f.get("retry", True) for f in self.failures)
+
+
+def encode_attempts(attempts: list[Attempt]) -> bytes:
+    """The ``rk-attempts`` header: the newest attempts that fit in 16 kB."""
+    kept = list(attempts)
+    while True:
+        raw = json.dumps([asdict(a) for a in kept], separators=(",", ":")).encode()
+        if len(raw) <= _MAX_ATTEMPTS_HEADER or len(kept) <= 1:
+            return raw
+        kept = kept[1:]
+
+
+def decode_attempts(raw: bytes | None) -> list[Attempt]:
+    if not raw:
+        return []
+    try:
+        return [Attempt(**item) for item in json.loads(raw)]
+    except (TypeError, ValueError) as exc:
+        log.warning("rk-attempts header does not decode (%s)", exc)
+        return []
+
+
+def attempt_headers(attempts: list[Attempt]) -> list[tuple[str, bytes]]:
+    """``rk-attempts`` and ``rk-reason`` (the last attempt's first reason, else its outcome)."""
+    if not attempts:
+        return []
+    last = attempts[-1]
+    reason = last.failures[0]["reason"] if last.failures else last.outcome
+    return [(ATTEMPTS_HEADER, encode_attempts(attempts)), (REASON_HEADER, reason.encode())]
+
+
+class FailureLog:
+    """Writes failure records with a component's producer (only called when something fails).
+
+    A record that cannot be delivered is logged and dropped: it explains a failure, it is not the
+    failure itself (the FAIL entry on the ack topic is what replays the tree).
+    """
+
+    def __init__(self, producer, *, topic: str, component: str, task_id: int) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.component = component
+        self.task_id = task_id
+        self.written = 0
+
+    def write(self, record: FailureRecord) -> None:
+        key = str(record.roots[0]).encode() if record.roots else None
+        try:
+            self.producer.produce(self.topic, encode_failure(record), key=key, on_delivery=self._delivered)
+            self.written += 1
+        except BufferError:
+            log.warning("%s: failure record for %s dropped: producer queue full", self.component, record.roots)
+
+    def _delivered(self, error, message) -> None:
+        if error is not None:
+            log.warning("%s: failure record not written to %s: %s", self.component, self.topic, error)
+
+
+class FailureIndex:
+    """A spout's view of ``<topology>.failures``: failure records by root, read on demand.
+
+    No consumer exists until the first :meth:`take` (the first FAILED outcome); it then starts at
+    the offsets of ``since_ms`` (the spout's start) and each ``take`` reads up to the end offsets
+    of that moment. Records for roots not asked for are kept, newest ``max_roots`` only (they may
+    belong to another spout, or arrive before their FAILED outcome).
+    """
+
+    def __init__(self, *, bootstrap_servers: str, topic: str, group_id: str, kafka_config: dict | None = None,
+                 since_ms: int | None = None, max_roots: int = 50_000) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.group_id = group_id
+        self.kafka_config = kafka_config
+        self.since_ms = _now_ms() if since_ms is None else since_ms
+        self.max_roots = max_roots
+        self._by_root: OrderedDict[int, list[FailureRecord]] = OrderedDict()
+        self._consumer = None
+        self._next: dict[int, int] = {}
+        self._caught_up = float("-inf")
+
+    def take(self, roots) -> dict[int, list[FailureRecord]]:
+        """The failure records of ``roots`` (removed from the index); catches up first when one is
+        missing (at most every 50 ms: a storm of failures without records costs few round trips)."""
+        if any(root not in self._by_root for root in roots) and time.monotonic() - self._caught_up > 0.05:
+            try:
+                self._catch_up()
+            except Exception as exc:  # a missing topic or an away broker: the reason stays unknown
+                log.warning("failure records of %s not read: %s", self.topic, exc)
+            self._caught_up = time.monotonic()
+        return {root: self._by_root.pop(root) for root in roots if root in self._by_root}
+
+    def _open(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        from reliable_kafka.transport import new_consumer
+
+        consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config)
+        metadata = consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+        if metadata is None or metadata.error is not None or not metadata.partitions:
+            consumer.close()
+            raise RuntimeError(f"topic {self.topic} does not exist")
+        wanted = [TopicPartition(self.topic, p, self.since_ms) for p in metadata.partitions]
+        starts = consumer.offsets_for_times(wanted, timeout=10)
+        positions = []
+        for tp in starts:
+            if tp.offset < 0:  # nothing written since since_ms: start at the end
+                tp.offset = consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition), timeout=10)[1]
+            positions.append(TopicPartition(self.topic, tp.partition, tp.offset))
+        consumer.assign(positions)
+        self._next = {tp.partition: tp.offset for tp in positions}
+        self._consumer = consumer
+
+    def _catch_up(self, timeout: float = 5.0) -> None:
+        from confluent_kafka import TopicPartition
+
+        if self._consumer is None:
+            self._open()
+        ends = {}
+        for partition in self._next:
+            ends[partition] = self._consumer.get_watermark_offsets(
+                TopicPartition(self.topic, partition), timeout=timeout, cached=False)[1]
+        deadline = time.monotonic() + timeout
+        while any(self._next[p] < end for p, end in ends.items()) and time.monotonic() < deadline:
+            for message in self._consumer.consume(num_messages=500, timeout=0.2):
+                if message.error() is not None:
+                    continue
+                self._next[message.partition()] = message.offset() + 1
+                record = decode_failure(message.value())
+                if record is not None:
+                    for root in record.roots:
+                        self._by_root.setdefault(root, []).append(record)
+                        self._by_root.move_to_end(root)
+            while len(self._by_root) > self.max_roots:
+                self._by_root.popitem(last=False)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

@@ -1,0 +1,314 @@
+"""``reliable-kafka trace``: one source record's trees, read back from the topology's logs.
+
+Roots are random, so a record's roots are found in a small index the spout writes with each INIT
+batch: ``<topology>.roots``, one record per source partition and poll round, key
+``<topic>:<partition>``, value = format byte 1, the spout's task id (int64 big-endian), then
+(offset, root) pairs as little-endian int64: 16 bytes per root, one produce per round (an INIT
+entry itself is 17 bytes). The trace then reads, from a little before the index entry's time:
+the ack partition of each root (``root mod N``) for its INIT, ACK, FAIL and RESET_TIMEOUT entries
+and their senders, the spout's outcome partition for the outcome, ``<topology>.failures`` for the
+reasons and ``<topology>.dlq`` for a dead letter. Task ids become component names through the
+status snapshots (``task_id``) and the failure records.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import time
+from array import array
+from datetime import datetime, timezone
+
+from confluent_kafka import TopicPartition
+
+from reliable_kafka import codec
+from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.errors import DecodeError, ReliableKafkaError
+from reliable_kafka.topology import TopologyTopics
+
+__all__ = ["RootIndex", "decode_root_index", "parse_coordinates", "trace", "last_acks", "render"]
+
+_FORMAT = 1
+_MARGIN_MS = 60_000  # clocks of producers and the broker differ a little; entries are read this far back
+_U64 = (1 << 64) - 1
+
+
+class RootIndex:
+    """The spout's side: (offset, root) pairs per source partition, sent once per poll round."""
+
+    def __init__(self, producer, *, topic: str, spout_id: int) -> None:
+        self.producer = producer
+        self.topic = topic
+        self._head = bytes([_FORMAT]) + struct.pack(">q", spout_id)
+        self._pending: dict[tuple[str, int], array] = {}
+
+    def add(self, tp: tuple[str, int], offset: int, root: int) -> None:
+        pairs = self._pending.get(tp)
+        if pairs is None:
+            pairs = self._pending[tp] = array("q")
+        pairs.append(offset)
+        pairs.append(root)
+
+    def send(self) -> None:
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, {}
+        for (topic, partition), pairs in pending.items():
+            if sys.byteorder != "little":
+                pairs.byteswap()
+            try:
+                self.producer.produce(self.topic, self._head + pairs.tobytes(), key=f"{topic}:{partition}".encode())
+            except BufferError:  # only the trace loses this round; never the tree
+                pass
+
+
+def decode_root_index(raw: bytes) -> tuple[int, list[tuple[int, int]]]:
+    """(spout task id, [(offset, root), ...]) of one index record."""
+    if not raw or raw[0] != _FORMAT or (len(raw) - 9) % 16:
+        raise DecodeError("root index", "not format 1 or not whole (offset, root) pairs", raw)
+    spout = struct.unpack(">q", raw[1:9])[0]
+    values = array("q", raw[9:])
+    if sys.byteorder != "little":
+        values.byteswap()
+    return spout, list(zip(values[0::2], values[1::2]))
+
+
+def parse_coordinates(text: str) -> tuple[str, int, int]:
+    """``TOPIC:PARTITION@OFFSET`` (also ``TOPIC[PARTITION]@OFFSET``)."""
+    try:
+        where, offset = text.rsplit("@", 1)
+        if where.endswith("]"):
+            topic, partition = where[:-1].rsplit("[", 1)
+        else:
+            topic, partition = where.rsplit(":", 1)
+        return topic, int(partition), int(offset)
+    except ValueError:
+        raise ReliableKafkaError(f"trace: cannot read {text!r}; give TOPIC:PARTITION@OFFSET, e.g. orders:3@1200") from None
+
+
+def _consumer(bootstrap_servers, topology, kafka_config):
+    from reliable_kafka.transport import new_consumer
+
+    return new_consumer(bootstrap_servers, f"{topology}.trace-reader", kafka_config,
+                        **{"isolation.level": "read_committed"})
+
+
+def _scan(consumer, topic: str, partitions: list[int], since_ms: int, *, timeout: float):
+    """Every committed message of ``partitions`` written at or after ``since_ms``, up to the end of now."""
+    ends = {}
+    starts = consumer.offsets_for_times([TopicPartition(topic, p, max(0, since_ms)) for p in partitions],
+                                        timeout=10)
+    assign = []
+    for tp in starts:
+        end = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10, cached=False)[1]
+        if tp.offset >= 0 and tp.offset < end:
+            ends[tp.partition] = end
+            assign.append(TopicPartition(topic, tp.partition, tp.offset))
+    if not assign:
+        return
+    consumer.assign(assign)
+    deadline = time.monotonic() + timeout
+    try:
+        while ends:
+            if time.monotonic() > deadline:
+                raise ReliableKafkaError(f"trace: reading {topic} took longer than {timeout:.0f}s; "
+                                         f"try a larger --timeout")
+            for message in consumer.consume(num_messages=1000, timeout=0.5):
+                if message.error() is None:
+                    yield message
+            for tp in consumer.position([TopicPartition(topic, p) for p in list(ends)]):
+                if tp.offset >= ends[tp.partition]:
+                    del ends[tp.partition]
+    finally:
+        consumer.unassign()
+
+
+def _partitions(consumer, topic: str) -> list[int]:
+    described = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    if described is None or described.error is not None or not described.partitions:
+        return []
+    return sorted(described.partitions)
+
+
+def trace(bootstrap_servers: str, topology: str, topic: str, partition: int, offset: int, *,
+          kafka_config: dict | None = None, since_ms: int | None = None, timeout: float = 120.0,
+          transactional_group: str | None = None, max_attempts: int = 20) -> dict:
+    """The trace document of the source record ``topic[partition]@offset`` (docs/operations.md).
+
+    ``transactional_group``: the record was read by a transactional spout of this consumer group,
+    whose roots are derived from (group, topic, partition, offset, attempt): attempts 1 to
+    ``max_attempts`` are derived instead of looked up, and those with no ack entry are dropped.
+    """
+    from reliable_kafka.ops import dlq as dlq_module
+    from reliable_kafka.ops.failures import decode_failure
+    from reliable_kafka.ops.status import read_snapshots
+
+    topics = TopologyTopics(topology)
+    names: dict[int, str] = {}  # task id -> component name
+    consumer = _consumer(bootstrap_servers, topology, kafka_config)
+    try:
+        record_ms = _record_time(consumer, topic, partition, offset)
+        start_ms = since_ms if since_ms is not None else (record_ms - _MARGIN_MS if record_ms is not None else 0)
+        key = f"{topic}:{partition}".encode()
+        roots: dict[int, dict] = {}  # root -> attempt document
+        for message in _scan(consumer, topics.roots, _partitions(consumer, topics.roots), start_ms, timeout=timeout):
+            if message.key() != key:
+                continue
+            try:
+                spout, pairs = decode_root_index(message.value())
+            except DecodeError:
+                continue
+            for at, root in pairs:
+                if at == offset and root not in roots:
+                    roots[root] = {"root": root, "spout_task_id": spout, "indexed_ms": message.timestamp()[1],
+                                   "events": [], "outcome": None, "failures": []}
+        if transactional_group is not None:
+            from reliable_kafka.spout.transactional import derive_root, owner_id
+
+            owner = owner_id(transactional_group, topic, partition)
+            for attempt in range(1, max_attempts + 1):
+                roots[derive_root(owner, offset, attempt)] = {
+                    "root": derive_root(owner, offset, attempt), "spout_task_id": owner, "derived_attempt": attempt,
+                    "indexed_ms": record_ms if record_ms is not None else start_ms + _MARGIN_MS,
+                    "events": [], "outcome": None, "failures": []}
+        ack_partitions = _partitions(consumer, topics.acks)
+        if roots and ack_partitions:
+            first_ms = min(r["indexed_ms"] for r in roots.values()) - _MARGIN_MS
+            wanted = {(root & _U64) % len(ack_partitions) for root in roots}
+            for message in _scan(consumer, topics.acks, sorted(wanted), first_ms, timeout=timeout):
+                try:
+                    batch = codec.decode_ack_batch(message.value())
+                except DecodeError:
+                    continue
+                for kind, root, val in zip(batch.kinds.tolist(), batch.roots.tolist(), batch.vals.tolist()):
+                    if root in roots:
+                        roots[root]["events"].append({
+                            "kind": EventKind(kind).name if kind in EventKind._value2member_map_ else str(kind),
+                            "task_id": batch.sender, "val": val, "at_ms": message.timestamp()[1],
+                            "ack_offset": f"{message.partition()}@{message.offset()}"})
+            outcome_partitions = _partitions(consumer, topics.outcomes)
+            spouts = {r["spout_task_id"] for r in roots.values()}
+            if outcome_partitions:
+                wanted = sorted({(s & _U64) % len(outcome_partitions) for s in spouts})
+                for message in _scan(consumer, topics.outcomes, wanted, first_ms, timeout=timeout):
+                    try:
+                        batch = codec.decode_outcomes(message.value())
+                    except DecodeError:
+                        continue
+                    for root, kind in zip(batch.roots.tolist(), batch.kinds.tolist()):
+                        if root in roots and roots[root]["outcome"] is None and batch.spout in spouts:
+                            roots[root]["outcome"] = {"kind": OutcomeKind(kind).name, "at_ms": message.timestamp()[1]}
+            for message in _scan(consumer, topics.failures, _partitions(consumer, topics.failures), first_ms,
+                                 timeout=timeout):
+                failure = decode_failure(message.value())
+                if failure is None:
+                    continue
+                names[failure.task_id] = failure.component
+                for root in failure.roots:
+                    if root in roots:
+                        roots[root]["failures"].append(failure.__dict__)
+    finally:
+        consumer.close()
+    try:
+        snapshots = read_snapshots(bootstrap_servers, topology, kafka_config=kafka_config)
+    except ReliableKafkaError:
+        snapshots = {}
+    names.update({s["task_id"]: name for name, s in snapshots.items() if s.get("task_id") is not None})
+    if transactional_group is not None:  # derived roots that never had an INIT were never emitted
+        roots = {root: r for root, r in roots.items() if r["events"] or r["outcome"]}
+    attempts = sorted(roots.values(), key=lambda r: (r.get("derived_attempt", 0), r["indexed_ms"]))
+    for number, attempt in enumerate(attempts, 1):
+        attempt["attempt"] = number
+        attempt["spout"] = names.get(attempt["spout_task_id"])
+        xor = 0
+        for event in attempt["events"]:
+            event["from"] = names.get(event["task_id"])
+            xor ^= event["val"]
+        attempt["outstanding"] = attempt["outcome"] is None and (xor != 0 or not attempt["events"])
+        acks = [e for e in attempt["events"] if e["kind"] == "ACK"]
+        attempt["last_ack"] = acks[-1] if acks else None
+    letters = [d.as_json() for d in dlq_module.read_dead_letters(bootstrap_servers, topology, kafka_config=kafka_config)
+               if d.source == (topic, partition, offset)]
+    return {"record": {"topic": topic, "partition": partition, "offset": offset, "timestamp_ms": record_ms},
+            "attempts": attempts, "dead_letters": letters}
+
+
+def last_acks(bootstrap_servers: str, topology: str, roots: dict[int, int], *, kafka_config: dict | None = None,
+              timeout: float = 60.0) -> dict[int, dict | None]:
+    """root -> the last ACK entry of its tree ({``task_id``, ``from``, ``at_ms``}) or None, reading each
+    root's ack partition from a minute before ``roots[root]`` (ms): where a timed-out tree stopped."""
+    from reliable_kafka.ops.status import read_snapshots
+
+    found: dict[int, dict | None] = {root: None for root in roots}
+    if not roots:
+        return found
+    topics = TopologyTopics(topology)
+    consumer = _consumer(bootstrap_servers, topology, kafka_config)
+    try:
+        partitions = _partitions(consumer, topics.acks)
+        if partitions:
+            wanted = sorted({(root & _U64) % len(partitions) for root in roots})
+            since = min(roots.values()) - 2 * _MARGIN_MS
+            for message in _scan(consumer, topics.acks, wanted, since, timeout=timeout):
+                try:
+                    batch = codec.decode_ack_batch(message.value())
+                except DecodeError:
+                    continue
+                for kind, root in zip(batch.kinds.tolist(), batch.roots.tolist()):
+                    if kind == EventKind.ACK and root in found:
+                        found[root] = {"task_id": batch.sender, "at_ms": message.timestamp()[1]}
+    finally:
+        consumer.close()
+    try:
+        names = {s["task_id"]: n for n, s in read_snapshots(bootstrap_servers, topology,
+                                                             kafka_config=kafka_config).items() if s.get("task_id")}
+    except ReliableKafkaError:
+        names = {}
+    for entry in found.values():
+        if entry is not None:
+            entry["from"] = names.get(entry["task_id"])
+    return found
+
+
+def _record_time(consumer, topic: str, partition: int, offset: int) -> int | None:
+    """The source record's timestamp (None when it is gone or unreadable)."""
+    consumer.assign([TopicPartition(topic, partition, offset)])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                return message.timestamp()[1] if message.offset() == offset else None
+        return None
+    finally:
+        consumer.unassign()
+
+
+def _when(ms) -> str:
+    if ms is None or ms < 0:
+        return "?"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+
+
+def render(document: dict) -> str:
+    r = document["record"]
+    lines = [f"record {r['topic']}[{r['partition']}]@{r['offset']} (written {_when(r['timestamp_ms'])} UTC)"]
+    if not document["attempts"]:
+        lines.append("  no trees found: never emitted by a spout that writes the root index, or before --since")
+    for a in document["attempts"]:
+        outcome = a["outcome"]
+        state = f"{outcome['kind']} at {_when(outcome['at_ms'])}" if outcome else (
+            "OUTSTANDING (some tuple not acked yet)" if a["outstanding"] else "no outcome seen")
+        lines.append(f"  attempt {a['attempt']}: root {a['root']} from {a['spout'] or a['spout_task_id']} -> {state}")
+        for e in a["events"]:
+            lines.append(f"    {_when(e['at_ms'])}  {e['kind']:<13} from {e['from'] or e['task_id']}"
+                         f"  (acks {e['ack_offset']})")
+        for f in a["failures"]:
+            lines.append(f"    {_when(f['at_ms'])}  failure       by {f['component']}: {f['reason']}")
+        if outcome and outcome["kind"] == "TIMED_OUT":
+            last = a["last_ack"]
+            lines.append(f"    last ack before the timeout: {last['from'] or last['task_id']} at {_when(last['at_ms'])}"
+                         if last else "    no ACK at all before the timeout")
+    for d in document["dead_letters"]:
+        lines.append(f"  dead letter {d['partition']}@{d['offset']}: {d['reason']} (parked {_when(d['parked_at_ms'])})")
+    return "\n".join(lines)
