@@ -1,11 +1,12 @@
 """A Spark Structured Streaming job as a bolt: it reads a tracked topic and acks its inputs.
 
-Each input record's ``rk-anchors`` header is decoded into the ``anchors`` column, so the job's
-outputs are anchored to the inputs they derive from and trees pass through Spark like through a
-Python bolt. Per micro-batch: (1) records whose header does not decode are counted and copied to
-``<topology>.quarantine`` (they are skipped: their trees time out upstream and replay); (2) the
-transform runs and executor tasks write the outputs with their child-edge acks; (3) after the
-write succeeded the driver acks every input's own edges. A batch whose transform or write fails
+Each input record's ``rk-anchors`` header is decoded into the ``anchors`` column (v2 in Spark
+SQL, v1 through the codec), so the job's outputs are anchored to the inputs they derive from and
+trees pass through Spark like through a Python bolt. Per micro-batch: (1) records whose header
+does not decode are counted and copied to ``<topology>.quarantine`` (they are skipped: their trees
+time out upstream and replay); (2) the transform runs and Spark's Kafka sink writes the outputs
+(``reliable_kafka.spark.sink``); (3) after the write succeeded the driver acks every input's own
+edges, folded with the XOR of the child edges written per root. A batch whose transform or write fails
 fails its inputs' roots (Storm's ``collector.fail``), so the spouts redeliver them.
 
 Records without the header are untracked; so are outputs derived only from them. The job's
@@ -17,12 +18,15 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 from confluent_kafka import KafkaException, TopicPartition
 
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.spark.anchors import anchors_from_headers
+from reliable_kafka.ids import new_id
+from reliable_kafka.spark.anchors import with_decoded_anchors
 from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform
+from reliable_kafka.spark.sink import column_arrays, fold_by_root
 from reliable_kafka.transport import flush_or_raise, park
 
 __all__ = ["SparkBolt"]
@@ -87,30 +91,35 @@ class SparkBolt(SparkJob):
         with self._batch_lock:
             self.stats.batches += 1
             what = f"batch {batch_id}"
-            batch = (df.select(*SOURCE_COLUMNS).withColumn("rk_decoded", anchors_from_headers("headers"))
-                     .persist(StorageLevel.MEMORY_AND_DISK))
-            pairs: list[tuple[int, int]] = []
+            batch = with_decoded_anchors(df.select(*SOURCE_COLUMNS)).persist(StorageLevel.MEMORY_AND_DISK)
+            roots = np.empty(0, dtype=np.int64)
             try:
                 self._quarantine(batch.filter(F.col("rk_decoded.error").isNotNull()).collect())
                 inputs = (batch.filter(F.col("rk_decoded.error").isNull())
                           .withColumn("anchors", F.col("rk_decoded.anchors")).drop("rk_decoded"))
-                summary = inputs.select(
-                    F.explode_outer("anchors").alias("pair"), "topic", "partition", "offset").collect()
-                pairs = [(row.pair.root, row.pair.edge) for row in summary if row.pair is not None]
-                self.untracked += sum(1 for row in summary if row.pair is None)
+                pairs = column_arrays(inputs.select(F.explode("anchors").alias("p")).select("p.root", "p.edge"),
+                                      ["root", "edge"])
+                roots = pairs["root"]
                 ends: dict[tuple[str, int], int] = {}
-                for row in summary:
-                    key = (row.topic, row.partition)
-                    ends[key] = max(ends.get(key, 0), row.offset + 1)
-                self.stats.inputs += len({(row.topic, row.partition, row.offset) for row in summary})
-                self._write(inputs)
-                self._send_entries(EventKind.ACK, pairs, what=f"input acks of {what}")
-                self.acked += len(pairs)
+                for row in inputs.groupBy("topic", "partition").agg(
+                        (F.max("offset") + 1).alias("end"), F.count(F.lit(1)).alias("records"),
+                        F.count_if(F.col("anchors").isNull()).alias("untracked")).collect():
+                    ends[(row.topic, row.partition)] = row.end
+                    self.stats.inputs += row.records
+                    self.untracked += row.untracked
+                children = self._write(inputs, new_id())
+                if len(children.failed_roots):  # before the acks: the acker must see FAIL first
+                    self._send_columns(EventKind.FAIL, children.failed_roots, np.zeros_like(children.failed_roots),
+                                       what=f"FAIL of rk_fail rows of {what}")
+                acks = fold_by_root(np.concatenate([roots, children.roots]),
+                                    np.concatenate([pairs["edge"], children.xors]))
+                self._send_columns(EventKind.ACK, *acks, what=f"input acks of {what}")
+                self.acked += len(roots)
                 self._commit_ends(ends)
             except Exception as exc:
-                roots = sorted({root for root, _ in pairs})
-                self.failed += len(roots)
-                self._send_fails(roots)
+                failed = np.unique(roots).tolist()
+                self.failed += len(failed)
+                self._send_fails(failed)
                 self._batch_failed(what, exc)
             finally:
                 batch.unpersist()

@@ -1,4 +1,4 @@
-"""What Spark spouts and Spark bolts share: the streaming query, the writer, the driver's acks.
+"""What Spark spouts and Spark bolts share: the streaming query, the JVM write, the driver's acks.
 
 A job is one Structured Streaming query over Spark's Kafka source whose ``foreachBatch`` runs the
 tracking of DESIGN 7.1 around the user's ``transform``. Subclasses decide where a batch's anchors
@@ -14,11 +14,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Literal
 
+import numpy as np
+
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import ConfigError, DeliveryError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN
-from reliable_kafka.spark.writer import OutputWriter
+from reliable_kafka.spark.sink import ChildSummary, header_version, write_outputs
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.transport import AckSender, flush_or_raise, new_consumer, new_producer
 
@@ -28,6 +30,8 @@ log = logging.getLogger(__name__)
 
 SOURCE_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "headers"]
 """Columns of Spark's Kafka source that a transform's input keeps (plus ``anchors``)."""
+
+_CONSUMER_ONLY_OPTIONS = {"kafka.isolation.level", "kafka.group.id", "kafka.auto.offset.reset"}
 
 BatchErrorPolicy = Literal["fail_roots", "stop"]
 Transform = Callable[..., object]  # (DataFrame) -> DataFrame; pyspark stays an optional import
@@ -137,8 +141,7 @@ class SparkJob:
         self._acks: AckSender | None = None
         self._ack_partitions = 0
         self._listener = None
-        self._outputs_acc = None
-        self._failed_acc = None
+        self._header_version = header_version()
         self._lock = threading.RLock()  # tracker, ack sender and stats: driver threads share them
         self._batch_lock = threading.Lock()  # one batch at a time (stream or driver-run)
         self._stopping = threading.Event()
@@ -157,9 +160,6 @@ class SparkJob:
         self._producer = new_producer(self.bootstrap_servers, self.kafka_config)
         self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=found,
                                sender=self.task_id)
-        sc = self.spark.sparkContext
-        self._outputs_acc = sc.accumulator(0)
-        self._failed_acc = sc.accumulator(0)
         try:
             self._prepare()
         except BaseException:
@@ -268,8 +268,9 @@ class SparkJob:
     def _on_stream_batch(self, df, batch_id: int) -> None:
         raise NotImplementedError
 
-    def _write(self, inputs) -> tuple[int, int]:
-        """Run the transform and write its outputs from executor tasks; (outputs, failed rows)."""
+    def _write(self, inputs, salt: int) -> ChildSummary:
+        """Run the transform and write its outputs through Spark's Kafka sink (DESIGN 7.2);
+        returns per root the XOR of the child edges written, for the inputs' final acks."""
         outputs = self.transform(inputs)
         columns = set(getattr(outputs, "columns", ()))
         if "value" not in columns or ANCHORS_COLUMN not in columns:
@@ -277,27 +278,25 @@ class SparkJob:
                 f"{self.name}: transform {getattr(self.transform, '__name__', self.transform)} must return "
                 f"a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns (and optionally key, headers, "
                 f"rk_fail); got {sorted(columns)}")
-        before_outputs, before_failed = self._outputs_acc.value, self._failed_acc.value
-        writer = OutputWriter(
-            bootstrap_servers=self.bootstrap_servers,
-            output_topic=self.output_topic,
-            acks_topic=self.topics.acks,
-            ack_partitions=self._ack_partitions,
-            sender=self.task_id,
-            kafka_config=self.kafka_config,
-            outputs=self._outputs_acc,
-            failed_rows=self._failed_acc,
-        )
-        outputs.foreachPartition(writer)
-        written = self._outputs_acc.value - before_outputs
-        failed = self._failed_acc.value - before_failed
-        self.stats.outputs += written
-        self.stats.failed_rows += failed
-        return written, failed
+        summary = write_outputs(outputs, salt=salt, bootstrap_servers=self.bootstrap_servers,
+                                topic=self.output_topic, options=self._sink_options(),
+                                version=self._header_version, where=self.name)
+        self.stats.outputs += summary.written
+        self.stats.failed_rows += summary.failed_rows
+        return summary
 
-    def _send_entries(self, kind: EventKind, entries: list[tuple[int, int]], *, what: str) -> None:
+    def _sink_options(self) -> dict[str, str]:
+        """The reader's ``kafka.*`` client options (security...) minus the consumer-only ones."""
+        return {key: value for key, value in self.spark_kafka_options.items()
+                if key.startswith("kafka.") and key not in _CONSUMER_ONLY_OPTIONS}
+
+    def _send_columns(self, kind: EventKind, roots: np.ndarray, vals: np.ndarray, *, what: str) -> None:
+        """:meth:`_send_entries` for entries held as two int64 arrays."""
+        self._send_entries(kind, zip(roots.tolist(), vals.tolist()), what=what, count=len(roots))
+
+    def _send_entries(self, kind: EventKind, entries, *, what: str, count: int | None = None) -> None:
         """Send ack-topic entries from the driver and wait until the broker has them."""
-        if not entries:
+        if not (len(entries) if count is None else count):
             return
         with self._lock:
             errors_before = len(self._acks.delivery_errors)

@@ -4,12 +4,12 @@ Spark's Kafka source and micro-batch engine do the reading; ``foreachBatch`` add
 (DESIGN 7 and 7.1). Per batch the driver
 
 1. derives each record's root and edge from a fresh salt (``reliable_kafka.spark.derive``),
-   collects the batch's (coordinates, root, edge), registers them with the in-flight tracker and
-   sends INIT for every root, flushed before anything else happens;
+   collects the batch's (coordinates, root, edge) as columns, registers them with the in-flight
+   tracker and sends INIT for every root, flushed before anything else happens;
 2. runs the user's ``transform`` over the batch (key, value, topic, partition, offset,
-   timestamp, headers, attempt, anchors) and writes its outputs from executor tasks, which also
-   send the child-edge acks (``OutputWriter``);
-3. after the write action succeeded, acks each input's own edge.
+   timestamp, headers, attempt, anchors) and writes its outputs through Spark's Kafka sink, with
+   the per-root XOR of their child edges from an aggregation (``reliable_kafka.spark.sink``);
+3. after the write action succeeded, acks each input's own edge folded with that XOR.
 
 A background driver loop consumes this spout's outcomes, redelivers failed and timed-out records
 (re-read by offset with a batch Kafka read, processed with new roots, joined to the next
@@ -28,6 +28,7 @@ import threading
 import time
 from dataclasses import asdict
 
+import numpy as np
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from reliable_kafka.codec import ParkedRecord
@@ -39,6 +40,7 @@ from reliable_kafka.ids import new_id
 from reliable_kafka.spark.checkpoint import read_resume_point
 from reliable_kafka.spark.derive import edge_column, root_column
 from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, offsets_json
+from reliable_kafka.spark.sink import field, fold_by_root
 from reliable_kafka.transport import OutcomeListener, Quarantine, flush_or_raise, new_consumer, park
 
 __all__ = ["SparkSpout"]
@@ -245,16 +247,15 @@ class SparkSpout(SparkJob):
         roots: list[int] = []
         try:
             try:
-                coordinates = batch.select("topic", "partition", "offset", "attempt", "root", "edge").collect()
-                entries, skipped = self._register(coordinates, redeliveries)
+                roots_array, edges, skipped = self._register(self._collect_records(batch), redeliveries)
             except Exception as exc:
                 raise _BeforeEmit(str(exc)) from exc
-            roots = [root for root, _ in entries]
+            roots = roots_array.tolist()
             if recovery:
-                self.recovered += len(entries)
-            if not entries:
+                self.recovered += len(roots)
+            if not roots:
                 return
-            self._send_entries(EventKind.INIT, entries, what=f"INIT of {what}")  # (1)
+            self._send_columns(EventKind.INIT, roots_array, edges, what=f"INIT of {what}")  # (1)
             inputs = batch
             if skipped:
                 spark = batch.sparkSession
@@ -262,9 +263,14 @@ class SparkSpout(SparkJob):
                 inputs = batch.join(F.broadcast(done), "root", "left_anti")
             inputs = (inputs.withColumn("anchors", F.array(F.struct(F.col("root"), F.col("edge"))))
                       .drop("root", "edge"))
-            self.stats.inputs += len(entries)
-            self._write(inputs)  # (2)
-            self._send_entries(EventKind.ACK, entries, what=f"input acks of {what}")  # (3)
+            self.stats.inputs += len(roots)
+            children = self._write(inputs, salt)  # (2)
+            if len(children.failed_roots):  # before the acks: the acker must see FAIL first
+                self._send_columns(EventKind.FAIL, children.failed_roots, np.zeros_like(children.failed_roots),
+                                   what=f"FAIL of rk_fail rows of {what}")
+            # (3) each input's own edge, folded with the XOR of the child edges written for it
+            acks = fold_by_root(np.concatenate([roots_array, children.roots]), np.concatenate([edges, children.xors]))
+            self._send_columns(EventKind.ACK, *acks, what=f"input acks of {what}")
         except _BeforeEmit as exc:
             self._requeue(redeliveries)
             cause = exc.__cause__ or exc
@@ -276,31 +282,48 @@ class SparkSpout(SparkJob):
         finally:
             batch.unpersist()
 
-    def _register(self, coordinates, redeliveries: list[Redelivery]):
-        """Tracker entries for the batch's records; returns ((root, edge) list, skipped roots)."""
+    @staticmethod
+    def _collect_records(batch):
+        """The batch's (topic, partition, attempt) groups, each with its offsets, roots and edges
+        as lists sorted by offset: gathered in the JVM, a few rows reach Python."""
+        from pyspark.sql import functions as F
+
+        packed = batch.groupBy("topic", "partition", "attempt").agg(
+            F.sort_array(F.collect_list(F.struct("offset", "root", "edge"))).alias("r"))
+        return packed.select("topic", "partition", "attempt",
+                             *[F.transform("r", field(n)).alias(n) for n in ("offset", "root", "edge")]
+                             ).collect()
+
+    def _register(self, groups, redeliveries: list[Redelivery]):
+        """Tracker entries for the batch's records; returns (roots, edges) arrays of the records
+        emitted and the roots of records skipped (already done, or not a wanted redelivery)."""
         wanted = {(r.tp, r.offset): r for r in redeliveries}
-        entries: list[tuple[int, int]] = []
+        roots: list[int] = []
+        edges: list[int] = []
         skipped: list[int] = []
         with self._lock:
-            for row in coordinates:
-                tp = (row.topic, row.partition)
-                if row.attempt == 1:
-                    if self.tracker.should_skip(tp, row.offset):
-                        skipped.append(row.root)
+            tracker = self.tracker
+            for group in groups:
+                tp, attempt = (group.topic, group.partition), group.attempt
+                for offset, root, edge in zip(group.offset, group.root, group.edge):
+                    if attempt == 1:
+                        if tracker.should_skip(tp, offset):
+                            skipped.append(root)
+                            continue
+                    elif wanted.pop((tp, offset), None) is None:
+                        skipped.append(root)
                         continue
-                elif wanted.pop((tp, row.offset), None) is None:
-                    skipped.append(row.root)
-                    continue
-                self.tracker.emitted(tp, row.offset, root=row.root, attempt=row.attempt)
-                entries.append((row.root, row.edge))
+                    tracker.emitted(tp, offset, root=root, attempt=attempt)
+                    roots.append(root)
+                    edges.append(edge)
             for redelivery in wanted.values():
                 # Kafka deleted it (retention) before it could be processed again: nothing to send.
                 self.lost_to_retention += 1
                 log.error("%s: %s[%d]@%d is no longer in Kafka; it cannot be redelivered (attempt %d, %s)",
                           self.name, *redelivery.tp, redelivery.offset, redelivery.attempt, redelivery.reason)
-                self.tracker.done_immediately(redelivery.tp, redelivery.offset)
+                tracker.done_immediately(redelivery.tp, redelivery.offset)
             self.skipped += len(skipped)
-        return entries, skipped
+        return np.array(roots, dtype=np.int64), np.array(edges, dtype=np.int64), skipped
 
     def _requeue(self, redeliveries: list[Redelivery]) -> None:
         """Redeliveries whose batch failed before they were emitted: count a failed attempt."""

@@ -1,8 +1,8 @@
 """SparkSpout against a real broker and acker, Spark in local mode (DESIGN 7, 7.1, 8).
 
 One SparkSession for the module, ``local[2,3]``: two cores, and a failed task is retried (local
-mode ignores ``spark.task.maxFailures``). The writer's failpoint is armed by a flag file that
-only the task-retry test creates.
+mode ignores ``spark.task.maxFailures``). The sink's failpoint is armed by a JVM system property
+that only the task-retry test sets.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.spark import SparkSpout, spark_session
 from reliable_kafka.spark.derive import derive_edge, derive_root, edge_column, root_column
-from reliable_kafka.spark.writer import FAILPOINT_ENV
+from reliable_kafka.spark.sink import FAILPOINT_ENV, FAILPOINT_PROPERTY
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
@@ -39,17 +39,21 @@ FAILPOINT_OUTPUTS = 40
 
 
 @pytest.fixture(scope="module")
-def failpoint_flag(tmp_path_factory):
-    return tmp_path_factory.mktemp("failpoint") / "fail-one-task"
+def spark():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(FAILPOINT_ENV, str(FAILPOINT_OUTPUTS))  # inert until the property is set
+        session = spark_session("rk-test-spark-spout", master="local[2,3]")
+        yield session
+        session.stop()
 
 
-@pytest.fixture(scope="module")
-def spark(failpoint_flag):
-    session = spark_session(
-        "rk-test-spark-spout", master="local[2,3]",
-        extra_conf={f"spark.executorEnv.{FAILPOINT_ENV}": f"{failpoint_flag}:{FAILPOINT_OUTPUTS}"})
-    yield session
-    session.stop()
+@pytest.fixture
+def failpoint(spark):
+    """Arms the sink's failpoint: the next write task reaching output 41 dies (once)."""
+    system = spark.sparkContext._jvm.java.lang.System
+    system.setProperty(FAILPOINT_PROPERTY, "armed")
+    yield lambda: system.getProperty(FAILPOINT_PROPERTY) is None  # True once it fired
+    system.clearProperty(FAILPOINT_PROPERTY)
 
 
 def tag_with_source(df):
@@ -134,13 +138,13 @@ def test_commits_only_completed_trees_and_redelivers_downstream_failures(spark, 
     assert progress["throttled"] >= 1, "no micro-batch waited for max_pending"
 
 
-def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_path, failpoint_flag):
-    """A writing task dies after delivering 40 outputs and Spark retries it. The dead attempt's
-    children were never added to their trees, so those roots must time out, not complete; and
-    roots whose outputs the downstream withholds (never acks) must not complete either."""
+def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_path, failpoint):
+    """A writing task dies after delivering 40 outputs and Spark retries it from the persisted
+    outputs, so the first 40 children exist twice with the same edges: acking both copies cancels
+    them, so those roots must time out, not complete; and roots whose outputs the downstream
+    withholds (never acks) must not complete either."""
     topology, source, output = new_topology("rk-spark-retry", kafka_bootstrap)
     placed = placed_records(kafka_bootstrap, source, 400)
-    failpoint_flag.write_text("armed")
 
     def withheld(offset: int, attempt: int) -> bool:
         return attempt == 1 and offset % 10 == 3
@@ -167,7 +171,7 @@ def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_pat
         finally:
             spout.stop()
 
-    assert not failpoint_flag.exists(), "the failpoint never fired: no task died after writing"
+    assert failpoint(), "the failpoint never fired: no task died after writing"
     decided = outcomes(kafka_bootstrap, topology)
     by_root = outputs_by_root(kafka_bootstrap, output)
     dead_attempt_roots = [root for root, outs in by_root.items() if len(outs) != len(set(outs))]

@@ -1,0 +1,73 @@
+"""The pure parts of Spark's JVM output path (reliable_kafka.spark.sink), without Spark: the
+Python port of the child edges and the driver's fold of final acks. The Spark SQL expressions
+themselves are checked against these references in tests/integration/test_spark_sink.py."""
+
+import struct
+from functools import reduce
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reliable_kafka.spark.derive import ZERO_REPLACEMENT, derive_child_edge
+from reliable_kafka.spark.sink import fold_by_root
+
+longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+row_ids = st.integers(min_value=0, max_value=2**62)
+
+
+def v2_header(pairs) -> bytes:
+    """The v2 ``rk-anchors`` layout, written out by hand (DESIGN 3): 0x02, the zigzag varint of
+    16n, then n (root, edge) pairs as big-endian int64."""
+    zigzag = 2 * 16 * len(pairs)
+    out = bytearray([2])
+    while True:
+        byte, zigzag = zigzag & 0x7F, zigzag >> 7
+        out.append(byte | (0x80 if zigzag else 0))
+        if not zigzag:
+            break
+    for root, edge in pairs:
+        out += struct.pack(">qq", root, edge)
+    return bytes(out)
+
+
+def test_the_hand_written_layout_has_the_documented_prefix():
+    assert v2_header([(1, 2)])[:2] == b"\x02\x20"
+    assert v2_header([(1, 2)] * 4)[:3] == b"\x02\x80\x01"  # 128 = 0x80 0x01
+    assert len(v2_header([(1, 2)] * 3)) == 2 + 48
+
+
+def test_child_edge_matches_a_value_spark_computed():
+    # Pinned from Spark 4.2.0's F.xxhash64 through sink.child_edges (see test_spark_sink.py).
+    assert derive_child_edge(123, 7, 5) == 211109245228710677
+    assert derive_child_edge(123, 7, 9) == 4014187118800339220
+
+
+@settings(deadline=None)  # a busy shared machine: no timing in tests
+@given(longs, longs, st.sets(row_ids, min_size=2, max_size=200))
+def test_child_edges_of_one_root_are_distinct_and_never_zero(salt, root, rows):
+    edges = [derive_child_edge(salt, row, root) for row in rows]
+    assert 0 not in edges
+    assert len(set(edges)) == len(edges)
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.integers(-5, 5), longs), max_size=60))
+def test_fold_by_root_equals_the_xor_per_root(entries):
+    roots = np.array([r for r, _ in entries], dtype=np.int64)
+    vals = np.array([v for _, v in entries], dtype=np.int64)
+    folded_roots, folded = fold_by_root(roots, vals)
+    expected = {}
+    for root, val in entries:
+        expected[root] = expected.get(root, 0) ^ val
+    assert dict(zip(folded_roots.tolist(), folded.tolist())) == expected
+
+
+@settings(deadline=None)
+@given(st.lists(longs, min_size=1, max_size=30), longs, longs)
+def test_an_input_ack_folded_with_its_children_cancels_once_every_child_is_acked(children, edge, root):
+    # The tree of one spout root: INIT(edge); the driver's final ack edge ^ XOR(children);
+    # each downstream ack of a child cancels it: the XOR is zero only with every child acked.
+    xor = reduce(lambda a, b: a ^ b, children, 0)
+    _, (final,) = fold_by_root(np.array([root, root], dtype=np.int64), np.array([edge, xor], dtype=np.int64))
+    assert reduce(lambda a, b: a ^ b, children, edge ^ int(final)) == 0
