@@ -43,7 +43,7 @@ FAILPOINT_ENV = "RK_SPARK_SINK_FAILPOINT"
 FAILPOINT_PROPERTY = "rk.spark.sink.failpoint"
 """Testing failpoint: with ``RK_SPARK_SINK_FAILPOINT=<n>`` in the driver's environment, the write
 task that reaches its (n+1)-th output row while the JVM system property ``rk.spark.sink.failpoint``
-is set clears the property and fails, after handing n rows to the sink (a task dying after
+is ``armed`` clears the property and fails, after handing n rows to the sink (a task dying after
 writing). Local mode only: the property lives in the driver's JVM, which runs the tasks."""
 
 ROW_ID = "rk_row"
@@ -169,8 +169,9 @@ def _failpoint(outputs: int, column):
 
     # The low 33 bits of monotonically_increasing_id are the row's index in its partition.
     index = F.col(ROW_ID).bitwiseAND(F.lit((1 << 33) - 1))
-    fire = (index == outputs) & F.call_function(
-        "java_method", F.lit("java.lang.System"), F.lit("clearProperty"), F.lit(FAILPOINT_PROPERTY)).isNotNull()
+    # java_method returns String.valueOf(result): "null" when the property was not set.
+    fire = (index == outputs) & (F.call_function(
+        "java_method", F.lit("java.lang.System"), F.lit("clearProperty"), F.lit(FAILPOINT_PROPERTY)) == "armed")
     return F.when(fire, F.raise_error(F.lit(f"{FAILPOINT_ENV}: task fails on purpose after writing outputs"))) \
         .otherwise(column)
 

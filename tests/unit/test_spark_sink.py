@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reliable_kafka.spark.derive import ZERO_REPLACEMENT, derive_child_edge
+from reliable_kafka.spark.derive import derive_child_edge
 from reliable_kafka.spark.sink import fold_by_root
 
 longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
