@@ -113,10 +113,14 @@ def anchors_header_v1(pairs):
     from pyspark.sql import functions as F
 
     count = F.size(pairs).cast("long")
+    first = F.element_at(pairs, 1)
+    single = F.unhex(F.concat(F.lit("0102"), _varint_hex(_zigzag(first["root"]), 10),
+                              _varint_hex(_zigzag(first["edge"]), 10), F.lit("00")))
     items = F.unhex(F.array_join(F.transform(
         pairs, lambda p: F.concat(_varint_hex(_zigzag(p["root"]), 10), _varint_hex(_zigzag(p["edge"]), 10))), ""))
     block = F.when(count > 0, F.concat(varint(_zigzag(count)), items)).otherwise(F.lit(bytearray()))
-    return F.concat(F.lit(bytearray(b"\x01")), block, F.lit(bytearray(b"\x00")))
+    general = F.concat(F.lit(bytearray(b"\x01")), block, F.lit(bytearray(b"\x00")))
+    return F.when(count == 1, single).otherwise(general)
 
 
 def child_edges(salt: int, anchors, row_id):
@@ -134,7 +138,10 @@ def child_edges(salt: int, anchors, row_id):
         edge = F.when(h == 0, F.lit(ZERO_REPLACEMENT).cast("long")).otherwise(h)
         return F.struct(root.alias("root"), edge.alias("edge"))
 
-    return F.transform(roots, pair)
+    # One anchor, the common case, without higher-order functions (Spark interprets those).
+    first = F.element_at(anchors, 1)["root"]
+    single = (F.size(anchors) == 1) & first.isNotNull() & (first != 0)
+    return F.when(single, F.array(pair(first))).otherwise(F.transform(roots, pair))
 
 
 def with_children(outputs, salt: int, *, version: int = 2):
