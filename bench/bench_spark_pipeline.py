@@ -1,0 +1,193 @@
+"""Spark word split, plain against tracked (issue 11, target 2: tracked >= 0.7x plain).
+
+The same work both ways, on the same input, in one Spark JVM (local[2]), configurations
+alternating: read a topic of 8-word sentences with Spark's Kafka source (AvailableNow, batches
+of ``--batch`` records), split them into words, write the words to a topic with Spark's Kafka sink.
+
+* plain: a Structured Streaming query doing only that;
+* tracked: a ``SparkSpout`` doing it (roots and INIT, the ``rk-anchors`` header and the child
+  edges' XOR in Spark SQL, the final acks), with an acker worker and a downstream Python bolt
+  acking every word, each in its own process (spawned, so they compete for the same two cores).
+
+Figures per run: sentences/s of the Spark job (start until every sentence was written by Spark:
+the query stopped), CPU seconds per 1,000 sentences of the Python driver and of the Spark JVM
+(which runs the tasks in local mode) over the same span, and for tracked the time until every
+tree completed and the group commit reached the end (bound by the Python bolt acking 8 words a
+sentence). The ratio is tracked / plain of the medians. Prints figures, asserts nothing.
+
+Usage: ``./rk bench spark_pipeline [--sentences N] [--rounds R] [--batch B] [--bootstrap HOST:PORT]``
+(without ``--bootstrap`` an embedded broker is started and stopped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing
+import os
+import statistics
+import tempfile
+import time
+
+from reliable_kafka.testing.records import produce_values
+from reliable_kafka.testing.topics import create_topics, unique_name
+
+WORDS = "the quick brown fox jumps over the lazy dog and a cat sat on one mat".split()
+WORDS_PER_SENTENCE = 8
+
+
+def split_words(df):
+    from pyspark.sql import functions as F
+
+    words = F.explode(F.split(F.col("value").cast("string"), " "))
+    columns = [words.alias("value")] + (["anchors"] if "anchors" in df.columns else [])
+    return df.select(*columns)
+
+
+def _acker(bootstrap: str, topology: str, ready, stop) -> None:
+    from reliable_kafka.acker.worker import AckerWorker
+
+    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=2, timeout_ms=600_000)
+    ready.set()
+    worker.run(stop)
+
+
+def _bolt(bootstrap: str, topology: str, topic: str, stop) -> None:
+    from reliable_kafka.bolt import BasicBolt
+
+    BasicBolt(topology=topology, bootstrap_servers=bootstrap, source_topics=topic, group_id=f"{topic}.count",
+              handler=lambda tuple_, collector: None).run(stop)
+
+
+def _jvm_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Meter:
+    """Wall and CPU seconds (this Python process, the Spark JVM) over a span."""
+
+    def __init__(self, jvm_pid: int) -> None:
+        self.jvm_pid = jvm_pid
+
+    def __enter__(self):
+        self.wall, self.py, self.jvm = time.monotonic(), time.process_time(), _jvm_cpu(self.jvm_pid)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall = time.monotonic() - self.wall
+        self.py = time.process_time() - self.py
+        self.jvm = _jvm_cpu(self.jvm_pid) - self.jvm
+
+
+def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int) -> dict:
+    output = unique_name("bench-plain-words")
+    create_topics(bootstrap, {output: 2})
+    with tempfile.TemporaryDirectory(prefix="rk-bench-plain-") as checkpoint, Meter(jvm_pid) as meter:
+        reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                  .option("subscribe", source).option("startingOffsets", "earliest")
+                  .option("maxOffsetsPerTrigger", str(batch)).load())
+        query = (split_words(reader).writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                 .option("topic", output).option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+    return {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm}
+
+
+def run_tracked(spark, bootstrap: str, source: str, batch: int, sentences: int, jvm_pid: int) -> dict:
+    from reliable_kafka.spark import SparkSpout
+    from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+    topology = unique_name("bench-tracked")
+    output = f"{topology}.words"
+    create_topics(bootstrap, {output: 2})
+    ensure_topics(admin_client(bootstrap), TopologyTopics(topology, ackers=2))
+    context = multiprocessing.get_context("spawn")
+    stop, ready = context.Event(), context.Event()
+    helpers = [context.Process(target=_acker, args=(bootstrap, topology, ready, stop), daemon=True),
+               context.Process(target=_bolt, args=(bootstrap, topology, output, stop), daemon=True)]
+    for process in helpers:
+        process.start()
+    ready.wait(120)
+    try:
+        with tempfile.TemporaryDirectory(prefix="rk-bench-tracked-") as checkpoint:
+            job = SparkSpout(spark, topology=topology, bootstrap_servers=bootstrap, source_topics=source,
+                             group_id=f"{topology}.spark", checkpoint_dir=checkpoint, transform=split_words,
+                             output_topic=output, available_now=True, max_offsets_per_trigger=batch,
+                             max_pending=sentences + batch, message_timeout_ms=600_000)
+            started = time.monotonic()
+            with Meter(jvm_pid) as meter:
+                job.start()
+                job.query.awaitTermination()
+            done = job.run_until(lambda j: j.caught_up(), timeout=900, poll_interval=0.5)
+            completed = time.monotonic() - started
+            progress = job.progress()
+            job.stop()
+    finally:
+        stop.set()
+        for process in helpers:
+            process.join(30)
+            if process.is_alive():
+                process.terminate()
+    assert progress["inputs"] == sentences, progress
+    return {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "completed": completed if done else None,
+            "trees": progress["tracker"]["completed"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sentences", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=25_000, help="maxOffsetsPerTrigger")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: start an embedded broker)")
+    args = parser.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        bootstrap = args.bootstrap
+        if bootstrap is None:
+            from reliable_kafka.broker import EmbeddedKafka
+
+            bootstrap = stack.enter_context(EmbeddedKafka()).bootstrap_servers
+        from reliable_kafka.spark import spark_session
+
+        source = unique_name("bench-sentences")
+        create_topics(bootstrap, {source: 2})
+        lines = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(WORDS_PER_SENTENCE)).encode()
+                 for i in range(args.sentences)]
+        produce_values(bootstrap, source, lines, timeout=300)
+        spark = spark_session("rk-bench-spark-pipeline", master="local[2]")
+        jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
+        n = args.sentences
+        print(f"{n} sentences of {WORDS_PER_SENTENCE} words, local[2], batches of {args.batch}, "
+              f"{args.rounds} rounds alternating (after one warm-up of each)", flush=True)
+        results: dict[str, list[dict]] = {"plain": [], "tracked": []}
+        try:
+            for round_ in range(args.rounds + 1):
+                for name in ("plain", "tracked"):
+                    if name == "plain":
+                        figures = run_plain(spark, bootstrap, source, args.batch, jvm_pid)
+                    else:
+                        figures = run_tracked(spark, bootstrap, source, args.batch, n, jvm_pid)
+                    label = "warm-up" if round_ == 0 else f"round {round_}"
+                    extra = ""
+                    if name == "tracked":
+                        extra = (f", all {figures['trees']} trees completed and committed after "
+                                 f"{figures['completed']:.1f} s" if figures["completed"] else ", NOT caught up")
+                    print(f"{label:8} {name:8} {n / figures['wall']:9,.0f} sentences/s  "
+                          f"driver CPU {1000 * figures['py'] / n:.3f} s/1k  JVM CPU {1000 * figures['jvm'] / n:.3f} "
+                          f"s/1k{extra}", flush=True)
+                    if round_:
+                        results[name].append(figures)
+        finally:
+            spark.stop()
+    rate = {name: n / statistics.median(f["wall"] for f in runs) for name, runs in results.items()}
+    print(f"\nmedian sentences/s: plain {rate['plain']:,.0f}, tracked {rate['tracked']:,.0f}; "
+          f"ratio tracked/plain {rate['tracked'] / rate['plain']:.2f} (target >= 0.7)")
+    for name, runs in results.items():
+        print(f"{name:8} driver CPU {1000 * statistics.median(f['py'] for f in runs) / n:.3f} s per 1,000 sentences, "
+              f"JVM CPU {1000 * statistics.median(f['jvm'] for f in runs) / n:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
