@@ -311,6 +311,11 @@ class Bolt:
         if ends:  # one store per batch: the offset after each partition's last processed message
             self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()])
             self._uncommitted = True
+        if self._failures is not None and self._failures.unflushed:
+            # failure path only: the reasons are in the log before their FAIL entries are sent, so
+            # the spout finds them when the FAILED outcome arrives
+            self._failures.unflushed = False
+            self._producer.flush(10)
         self._acks.send()
         self._producer.poll(0)
         self._flush_and_commit()

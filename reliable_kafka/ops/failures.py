@@ -180,12 +180,14 @@ class FailureLog:
         self.component = component
         self.task_id = task_id
         self.written = 0
+        self.unflushed = False  # written since the component last flushed its producer
 
     def write(self, record: FailureRecord) -> None:
         key = str(record.roots[0]).encode() if record.roots else None
         try:
             self.producer.produce(self.topic, encode_failure(record), key=key, on_delivery=self._delivered)
             self.written += 1
+            self.unflushed = True
         except BufferError:
             log.warning("%s: failure record for %s dropped: producer queue full", self.component, record.roots)
 
@@ -215,11 +217,19 @@ class FailureIndex:
         self._consumer = None
         self._next: dict[int, int] = {}
         self._caught_up = float("-inf")
+        self._caught_up_round: int | None = None
 
-    def take(self, roots) -> dict[int, list[FailureRecord]]:
+    def take(self, roots, *, round_: int | None = None) -> dict[int, list[FailureRecord]]:
         """The failure records of ``roots`` (removed from the index); catches up first when one is
-        missing (at most every 50 ms: a storm of failures without records costs few round trips)."""
-        if any(root not in self._by_root for root in roots) and time.monotonic() - self._caught_up > 0.05:
+        missing, at most once per ``round_`` (the caller's batch of outcomes: bolts flush a failure
+        record before they send its FAIL, so one catch-up after the outcome arrived finds it, and a
+        storm of failures costs one round trip a batch). Without ``round_``, at most every 50 ms."""
+        if round_ is not None:
+            due = round_ != self._caught_up_round
+        else:
+            due = time.monotonic() - self._caught_up > 0.05
+        if any(root not in self._by_root for root in roots) and due:
+            self._caught_up_round = round_
             try:
                 self._catch_up()
             except Exception as exc:  # a missing topic or an away broker: the reason stays unknown

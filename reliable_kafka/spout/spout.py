@@ -234,6 +234,7 @@ class Spout:
         # failures only (reliable_kafka.ops.failures): attempt histories, why roots failed locally
         self._attempts: dict[tuple[TopicPartitionKey, int], list[Attempt]] = {}
         self._local_reasons: dict[int, FailureRecord] = {}
+        self._outcome_round = 0
         self._failure_index: FailureIndex | None = None
         self._started_ms = int(time.time() * 1000)
         self.max_dead_letter_ratio = max_dead_letter_ratio
@@ -450,6 +451,7 @@ class Spout:
         """Hook: ``record``'s tree completed (bench/bench_pipeline.py times completions here)."""
 
     def _take_outcomes(self) -> None:
+        self._outcome_round += 1  # reasons of this batch's FAILED outcomes are read at most once
         if self._listener is not None:
             for root, kind in self._listener.poll(0.0):
                 self._act(self.tracker.on_outcome(root, kind))
@@ -493,7 +495,7 @@ class Spout:
                         bootstrap_servers=self.bootstrap_servers, topic=self.topics.failures,
                         group_id=f"{self.topics.topology}.failure-reader", kafka_config=self.kafka_config,
                         since_ms=self._started_ms - 60_000)
-                failures = self._failure_index.take([action.root]).get(action.root, [])
+                failures = self._failure_index.take([action.root], round_=self._outcome_round).get(action.root, [])
         attempt = Attempt(action.attempt, action.root, action.reason, int(time.time() * 1000),
                           [asdict(f) for f in failures])
         self._attempts.setdefault((action.tp, action.offset), []).append(attempt)
