@@ -8,7 +8,7 @@ file starts with a NUL byte; Hadoop leaves ``.N.crc`` files beside each entry.
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import settings, given
 from hypothesis import strategies as st
 
 from reliable_kafka.errors import DecodeError
@@ -108,6 +108,7 @@ def test_entry_without_version_line_is_refused(tmp_path):
                    min_size=1, max_size=8),
     uncommitted=st.booleans(),
 )
+@settings(deadline=None)  # file I/O per example: a busy machine must not fail it
 def test_resume_point_is_the_end_of_the_last_committed_batch(tmp_path_factory, steps, uncommitted):
     root = tmp_path_factory.mktemp("ckpt")
     initial = {("t", p): 0 for p in range(4)}
