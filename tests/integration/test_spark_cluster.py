@@ -17,7 +17,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyspark
@@ -57,6 +56,23 @@ def _alive(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def descendant_running(pid: int, marker: str) -> int | None:
+    """The deepest descendant of ``pid`` whose command line contains ``marker``, if one runs.
+
+    spark-submit's shell and JVM carry the script's name too; the Python driver is their child.
+    """
+    found: list[tuple[int, int]] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or marker not in _cmdline(int(entry.name)):
+            continue
+        depth, current = 0, _ppid(int(entry.name))
+        while current and current > 1 and current != pid:
+            depth, current = depth + 1, _ppid(current)
+        if current == pid:
+            found.append((depth, int(entry.name)))
+    return max(found)[1] if found else None
 
 
 def ancestor_running(pid: int, marker: str) -> int:
@@ -180,7 +196,11 @@ def run_job(cluster: Cluster, bootstrap: str, tmp_path: Path, *, kill: str | Non
             wait_for(lambda: committed_offsets(bootstrap, group, source) == ends or driver.poll() is not None,
                      timeout=600, what=f"the job to commit to the end of the topic (see {log_path})")
             assert driver.poll() is None, f"driver exited early; see {log_path}"
-            os.killpg(driver.pid, signal.SIGTERM)
+            # SIGTERM the Python driver only: its stdout passes through spark-submit's JVM, which
+            # must outlive it (signalling the whole group lost the final line when the JVM went first).
+            python_driver = descendant_running(driver.pid, SCRIPT.name)
+            assert python_driver is not None, f"no Python driver under spark-submit; see {log_path}"
+            os.kill(python_driver, signal.SIGTERM)
             out, _ = driver.communicate(timeout=180)
         finally:
             if driver.poll() is None:
