@@ -31,7 +31,9 @@ from reliable_kafka.topology import (
     partition_count,
     warn_if_create_time,
 )
-from reliable_kafka.transport import Quarantine, flush_or_raise, new_consumer, new_producer
+from reliable_kafka.kafka.clients import new_consumer, new_producer
+from reliable_kafka.kafka.parking import Quarantine
+from reliable_kafka.kafka.produce import flush_or_raise
 
 __all__ = ["AckerWorker", "AckerStats"]
 

@@ -27,19 +27,11 @@ from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.polling import consume_batch
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
-from reliable_kafka.transport import (
-    ERRORS_ONLY,
-    AckSender,
-    ProducerUnusable,
-    Quarantine,
-    StuckCall,
-    check_ack_sender_config,
-    flush_or_raise,
-    new_consumer,
-    new_producer,
-    produce_tuple,
-    with_deadline,
-)
+from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
+from reliable_kafka.kafka.deadline import StuckCall, with_deadline
+from reliable_kafka.kafka.parking import Quarantine
+from reliable_kafka.kafka.produce import ProducerUnusable, flush_or_raise, produce_tuple
 
 __all__ = ["Tuple", "BoltCollector", "Bolt", "BasicBolt", "BoltStats"]
 

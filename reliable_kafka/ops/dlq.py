@@ -113,7 +113,7 @@ def _text(raw: bytes | None) -> str | None:
 
 
 def _consumer(bootstrap_servers: str, topology: str, kafka_config: dict | None):
-    from reliable_kafka.transport import new_consumer
+    from reliable_kafka.kafka.clients import new_consumer
 
     return new_consumer(bootstrap_servers, f"{topology}.dlq-reader", kafka_config,
                         **{"isolation.level": "read_committed"})
@@ -280,7 +280,7 @@ def replay(bootstrap_servers: str, topology: str, letters: list[DeadLetter], *, 
     """Send ``letters`` back to their source topic and partition (or to topic ``to``), at most
     ``rate`` records a second, each once ever (see the module doc); ``dry_run`` sends nothing."""
     from reliable_kafka.topology import admin_client
-    from reliable_kafka.transport import new_producer
+    from reliable_kafka.kafka.clients import new_producer
 
     if rate <= 0:
         raise ReliableKafkaError(f"dlq replay: --rate must be > 0, got {rate}")

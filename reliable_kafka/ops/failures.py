@@ -240,7 +240,7 @@ class FailureIndex:
     def _open(self) -> None:
         from confluent_kafka import TopicPartition
 
-        from reliable_kafka.transport import new_consumer
+        from reliable_kafka.kafka.clients import new_consumer
 
         consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config)
         metadata = consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)

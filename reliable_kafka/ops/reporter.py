@@ -172,7 +172,7 @@ class ComponentReporter:
 
     def _new_producer(self):
         from reliable_kafka.topology import admin_client, ensure_status_topic
-        from reliable_kafka.transport import new_producer
+        from reliable_kafka.kafka.clients import new_producer
 
         worker = self.view.worker
         config = getattr(worker, "kafka_config", None) or {}

@@ -87,7 +87,7 @@ def parse_coordinates(text: str) -> tuple[str, int, int]:
 
 
 def _consumer(bootstrap_servers, topology, kafka_config):
-    from reliable_kafka.transport import new_consumer
+    from reliable_kafka.kafka.clients import new_consumer
 
     return new_consumer(bootstrap_servers, f"{topology}.trace-reader", kafka_config,
                         **{"isolation.level": "read_committed"})

@@ -23,7 +23,8 @@ from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.spark.anchors import anchors_from_headers
 from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform
-from reliable_kafka.transport import flush_or_raise, park
+from reliable_kafka.kafka.parking import park
+from reliable_kafka.kafka.produce import flush_or_raise
 
 __all__ = ["SparkBolt"]
 

@@ -22,7 +22,9 @@ from reliable_kafka.security import spark_kafka_options as spark_security_option
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN
 from reliable_kafka.spark.writer import OutputWriter
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
-from reliable_kafka.transport import AckSender, check_ack_sender_config, flush_or_raise, new_consumer, new_producer
+from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.clients import check_ack_sender_config, new_consumer, new_producer
+from reliable_kafka.kafka.produce import flush_or_raise
 
 __all__ = ["SOURCE_COLUMNS", "BatchErrorPolicy", "SparkJobStats", "Transform"]
 

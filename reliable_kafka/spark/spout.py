@@ -39,7 +39,10 @@ from reliable_kafka.ids import new_id
 from reliable_kafka.spark.checkpoint import read_resume_point
 from reliable_kafka.spark.derive import edge_column, root_column
 from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, offsets_json
-from reliable_kafka.transport import OutcomeListener, Quarantine, flush_or_raise, new_consumer, park
+from reliable_kafka.kafka.clients import new_consumer
+from reliable_kafka.kafka.outcomes import OutcomeListener
+from reliable_kafka.kafka.parking import Quarantine, park
+from reliable_kafka.kafka.produce import flush_or_raise
 
 __all__ = ["SparkSpout"]
 

@@ -24,7 +24,9 @@ from reliable_kafka.errors import ConfigError, DeliveryError
 from reliable_kafka.ids import new_id
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN, FAIL_REASON_COLUMN
-from reliable_kafka.transport import AckSender, flush_or_raise, new_producer
+from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.clients import new_producer
+from reliable_kafka.kafka.produce import flush_or_raise
 
 __all__ = ["OutputWriter", "to_bytes"]
 

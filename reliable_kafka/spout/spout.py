@@ -29,18 +29,11 @@ from reliable_kafka.ops.failures import Attempt, FailureIndex, FailureRecord, at
 from reliable_kafka.ops.trace import RootIndex
 from reliable_kafka.polling import consume_batch
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
-from reliable_kafka.transport import (
-    ERRORS_ONLY,
-    AckSender,
-    OutcomeListener,
-    ProducerUnusable,
-    Quarantine,
-    check_ack_sender_config,
-    new_consumer,
-    new_producer,
-    park,
-    produce_tuple,
-)
+from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
+from reliable_kafka.kafka.outcomes import OutcomeListener
+from reliable_kafka.kafka.parking import Quarantine, park
+from reliable_kafka.kafka.produce import ProducerUnusable, produce_tuple
 
 __all__ = ["Spout", "SpoutCollector", "SourceRecord", "SpoutStats", "Guarantee", "forward_to"]
 

@@ -30,15 +30,11 @@ from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.ids import to_signed
 from reliable_kafka.spout.spout import SourceRecord, Spout, TopicPartitionKey, _source_record
-from reliable_kafka.transport import (
-    AckSender,
-    OutcomeListener,
-    Quarantine,
-    StuckCall,
-    new_consumer,
-    new_producer,
-    with_deadline,
-)
+from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.clients import new_consumer, new_producer
+from reliable_kafka.kafka.deadline import StuckCall, with_deadline
+from reliable_kafka.kafka.outcomes import OutcomeListener
+from reliable_kafka.kafka.parking import Quarantine
 
 __all__ = ["TransactionalSpout", "encode_spout_state", "decode_spout_state", "owner_id"]
 
@@ -358,7 +354,7 @@ class TransactionalSpout(Spout):
     def _write_dead_letters(self) -> list:
         from reliable_kafka.codec import ParkedRecord
         from reliable_kafka.ops.failures import attempt_headers
-        from reliable_kafka.transport import park
+        from reliable_kafka.kafka.parking import park
 
         written = []
         actions, self._pending_dead_letters = self._pending_dead_letters, []

@@ -221,7 +221,8 @@ def test_acker_counts_roots_that_expire_without_their_init(kafka_bootstrap):
 
 
 def test_park_writes_a_reference_when_the_producer_or_the_broker_refuses_the_copy(kafka_bootstrap):
-    from reliable_kafka.transport import new_producer, park
+    from reliable_kafka.kafka.clients import new_producer
+    from reliable_kafka.kafka.parking import park
 
     loose, strict = unique_name("park-loose"), unique_name("park-strict")
     create_topics(kafka_bootstrap, {loose: 1})

@@ -15,7 +15,7 @@ from reliable_kafka.spark.bolt import SparkBolt
 from reliable_kafka.spark.spout import SparkSpout
 from reliable_kafka.spout import Spout
 from reliable_kafka.spout.transactional import TransactionalSpout
-from reliable_kafka.transport import check_ack_sender_config, new_producer
+from reliable_kafka.kafka.clients import check_ack_sender_config, new_producer
 
 CLOSED = "127.0.0.1:1"  # nothing listens: these tests never reach a broker
 

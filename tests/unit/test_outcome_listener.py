@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from reliable_kafka.topology import TopologyTopics
-from reliable_kafka.transport import OutcomeListener
+from reliable_kafka.kafka.outcomes import OutcomeListener
 
 
 class _Consumer:

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from reliable_kafka.transport import StuckCall, with_deadline
+from reliable_kafka.kafka.deadline import StuckCall, with_deadline
 
 
 def test_returns_the_value_and_raises_the_error_of_the_call():

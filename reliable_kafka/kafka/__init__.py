@@ -1,0 +1,11 @@
+"""The Kafka shell: thin modules that move bytes between Kafka and the pure core.
+
+- :mod:`~reliable_kafka.kafka.clients`: producers and consumers with the library's settings;
+- :mod:`~reliable_kafka.kafka.produce`: producing a tuple, waiting for room, flushing;
+- :mod:`~reliable_kafka.kafka.ack_sender`: packing ack entries into ack-topic records;
+- :mod:`~reliable_kafka.kafka.parking`: the quarantine and dead-letter writes that never raise;
+- :mod:`~reliable_kafka.kafka.outcomes`: reading the outcomes addressed to a spout;
+- :mod:`~reliable_kafka.kafka.deadline`: a hard deadline around a client call that can hang.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,114 @@
+"""Producers and consumers with the library's settings, and the check that ack senders are idempotent.
+
+Producers are idempotent with ``acks=all`` so a retried send never duplicates an ack entry (a
+duplicated ACK would break a tree's XOR).
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import Consumer, Message, Producer
+
+from reliable_kafka.client_log import with_log
+from reliable_kafka.errors import ConfigError
+
+__all__ = ["new_producer", "new_consumer", "check_ack_sender_config", "message_coordinates", "ERRORS_ONLY"]
+
+_PRODUCER_DEFAULTS = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "queue.buffering.max.messages": 500_000,
+}
+
+def _merged(kafka_config: dict | None, required: dict, defaults: dict) -> dict:
+    config = {**defaults, **(kafka_config or {})}  # the user's dict is copied, never changed
+    config.update(required)
+    return config
+
+
+_DUPLICATES_WHY = (
+    "a producer that sends ack events must be idempotent, or a retried send can write an ack "
+    "record twice: a duplicated INIT record cancels itself (XOR) and completes its trees before "
+    "any ack, a duplicated ACK record unbalances them and they time out and replay"
+)
+
+
+def _flat(config: dict) -> dict:
+    """``config`` as librdkafka sees it: confluent-kafka merges ``default.topic.config`` over it."""
+    topic_config = config.get("default.topic.config")
+    return {**config, **topic_config} if isinstance(topic_config, dict) else config
+
+
+def check_ack_sender_config(config: dict | None, *, component: str) -> None:
+    """Raise :class:`ConfigError` if ``config`` would let an ack sender write a record twice.
+
+    Refuses ``enable.idempotence`` set to anything librdkafka does not read as true (it reads
+    ``true``, ``t`` and ``1`` in any case as true), and the settings librdkafka itself refuses
+    with idempotence: ``acks`` other than ``all``/``-1``, ``retries`` < 1, ``max.in.flight`` > 5,
+    ``queuing.strategy`` other than ``fifo`` (each under any of its librdkafka names).
+    """
+    config = _flat(config or {})
+    if "enable.idempotence" in config and str(config["enable.idempotence"]).lower() not in ("true", "t", "1"):
+        raise ConfigError(
+            f"{component}: kafka_config sets enable.idempotence={config['enable.idempotence']!r}; "
+            f"{_DUPLICATES_WHY}. Remove enable.idempotence (the library sets it to true)")
+    rules = (
+        (("acks", "request.required.acks"), lambda v: str(v).lower() in ("all", "-1"), "all"),
+        (("retries", "message.send.max.retries"), lambda v: _int(v) is None or _int(v) >= 1, ">= 1"),
+        (("max.in.flight", "max.in.flight.requests.per.connection"),
+         lambda v: _int(v) is None or _int(v) <= 5, "<= 5"),
+        (("queuing.strategy",), lambda v: str(v).lower() == "fifo", "fifo"),
+    )
+    for names, allowed, needed in rules:
+        for name in names:
+            if name in config and not allowed(config[name]):
+                raise ConfigError(
+                    f"{component}: kafka_config sets {name}={config[name]!r}, which defeats idempotence "
+                    f"(it needs {names[0]} {needed}); {_DUPLICATES_WHY}. Remove {name} from kafka_config")
+
+
+def _int(value) -> int | None:
+    try:
+        return int(str(value))
+    except ValueError:
+        return None  # not a number: librdkafka refuses it with its own message
+
+
+def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, *,
+                 ack_sender: str | None = None, **overrides) -> Producer:
+    """An idempotent ``acks=all`` producer; ``kafka_config`` passes librdkafka settings through.
+
+    ``ack_sender`` names the component when the producer sends ack events: a configuration
+    that could duplicate a record is then refused (:func:`check_ack_sender_config`).
+    """
+    config = _merged(kafka_config, {"bootstrap.servers": bootstrap_servers}, _PRODUCER_DEFAULTS)
+    config.update(overrides)
+    if ack_sender is not None:
+        check_ack_sender_config(config, component=ack_sender)
+    return Producer(with_log(config))
+
+
+def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | None = None, **overrides) -> Consumer:
+    """A consumer with manual commits and offset storage (the layer decides what is committed)."""
+    defaults = {"auto.offset.reset": "earliest", "enable.partition.eof": False}
+    required = {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+    }
+    config = _merged(kafka_config, required, defaults)
+    config.update(overrides)
+    return Consumer(with_log(config))
+
+
+def message_coordinates(message: Message) -> str:
+    return f"{message.topic()}[{message.partition()}]@{message.offset()}"
+
+
+# Producer settings of spouts and bolts: delivery reports only for failed messages, to the
+# producer's ``on_delivery`` (a report per delivered tuple was ~16% of a tracked pipeline's CPU).
+# A failed tuple is never lost track of: its edge stays in its tree's XOR, so the tree times out
+# and replays (librdkafka gives up on a message after message.timeout.ms, 300 s by default, long
+# after the tree's 30 s); the report counts and logs it.
+ERRORS_ONLY = {"delivery.report.only.error": True}

@@ -1,0 +1,147 @@
+"""Reading the outcomes addressed to a spout's task ids from ``<topology>.outcomes``."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from reliable_kafka import codec
+from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.errors import ConfigError, DecodeError
+from reliable_kafka.kafka.clients import new_consumer
+from reliable_kafka.kafka.parking import Quarantine
+from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
+
+__all__ = ["OutcomeListener"]
+
+log = logging.getLogger(__name__)
+
+class OutcomeListener:
+    """Reads the outcomes addressed to one or more spout task ids from ``<topology>.outcomes``.
+
+    Outcomes for owner ``w`` go to partition ``w mod P``; several owners may share it, so entries
+    for ids not followed are skipped. ``start`` pins the position to the current end *before* the
+    spout sends its first INIT, so no outcome of this incarnation can be missed. A transactional
+    spout follows one owner id per source partition and starts reading where the last owner of
+    that partition stopped (``follow(owner, from_offset=...)``).
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        topics: TopologyTopics,
+        spout_id: int | None = None,
+        kafka_config: dict | None = None,
+        quarantine: Quarantine | None = None,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topics = topics
+        self.spout_id = spout_id
+        self.kafka_config = kafka_config
+        self.quarantine = quarantine
+        self.undecodable = 0
+        self._owners: set[int] = set()
+        self._next: dict[int, int] = {}  # partition -> next offset to deliver (all before: delivered)
+        self._partitions = 0
+        self._consumer: Consumer | None = None
+
+    def start(self, *, timeout: float = 30.0) -> None:
+        self._consumer = new_consumer(
+            self.bootstrap_servers,
+            f"{self.topics.topology}.outcome-reader",
+            self.kafka_config,
+            **{"isolation.level": "read_committed"},
+        )
+        partitions = partition_count(admin_client(self.bootstrap_servers, self.kafka_config),
+                                     self.topics.outcomes, wait=timeout)
+        if partitions is None:
+            self._consumer.close()
+            self._consumer = None
+            raise ConfigError(
+                f"outcome topic {self.topics.outcomes} is missing; start an acker worker or call "
+                f"ensure_topics() for topology {self.topics.topology!r} first"
+            )
+        self._partitions = partitions
+        if self.spout_id is not None:
+            self.follow(self.spout_id)
+
+    def partition_of(self, owner: int) -> int:
+        return (owner & ((1 << 64) - 1)) % self._partitions
+
+    def follow(self, owner: int, *, from_offset: int | None = None, timeout: float = 30.0) -> None:
+        """Also deliver outcomes for ``owner``: from ``from_offset`` of its partition, else from now."""
+        partition = self.partition_of(owner)
+        self._owners.add(owner)
+        assigned = {tp.partition for tp in self._consumer.assignment()}
+        if partition not in assigned:
+            if from_offset is None:
+                from_offset = self._end_offset(partition, timeout)
+            self._consumer.incremental_assign([TopicPartition(self.topics.outcomes, partition, from_offset)])
+            self._next[partition] = from_offset
+        elif from_offset is not None and from_offset < self.position(owner):
+            # read again from the earlier point: outcomes for roots no longer held are ignored
+            self._consumer.seek(TopicPartition(self.topics.outcomes, partition, from_offset))
+            self._next[partition] = from_offset
+
+    def _end_offset(self, partition: int, timeout: float) -> int:
+        """The outcome partition's end, asked of its leader; retried while that is not settled.
+
+        Right after an acker created the topic, the broker may answer NOT_LEADER_FOR_PARTITION for
+        a moment (seen on a loaded machine): a spout must not die of that at start.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                _, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topics.outcomes, partition), timeout=max(1.0, deadline - time.monotonic()),
+                    cached=False)
+                return high
+            except KafkaException as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                log.info("outcome partition %s[%s] not ready (%s); asking again", self.topics.outcomes, partition,
+                         exc.args[0])
+                time.sleep(0.2)
+
+    def unfollow(self, owner: int) -> None:
+        self._owners.discard(owner)
+
+    def position(self, owner: int) -> int:
+        """The next outcome offset to read on ``owner``'s partition (all before it were delivered)."""
+        return self._next[self.partition_of(owner)]
+
+    def poll(self, timeout: float = 0.0, *, max_records: int = 500) -> list[tuple[int, OutcomeKind]]:
+        """Outcomes for the followed owners that arrived since the last call."""
+        if self._consumer is None:
+            raise RuntimeError("OutcomeListener.start() was not called")
+        outcomes: list[tuple[int, OutcomeKind]] = []
+        if self.quarantine is not None and self.quarantine.unsent:
+            self.quarantine.retry_unsent()
+        for message in self._consumer.consume(num_messages=max_records, timeout=timeout):
+            if message.error() is not None:
+                log.warning("outcome consumer: %s", message.error())
+                continue
+            self._next[message.partition()] = message.offset() + 1
+            try:
+                batch = codec.decode_outcomes(message.value())
+            except DecodeError as error:
+                self.undecodable += 1
+                if self.quarantine is not None:
+                    self.quarantine.decode_error(message, error)
+                else:
+                    log.warning("%s", error.at(message.topic(), message.partition(), message.offset()))
+                continue
+            if batch.spout not in self._owners:
+                continue
+            outcomes.extend(zip(batch.roots.tolist(), map(OutcomeKind, batch.kinds.tolist())))
+        return outcomes
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
