@@ -17,6 +17,7 @@ __all__ = [
     "DeliveryError",
     "MissingExtraError",
     "DeadLetterGuardTripped",
+    "AuthorizationError",
 ]
 
 
@@ -121,3 +122,27 @@ class DeadLetterGuardTripped(ReliableKafkaError):
         self.dead_letters = dead_letters
         self.window = window
         super().__init__(message)
+
+
+class AuthorizationError(ReliableKafkaError):
+    """The broker refused a permission: ``principal`` may not ``operation`` on ``resource_type``
+    ``resource`` (e.g. WRITE on TOPIC wc.acks). Components stop on it: retrying cannot help, and
+    diverting records to the dead-letter topic would lose nothing but hide the cause.
+    ``component`` names who was refused; ``error`` is Kafka's error name."""
+
+    def __init__(self, *, component: str, principal: str, operation: str, resource_type: str, resource: str,
+                 error: str) -> None:
+        self.component = component
+        self.principal = principal
+        self.operation = operation
+        self.resource_type = resource_type
+        self.resource = resource
+        self.error = error
+        option = {"TOPIC": "--topic", "GROUP": "--group", "TRANSACTIONAL_ID": "--transactional-id",
+                  "CLUSTER": "--cluster"}.get(resource_type, "--topic")
+        target = option if resource_type == "CLUSTER" else f"{option} {resource}"
+        super().__init__(
+            f"{component}: {principal} is not allowed {operation} on {resource_type.lower().replace('_', ' ')} "
+            f"{resource} (Kafka: {error}); stopped. Grant it, e.g. `kafka-acls.sh --bootstrap-server ... --add "
+            f"--allow-principal {principal} --operation {operation.title().replace('_', '')} {target}`, "
+            f"or apply the role's ACLs with `reliable-kafka acls --apply` (docs/security.md)")

@@ -13,11 +13,12 @@ import logging
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from reliable_kafka.client_log import with_log
 from reliable_kafka.errors import ConfigError, TopologyError
+from reliable_kafka.kafka.authorization import principal_of, raise_if_refused, refusal
 
 __all__ = ["TopologyTopics", "ensure_topics", "ensure_status_topic", "partition_count", "admin_client",
            "warn_if_create_time"]
@@ -98,20 +99,48 @@ class TopologyTopics:
         return shapes
 
 
-def admin_client(bootstrap_servers: str, kafka_config: dict | None = None) -> AdminClient:
-    return AdminClient(with_log({**(kafka_config or {}), "bootstrap.servers": bootstrap_servers}))
+class _Admin(AdminClient):
+    """An admin client that knows who asks, to name them when the broker refuses."""
+
+    component: str | None = None
+    principal: str | None = None
+
+
+def admin_client(bootstrap_servers: str, kafka_config: dict | None = None, *,
+                 component: str | None = None) -> AdminClient:
+    admin = _Admin(with_log({**(kafka_config or {}), "bootstrap.servers": bootstrap_servers}))
+    admin.component, admin.principal = component, principal_of(kafka_config)
+    return admin
+
+
+def _who(admin: AdminClient) -> dict:
+    return {"component": getattr(admin, "component", None) or "admin client",
+            "principal": getattr(admin, "principal", None) or principal_of(None)}
 
 
 def partition_count(admin: AdminClient, topic: str, *, timeout: float = 10.0, wait: float = 0.0) -> int | None:
-    """Partitions of ``topic``, or None when it does not exist (after waiting up to ``wait`` s)."""
+    """Partitions of ``topic``, or None when it does not exist (after waiting up to ``wait`` s).
+
+    Raises :class:`~reliable_kafka.errors.AuthorizationError` when the principal may not DESCRIBE
+    it: a topic listing leaves such topics out, as if they did not exist.
+    """
     deadline = time.monotonic() + wait
     while True:
         described = admin.list_topics(timeout=timeout).topics.get(topic)
         if described is not None and described.error is None and described.partitions:
             return len(described.partitions)
+        _raise_if_hidden(admin, topic, timeout)
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.2)
+
+
+def _raise_if_hidden(admin: AdminClient, topic: str, timeout: float) -> None:
+    """Raise AuthorizationError when ``topic`` is left out of listings because DESCRIBE is refused."""
+    try:  # one topic by name: its own error (a listing of all topics hides it silently)
+        admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic].result()
+    except KafkaException as exc:
+        raise_if_refused(exc, **_who(admin), operation="DESCRIBE", topic=topic)
 
 
 def ensure_topics(
@@ -120,10 +149,14 @@ def ensure_topics(
     *,
     replication_factor: int = 1,
     timeout: float = 30.0,
+    needed: set[str] | None = None,
 ) -> None:
     """Create the topology's missing topics; refuse existing ones with the wrong partition count.
 
     Raises :class:`TopologyError` naming the topic, the partitions found and needed, and what to do.
+    A topic the principal may neither see nor create is an
+    :class:`~reliable_kafka.errors.AuthorizationError` when it is in ``needed`` (default: all),
+    else a warning: an administrator may have created it for the components that use it.
     """
     existing = admin.list_topics(timeout=timeout).topics
     missing = []
@@ -140,14 +173,24 @@ def ensure_topics(
             config = ACK_TOPIC_CONFIG if topic == topics.acks else {}
             missing.append(NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
                                     config=dict(config)))
+    hidden = []
     if missing:
         for topic, future in admin.create_topics(missing, operation_timeout=timeout).items():
             try:
                 future.result(timeout=timeout)
             except KafkaException as exc:
-                if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":  # a concurrent worker won the race
+                if exc.args[0].name() == "TOPIC_ALREADY_EXISTS":  # a concurrent worker won the race
+                    continue
+                if refusal(exc, **_who(admin)) is None:
                     raise TopologyError(f"topology {topics.topology!r}: cannot create {topic}: {exc}") from exc
-    _wait_for_leaders(admin, list(topics.shapes()), timeout)
+                if needed is None or topic in needed:
+                    raise_if_refused(exc, **_who(admin), operation="CREATE", topic=topic)
+                hidden.append(topic)
+    if hidden:
+        log.warning("%s: %s may neither see nor create %s (no DESCRIBE or CREATE); assuming an administrator "
+                    "created them (this worker does not use them)", _who(admin)["component"],
+                    _who(admin)["principal"], ", ".join(sorted(hidden)))
+    _wait_for_leaders(admin, [topic for topic in topics.shapes() if topic not in hidden], timeout)
     ensure_status_topic(admin, topics, replication_factor=replication_factor, timeout=timeout)
 
 
@@ -165,6 +208,8 @@ def ensure_status_topic(admin: AdminClient, topics: TopologyTopics, *, replicati
             future.result(timeout=timeout)
         except KafkaException as exc:
             if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                # a status writer needs WRITE, which lets it see the topic: its creation is not tried then
+                raise_if_refused(exc, **_who(admin), operation="WRITE", topic=topic)
                 raise TopologyError(f"topology {topics.topology!r}: cannot create {topic}: {exc}") from exc
 
 

@@ -31,6 +31,7 @@ from reliable_kafka.topology import (
     partition_count,
     warn_if_create_time,
 )
+from reliable_kafka.kafka.authorization import check_consumed, check_delivery
 from reliable_kafka.kafka.clients import new_consumer, new_producer
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import flush_or_raise
@@ -169,9 +170,10 @@ class AckerWorker:
         return run_until_stopped(self, stop, handle_signals=handle_signals)
 
     def start(self) -> None:
-        admin = admin_client(self.bootstrap_servers, self.kafka_config)
-        if self.create_topics:
-            ensure_topics(admin, self.topics, replication_factor=self.replication_factor)
+        admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
+        if self.create_topics:  # the topics it uses must be there; the others may be an admin's business
+            ensure_topics(admin, self.topics, replication_factor=self.replication_factor,
+                          needed={self.topics.acks, self.topics.outcomes, self.topics.quarantine})
         self._ack_partitions = partition_count(admin, self.topics.acks) or 0
         if not self._ack_partitions:
             raise TopologyError(
@@ -182,7 +184,7 @@ class AckerWorker:
         self._outcome_partitions = partition_count(admin, self.topics.outcomes) or 0
         if not self._outcome_partitions:
             raise TopologyError(f"{self.name}: outcome topic {self.topics.outcomes} does not exist")
-        self._producer = new_producer(self.bootstrap_servers, self.kafka_config)
+        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, component=self.name)
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
         overrides = {"isolation.level": "read_committed"}
         config = dict(self.kafka_config)
@@ -256,6 +258,7 @@ class AckerWorker:
         by_partition: dict[int, list] = {}
         for message in consume_batch(self._consumer, self.batch_size, timeout):
             if message.error() is not None:
+                check_consumed(message, self._consumer, component=self.name)
                 if message.error().code() != KafkaError._PARTITION_EOF:
                     log.warning("%s: consumer error: %s", self.name, message.error())
                 continue
@@ -408,6 +411,7 @@ class AckerWorker:
                 self._producer.poll(0.05)
 
     def _outcome_delivered(self, error, message) -> None:
+        check_delivery(error, message, self._producer)  # refused: stop, not retry forever
         if error is not None:  # kept and sent again: a lost outcome would stall its tree
             log.error("%s: outcome to partition %s not delivered (%s); retrying", self.name, message.partition(), error)
             self._retry_outcomes.append((message.partition(), message.value()))

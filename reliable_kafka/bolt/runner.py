@@ -21,13 +21,14 @@ from reliable_kafka import codec
 from reliable_kafka.core.anchors import Anchored, anchor_child, fail_roots
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
-from reliable_kafka.errors import ConfigError, DecodeError, TopologyError
+from reliable_kafka.errors import AuthorizationError, ConfigError, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.polling import consume_batch
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.authorization import check_consumed, raise_if_refused
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.deadline import StuckCall, with_deadline
 from reliable_kafka.kafka.parking import Quarantine
@@ -223,7 +224,7 @@ class Bolt:
         return run_until_stopped(self, stop, handle_signals=handle_signals)
 
     def start(self) -> None:
-        admin = admin_client(self.bootstrap_servers, self.kafka_config)
+        admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
         ack_partitions = partition_count(admin, self.topics.acks, wait=self.topic_wait_s)
         if ack_partitions is None:
             raise TopologyError(
@@ -258,7 +259,12 @@ class Bolt:
         self._producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name,
                                       **self._producer_overrides)
         if self.transactional:
-            self._producer.init_transactions(30)  # fences a previous incarnation, aborts its transaction
+            try:
+                self._producer.init_transactions(30)  # fences a previous incarnation, aborts its transaction
+            except KafkaException as exc:
+                raise_if_refused(exc, component=self.name, principal=self._producer.principal,
+                                 transactional_id=self._producer.transactional_id)
+                raise
         self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=self._ack_partitions,
                                sender=self.task_id)
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
@@ -315,6 +321,7 @@ class Bolt:
     def _usable(self, message: Message) -> bool:
         if message.error() is None:
             return True
+        check_consumed(message, self._consumer, component=self.name)
         if message.error().code() != KafkaError._PARTITION_EOF:
             log.warning("%s: consumer error: %s", self.name, message.error())
         return False
@@ -351,8 +358,8 @@ class Bolt:
     def _call(self, tuple_: Tuple) -> None:
         try:
             self.handler(tuple_, self.collector)
-        except ProducerUnusable:
-            raise  # not the tuple's fault: the transaction aborts, or the process restarts
+        except (ProducerUnusable, AuthorizationError):
+            raise  # not the tuple's fault: the transaction aborts, or the process restarts or stops
         except Exception as exc:
             self.stats.handler_errors += 1
             log.exception("%s: handler %s raised on %s; failing the tuple", self.name,
@@ -388,6 +395,8 @@ class Bolt:
                 self._uncommitted = False
                 return
             log.warning("%s: commit postponed: %s", self.name, exc)
+        except AuthorizationError:
+            raise  # a delivery report said a permission is missing: stop
         except Exception as exc:  # DeliveryError: the broker is away; try again next round
             log.warning("%s: commit postponed: %s", self.name, exc)
 
@@ -445,8 +454,8 @@ class BasicBolt(Bolt):
         self.collector.current = tuple_
         try:
             self.handler(tuple_, self.collector)
-        except ProducerUnusable:
-            raise  # not the tuple's fault: the transaction aborts, or the process restarts
+        except (ProducerUnusable, AuthorizationError):
+            raise  # not the tuple's fault: the transaction aborts, or the process restarts or stops
         except Exception as exc:  # the basic bolt's contract: a raise fails the input (and replays it)
             self.stats.handler_errors += 1
             log.warning("%s: handler %s raised on %s, failing the tuple: %r", self.name,

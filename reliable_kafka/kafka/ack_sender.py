@@ -10,6 +10,7 @@ from confluent_kafka import KafkaError, Producer
 from reliable_kafka import codec
 from reliable_kafka.core.ack_packer import AckPacker
 from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.kafka.authorization import check_delivery
 from reliable_kafka.kafka.produce import produce_waiting
 
 __all__ = ["AckSender", "MAX_ENTRIES_PER_RECORD"]
@@ -70,6 +71,7 @@ class AckSender:
         return sent
 
     def _delivered(self, error, message) -> None:
+        check_delivery(error, message, self.producer)  # refused: the component stops (DESIGN 10)
         if error is not None:
             log.error("ack batch to %s[%s] not delivered: %s", self.acks_topic, message.partition(), error)
             self.delivery_errors.append(error)

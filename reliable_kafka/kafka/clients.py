@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, Message, Producer
 
 from reliable_kafka.client_log import with_log
 from reliable_kafka.errors import ConfigError
+from reliable_kafka.kafka.authorization import guard_delivery, principal_of
 
 __all__ = ["new_producer", "new_consumer", "check_ack_sender_config", "message_coordinates", "ERRORS_ONLY"]
 
@@ -74,18 +75,48 @@ def _int(value) -> int | None:
         return None  # not a number: librdkafka refuses it with its own message
 
 
+class _Producer(Producer):
+    """A producer that knows who writes with it, to name them when a write is refused."""
+
+    component: str | None = None
+    principal: str | None = None
+    transactional_id: str | None = None
+
+
+class _Consumer(Consumer):
+    """A consumer that knows its principal and group, to name them when a read is refused."""
+
+    principal: str | None = None
+    group_id: str | None = None
+    subscribed = False  # a member of its group (READ), not only a user of its coordinator (DESCRIBE)
+
+    def subscribe(self, *args, **kwargs):
+        self.subscribed = True
+        return super().subscribe(*args, **kwargs)
+
+
 def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, *,
-                 ack_sender: str | None = None, **overrides) -> Producer:
+                 ack_sender: str | None = None, component: str | None = None, **overrides) -> Producer:
     """An idempotent ``acks=all`` producer; ``kafka_config`` passes librdkafka settings through.
 
     ``ack_sender`` names the component when the producer sends ack events: a configuration
     that could duplicate a record is then refused (:func:`check_ack_sender_config`).
+    ``component`` names it otherwise. A producer-level ``on_delivery`` raises
+    :class:`~reliable_kafka.errors.AuthorizationError` for a refused write before it is called.
     """
     config = _merged(kafka_config, {"bootstrap.servers": bootstrap_servers}, _PRODUCER_DEFAULTS)
     config.update(overrides)
     if ack_sender is not None:
         check_ack_sender_config(config, component=ack_sender)
-    return Producer(with_log(config))
+    made: list[Producer] = []
+    if config.get("on_delivery") is not None:
+        config["on_delivery"] = guard_delivery(config["on_delivery"], made)
+    producer = _Producer(with_log(config))
+    producer.component = ack_sender or component
+    producer.principal = principal_of(config)
+    producer.transactional_id = config.get("transactional.id")
+    made.append(producer)
+    return producer
 
 
 def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | None = None, **overrides) -> Consumer:
@@ -99,7 +130,10 @@ def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | Non
     }
     config = _merged(kafka_config, required, defaults)
     config.update(overrides)
-    return Consumer(with_log(config))
+    consumer = _Consumer(with_log(config))
+    consumer.principal = principal_of(config)
+    consumer.group_id = group_id
+    return consumer
 
 
 def message_coordinates(message: Message) -> str:

@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from reliable_kafka import codec
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
+from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import new_consumer
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
@@ -122,6 +123,7 @@ class OutcomeListener:
             self.quarantine.retry_unsent()
         for message in self._consumer.consume(num_messages=max_records, timeout=timeout):
             if message.error() is not None:
+                check_consumed(message, self._consumer, component=f"outcome reader of {self.topics.topology}")
                 log.warning("outcome consumer: %s", message.error())
                 continue
             self._next[message.partition()] = message.offset() + 1

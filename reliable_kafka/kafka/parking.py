@@ -16,6 +16,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from reliable_kafka import codec
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.errors import DecodeError
+from reliable_kafka.kafka.authorization import check_delivery
 from reliable_kafka.kafka.clients import message_coordinates
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_waiting
 
@@ -127,6 +128,7 @@ def _park(producer: Producer, topic: str, key, value, headers, parked: ParkedRec
         key, value, headers = None, None, []
 
     def delivered(error, message) -> None:
+        check_delivery(error, message, producer)  # refused: stop, never write it again and again
         if error is not None and error.code() in _SIZE_ERRORS and not parked.value_omitted:
             _remember_too_large(topic, parked)
             again = _as_reference(parked, f"the broker refused it: {error.name()}")

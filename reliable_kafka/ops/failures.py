@@ -24,6 +24,8 @@ import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 
+from reliable_kafka.errors import AuthorizationError
+
 __all__ = [
     "FAILURE_FORMAT",
     "ATTEMPTS_HEADER",
@@ -192,6 +194,9 @@ class FailureLog:
             log.warning("%s: failure record for %s dropped: producer queue full", self.component, record.roots)
 
     def _delivered(self, error, message) -> None:
+        from reliable_kafka.kafka.authorization import check_delivery
+
+        check_delivery(error, message, self.producer)  # refused: a permission is missing; stop
         if error is not None:
             log.warning("%s: failure record not written to %s: %s", self.component, self.topic, error)
 
@@ -233,6 +238,8 @@ class FailureIndex:
             try:
                 self._catch_up()
             except Exception as exc:  # a missing topic or an away broker: the reason stays unknown
+                if isinstance(exc, AuthorizationError):
+                    raise  # a missing permission: the spout stops and says which (DESIGN 10)
                 log.warning("failure records of %s not read: %s", self.topic, exc)
             self._caught_up = time.monotonic()
         return {root: self._by_root.pop(root) for root in roots if root in self._by_root}
@@ -261,6 +268,8 @@ class FailureIndex:
     def _catch_up(self, timeout: float = 5.0) -> None:
         from confluent_kafka import TopicPartition
 
+        from reliable_kafka.kafka.authorization import check_consumed
+
         if self._consumer is None:
             self._open()
         ends = {}
@@ -271,6 +280,7 @@ class FailureIndex:
         while any(self._next[p] < end for p, end in ends.items()) and time.monotonic() < deadline:
             for message in self._consumer.consume(num_messages=500, timeout=0.2):
                 if message.error() is not None:
+                    check_consumed(message, self._consumer)
                     continue
                 self._next[message.partition()] = message.offset() + 1
                 record = decode_failure(message.value())

@@ -156,7 +156,7 @@ class SparkJob:
 
     def start(self) -> None:
         """Connect, prepare (subclass), then start the streaming query."""
-        admin = admin_client(self.bootstrap_servers, self.kafka_config)
+        admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
         found = partition_count(admin, self.topics.acks, wait=30.0)
         if found is None:
             raise TopologyError(

@@ -22,7 +22,7 @@ from reliable_kafka.core.anchors import Anchored, spout_root
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.core.tracker import ActionKind, Backoff, InFlightTracker, OutcomeAction
-from reliable_kafka.errors import ConfigError, DeadLetterGuardTripped, DecodeError, TopologyError
+from reliable_kafka.errors import AuthorizationError, ConfigError, DeadLetterGuardTripped, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.ops.failures import Attempt, FailureIndex, FailureRecord, attempt_headers
@@ -30,6 +30,7 @@ from reliable_kafka.ops.trace import RootIndex
 from reliable_kafka.polling import consume_batch
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.outcomes import OutcomeListener
 from reliable_kafka.kafka.parking import Quarantine, park
@@ -263,7 +264,7 @@ class Spout:
         self._producer = self._make_producer()
         ack_partitions = 0
         if self.guarantee == "at_least_once" and self.ackers != 0:
-            admin = admin_client(self.bootstrap_servers, self.kafka_config)
+            admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
             found = partition_count(admin, self.topics.acks, wait=self.topic_wait_s)
             if found is None:
                 raise TopologyError(
@@ -358,6 +359,7 @@ class Spout:
             self._commit_before_emit(messages)
         for message in messages:
             if message.error() is not None:
+                check_consumed(message, self._consumer, component=self.name)  # refused: stop
                 if message.error().code() != KafkaError._PARTITION_EOF:
                     log.warning("%s: consumer error: %s", self.name, message.error())
                 continue
@@ -380,8 +382,8 @@ class Spout:
         emitted_before = self.stats.emitted
         try:
             self.handler(record, self._collector)
-        except ProducerUnusable:
-            raise  # not the record's fault: the caller replaces the producer (or the process restarts)
+        except (ProducerUnusable, AuthorizationError):
+            raise  # not the record's fault: the caller replaces the producer (or the process restarts or stops)
         except Exception as exc:
             self.stats.handler_errors += 1
             log.exception("%s: handler %s raised on %s (attempt %d); the record will be retried",

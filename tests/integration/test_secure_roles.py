@@ -1,0 +1,258 @@
+"""Least privilege on a secured broker (DESIGN 10): each role runs with exactly the ACLs that
+`reliable-kafka acls` grants it, under its own principal, with no authorization denial in the
+broker log; a missing permission stops the component with an AuthorizationError naming it, and
+nothing goes to the dead-letter topic; an outsider cannot forge an ack."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic,
+                                   ResourcePatternType, ResourceType)
+
+from reliable_kafka import codec
+from reliable_kafka.acker import AckerWorker
+from reliable_kafka.bolt import BasicBolt
+from reliable_kafka.cli import main
+from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.errors import AuthorizationError
+from reliable_kafka.spout import Spout
+from reliable_kafka.testing.topics import unique_name
+from reliable_kafka.topology import TopologyTopics
+from spark_helpers import wait_for
+
+RECORDS = 20
+
+
+class Running:
+    """A component run in a thread; ``error`` is what stopped it (None: stopped cleanly)."""
+
+    def __init__(self, component) -> None:
+        self.component = component
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.component.run(self.stop)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            self.error = exc
+
+    def finish(self, timeout: float = 60.0) -> None:
+        self.stop.set()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"{self.component.name} did not stop within {timeout:.0f} s"
+
+    def stopped_by(self, timeout: float = 90.0) -> BaseException | None:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"{self.component.name} still runs after {timeout:.0f} s"
+        return self.error
+
+
+class Deployment:
+    """One topology on the secured broker: topics created by the admin, ACLs granted by the CLI."""
+
+    def __init__(self, secure_kafka, tmp_path: Path) -> None:
+        self.kafka = secure_kafka
+        self.topology = unique_name("rk-sec")
+        self.topics = TopologyTopics(self.topology)
+        self.source, self.middle, self.sink = (f"{self.topology}-{name}" for name in ("source", "middle", "sink"))
+        self.admin_properties = tmp_path / "admin.properties"
+        self.admin_properties.write_text(secure_kafka.security.client_properties("admin"))
+        self.admin = AdminClient({**secure_kafka.config("admin"), "bootstrap.servers": secure_kafka.bootstrap})
+        assert main(["topics", "--topology", self.topology, "--bootstrap-servers", secure_kafka.bootstrap,
+                     "--command-config", str(self.admin_properties)]) == 0
+        for future in self.admin.create_topics([NewTopic(t, 1) for t in (self.source, self.middle, self.sink)]
+                                               ).values():
+            future.result(60)
+
+    def grant(self, role: str, principal: str, *options: str) -> None:
+        assert main(["acls", "--topology", self.topology, "--role", role, "--principal", principal, *options,
+                     "--apply", "--bootstrap-servers", self.kafka.bootstrap,
+                     "--command-config", str(self.admin_properties)]) == 0
+
+    def revoke(self, principal: str, resource_type: ResourceType, name: str, operation: AclOperation) -> None:
+        match = AclBindingFilter(resource_type, name, ResourcePatternType.LITERAL, principal, None, operation,
+                                 AclPermissionType.ANY)
+        for future in self.admin.delete_acls([match]).values():
+            assert future.result(60), f"no ACL {principal} {operation} {name} to revoke"
+        wait_for(lambda: not self.admin.describe_acls(match).result(30), timeout=60,
+                 what=f"the broker to drop {principal} {operation} {name}")
+
+    def allow(self, principal: str, resource_type: ResourceType, name: str, operation: AclOperation) -> None:
+        from reliable_kafka.acls import Acl
+        from reliable_kafka.kafka.authorization import apply_acls
+
+        apply_acls(self.admin, [Acl(resource_type.name, name, operation.name, principal)])
+
+    def produce_source(self, count: int = RECORDS) -> None:
+        producer = Producer({**self.kafka.config("admin"), "bootstrap.servers": self.kafka.bootstrap})
+        for i in range(count):
+            producer.produce(self.source, f"record {i}".encode(), key=str(i).encode())
+        assert producer.flush(60) == 0
+
+    def end_offset(self, topic: str) -> int:
+        consumer = Consumer({**self.kafka.config("admin"), "bootstrap.servers": self.kafka.bootstrap,
+                             "group.id": unique_name("rk-sec-reader")})
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30, cached=False)[1]
+        finally:
+            consumer.close()
+
+    def acker(self) -> AckerWorker:
+        return AckerWorker(topology=self.topology, bootstrap_servers=self.kafka.bootstrap, create_topics=False,
+                           timeout_ms=20_000, kafka_config=self.kafka.config("acker"), name="acker")
+
+    def spout(self, *, principal: str = "spout") -> Spout:
+        return Spout(topology=self.topology, bootstrap_servers=self.kafka.bootstrap, source_topics=self.source,
+                     group_id=f"{self.topology}-spout", emit_to=self.middle, message_timeout_ms=20_000,
+                     kafka_config=self.kafka.config(principal), name="spout")
+
+    def bolt(self, *, principal: str = "bolt") -> BasicBolt:
+        failed_once: set[bytes] = set()
+
+        def forward(tuple_, collector):  # the sink ends the tree: its records are not anchored
+            if tuple_.key == b"0" and tuple_.key not in failed_once:  # the failure path is used too
+                failed_once.add(tuple_.key)
+                raise RuntimeError("first attempt of record 0 fails")
+            collector.emit(self.sink, tuple_.value, key=tuple_.key, anchors=[])
+
+        return BasicBolt(topology=self.topology, bootstrap_servers=self.kafka.bootstrap, source_topics=self.middle,
+                         group_id=f"{self.topology}-bolt", handler=forward, kafka_config=self.kafka.config(principal),
+                         name="bolt")
+
+    def grant_all(self) -> None:
+        self.grant("acker", "User:acker")
+        self.grant("spout", "User:spout", "--source", self.source, "--output", self.middle,
+                   "--group", f"{self.topology}-spout")
+        self.grant("bolt", "User:bolt", "--source", self.middle, "--output", self.sink,
+                   "--group", f"{self.topology}-bolt")
+
+
+def denials(log_path: Path, since: int, principals=("User:spout", "User:bolt", "User:acker")) -> list[str]:
+    with open(log_path, "rb") as log:
+        log.seek(since)
+        text = log.read().decode(errors="replace")
+    return [line for line in text.splitlines() if "Denied" in line and any(p + " " in line for p in principals)]
+
+
+@pytest.fixture
+def deployment(secure_kafka, tmp_path) -> Deployment:
+    return Deployment(secure_kafka, tmp_path)
+
+
+def test_least_privilege_topology_completes_without_a_denial(deployment, secure_kafka):
+    since = secure_kafka.log_path.stat().st_size
+    deployment.grant_all()
+    deployment.produce_source()
+    acker = Running(deployment.acker())
+    bolt = Running(deployment.bolt())
+    spout = Running(deployment.spout())
+    try:
+        wait_for(lambda: spout.error or bolt.error or acker.error
+                 or spout.component.stats.completed >= RECORDS, timeout=180,
+                 what=f"{RECORDS} trees to complete under least privilege")
+        assert (spout.error, bolt.error, acker.error) == (None, None, None)
+        assert spout.component.stats.dead_lettered == 0
+        assert spout.component.stats.replayed == 1  # record 0, after its failure was read
+    finally:
+        for running in (spout, bolt, acker):
+            running.finish()
+    assert (spout.error, bolt.error, acker.error) == (None, None, None)
+    assert spout.component.stats.committed == {(deployment.source, 0): RECORDS}
+    assert deployment.end_offset(deployment.sink) == RECORDS
+    assert deployment.end_offset(deployment.topics.failures) == 1
+    assert deployment.end_offset(deployment.topics.dlq) == 0
+    assert denials(secure_kafka.log_path, since) == []
+
+    # an outsider (no ACLs) cannot forge an ack: the broker refuses the record
+    acks_end = deployment.end_offset(deployment.topics.acks)
+    forged = codec.encode_ack_batch(1, [int(EventKind.ACK)], [12345], [678])
+    producer = Producer({**secure_kafka.config("outsider"), "bootstrap.servers": secure_kafka.bootstrap})
+    reports: list = []
+    producer.produce(deployment.topics.acks, forged, partition=0, on_delivery=lambda e, m: reports.append(e))
+    producer.flush(60)
+    assert reports and reports[0] is not None and reports[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert deployment.end_offset(deployment.topics.acks) == acks_end
+
+
+def assert_refused(error, *, principal, operation, resource_type, resource):
+    assert isinstance(error, AuthorizationError), f"expected an AuthorizationError, got {error!r}"
+    assert (error.principal, error.operation, error.resource_type, error.resource) == (
+        principal, operation, resource_type, resource), str(error)
+    for word in (principal, operation, resource):
+        assert word in str(error)
+
+
+def test_bolt_that_cannot_see_the_ack_topic_says_so(deployment):
+    deployment.grant_all()
+    deployment.revoke("User:bolt", ResourceType.TOPIC, deployment.topics.acks, AclOperation.WRITE)
+    bolt = Running(deployment.bolt())
+    assert_refused(bolt.stopped_by(), principal="User:bolt", operation="DESCRIBE", resource_type="TOPIC",
+                   resource=deployment.topics.acks)
+
+
+def test_spout_refused_write_on_the_ack_topic_stops_and_dead_letters_nothing(deployment):
+    deployment.grant_all()
+    deployment.revoke("User:spout", ResourceType.TOPIC, deployment.topics.acks, AclOperation.WRITE)
+    deployment.allow("User:spout", ResourceType.TOPIC, deployment.topics.acks, AclOperation.DESCRIBE)
+    deployment.produce_source()
+    acker = Running(deployment.acker())
+    try:
+        spout = Running(deployment.spout())
+        assert_refused(spout.stopped_by(), principal="User:spout", operation="WRITE", resource_type="TOPIC",
+                       resource=deployment.topics.acks)
+    finally:
+        acker.finish()
+    assert spout.component.stats.dead_lettered == 0
+    assert deployment.end_offset(deployment.topics.dlq) == 0
+
+
+def test_spout_refused_write_on_its_output_stops_and_dead_letters_nothing(deployment):
+    deployment.grant_all()
+    deployment.revoke("User:spout", ResourceType.TOPIC, deployment.middle, AclOperation.WRITE)
+    deployment.produce_source()
+    acker = Running(deployment.acker())
+    try:
+        spout = Running(deployment.spout())
+        assert_refused(spout.stopped_by(), principal="User:spout", operation="WRITE", resource_type="TOPIC",
+                       resource=deployment.middle)
+    finally:
+        acker.finish()
+    assert deployment.end_offset(deployment.topics.dlq) == 0
+
+
+def test_bolt_refused_read_on_its_source_stops(deployment):
+    deployment.grant_all()
+    deployment.revoke("User:bolt", ResourceType.TOPIC, deployment.middle, AclOperation.READ)
+    bolt = Running(deployment.bolt())
+    assert_refused(bolt.stopped_by(), principal="User:bolt", operation="READ", resource_type="TOPIC",
+                   resource=deployment.middle)
+
+
+def test_acker_refused_its_group_stops(deployment):
+    deployment.grant_all()
+    deployment.revoke("User:acker", ResourceType.GROUP, f"{deployment.topology}.ackers", AclOperation.READ)
+    acker = Running(deployment.acker())
+    assert_refused(acker.stopped_by(), principal="User:acker", operation="READ", resource_type="GROUP",
+                   resource=f"{deployment.topology}.ackers")
+
+
+def test_acker_refused_write_on_outcomes_stops(deployment):
+    deployment.grant_all()
+    deployment.revoke("User:acker", ResourceType.TOPIC, deployment.topics.outcomes, AclOperation.WRITE)
+    deployment.allow("User:acker", ResourceType.TOPIC, deployment.topics.outcomes, AclOperation.DESCRIBE)
+    deployment.produce_source(1)
+    acker, bolt, spout = Running(deployment.acker()), Running(deployment.bolt()), Running(deployment.spout())
+    try:
+        assert_refused(acker.stopped_by(), principal="User:acker", operation="WRITE", resource_type="TOPIC",
+                       resource=deployment.topics.outcomes)
+    finally:
+        spout.finish()
+        bolt.finish()
+    assert deployment.end_offset(deployment.topics.dlq) == 0
