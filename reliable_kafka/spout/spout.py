@@ -274,8 +274,10 @@ class Spout:
             if self.ackers is not None and found != self.ackers:
                 raise TopologyError(f"{self.name}: {self.topics.acks} has {found} partitions, ackers={self.ackers}")
             ack_partitions = found
-            # an older topology has no root index topic (an acker of this version creates it)
-            self.root_index = self.root_index and partition_count(admin, self.topics.roots) is not None
+            # an older topology has no root index topic (an acker of this version creates it); a
+            # spout that derives its roots (transactional) writes no index: it does not look for one
+            self.root_index = (self.root_index and type(self)._new_root is Spout._new_root
+                               and partition_count(admin, self.topics.roots) is not None)
             self._listener = self._make_listener()
             self._listener.start()
         self._acks = AckSender(

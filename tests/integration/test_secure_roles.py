@@ -19,7 +19,7 @@ from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.cli import main
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import AuthorizationError
-from reliable_kafka.spout import Spout
+from reliable_kafka.spout import Spout, TransactionalSpout
 from reliable_kafka.testing.topics import unique_name
 from reliable_kafka.topology import TopologyTopics
 from spark_helpers import wait_for
@@ -57,8 +57,9 @@ class Running:
 class Deployment:
     """One topology on the secured broker: topics created by the admin, ACLs granted by the CLI."""
 
-    def __init__(self, secure_kafka, tmp_path: Path) -> None:
+    def __init__(self, secure_kafka, tmp_path: Path, *, transactional: bool = False) -> None:
         self.kafka = secure_kafka
+        self.transactional = transactional  # TransactionalSpout and a transactional bolt
         self.topology = unique_name("rk-sec")
         self.topics = TopologyTopics(self.topology)
         self.source, self.middle, self.sink = (f"{self.topology}-{name}" for name in ("source", "middle", "sink"))
@@ -109,9 +110,10 @@ class Deployment:
                            timeout_ms=20_000, kafka_config=self.kafka.config("acker"), name="acker")
 
     def spout(self, *, principal: str = "spout") -> Spout:
-        return Spout(topology=self.topology, bootstrap_servers=self.kafka.bootstrap, source_topics=self.source,
-                     group_id=f"{self.topology}-spout", emit_to=self.middle, message_timeout_ms=20_000,
-                     kafka_config=self.kafka.config(principal), name="spout")
+        kind = TransactionalSpout if self.transactional else Spout
+        return kind(topology=self.topology, bootstrap_servers=self.kafka.bootstrap, source_topics=self.source,
+                    group_id=f"{self.topology}-spout", emit_to=self.middle, message_timeout_ms=20_000,
+                    kafka_config=self.kafka.config(principal), name="spout")
 
     def bolt(self, *, principal: str = "bolt") -> BasicBolt:
         failed_once: set[bytes] = set()
@@ -124,14 +126,14 @@ class Deployment:
 
         return BasicBolt(topology=self.topology, bootstrap_servers=self.kafka.bootstrap, source_topics=self.middle,
                          group_id=f"{self.topology}-bolt", handler=forward, kafka_config=self.kafka.config(principal),
-                         name="bolt")
+                         name="bolt", transactional=self.transactional)
 
     def grant_all(self) -> None:
         self.grant("acker", "User:acker")
-        self.grant("spout", "User:spout", "--source", self.source, "--output", self.middle,
-                   "--group", f"{self.topology}-spout")
-        self.grant("bolt", "User:bolt", "--source", self.middle, "--output", self.sink,
-                   "--group", f"{self.topology}-bolt")
+        for role, source, output in (("spout", self.source, self.middle), ("bolt", self.middle, self.sink)):
+            group = f"{self.topology}-{role}"
+            transactional = ["--transactional-id", f"{group}.{role}"] if self.transactional else []
+            self.grant(role, f"User:{role}", "--source", source, "--output", output, "--group", group, *transactional)
 
 
 def denials(log_path: Path, since: int, principals=("User:spout", "User:bolt", "User:acker")) -> list[str]:
@@ -146,7 +148,9 @@ def deployment(secure_kafka, tmp_path) -> Deployment:
     return Deployment(secure_kafka, tmp_path)
 
 
-def test_least_privilege_topology_completes_without_a_denial(deployment, secure_kafka):
+@pytest.mark.parametrize("transactional", [False, True], ids=["plain", "transactional"])
+def test_least_privilege_topology_completes_without_a_denial(secure_kafka, tmp_path, transactional):
+    deployment = Deployment(secure_kafka, tmp_path, transactional=transactional)
     since = secure_kafka.log_path.stat().st_size
     deployment.grant_all()
     deployment.produce_source()
@@ -164,9 +168,13 @@ def test_least_privilege_topology_completes_without_a_denial(deployment, secure_
         for running in (spout, bolt, acker):
             running.finish()
     assert (spout.error, bolt.error, acker.error) == (None, None, None)
-    assert spout.component.stats.committed == {(deployment.source, 0): RECORDS}
-    assert deployment.end_offset(deployment.sink) == RECORDS
-    assert deployment.end_offset(deployment.topics.failures) == 1
+    assert spout.component.stats.committed.get((deployment.source, 0)) == RECORDS
+    if transactional:  # a transaction's commit marker takes an offset too
+        assert deployment.end_offset(deployment.sink) >= RECORDS
+        assert deployment.end_offset(deployment.topics.failures) >= 1
+    else:
+        assert deployment.end_offset(deployment.sink) == RECORDS
+        assert deployment.end_offset(deployment.topics.failures) == 1
     assert deployment.end_offset(deployment.topics.dlq) == 0
     assert denials(secure_kafka.log_path, since) == []
 
@@ -256,3 +264,50 @@ def test_acker_refused_write_on_outcomes_stops(deployment):
         spout.finish()
         bolt.finish()
     assert deployment.end_offset(deployment.topics.dlq) == 0
+
+
+def test_acker_left_to_create_topics_needs_no_permission_on_the_topics_it_does_not_use(deployment):
+    deployment.grant("acker", "User:acker")  # no --create-topics: nothing on the dlq, failures or roots
+    acker = AckerWorker(topology=deployment.topology, bootstrap_servers=deployment.kafka.bootstrap,
+                        kafka_config=deployment.kafka.config("acker"), name="acker")  # create_topics=True
+    running = Running(acker)
+    try:
+        wait_for(lambda: acker.ready.is_set() or running.error is not None, timeout=90,
+                 what="the acker to take its partitions")
+        assert running.error is None, running.error
+    finally:
+        running.finish()
+    assert running.error is None, running.error
+
+
+@pytest.mark.spark
+def test_least_privilege_spark_spout_completes_without_a_denial(deployment, secure_kafka, tmp_path):
+    from reliable_kafka.spark import SparkSpout, spark_session
+
+    since = secure_kafka.log_path.stat().st_size
+    group = f"{deployment.topology}-job"
+    deployment.grant("acker", "User:acker")
+    deployment.grant("spark", "User:spark", "--source", deployment.source, "--output", deployment.middle,
+                     "--group", group)
+    deployment.grant("bolt", "User:bolt", "--source", deployment.middle, "--output", deployment.sink,
+                     "--group", f"{deployment.topology}-bolt")
+    deployment.produce_source()
+    spark = spark_session("rk-test-secure-spark", master="local[2]")
+    acker, bolt = Running(deployment.acker()), Running(deployment.bolt())
+    try:
+        job = SparkSpout(spark, topology=deployment.topology, bootstrap_servers=secure_kafka.bootstrap,
+                         source_topics=deployment.source, group_id=group, checkpoint_dir=str(tmp_path / "ckpt"),
+                         transform=lambda df: df.select("key", "value", "anchors"), output_topic=deployment.middle,
+                         message_timeout_ms=20_000, kafka_config=secure_kafka.config("spark"))
+        job.start()
+        try:
+            assert job.run_until(lambda j: j.caught_up(), timeout=300), job.progress()
+        finally:
+            job.stop()
+    finally:
+        bolt.finish()
+        acker.finish()
+        spark.stop()
+    assert (bolt.error, acker.error) == (None, None)
+    assert deployment.end_offset(deployment.topics.dlq) == 0
+    assert denials(secure_kafka.log_path, since, principals=("User:spark", "User:bolt", "User:acker")) == []
