@@ -318,6 +318,7 @@ class KraftNode:
 
 
 def _log4j2_properties(log_path: Path) -> str:
+    # the authorizer logs each refused permission at INFO (tests look for them: docs/security.md)
     return f"""status = error
 name = reliable-kafka-broker
 appender.file.type = File
@@ -329,6 +330,8 @@ rootLogger.level = INFO
 rootLogger.appenderRef.file.ref = BROKER
 logger.request.name = kafka.request.logger
 logger.request.level = WARN
+logger.authorizer.name = kafka.authorizer.logger
+logger.authorizer.level = INFO
 """
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.errors import ConfigError, DeliveryError, TopologyError
+from reliable_kafka.errors import AuthorizationError, ConfigError, DeliveryError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.ops import reporter as ops_reporter
 from reliable_kafka.security import spark_kafka_options as spark_security_options
@@ -339,7 +339,8 @@ class SparkJob:
     def _batch_failed(self, what: str, exc: BaseException) -> None:
         """Log a failed batch; re-raise when the policy (or the error's kind) says stop."""
         self.stats.failed_batches += 1
-        if isinstance(exc, ConfigError) or self.on_batch_error == "stop":
+        # a refused permission is no batch's fault: failing its roots would dead-letter the stream
+        if isinstance(exc, (ConfigError, AuthorizationError)) or self.on_batch_error == "stop":
             log.error("%s: %s failed; stopping: %s", self.name, what, exc)
             raise exc
         log.error("%s: %s failed; its roots were failed and will be redelivered", self.name, what,
