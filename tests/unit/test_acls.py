@@ -125,3 +125,17 @@ def test_docs_show_the_table():
         "docs/security.md must hold reliable_kafka.acls.markdown_table() verbatim; regenerate it with "
         "python -c 'from reliable_kafka.acls import markdown_table; print(markdown_table())'")
     assert set(ROLES) == set(TABLE)
+
+
+def test_cli_prints_one_line_per_acl_and_refuses_a_missing_name(capsys):
+    from reliable_kafka.cli import main
+
+    assert main(["acls", "--topology", "wc", "--role", "bolt", "--principal", "User:b", "--source", "mid",
+                 "--group", "g"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(role_acls("bolt", "wc", principal="User:b", source_topics=["mid"], group="g"))
+    assert any(line.split()[:5] == ["ALLOW", "User:b", "WRITE", "TOPIC", "wc.acks"] for line in lines)
+    assert main(["acls", "--topology", "wc", "--role", "bolt", "--principal", "User:b", "--group", "g"]) == 1
+    assert "--source" in capsys.readouterr().err
+    assert main(["acls", "--topology", "wc", "--role", "acker", "--principal", "User:a", "--apply"]) == 1
+    assert "--bootstrap-servers" in capsys.readouterr().err
