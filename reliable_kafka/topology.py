@@ -222,6 +222,9 @@ def warn_if_create_time(admin: AdminClient, topics: TopologyTopics, *, timeout: 
     try:
         described = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout=timeout)
     except KafkaException as exc:
+        if refusal(exc, **_who(admin)) is not None:  # optional: say which ACL would allow the check
+            log.warning("%s: %s may not DESCRIBE_CONFIGS on %s; its timestamp type is not checked",
+                        _who(admin)["component"], _who(admin)["principal"], topics.acks)
         log.debug("cannot read the configuration of %s: %s", topics.acks, exc)
         return False
     entry = described.get("message.timestamp.type")

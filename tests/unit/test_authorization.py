@@ -106,3 +106,16 @@ def test_clients_made_by_the_library_know_their_principal():
     finally:
         consumer.close()
     assert admin_client("127.0.0.1:1", config, component="c").principal == "User:bolt"
+
+
+def test_acker_without_describe_configs_warns_which_permission_it_lacks(caplog):
+    from reliable_kafka.topology import TopologyTopics, warn_if_create_time
+
+    class RefusingAdmin:
+        component, principal = "acker-1", "User:acker"
+
+        def describe_configs(self, resources, request_timeout):
+            raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+    assert warn_if_create_time(RefusingAdmin(), TopologyTopics("wc")) is False
+    assert "User:acker may not DESCRIBE_CONFIGS on wc.acks" in caplog.text
