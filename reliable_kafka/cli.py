@@ -346,6 +346,7 @@ def _ui(args: argparse.Namespace) -> int:
                       kafka_config=dict(args.kafka_config), host=args.host, port=args.port)
     print(f"reliable-kafka ui: topology {args.topology} at {page.url} (Ctrl-C stops)", flush=True)
     page.serve_forever()
+    return 0
 
 
 # -- spark-submit: spark-submit with the Kafka connector ------------------------------------------
@@ -531,7 +532,8 @@ def _dlq_replay(args: argparse.Namespace) -> int:
     else:
         verb = "would send" if report.dry_run else "sent"
         for item in report.sent:
-            print(f"{verb} {item['dlq']} -> {item['to']}" + (f"[{item['partition']}]" if item["partition"] is not None else ""))
+            partition = f"[{item['partition']}]" if item["partition"] is not None else ""
+            print(f"{verb} {item['dlq']} -> {item['to']}{partition}")
         for item in report.skipped:
             print(f"skipped {item['dlq']}: {item['why']}")
         print(f"{len(report.sent)} {verb}, {len(report.skipped)} skipped")

@@ -17,6 +17,10 @@ __all__ = [
     "DeliveryError",
     "MissingExtraError",
     "DeadLetterGuardTripped",
+    "ArgumentError",
+    "StateError",
+    "WaitTimeoutError",
+    "ComponentDiedError",
 ]
 
 
@@ -65,7 +69,7 @@ class DecodeError(ReliableKafkaError, ValueError):
         size = "no bytes" if self.raw is None else f"{len(self.raw)} bytes"
         return f"cannot decode {self.what}{where} ({size}): {self.reason}"
 
-    def at(self, topic: str, partition: int, offset: int) -> "DecodeError":
+    def at(self, topic: str, partition: int, offset: int) -> DecodeError:
         """The same error, placed at a record's coordinates."""
         return DecodeError(
             self.what, self.reason, self.raw, topic=topic, partition=partition, offset=offset
@@ -120,4 +124,29 @@ class DeadLetterGuardTripped(ReliableKafkaError):
         self.component = component
         self.dead_letters = dead_letters
         self.window = window
+        super().__init__(message)
+
+
+class ArgumentError(ReliableKafkaError, ValueError):
+    """A call's argument is outside what the function accepts (a negative offset, a zero root id).
+
+    Configuration given to a constructor raises :class:`ConfigError` instead.
+    """
+
+
+class StateError(ReliableKafkaError, RuntimeError):
+    """A method was called in a state that does not allow it: before ``start()``, or while stopping."""
+
+
+class WaitTimeoutError(ReliableKafkaError, TimeoutError):
+    """A bounded wait ran out; the message says what was awaited and the last state seen."""
+
+    retriable = True
+
+
+class ComponentDiedError(ReliableKafkaError, RuntimeError):
+    """A component run by :class:`~reliable_kafka.LocalCluster` died; ``__cause__`` is its error."""
+
+    def __init__(self, message: str, *, component: str) -> None:
+        self.component = component
         super().__init__(message)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 __all__ = ["LocalCluster", "Component"]
 
@@ -36,13 +37,13 @@ class LocalCluster:
         self._threads: list[threading.Thread] = []
         self.errors: dict[str, BaseException] = {}
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
 
-    def start(self, *, ready_timeout: float = 60.0) -> "LocalCluster":
+    def start(self, *, ready_timeout: float = 60.0) -> LocalCluster:
         for component in self.components:
             thread = threading.Thread(target=self._run, args=(component,), name=component.name, daemon=True)
             thread.start()

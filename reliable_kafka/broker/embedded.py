@@ -142,7 +142,7 @@ class _KraftNodes:
     def version(self) -> str:
         return self._version
 
-    def start(self) -> "_KraftNodes":
+    def start(self) -> _KraftNodes:
         """Format storage if needed, start every node and wait until each answers metadata
         requests with the whole cluster. Returns self. No-op when already running."""
         if self._nodes and all(node.running() for node in self._nodes):
@@ -183,7 +183,7 @@ class _KraftNodes:
         _LIVE.discard(self)
         self._discard()
 
-    def __enter__(self) -> "_KraftNodes":
+    def __enter__(self) -> _KraftNodes:
         return self.start()
 
     def __exit__(
@@ -449,11 +449,11 @@ class EmbeddedKafka(_KraftNodes):
             security=security,
         )
 
-    def start(self) -> "EmbeddedKafka":
+    def start(self) -> EmbeddedKafka:
         super().start()
         return self
 
-    def __enter__(self) -> "EmbeddedKafka":
+    def __enter__(self) -> EmbeddedKafka:
         return self.start()
 
     @property
@@ -478,7 +478,7 @@ class EmbeddedKafka(_KraftNodes):
         """SIGKILL the broker, as a crash would; its data stays for :meth:`restart`."""
         self._kill_node(0)
 
-    def restart(self) -> "EmbeddedKafka":
+    def restart(self) -> EmbeddedKafka:
         """Start again on the same ports and data (after :meth:`kill`, or stopping it first)."""
         self._restart_node(0)
         return self
@@ -520,11 +520,11 @@ class EmbeddedCluster(_KraftNodes):
             security=security,
         )
 
-    def start(self) -> "EmbeddedCluster":
+    def start(self) -> EmbeddedCluster:
         super().start()
         return self
 
-    def __enter__(self) -> "EmbeddedCluster":
+    def __enter__(self) -> EmbeddedCluster:
         return self.start()
 
     @property

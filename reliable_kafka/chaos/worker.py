@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any
 
 from reliable_kafka.acker import AckerWorker
 from reliable_kafka.bolt import BasicBolt
@@ -28,13 +29,15 @@ def topic_names(topology: str) -> dict[str, str]:
 def build(role: str, *, topology: str, bootstrap: str, name: str, transactional: bool, timeout_ms: int,
           ackers: int, max_pending: int = 10_000):
     topics = topic_names(topology)
-    on = {"topology": topology, "bootstrap_servers": bootstrap, "kafka_config": dict(CLIENT_CONFIG), "name": name}
+    on: dict[str, Any] = {"topology": topology, "bootstrap_servers": bootstrap, "kafka_config": dict(CLIENT_CONFIG),
+                          "name": name}
     if role == "acker":
         return AckerWorker(**on, ackers=ackers, timeout_ms=timeout_ms, commit_interval_ms=500)
     if role == "spout":
         spout_class = TransactionalSpout if transactional else Spout
         return spout_class(**on, source_topics=topics["source"], group_id=f"{topology}-spout", emit_to=topics["stage1"],
-                     message_timeout_ms=timeout_ms, backstop_grace_ms=timeout_ms, max_retries=50, max_pending=max_pending,
+                     message_timeout_ms=timeout_ms, backstop_grace_ms=timeout_ms, max_retries=50,
+                     max_pending=max_pending,
                      backoff=Backoff(initial_ms=100, max_ms=2000), commit_interval_ms=250)
 
     def split(tuple_, collector):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from reliable_kafka.core.kinds import EventKind
@@ -40,7 +42,7 @@ class AckPacker:
         self._roots.append(root)
         self._vals.append(val)
 
-    def add_many(self, kind: EventKind, entries) -> None:
+    def add_many(self, kind: EventKind, entries: Iterable[tuple[int, int]]) -> None:
         """Add ``(root, val)`` pairs of one kind."""
         if self.ack_partitions == 0:
             return

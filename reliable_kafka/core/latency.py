@@ -34,7 +34,7 @@ class LatencyHistogram:
         self.count += 1
         self.sum_s += seconds
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, object]:
         """``{"bounds", "counts", "count", "sum_s"}``, a copy safe to keep while observing goes on."""
         return {"bounds": list(self.bounds), "counts": list(self.counts), "count": self.count,
                 "sum_s": self.sum_s}

@@ -162,7 +162,7 @@ class Backoff:
             delay = min(self.initial_ms * self.multiplier ** (attempt - 1), self.max_ms)
         except OverflowError:
             delay = self.max_ms
-        if self.jitter:
+        if self.jitter and self.rng is not None:  # rng is set in __post_init__
             delay = min(delay * (1.0 + self.rng.uniform(-self.jitter, self.jitter)), self.max_ms)
         return int(round(delay))
 
@@ -539,7 +539,7 @@ class InFlightTracker:
         queue = self._backstop
         while queue and queue[0][0] <= now:
             _, token, entry = queue.popleft()
-            if entry.token != token:
+            if entry.token != token or entry.root is None:  # stale: settled or re-emitted since queued
                 continue
             del self._roots[entry.root]
             self.stats.backstop_expired += 1

@@ -21,10 +21,10 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.spark.anchors import anchors_from_headers
-from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform
 from reliable_kafka.kafka.parking import park
 from reliable_kafka.kafka.produce import flush_or_raise
+from reliable_kafka.spark.anchors import anchors_from_headers
+from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform
 
 __all__ = ["SparkBolt"]
 
@@ -125,7 +125,7 @@ class SparkBolt(SparkJob):
             log.warning("%s: %s[%d]@%d: %s; copied to %s and skipped", self.name, row.topic, row.partition,
                         row.offset, reason, self.topics.quarantine)
             headers = [(h.key, bytes(h.value) if h.value is not None else None) for h in (row.headers or [])]
-            park(self._producer, self.topics.quarantine,
+            park(self._started()[1], self.topics.quarantine,
                  key=bytes(row.key) if row.key is not None else None,
                  value=bytes(row.value) if row.value is not None else None,
                  headers=headers,
@@ -134,7 +134,7 @@ class SparkBolt(SparkJob):
                                      source_timestamp_ms=int(row.timestamp.timestamp() * 1000)
                                      if row.timestamp is not None else -1,
                                      component=self.name))
-        flush_or_raise(self._producer, what=f"{self.name} quarantined records")
+        flush_or_raise(self._started()[1], what=f"{self.name} quarantined records")
         self.stats.quarantined += len(rows)
 
     def _commit_ends(self, ends: dict[tuple[str, int], int]) -> None:

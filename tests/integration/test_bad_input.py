@@ -105,7 +105,8 @@ def test_spout_ignores_outcomes_for_unknown_roots_and_quarantines_undecodable_on
         ])
         produce_values(kafka_bootstrap, source, [b"one", b"two"])
         cluster.wait_until(
-            lambda: committed_offsets(kafka_bootstrap, f"{topology}-spout", source) == end_offsets(kafka_bootstrap, source),
+            lambda: committed_offsets(kafka_bootstrap, f"{topology}-spout", source)
+            == end_offsets(kafka_bootstrap, source),
             timeout=60, what="the spout completed its records despite bad outcomes")
         cluster.wait_until(lambda: spout.tracker.stats.ignored_outcomes >= 1, timeout=10,
                            what="the unknown root was ignored")
