@@ -61,7 +61,7 @@ class ChaosConfig:
     splits: int = 2
     sinks: int = 2
     ackers: int = 2
-    timeout_ms: int = 10_000
+    message_timeout_ms: int = 10_000
     settle_timeout: float = 240.0  # after the faults: how long the topology may take to finish
     seed: int = 1
     bootstrap: str | None = None  # an existing cluster (then no broker faults)
@@ -316,7 +316,8 @@ def _processes(config: ChaosConfig, topology: str, bootstrap: str, log_dir: Path
         for index in range(count):
             name = f"{role}-{index}"
             argv = [sys.executable, "-m", "reliable_kafka.chaos.worker", "--role", role, "--topology", topology,
-                    "--bootstrap", bootstrap, "--name", name, "--timeout-ms", str(config.timeout_ms)]
+                    "--bootstrap-servers", bootstrap, "--name", name,
+                    "--message-timeout-ms", str(config.message_timeout_ms)]
             if role == "spark":
                 argv += ["--checkpoint-dir", str(log_dir / f"{name}-checkpoint")]
             if role == "spout" and (config.spark or config.transactional):

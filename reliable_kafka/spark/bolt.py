@@ -38,7 +38,9 @@ class SparkBolt(SparkJob):
     ``source_topics``, ``group_id``, ``checkpoint_dir``, ``transform`` (DataFrame -> DataFrame
     with value, anchors and optionally key, headers, rk_fail), ``output_topic``: required;
     ``trigger_seconds`` [1.0] or ``available_now`` [False]; ``max_offsets_per_trigger`` [None];
-    ``on_batch_error`` ["fail_roots"]; ``kafka_config``; ``spark_kafka_options``; ``name``.
+    ``on_batch_error`` ["fail_roots"]; ``kafka_config`` (``consumer_config`` / ``producer_config``:
+    merged over it for the driver's and tasks' consumers / producers only); ``spark_kafka_options``;
+    ``name``.
     The transform's input has key, value, topic, partition, offset, timestamp, headers, anchors
     (null for untracked records).
     """
@@ -63,6 +65,8 @@ class SparkBolt(SparkJob):
         kafka_config: dict | None = None,
         spark_kafka_options: dict[str, str] | None = None,
         name: str | None = None,
+        consumer_config: dict | None = None,
+        producer_config: dict | None = None,
     ) -> None:
         super().__init__(
             spark, topology=topology, bootstrap_servers=bootstrap_servers, source_topics=source_topics,
@@ -70,6 +74,7 @@ class SparkBolt(SparkJob):
             group_id=group_id, trigger_seconds=trigger_seconds, available_now=available_now,
             max_offsets_per_trigger=max_offsets_per_trigger, on_batch_error=on_batch_error,
             kafka_config=kafka_config, spark_kafka_options=spark_kafka_options, name=name,
+            consumer_config=consumer_config, producer_config=producer_config,
         )
         self.acked = 0  # input (root, edge) pairs acked
         self.failed = 0  # roots failed because their batch failed

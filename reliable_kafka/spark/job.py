@@ -20,6 +20,7 @@ from reliable_kafka.errors import ConfigError, DeliveryError, StateError, Topolo
 from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.clients import check_ack_sender_config, new_consumer, new_producer
+from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.produce import flush_or_raise
 from reliable_kafka.ops import reporter as ops_reporter
 from reliable_kafka.security import spark_kafka_options as spark_security_options
@@ -114,6 +115,8 @@ class SparkJob:
         kafka_config: dict | None = None,
         spark_kafka_options: dict[str, str] | None = None,
         name: str | None = None,
+        consumer_config: dict | None = None,
+        producer_config: dict | None = None,
     ) -> None:
         if not callable(transform):
             raise ConfigError(f"{self.component}: transform must be callable, got {transform!r}")
@@ -137,7 +140,8 @@ class SparkJob:
         self.available_now = available_now
         self.max_offsets_per_trigger = max_offsets_per_trigger
         self.on_batch_error = on_batch_error
-        self.kafka_config = dict(kafka_config or {})
+        self.kafka_config = client_config(kafka_config, consumer_config=consumer_config,
+                                          producer_config=producer_config)
         # Security settings of kafka_config reach Spark's Kafka reader too (DESIGN 10).
         self.spark_kafka_options = {"kafka.isolation.level": "read_committed",
                                     **spark_security_options(self.kafka_config),
