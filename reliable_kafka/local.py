@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from reliable_kafka.errors import ComponentDiedError, WaitTimeoutError
+
 __all__ = ["LocalCluster", "Component"]
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,8 @@ class LocalCluster:
             while not component.ready.wait(0.2):
                 self.check()
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{component.name} got no partitions within {ready_timeout:.0f}s")
+                    raise WaitTimeoutError(f"LocalCluster: {component.name} got no partitions within "
+                                           f"{ready_timeout:.0f}s; is the broker up and are its topics created?")
         return self
 
     def _run(self, component: Component) -> None:
@@ -67,7 +70,7 @@ class LocalCluster:
         """Raise the first error of a component that died."""
         if self.errors:
             name, error = next(iter(self.errors.items()))
-            raise RuntimeError(f"component {name} died: {error!r}") from error
+            raise ComponentDiedError(f"component {name} died: {error!r}", component=name) from error
 
     def wait_until(self, condition: Callable[[], bool], *, timeout: float, what: str,
                    progress: Callable[[], str] | None = None, interval: float = 0.2) -> None:
@@ -77,7 +80,7 @@ class LocalCluster:
             self.check()
             if time.monotonic() > deadline:
                 detail = f" (last state: {progress()})" if progress else ""
-                raise TimeoutError(f"not reached within {timeout:.0f}s: {what}{detail}")
+                raise WaitTimeoutError(f"not reached within {timeout:.0f}s: {what}{detail}")
             time.sleep(interval)
 
     def stop(self, timeout: float = 30.0) -> None:

@@ -45,7 +45,7 @@ from reliable_kafka.broker.node import (
     tail,
 )
 from reliable_kafka.broker.secure import ADMIN, BrokerSecurity
-from reliable_kafka.errors import BrokerStartError, ConfigError
+from reliable_kafka.errors import ArgumentError, BrokerStartError, ConfigError
 from reliable_kafka.jars import KAFKA_VERSION
 
 __all__ = ["KAFKA_VERSION", "EmbeddedKafka", "EmbeddedCluster"]
@@ -238,7 +238,7 @@ class _KraftNodes:
         if not self._nodes:
             raise BrokerStartError("the embedded broker has not been started", hint="call start()")
         if not 0 <= index < len(self._nodes):
-            raise IndexError(f"broker index {index} out of range 0..{len(self._nodes) - 1}")
+            raise ArgumentError(f"broker index {index} out of range 0..{len(self._nodes) - 1}")
         return self._nodes[index]
 
     # -- internals -----------------------------------------------------------------------------

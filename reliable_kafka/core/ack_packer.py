@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.errors import ConfigError
 from reliable_kafka.ids import partitions_for_roots
 
 __all__ = ["AckPacker", "PackedEntries"]
@@ -26,7 +27,7 @@ class AckPacker:
 
     def __init__(self, *, ack_partitions: int) -> None:
         if ack_partitions < 0:
-            raise ValueError(f"ack_partitions must be >= 0, got {ack_partitions}")
+            raise ConfigError(f"AckPacker: ack_partitions must be >= 0, got {ack_partitions}")
         self.ack_partitions = ack_partitions
         self._kinds: list[int] = []
         self._roots: list[int] = []

@@ -21,6 +21,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.errors import StateError
 from reliable_kafka.kafka.parking import park
 from reliable_kafka.kafka.produce import flush_or_raise
 from reliable_kafka.spark.anchors import anchors_from_headers
@@ -89,7 +90,7 @@ class SparkBolt(SparkJob):
         from pyspark.sql import functions as F
 
         if self._stopping.is_set():
-            raise RuntimeError(f"{self.name}: stopping; batch {batch_id} is left to the next run")
+            raise StateError(f"{self.name}: stopping; batch {batch_id} is left to the next run")
         with self._batch_lock:
             self.stats.batches += 1
             what = f"batch {batch_id}"

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from reliable_kafka.client_log import with_log
+from reliable_kafka.errors import DeliveryError, ReliableKafkaError, WaitTimeoutError
 from reliable_kafka.offsets import end_offsets
 
 __all__ = ["produce_values", "read_topic"]
@@ -46,7 +47,7 @@ def produce_values(
                 producer.poll(0.05)
     remaining = producer.flush(timeout)
     if remaining or errors:
-        raise RuntimeError(f"{remaining} records to {topic} not flushed, delivery errors: {errors[:3]}")
+        raise DeliveryError(f"{remaining} records to {topic} not flushed, delivery errors: {errors[:3]}", topic=topic)
     return placed  # type: ignore[return-value]
 
 
@@ -67,12 +68,12 @@ def read_topic(bootstrap_servers: str, topic: str, *, timeout: float = 60.0,
         deadline = time.monotonic() + timeout
         while any(positions[p] < end for p, end in ends.items()):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic}: reached {positions}, end is {ends}")
+                raise WaitTimeoutError(f"reading {topic}: reached {positions}, end is {ends}")
             for message in consumer.consume(num_messages=1000, timeout=0.5):
                 error = message.error()
                 if error is not None:
                     if error.code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(f"reading {topic}: {error}")
+                        raise ReliableKafkaError(f"reading {topic}: {error}")
                     continue
                 records.append(message)
                 partition, offset = message.partition(), message.offset()
