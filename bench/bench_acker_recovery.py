@@ -12,7 +12,7 @@ consumer group (so it replays from the start), from ``run()`` until all M roots 
 
 Prints figures, asserts nothing. The default (1M roots) runs in well under two minutes on a
 shared 2-core machine, broker start included. Usage:
-``python bench/bench_acker_recovery.py [--roots N] [--bootstrap HOST:PORT]`` (without
+``python bench/bench_acker_recovery.py [--roots N] [--bootstrap-servers HOST:PORT]`` (without
 ``--bootstrap`` an embedded broker is started and stopped).
 """
 
@@ -151,7 +151,8 @@ def in_memory(values: list[bytes], *, group: int) -> Rebuild:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--roots", type=int, default=1_000_000, help="pending roots to rebuild (default 1M)")
-    parser.add_argument("--bootstrap", default=None, help="use this Kafka (default: start an embedded broker)")
+    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap",
+                        default=None, help="use this Kafka (default: start an embedded broker)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 

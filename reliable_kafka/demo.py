@@ -273,7 +273,7 @@ def _how_to_watch(topology: str, bootstrap: str | None, out) -> None:
     else:
         print("\nto watch a run live, keep a broker and point the demo at it, then in a second terminal:\n"
               "  reliable-kafka kafka up                      # prints the broker's address, B\n"
-              "  reliable-kafka demo --bootstrap B            # prints its topology name, T\n"
+              "  reliable-kafka demo --bootstrap-servers B    # prints its topology name, T\n"
               "  reliable-kafka status --topology T --bootstrap-servers B --watch\n"
               "  reliable-kafka ui --topology T --bootstrap-servers B --port 8080   # http://127.0.0.1:8080/",
               file=out, flush=True)
