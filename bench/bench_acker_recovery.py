@@ -106,7 +106,7 @@ def write_log(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 def rebuild(name: str, bootstrap: str, topology: str, roots: int) -> Rebuild:
     """Time a fresh worker (new group: it replays the whole partition) until ``roots`` are pending."""
-    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=1, timeout_ms=TIMEOUT_MS,
+    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=1, message_timeout_ms=TIMEOUT_MS,
                          group_id=unique_name(f"{topology}.rebuild"), create_topics=False,
                          )
     stop = threading.Event()

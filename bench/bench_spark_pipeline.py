@@ -47,7 +47,7 @@ def split_words(df):
 def _acker(bootstrap: str, topology: str, ready, stop) -> None:
     from reliable_kafka.acker.worker import AckerWorker
 
-    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=2, timeout_ms=600_000)
+    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=2, message_timeout_ms=600_000)
     ready.set()
     worker.run(stop)
 

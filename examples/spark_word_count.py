@@ -45,7 +45,7 @@ def run(bootstrap: str, *, sentences: int = 500, timeout: float = 180.0) -> dict
         totals[tuple_.key.decode()] += int(tuple_.value)
 
     on = {"topology": topology, "bootstrap_servers": bootstrap}
-    with LocalCluster(AckerWorker(**on, ackers=2, timeout_ms=20_000),
+    with LocalCluster(AckerWorker(**on, ackers=2, message_timeout_ms=20_000),
                       BasicBolt(**on, source_topics=counts_topic, group_id=f"{topology}.sum", handler=add_count)), \
             tempfile.TemporaryDirectory(prefix="rk-wordcount-ckpt-") as checkpoint:
         spark = spark_session("spark-word-count")

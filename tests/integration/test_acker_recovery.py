@@ -51,7 +51,7 @@ class AckerProcess:
         self.log_path = log_dir / f"{name}.log"
         command = [
             sys.executable, "-m", "reliable_kafka", "acker", "--topology", topology, "--bootstrap", bootstrap,
-            "--ackers", str(ackers), "--timeout-ms", str(MESSAGE_TIMEOUT_MS), "--name", name,
+            "--ackers", str(ackers), "--message-timeout-ms", str(MESSAGE_TIMEOUT_MS), "--name", name,
         ]
         for setting in FAST_SESSION:
             command += ["--kafka-config", setting]
@@ -538,7 +538,7 @@ def test_an_open_transaction_on_the_ack_topic_does_not_time_trees_out(kafka_boot
     plain = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
     zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topology}.zombie"})
     zombie.init_transactions(30)
-    acker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap, timeout_ms=3000,
+    acker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap, message_timeout_ms=3000,
                         timeout_buckets=2, commit_interval_ms=200)
     with LocalCluster(acker) as cluster:
         plain.produce(topics.acks, _ack_record(sender, 0, root, edge), partition=0)  # INIT
