@@ -14,8 +14,8 @@ the bench times how long its COMPLETED outcome takes to appear. Cases:
 
 Each case runs with each consumer setting of ``--settings`` (see SETTINGS). Prints figures,
 asserts nothing. Usage: ``./rk bench acker_failover [--repeat N] [--settings a,b]
-[--bootstrap HOST:PORT] [--broker-config KEY=VALUE ...]`` (without ``--bootstrap`` an embedded
-broker is started, with ``--broker-config`` settings, and stopped).
+[--bootstrap-servers HOST:PORT] [--broker-config KEY=VALUE ...]`` (without ``--bootstrap-servers``,
+an embedded broker is started, with ``--broker-config`` settings, and stopped).
 """
 
 from __future__ import annotations
@@ -55,8 +55,9 @@ class Worker:
                  log_dir: Path) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}-{time.monotonic_ns()}.log"
-        command = [sys.executable, "-m", "reliable_kafka", "acker", "--topology", topology, "--bootstrap",
-                   bootstrap, "--ackers", "2", "--timeout-ms", "120000", "--commit-interval-ms", "200"]
+        command = [sys.executable, "-m", "reliable_kafka", "acker", "--topology", topology,
+                   "--bootstrap-servers", bootstrap, "--ackers", "2", "--message-timeout-ms", "120000",
+                   "--commit-interval-ms", "200"]
         if named:
             command += ["--name", name]
         for setting in settings:
@@ -144,7 +145,8 @@ def kafka(bootstrap: str | None, broker_config: dict[str, str]) -> Iterator[str]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", default=None, help="use this Kafka (default: start an embedded broker)")
+    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap",
+                        default=None, help="use this Kafka (default: start an embedded broker)")
     parser.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                         help="embedded broker setting (e.g. group.consumer.session.timeout.ms=6000)")
     parser.add_argument("--settings", default="classic-10s,classic-6s,consumer",

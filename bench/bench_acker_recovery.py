@@ -12,7 +12,7 @@ consumer group (so it replays from the start), from ``run()`` until all M roots 
 
 Prints figures, asserts nothing. The default (1M roots) runs in well under two minutes on a
 shared 2-core machine, broker start included. Usage:
-``python bench/bench_acker_recovery.py [--roots N] [--bootstrap HOST:PORT]`` (without
+``python bench/bench_acker_recovery.py [--roots N] [--bootstrap-servers HOST:PORT]`` (without
 ``--bootstrap`` an embedded broker is started and stopped).
 """
 
@@ -106,7 +106,7 @@ def write_log(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 def rebuild(name: str, bootstrap: str, topology: str, roots: int) -> Rebuild:
     """Time a fresh worker (new group: it replays the whole partition) until ``roots`` are pending."""
-    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=1, timeout_ms=TIMEOUT_MS,
+    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=1, message_timeout_ms=TIMEOUT_MS,
                          group_id=unique_name(f"{topology}.rebuild"), create_topics=False,
                          )
     stop = threading.Event()
@@ -151,7 +151,8 @@ def in_memory(values: list[bytes], *, group: int) -> Rebuild:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--roots", type=int, default=1_000_000, help="pending roots to rebuild (default 1M)")
-    parser.add_argument("--bootstrap", default=None, help="use this Kafka (default: start an embedded broker)")
+    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap",
+                        default=None, help="use this Kafka (default: start an embedded broker)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 

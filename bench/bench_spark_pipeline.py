@@ -15,8 +15,8 @@ the query stopped), CPU seconds per 1,000 sentences of the Python driver and of 
 tree completed and the group commit reached the end (bound by the Python bolt acking 8 words a
 sentence). The ratio is tracked / plain of the medians. Prints figures, asserts nothing.
 
-Usage: ``./rk bench spark_pipeline [--sentences N] [--rounds R] [--batch B] [--bootstrap HOST:PORT]``
-(without ``--bootstrap`` an embedded broker is started and stopped).
+Usage: ``./rk bench spark_pipeline [--sentences N] [--rounds R] [--batch B] [--bootstrap-servers HOST:PORT]``
+(without ``--bootstrap-servers`` an embedded broker is started and stopped).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def split_words(df):
 def _acker(bootstrap: str, topology: str, ready, stop) -> None:
     from reliable_kafka.acker.worker import AckerWorker
 
-    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=2, timeout_ms=600_000)
+    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=2, message_timeout_ms=600_000)
     ready.set()
     worker.run(stop)
 
@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=25_000, help="maxOffsetsPerTrigger")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: start an embedded broker)")
+    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap",
+                        help="Kafka bootstrap servers (default: start an embedded broker)")
     args = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap

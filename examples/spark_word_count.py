@@ -5,8 +5,8 @@ micro-batch; every count row is anchored to all the sentences it counted (``merg
 sentence's tree completes only when the Python bolt downstream has acked every count it went into.
 The job's consumer group (``<topology>.spark``) is committed as far as sentences are done.
 
-Run:  python examples/spark_word_count.py [--bootstrap HOST:PORT] [--sentences N]
-(without --bootstrap an embedded Kafka broker is started and stopped).
+Run:  python examples/spark_word_count.py [--bootstrap-servers HOST:PORT] [--sentences N]
+(without --bootstrap-servers an embedded Kafka broker is started and stopped).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def run(bootstrap: str, *, sentences: int = 500, timeout: float = 180.0) -> dict
         totals[tuple_.key.decode()] += int(tuple_.value)
 
     on = {"topology": topology, "bootstrap_servers": bootstrap}
-    with LocalCluster(AckerWorker(**on, ackers=2, timeout_ms=20_000),
+    with LocalCluster(AckerWorker(**on, ackers=2, message_timeout_ms=20_000),
                       BasicBolt(**on, source_topics=counts_topic, group_id=f"{topology}.sum", handler=add_count)), \
             tempfile.TemporaryDirectory(prefix="rk-wordcount-ckpt-") as checkpoint:
         spark = spark_session("spark-word-count")
@@ -68,7 +68,8 @@ def run(bootstrap: str, *, sentences: int = 500, timeout: float = 180.0) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: start an embedded broker)")
+    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap",
+                        help="Kafka bootstrap servers (default: start an embedded broker)")
     parser.add_argument("--sentences", type=int, default=500)
     args = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:

@@ -22,7 +22,7 @@ def build(bootstrap, *, topology="wordcount", sentences="sentences", words="word
 
     on = {"topology": topology, "bootstrap_servers": bootstrap}
     return counts, [
-        AckerWorker(**on, ackers=2, timeout_ms=timeout_ms),
+        AckerWorker(**on, ackers=2, message_timeout_ms=timeout_ms),
         Spout(**on, source_topics=sentences, group_id=f"{topology}-spout", emit_to=f"{topology}.sentences",
               message_timeout_ms=timeout_ms, **spout_options),
         BasicBolt(**on, source_topics=f"{topology}.sentences", group_id=f"{topology}-split", handler=split),

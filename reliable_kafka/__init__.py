@@ -8,13 +8,17 @@ from reliable_kafka.acker import AckerStats, AckerWorker
 from reliable_kafka.bolt import BasicBolt, Bolt, BoltCollector, BoltStats, Tuple
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.errors import (
+    ArgumentError,
     BrokerStartError,
+    ComponentDiedError,
     ConfigError,
     DecodeError,
     DeliveryError,
     JarResolutionError,
     ReliableKafkaError,
+    StateError,
     TopologyError,
+    WaitTimeoutError,
 )
 from reliable_kafka.local import LocalCluster
 from reliable_kafka.spout import SourceRecord, Spout, SpoutCollector, SpoutStats, TransactionalSpout
@@ -28,5 +32,5 @@ __all__ = [
     "Bolt", "BasicBolt", "BoltCollector", "BoltStats", "Tuple",
     "LocalCluster", "TopologyTopics", "ensure_topics",
     "ReliableKafkaError", "ConfigError", "DecodeError", "BrokerStartError", "JarResolutionError",
-    "TopologyError", "DeliveryError",
+    "TopologyError", "DeliveryError", "ArgumentError", "StateError", "WaitTimeoutError", "ComponentDiedError",
 ]

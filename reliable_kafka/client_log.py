@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["LOGGER_NAME", "LibrdkafkaLog", "with_log"]
 

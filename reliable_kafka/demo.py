@@ -16,8 +16,9 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Protocol
 
 from reliable_kafka.acker import AckerWorker
 from reliable_kafka.bolt import BasicBolt
@@ -92,24 +93,25 @@ def _kafka(bootstrap: str | None) -> Iterator[str]:
         yield broker.bootstrap_servers
 
 
-class _Job:
+class _Job(Protocol):
     """What the demo needs of a word-count job, whichever engine runs it."""
 
     group_id: str
     components: list
-    stats: Callable[[], dict]  # read, completed, replayed, dead_lettered, pending
+
+    def stats(self) -> dict: ...  # read, completed, replayed, dead_lettered, pending
 
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
 
 
-class _PythonJob(_Job):
+class _PythonJob:
     """Spout on `sentences` + split bolt: the Storm word count's front half, in threads."""
 
     def __init__(self, bootstrap: str, topology: str, sentences: str, words: str) -> None:
         self.group_id = f"{topology}-spout"
-        on = {"topology": topology, "bootstrap_servers": bootstrap}
+        on: dict[str, Any] = {"topology": topology, "bootstrap_servers": bootstrap}
         create_topics(bootstrap, {f"{topology}.sentences": 2})
 
         def split(sentence, collector):
@@ -120,6 +122,12 @@ class _PythonJob(_Job):
                            max_retries=10, backoff=Backoff(initial_ms=50, max_ms=1000))
         self.components = [self.spout, BasicBolt(**on, source_topics=f"{topology}.sentences",
                                                  group_id=f"{topology}-split", handler=split)]
+
+    def start(self) -> None:
+        pass  # its components run in the demo's LocalCluster
+
+    def stop(self) -> None:
+        pass
 
     def stats(self) -> dict:
         s = self.spout.stats
@@ -152,7 +160,7 @@ def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spar
         topology = unique_name("demo")
         sentence_topic, word_topic = f"{topology}-sentences", f"{topology}-words"
         create_topics(bootstrap, {sentence_topic: 2, word_topic: 2})
-        counted = Counter()
+        counted: Counter[str] = Counter()
         coin = random.Random(11)
         lock = threading.Lock()
 
@@ -162,11 +170,12 @@ def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spar
             with lock:
                 counted[word.key.decode()] += int(word.value)
 
-        on = {"topology": topology, "bootstrap_servers": bootstrap}
+        on: dict[str, Any] = {"topology": topology, "bootstrap_servers": bootstrap}
         ackers = [AckerWorker(**on, ackers=2, name=f"acker-{i}") for i in range(2)]
         counter = BasicBolt(**on, source_topics=word_topic, group_id=f"{topology}-count", handler=count)
         for component in (*ackers, counter):
-            component.status_interval_s = STATUS_INTERVAL_S
+            # an optional attribute that ops.reporter reads (getattr with a default)
+            component.status_interval_s = STATUS_INTERVAL_S  # type: ignore[attr-defined]
         print(f"demo: topology {topology}, engine {engine}, {sentences} sentences, "
               f"count bolt fails {fail_rate:.0%} of tuples", flush=True)
         with LocalCluster(*ackers, counter) as cluster:
@@ -203,7 +212,7 @@ def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spar
                 job.stop()
                 if job_cluster:
                     job_cluster.stop()
-        dead = [m.value().decode() for m in read_topic(bootstrap, TopologyTopics(topology).dlq)]
+        dead = [(m.value() or b"").decode() for m in read_topic(bootstrap, TopologyTopics(topology).dlq)]
         expected = Counter(w for s in written for w in s.split())
         expected.subtract(Counter(w for s in dead for w in s.split()))
         lost = sum(max(0, n - counted[w]) for w, n in expected.items())
@@ -264,7 +273,7 @@ def _how_to_watch(topology: str, bootstrap: str | None, out) -> None:
     else:
         print("\nto watch a run live, keep a broker and point the demo at it, then in a second terminal:\n"
               "  reliable-kafka kafka up                      # prints the broker's address, B\n"
-              "  reliable-kafka demo --bootstrap B            # prints its topology name, T\n"
+              "  reliable-kafka demo --bootstrap-servers B    # prints its topology name, T\n"
               "  reliable-kafka status --topology T --bootstrap-servers B --watch\n"
               "  reliable-kafka ui --topology T --bootstrap-servers B --port 8080   # http://127.0.0.1:8080/",
               file=out, flush=True)

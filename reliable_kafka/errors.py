@@ -18,6 +18,10 @@ __all__ = [
     "MissingExtraError",
     "DeadLetterGuardTripped",
     "AuthorizationError",
+    "ArgumentError",
+    "StateError",
+    "WaitTimeoutError",
+    "ComponentDiedError",
 ]
 
 
@@ -66,7 +70,7 @@ class DecodeError(ReliableKafkaError, ValueError):
         size = "no bytes" if self.raw is None else f"{len(self.raw)} bytes"
         return f"cannot decode {self.what}{where} ({size}): {self.reason}"
 
-    def at(self, topic: str, partition: int, offset: int) -> "DecodeError":
+    def at(self, topic: str, partition: int, offset: int) -> DecodeError:
         """The same error, placed at a record's coordinates."""
         return DecodeError(
             self.what, self.reason, self.raw, topic=topic, partition=partition, offset=offset
@@ -146,3 +150,26 @@ class AuthorizationError(ReliableKafkaError):
             f"{resource} (Kafka: {error}); stopped. Grant it, e.g. `kafka-acls.sh --bootstrap-server ... --add "
             f"--allow-principal {principal} --operation {operation.title().replace('_', '')} {target}`, "
             f"or apply the role's ACLs with `reliable-kafka acls --apply` (docs/security.md)")
+class ArgumentError(ReliableKafkaError, ValueError):
+    """A call's argument is outside what the function accepts (a negative offset, a zero root id).
+
+    Configuration given to a constructor raises :class:`ConfigError` instead.
+    """
+
+
+class StateError(ReliableKafkaError, RuntimeError):
+    """A method was called in a state that does not allow it: before ``start()``, or while stopping."""
+
+
+class WaitTimeoutError(ReliableKafkaError, TimeoutError):
+    """A bounded wait ran out; the message says what was awaited and the last state seen."""
+
+    retriable = True
+
+
+class ComponentDiedError(ReliableKafkaError, RuntimeError):
+    """A component run by :class:`~reliable_kafka.LocalCluster` died; ``__cause__`` is its error."""
+
+    def __init__(self, message: str, *, component: str) -> None:
+        self.component = component
+        super().__init__(message)

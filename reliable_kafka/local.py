@@ -9,7 +9,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
+
+from reliable_kafka.errors import ComponentDiedError, WaitTimeoutError
 
 __all__ = ["LocalCluster", "Component"]
 
@@ -36,13 +39,13 @@ class LocalCluster:
         self._threads: list[threading.Thread] = []
         self.errors: dict[str, BaseException] = {}
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
 
-    def start(self, *, ready_timeout: float = 60.0) -> "LocalCluster":
+    def start(self, *, ready_timeout: float = 60.0) -> LocalCluster:
         for component in self.components:
             thread = threading.Thread(target=self._run, args=(component,), name=component.name, daemon=True)
             thread.start()
@@ -52,7 +55,8 @@ class LocalCluster:
             while not component.ready.wait(0.2):
                 self.check()
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{component.name} got no partitions within {ready_timeout:.0f}s")
+                    raise WaitTimeoutError(f"LocalCluster: {component.name} got no partitions within "
+                                           f"{ready_timeout:.0f}s; is the broker up and are its topics created?")
         return self
 
     def _run(self, component: Component) -> None:
@@ -66,7 +70,7 @@ class LocalCluster:
         """Raise the first error of a component that died."""
         if self.errors:
             name, error = next(iter(self.errors.items()))
-            raise RuntimeError(f"component {name} died: {error!r}") from error
+            raise ComponentDiedError(f"component {name} died: {error!r}", component=name) from error
 
     def wait_until(self, condition: Callable[[], bool], *, timeout: float, what: str,
                    progress: Callable[[], str] | None = None, interval: float = 0.2) -> None:
@@ -76,7 +80,7 @@ class LocalCluster:
             self.check()
             if time.monotonic() > deadline:
                 detail = f" (last state: {progress()})" if progress else ""
-                raise TimeoutError(f"not reached within {timeout:.0f}s: {what}{detail}")
+                raise WaitTimeoutError(f"not reached within {timeout:.0f}s: {what}{detail}")
             time.sleep(interval)
 
     def stop(self, timeout: float = 30.0) -> None:

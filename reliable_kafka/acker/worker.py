@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from reliable_kafka import codec
 from reliable_kafka.core.acker_table import AckerTable, Outcomes
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.errors import ConfigError, DecodeError, DeliveryError, TopologyError
 from reliable_kafka.ids import new_id, partitions_for_roots
 from reliable_kafka.lifecycle import run_until_stopped
@@ -33,6 +34,7 @@ from reliable_kafka.topology import (
 )
 from reliable_kafka.kafka.authorization import check_consumed, check_delivery
 from reliable_kafka.kafka.clients import new_consumer, new_producer
+from reliable_kafka.kafka.config import client_config, consumer_settings
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import flush_or_raise
 
@@ -98,14 +100,16 @@ class AckerWorker:
     - ``topology``, ``bootstrap_servers``: required.
     - ``ackers`` [1]: partitions of the ack topic when this worker creates it; an existing topic is
       used as it is (its partition count is N).
-    - ``timeout_ms`` [30000]: message timeout, as Storm's ``topology.message.timeout.secs``.
-    - ``timeout_buckets`` [4]: rotating buckets; a root times out between ``timeout_ms`` and
-      ``timeout_ms * (1 + 1/buckets)`` after its last INIT or RESET_TIMEOUT.
+    - ``message_timeout_ms`` [30000]: as Storm's ``topology.message.timeout.secs`` (``timeout_ms``,
+      its old name, still works with a DeprecationWarning).
+    - ``timeout_buckets`` [4]: rotating buckets; a root times out between ``message_timeout_ms`` and
+      ``message_timeout_ms * (1 + 1/buckets)`` after its last INIT or RESET_TIMEOUT.
     - ``group_id`` [``<topology>.ackers``], ``commit_interval_ms`` [1000], ``batch_size`` [500].
     - ``create_topics`` [True]: create missing topology topics (else refuse to start without them).
     - ``replication_factor`` [1]: for topics this worker creates.
     - ``max_entries_per_record`` [100000]: larger ack records are quarantined, not folded.
     - ``kafka_config``: librdkafka settings passed through to the consumer and producer
+      (``consumer_config`` / ``producer_config``: merged over it for one of them only)
       (the consumer's ``session.timeout.ms`` defaults to 6000 here, ``heartbeat.interval.ms`` to
       1000: a killed worker's partitions move after about 6 s; a stopped one leaves at once).
     - ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
@@ -115,13 +119,14 @@ class AckerWorker:
       its partitions until its session expires (static members do not leave the group).
     """
 
+    @renamed_keywords(timeout_ms="message_timeout_ms")
     def __init__(
         self,
         *,
         topology: str,
         bootstrap_servers: str,
         ackers: int = 1,
-        timeout_ms: int = 30_000,
+        message_timeout_ms: int = 30_000,
         timeout_buckets: int = 4,
         group_id: str | None = None,
         commit_interval_ms: int = 1000,
@@ -130,16 +135,18 @@ class AckerWorker:
         replication_factor: int = 1,
         max_entries_per_record: int = 100_000,
         kafka_config: dict | None = None,
+        consumer_config: dict | None = None,
+        producer_config: dict | None = None,
         name: str | None = None,
         metrics_port: int | None = None,
     ) -> None:
         if ackers < 1:
             raise ConfigError(f"an acker worker needs ackers >= 1 (ack topic partitions), got {ackers}")
-        if timeout_ms <= 0:
-            raise ConfigError(f"timeout_ms must be positive, got {timeout_ms}")
+        if message_timeout_ms <= 0:
+            raise ConfigError(f"message_timeout_ms must be positive, got {message_timeout_ms}")
         self.topics = TopologyTopics(topology, ackers=ackers)
         self.bootstrap_servers = bootstrap_servers
-        self.timeout_ms = timeout_ms
+        self.message_timeout_ms = message_timeout_ms
         self.timeout_buckets = timeout_buckets
         self.group_id = group_id or f"{topology}.ackers"
         self.commit_interval_ms = commit_interval_ms
@@ -147,7 +154,8 @@ class AckerWorker:
         self.create_topics = create_topics
         self.replication_factor = replication_factor
         self.max_entries_per_record = max_entries_per_record
-        self.kafka_config = dict(kafka_config or {})
+        self.kafka_config = client_config(kafka_config, consumer_config=consumer_config,
+                                          producer_config=producer_config)
         self._stable_name = name is not None
         self.name = name or f"acker-{new_id() & 0xFFFF:04x}"
         self.stats = AckerStats()
@@ -187,7 +195,7 @@ class AckerWorker:
         self._producer = new_producer(self.bootstrap_servers, self.kafka_config, component=self.name)
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
         overrides = {"isolation.level": "read_committed"}
-        config = dict(self.kafka_config)
+        config = consumer_settings(self.kafka_config)
         if config.get("group.protocol", "classic") == "classic":
             # KIP-848's protocol (group.protocol=consumer) refuses these: the broker decides them
             overrides["partition.assignment.strategy"] = "cooperative-sticky"
@@ -218,7 +226,7 @@ class AckerWorker:
     def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
         committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
         for tp in partitions:
-            table = AckerTable(timeout_ms=self.timeout_ms, buckets=self.timeout_buckets)
+            table = AckerTable(timeout_ms=self.message_timeout_ms, buckets=self.timeout_buckets)
             offset = committed.get(tp.partition)
             self._partitions[tp.partition] = _Partition(table, offset if offset is not None and offset >= 0 else None)
         log.info("%s: assigned %s (replaying from %s)", self.name, [tp.partition for tp in partitions], committed)

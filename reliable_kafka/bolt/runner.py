@@ -30,6 +30,7 @@ from reliable_kafka.topology import TopologyTopics, admin_client, partition_coun
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.authorization import check_consumed, raise_if_refused
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
+from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.deadline import StuckCall, with_deadline
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import ProducerUnusable, flush_or_raise, produce_tuple
@@ -166,6 +167,7 @@ class Bolt:
       is also a static group member, ``group.instance.id`` = ``<group_id>.<name>``, so a restart
       gets its partitions back without a rebalance).
     - ``batch_size`` [500], ``commit_interval_ms`` [1000], ``kafka_config`` (librdkafka, copied),
+      ``consumer_config`` / ``producer_config`` (merged over it for consumers / producers only),
       ``name`` [random], ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
     """
 
@@ -184,6 +186,8 @@ class Bolt:
         batch_size: int = 500,
         commit_interval_ms: int = 1000,
         kafka_config: dict | None = None,
+        consumer_config: dict | None = None,
+        producer_config: dict | None = None,
         name: str | None = None,
         metrics_port: int | None = None,
     ) -> None:
@@ -197,7 +201,8 @@ class Bolt:
         self.transactional = transactional
         self.batch_size = batch_size
         self.commit_interval_ms = commit_interval_ms
-        self.kafka_config = dict(kafka_config or {})
+        self.kafka_config = client_config(kafka_config, consumer_config=consumer_config,
+                                          producer_config=producer_config)
         self.task_id = new_id()
         self._stable_name = name is not None
         self.name = name or f"bolt-{self.task_id & 0xFFFF:04x}"

@@ -73,7 +73,8 @@ class DaemonStatus:
             f"pid {', '.join(str(n['pid']) for n in nodes)}, data {self.state['data_dir']})"
         )
         if self.state.get("client_properties"):
-            where += f"; secured (SASL/SCRAM-SHA-256, ACLs), client properties: {self.state['data_dir']}/client-<user>.properties"
+            where += ("; secured (SASL/SCRAM-SHA-256, ACLs), client properties: "
+                      f"{self.state['data_dir']}/client-<user>.properties")
         if self.running:
             return f"Kafka {self.state['version']} is running: {where}"
         if not self.alive_pids:

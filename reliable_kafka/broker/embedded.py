@@ -45,7 +45,7 @@ from reliable_kafka.broker.node import (
     tail,
 )
 from reliable_kafka.broker.secure import ADMIN, BrokerSecurity
-from reliable_kafka.errors import BrokerStartError, ConfigError
+from reliable_kafka.errors import ArgumentError, BrokerStartError, ConfigError
 from reliable_kafka.jars import KAFKA_VERSION
 
 __all__ = ["KAFKA_VERSION", "EmbeddedKafka", "EmbeddedCluster"]
@@ -142,7 +142,7 @@ class _KraftNodes:
     def version(self) -> str:
         return self._version
 
-    def start(self) -> "_KraftNodes":
+    def start(self) -> _KraftNodes:
         """Format storage if needed, start every node and wait until each answers metadata
         requests with the whole cluster. Returns self. No-op when already running."""
         if self._nodes and all(node.running() for node in self._nodes):
@@ -183,7 +183,7 @@ class _KraftNodes:
         _LIVE.discard(self)
         self._discard()
 
-    def __enter__(self) -> "_KraftNodes":
+    def __enter__(self) -> _KraftNodes:
         return self.start()
 
     def __exit__(
@@ -238,7 +238,7 @@ class _KraftNodes:
         if not self._nodes:
             raise BrokerStartError("the embedded broker has not been started", hint="call start()")
         if not 0 <= index < len(self._nodes):
-            raise IndexError(f"broker index {index} out of range 0..{len(self._nodes) - 1}")
+            raise ArgumentError(f"broker index {index} out of range 0..{len(self._nodes) - 1}")
         return self._nodes[index]
 
     # -- internals -----------------------------------------------------------------------------
@@ -449,11 +449,11 @@ class EmbeddedKafka(_KraftNodes):
             security=security,
         )
 
-    def start(self) -> "EmbeddedKafka":
+    def start(self) -> EmbeddedKafka:
         super().start()
         return self
 
-    def __enter__(self) -> "EmbeddedKafka":
+    def __enter__(self) -> EmbeddedKafka:
         return self.start()
 
     @property
@@ -478,7 +478,7 @@ class EmbeddedKafka(_KraftNodes):
         """SIGKILL the broker, as a crash would; its data stays for :meth:`restart`."""
         self._kill_node(0)
 
-    def restart(self) -> "EmbeddedKafka":
+    def restart(self) -> EmbeddedKafka:
         """Start again on the same ports and data (after :meth:`kill`, or stopping it first)."""
         self._restart_node(0)
         return self
@@ -520,11 +520,11 @@ class EmbeddedCluster(_KraftNodes):
             security=security,
         )
 
-    def start(self) -> "EmbeddedCluster":
+    def start(self) -> EmbeddedCluster:
         super().start()
         return self
 
-    def __enter__(self) -> "EmbeddedCluster":
+    def __enter__(self) -> EmbeddedCluster:
         return self.start()
 
     @property

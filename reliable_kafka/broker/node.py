@@ -173,7 +173,7 @@ def probe_broker_ids(bootstrap: str, timeout: float, client_config: Mapping[str,
         {
             **(client_config or {}),
             "bootstrap.servers": bootstrap,
-            "logger": _quiet_logger(),
+            "logger": _quiet_logger(),  # type: ignore[dict-item]  # the stubs omit confluent-kafka's logger
             "socket.connection.setup.timeout.ms": max(1000, int(timeout * 1000)),
         }
     )

@@ -46,7 +46,7 @@ class BrokerSecurity:
                                   f"free of quotes, backslashes, commas, '=', brackets and spaces")
 
     @classmethod
-    def generate(cls, names=()) -> "BrokerSecurity":
+    def generate(cls, names=()) -> BrokerSecurity:
         return cls(users={name: secrets.token_hex(12) for name in (ADMIN, *names)})
 
     def client_config(self, user: str) -> dict[str, str]:

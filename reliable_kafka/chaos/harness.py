@@ -27,6 +27,7 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reliable_kafka import codec
 from reliable_kafka.chaos.worker import FANOUT, topic_names
@@ -35,6 +36,9 @@ from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+if TYPE_CHECKING:
+    from reliable_kafka.broker.embedded import EmbeddedCluster, EmbeddedKafka
 
 __all__ = ["ChaosConfig", "ChaosReport", "run"]
 
@@ -57,7 +61,7 @@ class ChaosConfig:
     splits: int = 2
     sinks: int = 2
     ackers: int = 2
-    timeout_ms: int = 10_000
+    message_timeout_ms: int = 10_000
     settle_timeout: float = 240.0  # after the faults: how long the topology may take to finish
     seed: int = 1
     bootstrap: str | None = None  # an existing cluster (then no broker faults)
@@ -175,24 +179,24 @@ class _Broker:
 
     def __init__(self, config: ChaosConfig) -> None:
         self.config = config
-        self.kafka = None
+        self.kafka: EmbeddedKafka | EmbeddedCluster | None = None
 
     def start(self) -> str:
         if self.config.bootstrap:
             return self.config.bootstrap
         from reliable_kafka.broker import EmbeddedCluster, EmbeddedKafka
 
-        if self.config.brokers > 1:
-            self.kafka = EmbeddedCluster(brokers=self.config.brokers).start()
-        else:
-            self.kafka = EmbeddedKafka().start()
-        return self.kafka.bootstrap_servers
+        kafka = EmbeddedCluster(brokers=self.config.brokers) if self.config.brokers > 1 else EmbeddedKafka()
+        self.kafka = kafka.start()
+        return kafka.bootstrap_servers
 
     def fault(self, rng: random.Random, log) -> None:
         """Kill a broker and start it again (the cluster keeps serving through the others)."""
+        from reliable_kafka.broker import EmbeddedCluster
+
         if self.kafka is None:
             return
-        if self.config.brokers > 1:
+        if isinstance(self.kafka, EmbeddedCluster):
             index = rng.randrange(self.config.brokers)
             log(f"kill broker {index}")
             self.kafka.kill_broker(index)
@@ -234,7 +238,7 @@ def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
     return report
 
 
-def _run_topology(config: ChaosConfig, broker: "_Broker", bootstrap: str, rng: random.Random, started: float,
+def _run_topology(config: ChaosConfig, broker: _Broker, bootstrap: str, rng: random.Random, started: float,
                   log) -> tuple[ChaosReport, Path]:
     topology = unique_name("chaos")
     topics = topic_names(topology)
@@ -293,10 +297,11 @@ def _run_topology(config: ChaosConfig, broker: "_Broker", bootstrap: str, rng: r
         deadline = time.monotonic() + 20.0
         for process in processes:
             process.stop(deadline)
-    dead = [p for p in processes if p.popen is not None and p.popen.returncode not in (0, -signal.SIGTERM)]
+    dead = [(p, p.popen.returncode) for p in processes
+            if p.popen is not None and p.popen.returncode not in (0, -signal.SIGTERM)]
     report = _check(bootstrap, topology, config, samples, kills, kill_times, caught_up, started)
-    for process in dead:
-        report.notes.append(f"{process.name} exited with {process.popen.returncode}: {process.tail(5)}")
+    for process, returncode in dead:
+        report.notes.append(f"{process.name} exited with {returncode}: {process.tail(5)}")
     for name, count in sorted(crashes.items()):
         report.notes.append(f"{name} died on its own {count} time(s) and was restarted; see its log")
     report.crashes = sum(crashes.values())
@@ -311,7 +316,8 @@ def _processes(config: ChaosConfig, topology: str, bootstrap: str, log_dir: Path
         for index in range(count):
             name = f"{role}-{index}"
             argv = [sys.executable, "-m", "reliable_kafka.chaos.worker", "--role", role, "--topology", topology,
-                    "--bootstrap", bootstrap, "--name", name, "--timeout-ms", str(config.timeout_ms)]
+                    "--bootstrap-servers", bootstrap, "--name", name,
+                    "--message-timeout-ms", str(config.message_timeout_ms)]
             if role == "spark":
                 argv += ["--checkpoint-dir", str(log_dir / f"{name}-checkpoint")]
             if role == "spout" and (config.spark or config.transactional):
@@ -386,24 +392,25 @@ def _wait_caught_up(bootstrap: str, topology: str, timeout: float, log, supervis
 
 def _check(bootstrap, topology, config, samples, kills, kill_times, caught_up, started) -> ChaosReport:
     topics = topic_names(topology)
-    position = {int(m.value()): (m.partition(), m.offset()) for m in read_topic(bootstrap, topics["source"])}
+    position = {int(m.value() or b""): (m.partition(), m.offset()) for m in read_topic(bootstrap, topics["source"])}
     first_seen: dict[bytes, float] = {}
-    copies: Counter = Counter()
+    copies: Counter[bytes] = Counter()
     for message in read_topic(bootstrap, topics["sink"]):
-        effect = message.value()
+        effect = message.value() or b""
         copies[effect] += 1
         stamp = message.timestamp()[1] / 1000
         first_seen[effect] = min(first_seen.get(effect, stamp), stamp)
     dead = {}
     for message in read_topic(bootstrap, TopologyTopics(topology).dlq):
-        dead[int(message.value())] = message.timestamp()[1] / 1000
+        dead[int(message.value() or b"")] = message.timestamp()[1] / 1000
     # when each source record's effects were all in the sink (or it was dead-lettered)
     complete_at: dict[int, float] = {}
     lost = 0
     for record in range(config.records):
-        effects = [first_seen.get(f"{record}:{j}".encode()) for j in range(FANOUT)]
-        if all(e is not None for e in effects):
-            complete_at[record] = max(effects)
+        seen = [first_seen.get(f"{record}:{j}".encode()) for j in range(FANOUT)]
+        effects_at = [t for t in seen if t is not None]
+        if len(effects_at) == FANOUT:
+            complete_at[record] = max(effects_at)
         elif record in dead:
             complete_at[record] = dead[record]
         else:

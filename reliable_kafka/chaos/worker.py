@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any
 
 from reliable_kafka.acker import AckerWorker
 from reliable_kafka.bolt import BasicBolt
@@ -25,16 +26,18 @@ def topic_names(topology: str) -> dict[str, str]:
     return {name: f"{topology}.{name}" for name in ("source", "stage1", "stage2", "sink")}
 
 
-def build(role: str, *, topology: str, bootstrap: str, name: str, transactional: bool, timeout_ms: int,
+def build(role: str, *, topology: str, bootstrap: str, name: str, transactional: bool, message_timeout_ms: int,
           ackers: int, max_pending: int = 10_000):
     topics = topic_names(topology)
-    on = {"topology": topology, "bootstrap_servers": bootstrap, "kafka_config": dict(CLIENT_CONFIG), "name": name}
+    on: dict[str, Any] = {"topology": topology, "bootstrap_servers": bootstrap, "kafka_config": dict(CLIENT_CONFIG),
+                          "name": name}
     if role == "acker":
-        return AckerWorker(**on, ackers=ackers, timeout_ms=timeout_ms, commit_interval_ms=500)
+        return AckerWorker(**on, ackers=ackers, message_timeout_ms=message_timeout_ms, commit_interval_ms=500)
     if role == "spout":
         spout_class = TransactionalSpout if transactional else Spout
         return spout_class(**on, source_topics=topics["source"], group_id=f"{topology}-spout", emit_to=topics["stage1"],
-                     message_timeout_ms=timeout_ms, backstop_grace_ms=timeout_ms, max_retries=50, max_pending=max_pending,
+                     message_timeout_ms=message_timeout_ms, backstop_grace_ms=message_timeout_ms, max_retries=50,
+                     max_pending=max_pending,
                      backoff=Backoff(initial_ms=100, max_ms=2000), commit_interval_ms=250)
 
     def split(tuple_, collector):
@@ -53,10 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="reliable_kafka.chaos.worker")
     parser.add_argument("--role", choices=ROLES, required=True)
     parser.add_argument("--topology", required=True)
-    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap", required=True)
     parser.add_argument("--name", required=True, help="stable across restarts (transactional.id)")
     parser.add_argument("--transactional", action="store_true")
-    parser.add_argument("--timeout-ms", type=int, default=10_000)
+    parser.add_argument("--message-timeout-ms", type=int, default=10_000)
     parser.add_argument("--ackers", type=int, default=4)
     parser.add_argument("--max-pending", type=int, default=10_000, help="for --role spout")
     parser.add_argument("--checkpoint-dir", help="for --role spark: the Spark checkpoint (stable across restarts)")
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                         checkpoint_dir=args.checkpoint_dir, fanout=FANOUT, kafka_config={}, stop=stop)
         return 0
     component = build(args.role, topology=args.topology, bootstrap=args.bootstrap, name=args.name,
-                      transactional=args.transactional, timeout_ms=args.timeout_ms, ackers=args.ackers,
+                      transactional=args.transactional, message_timeout_ms=args.message_timeout_ms, ackers=args.ackers,
                       max_pending=args.max_pending)
     component.run(handle_signals=True)
     return 0

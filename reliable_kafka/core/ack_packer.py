@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.errors import ConfigError
 from reliable_kafka.ids import partitions_for_roots
 
 __all__ = ["AckPacker", "PackedEntries"]
@@ -24,7 +27,7 @@ class AckPacker:
 
     def __init__(self, *, ack_partitions: int) -> None:
         if ack_partitions < 0:
-            raise ValueError(f"ack_partitions must be >= 0, got {ack_partitions}")
+            raise ConfigError(f"AckPacker: ack_partitions must be >= 0, got {ack_partitions}")
         self.ack_partitions = ack_partitions
         self._kinds: list[int] = []
         self._roots: list[int] = []
@@ -40,7 +43,7 @@ class AckPacker:
         self._roots.append(root)
         self._vals.append(val)
 
-    def add_many(self, kind: EventKind, entries) -> None:
+    def add_many(self, kind: EventKind, entries: Iterable[tuple[int, int]]) -> None:
         """Add ``(root, val)`` pairs of one kind."""
         if self.ack_partitions == 0:
             return

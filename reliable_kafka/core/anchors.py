@@ -11,7 +11,7 @@ the emitted tuples; its ack entries are the INIT entries.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from reliable_kafka.ids import new_id
 

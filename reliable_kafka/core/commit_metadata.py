@@ -29,7 +29,7 @@ import binascii
 import re
 from collections.abc import Iterable
 
-from reliable_kafka.errors import DecodeError
+from reliable_kafka.errors import ArgumentError, DecodeError
 
 __all__ = [
     "PREFIX",
@@ -81,9 +81,9 @@ def encode_done_above(commit_point: int, offsets: Iterable[int], *,
     Offsets at or below ``commit_point`` are ignored.
     """
     if commit_point < 0:
-        raise ValueError(f"commit metadata: commit point must be >= 0, got {commit_point}")
+        raise ArgumentError(f"commit metadata: commit point must be >= 0, got {commit_point}")
     if max_bytes < 0:
-        raise ValueError(f"commit metadata: max_bytes must be >= 0, got {max_bytes}")
+        raise ArgumentError(f"commit metadata: max_bytes must be >= 0, got {max_bytes}")
     runs = _runs(commit_point, offsets)
     if not runs:
         return "", False

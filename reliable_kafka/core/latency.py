@@ -10,6 +10,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
+from reliable_kafka.errors import ArgumentError
+
 __all__ = ["BOUNDS_S", "LatencyHistogram", "quantile"]
 
 BOUNDS_S: tuple[float, ...] = (
@@ -34,7 +36,7 @@ class LatencyHistogram:
         self.count += 1
         self.sum_s += seconds
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, object]:
         """``{"bounds", "counts", "count", "sum_s"}``, a copy safe to keep while observing goes on."""
         return {"bounds": list(self.bounds), "counts": list(self.counts), "count": self.count,
                 "sum_s": self.sum_s}
@@ -45,7 +47,7 @@ def quantile(bounds: Sequence[float], counts: Sequence[int], q: float) -> float 
     (as Prometheus' ``histogram_quantile``); None when there are no observations. Observations
     above the last bound are reported as the last bound."""
     if not 0.0 < q <= 1.0:
-        raise ValueError(f"quantile q must be in (0, 1], got {q}")
+        raise ArgumentError(f"quantile q must be in (0, 1], got {q}")
     total = sum(counts)
     if total <= 0:
         return None

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.latency import LatencyHistogram
-from reliable_kafka.errors import ConfigError
+from reliable_kafka.errors import ArgumentError, ConfigError
 from reliable_kafka.ids import new_id
 
 __all__ = [
@@ -157,12 +157,12 @@ class Backoff:
     def delay_ms(self, attempt: int) -> int:
         """Milliseconds to wait before redelivering a record whose attempt ``attempt`` failed."""
         if attempt < 1:
-            raise ValueError(f"Backoff: attempt numbers start at 1, got {attempt}")
+            raise ArgumentError(f"Backoff: attempt numbers start at 1, got {attempt}")
         try:
             delay = min(self.initial_ms * self.multiplier ** (attempt - 1), self.max_ms)
         except OverflowError:
             delay = self.max_ms
-        if self.jitter:
+        if self.jitter and self.rng is not None:  # rng is set in __post_init__
             delay = min(delay * (1.0 + self.rng.uniform(-self.jitter, self.jitter)), self.max_ms)
         return int(round(delay))
 
@@ -323,9 +323,9 @@ class InFlightTracker:
         if committed is None:
             done_above = list(done_above)
             if done_above:
-                raise ValueError(f"assign {tp}: done_above given without a committed offset")
+                raise ArgumentError(f"assign {tp}: done_above given without a committed offset")
         elif committed < 0:
-            raise ValueError(f"assign {tp}: committed offset must be >= 0, got {committed}")
+            raise ArgumentError(f"assign {tp}: committed offset must be >= 0, got {committed}")
         if tp in self._partitions:
             self.revoke(tp)
         part = _Partition(committed, done_above)
@@ -376,7 +376,7 @@ class InFlightTracker:
         here, with no committed offset.
         """
         if attempt < 1:
-            raise ValueError(f"emitted {tp}@{offset}: attempt numbers start at 1, got {attempt}")
+            raise ArgumentError(f"emitted {tp}@{offset}: attempt numbers start at 1, got {attempt}")
         part = self._partitions.get(tp)
         if part is None:
             part = self._partitions[tp] = _Partition(None)
@@ -386,11 +386,11 @@ class InFlightTracker:
             while root in self._roots:
                 root = new_id()
         elif root == 0:
-            raise ValueError(f"emitted {tp}@{offset}: root ids are non-zero")
+            raise ArgumentError(f"emitted {tp}@{offset}: root ids are non-zero")
         else:
             holder = self._roots.get(root)
             if holder is not None and holder is not entry:
-                raise ValueError(f"emitted {tp}@{offset}: root {root} is already held by "
+                raise ArgumentError(f"emitted {tp}@{offset}: root {root} is already held by "
                                  f"{holder.tp}@{holder.offset}; draw a new root")
         now = self._clock()
         if entry is None:
@@ -539,7 +539,7 @@ class InFlightTracker:
         queue = self._backstop
         while queue and queue[0][0] <= now:
             _, token, entry = queue.popleft()
-            if entry.token != token:
+            if entry.token != token or entry.root is None:  # stale: settled or re-emitted since queued
                 continue
             del self._roots[entry.root]
             self.stats.backstop_expired += 1

@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, Message, Producer
 from reliable_kafka.client_log import with_log
 from reliable_kafka.errors import ConfigError
 from reliable_kafka.kafka.authorization import guard_delivery, principal_of
+from reliable_kafka.kafka.config import consumer_settings, producer_settings
 
 __all__ = ["new_producer", "new_consumer", "check_ack_sender_config", "message_coordinates", "ERRORS_ONLY"]
 
@@ -48,7 +49,7 @@ def check_ack_sender_config(config: dict | None, *, component: str) -> None:
     with idempotence: ``acks`` other than ``all``/``-1``, ``retries`` < 1, ``max.in.flight`` > 5,
     ``queuing.strategy`` other than ``fifo`` (each under any of its librdkafka names).
     """
-    config = _flat(config or {})
+    config = _flat(producer_settings(config))
     if "enable.idempotence" in config and str(config["enable.idempotence"]).lower() not in ("true", "t", "1"):
         raise ConfigError(
             f"{component}: kafka_config sets enable.idempotence={config['enable.idempotence']!r}; "
@@ -104,7 +105,7 @@ def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, *,
     ``component`` names it otherwise. A producer-level ``on_delivery`` raises
     :class:`~reliable_kafka.errors.AuthorizationError` for a refused write before it is called.
     """
-    config = _merged(kafka_config, {"bootstrap.servers": bootstrap_servers}, _PRODUCER_DEFAULTS)
+    config = _merged(producer_settings(kafka_config), {"bootstrap.servers": bootstrap_servers}, _PRODUCER_DEFAULTS)
     config.update(overrides)
     if ack_sender is not None:
         check_ack_sender_config(config, component=ack_sender)
@@ -128,7 +129,7 @@ def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | Non
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
     }
-    config = _merged(kafka_config, required, defaults)
+    config = _merged(consumer_settings(kafka_config), required, defaults)
     config.update(overrides)
     consumer = _Consumer(with_log(config))
     consumer.principal = principal_of(config)

@@ -16,6 +16,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
@@ -279,8 +280,8 @@ def replay(bootstrap_servers: str, topology: str, letters: list[DeadLetter], *, 
            batch: int = 100) -> ReplayReport:
     """Send ``letters`` back to their source topic and partition (or to topic ``to``), at most
     ``rate`` records a second, each once ever (see the module doc); ``dry_run`` sends nothing."""
-    from reliable_kafka.topology import admin_client
     from reliable_kafka.kafka.clients import new_producer
+    from reliable_kafka.topology import admin_client
 
     if rate <= 0:
         raise ReliableKafkaError(f"dlq replay: --rate must be > 0, got {rate}")
@@ -298,13 +299,14 @@ def replay(bootstrap_servers: str, topology: str, letters: list[DeadLetter], *, 
         if to is None and letter.source is None:
             report.skipped.append({"dlq": where, "why": "no rk-parked header: source unknown; give --to"})
             continue
-        target = to or letter.source[0]
+        source = letter.source
+        target = to or (source[0] if source else "")
         if target not in existing:
             report.skipped.append({"dlq": where, "why": f"topic {target} does not exist"})
             continue
         partition = None
-        if to is None and letter.source[1] in existing[target].partitions:
-            partition = letter.source[1]  # back where it came from: its key's order is kept
+        if to is None and source is not None and source[1] in existing[target].partitions:
+            partition = source[1]  # back where it came from: its key's order is kept
         todo.append((letter, where, target, partition))
     if dry_run or not todo:
         report.sent = [{"dlq": w, "to": t, "partition": p} for _, w, t, p in todo]
@@ -317,7 +319,7 @@ def replay(bootstrap_servers: str, topology: str, letters: list[DeadLetter], *, 
         chunk = todo[start:start + batch]
         producer.begin_transaction()
         for letter, where, target, partition in chunk:
-            kwargs = {"key": letter.key,
+            kwargs: dict[str, Any] = {"key": letter.key,
                       "headers": letter.original_headers() + [(LINEAGE_HEADER, where.encode())]}
             if partition is not None:
                 kwargs["partition"] = partition
@@ -346,7 +348,8 @@ def render_list(letters: list[DeadLetter]) -> str:
     lines = [f"{'DLQ':>10}  {'PARKED (UTC)':19}  {'SOURCE':28}  {'TRIES':>5}  {'COMPONENTS':20}  REASON"]
     for d in letters:
         source = f"{d.source[0]}[{d.source[1]}]@{d.source[2]}" if d.source else "?"
-        lines.append(f"{d.partition:>3}@{d.offset:<6}  {_when(d.parked.parked_at_ms if d.parked else d.timestamp_ms):19}  "
+        parked_at = d.parked.parked_at_ms if d.parked else d.timestamp_ms
+        lines.append(f"{d.partition:>3}@{d.offset:<6}  {_when(parked_at):19}  "
                      f"{source:28}  {d.parked.attempts if d.parked else '?':>5}  "
                      f"{','.join(sorted(d.components()))[:20]:20}  {d.reason}")
     lines.append(f"{len(letters)} dead letter(s)")
@@ -372,7 +375,8 @@ def render_one(letter: DeadLetter, marks: dict | None = None, last_acks: dict | 
             lines.append(f"    last ACK before the timeout: {last['from'] or last['task_id']} at {_when(last['at_ms'])}"
                          if last else "    no ACK at all before the timeout: the first hop never acked")
         for f in a.failures:
-            where = f" on {f['tuple']['topic']}[{f['tuple']['partition']}]@{f['tuple']['offset']}" if f.get("tuple") else ""
+            on = f.get("tuple")
+            where = f" on {on['topic']}[{on['partition']}]@{on['offset']}" if on else ""
             error = f" [{f['error_type']}]" if f.get("error_type") else ""
             lines.append(f"    failed by {f['component']}{where} at {_when(f['at_ms'])}: {f['reason']}{error}"
                          f"{'' if f.get('retry', True) else ' (retry=False)'}")

@@ -23,8 +23,12 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, overload
 
-from reliable_kafka.errors import AuthorizationError
+from reliable_kafka.errors import AuthorizationError, TopologyError
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
 
 __all__ = [
     "FAILURE_FORMAT",
@@ -55,6 +59,10 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@overload
+def _cut(text: str) -> str: ...
+@overload
+def _cut(text: str | None) -> str | None: ...
 def _cut(text: str | None) -> str | None:
     if text is None:
         return None
@@ -88,7 +96,7 @@ class FailureRecord:
     @classmethod
     def of(cls, *, roots, component: str, task_id: int = 0, reason: str | None = None,
            error: BaseException | None = None, retry: bool = True, topic: str | None = None,
-           partition: int | None = None, offset: int | None = None) -> "FailureRecord":
+           partition: int | None = None, offset: int | None = None) -> FailureRecord:
         coordinates = None if topic is None else {"topic": topic, "partition": partition, "offset": offset}
         return cls(roots=[int(r) for r in roots], component=component, task_id=int(task_id),
                    reason=reason_of(reason, error),
@@ -110,7 +118,7 @@ def encode_failure(record: FailureRecord) -> bytes:
 def decode_failure(raw: bytes | None) -> FailureRecord | None:
     """The record, or None for bytes that are not a failure record (logged, never raised)."""
     try:
-        datum = json.loads(raw)
+        datum = json.loads(raw)  # type: ignore[arg-type]  # None: a TypeError, logged below
         return FailureRecord(
             roots=[int(r) for r in datum["roots"]], component=str(datum["component"]),
             reason=str(datum["reason"]), task_id=int(datum.get("task_id", 0)),
@@ -219,7 +227,7 @@ class FailureIndex:
         self.since_ms = _now_ms() if since_ms is None else since_ms
         self.max_roots = max_roots
         self._by_root: OrderedDict[int, list[FailureRecord]] = OrderedDict()
-        self._consumer = None
+        self._consumer: Consumer | None = None
         self._next: dict[int, int] = {}
         self._caught_up = float("-inf")
         self._caught_up_round: int | None = None
@@ -244,7 +252,7 @@ class FailureIndex:
             self._caught_up = time.monotonic()
         return {root: self._by_root.pop(root) for root in roots if root in self._by_root}
 
-    def _open(self) -> None:
+    def _open(self) -> Consumer:
         from confluent_kafka import TopicPartition
 
         from reliable_kafka.kafka.clients import new_consumer
@@ -253,7 +261,8 @@ class FailureIndex:
         metadata = consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
         if metadata is None or metadata.error is not None or not metadata.partitions:
             consumer.close()
-            raise RuntimeError(f"topic {self.topic} does not exist")
+            raise TopologyError(f"failure records: topic {self.topic} does not exist; the topology's topics are "
+                                "created by its spouts and acker workers (or ensure_topics)")
         wanted = [TopicPartition(self.topic, p, self.since_ms) for p in metadata.partitions]
         starts = consumer.offsets_for_times(wanted, timeout=10)
         positions = []
@@ -264,25 +273,27 @@ class FailureIndex:
         consumer.assign(positions)
         self._next = {tp.partition: tp.offset for tp in positions}
         self._consumer = consumer
+        return consumer
 
     def _catch_up(self, timeout: float = 5.0) -> None:
         from confluent_kafka import TopicPartition
 
         from reliable_kafka.kafka.authorization import check_consumed
 
-        if self._consumer is None:
-            self._open()
+        consumer = self._consumer or self._open()
         ends = {}
         for partition in self._next:
-            ends[partition] = self._consumer.get_watermark_offsets(
+            ends[partition] = consumer.get_watermark_offsets(
                 TopicPartition(self.topic, partition), timeout=timeout, cached=False)[1]
         deadline = time.monotonic() + timeout
         while any(self._next[p] < end for p, end in ends.items()) and time.monotonic() < deadline:
-            for message in self._consumer.consume(num_messages=500, timeout=0.2):
+            for message in consumer.consume(num_messages=500, timeout=0.2):
+                read_from, offset = message.partition(), message.offset()
                 if message.error() is not None:
-                    check_consumed(message, self._consumer)
+                    check_consumed(message, consumer)
+                if message.error() is not None or read_from is None or offset is None:
                     continue
-                self._next[message.partition()] = message.offset() + 1
+                self._next[read_from] = offset + 1
                 record = decode_failure(message.value())
                 if record is not None:
                     for root in record.roots:

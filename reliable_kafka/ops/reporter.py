@@ -19,8 +19,12 @@ import socket
 import threading
 import time
 from collections import deque
+from typing import TYPE_CHECKING, Any
 
 from reliable_kafka.ops.snapshot import ComponentView, view_of
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
 
 __all__ = ["ComponentReporter", "attach", "SCHEMA", "DEFAULT_INTERVAL_S", "HISTORY"]
 
@@ -46,7 +50,7 @@ class ComponentReporter:
         self.history: deque[dict] = deque(maxlen=HISTORY)
         self.last: dict | None = None
         self.capacity: float | None = None
-        self._producer = None
+        self._producer: Producer | None = None
         self._stop = threading.Event()
         self._next_refresh = 0.0
         self._thread: threading.Thread | None = None
@@ -55,7 +59,7 @@ class ComponentReporter:
 
     # --- lifecycle ------------------------------------------------------------------------------
 
-    def start(self) -> "ComponentReporter":
+    def start(self) -> ComponentReporter:
         if self.metrics_port is not None:
             from reliable_kafka.ops.metrics import serve_metrics
 
@@ -164,22 +168,24 @@ class ComponentReporter:
         return round(min(1.0, max(0.0, (last["latency_sum_s"] - first["latency_sum_s"]) / elapsed)), 4)
 
     def _publish(self, snapshot: dict) -> None:
-        if self._producer is None:
-            self._producer = self._new_producer()
-        self._producer.produce(self.view.worker.topics.status, key=self.view.name.encode(),
-                               value=json.dumps(snapshot, separators=(",", ":")).encode())
-        self._producer.poll(0)
+        producer = self._producer
+        if producer is None:
+            producer = self._producer = self._new_producer()
+        producer.produce(self.view.worker.topics.status, key=self.view.name.encode(),
+                         value=json.dumps(snapshot, separators=(",", ":")).encode())
+        producer.poll(0)
 
-    def _new_producer(self):
-        from reliable_kafka.topology import admin_client, ensure_status_topic
+    def _new_producer(self) -> Producer:
         from reliable_kafka.kafka.clients import new_producer
+        from reliable_kafka.topology import admin_client, ensure_status_topic
 
         worker = self.view.worker
         config = getattr(worker, "kafka_config", None) or {}
         ensure_status_topic(admin_client(worker.bootstrap_servers, config), worker.topics, timeout=10)
         # snapshots are idempotent facts; a small, quick producer of its own (a transactional
         # worker's producer cannot write outside its transactions)
-        return new_producer(worker.bootstrap_servers, config, **{"linger.ms": 50})
+        quick: dict[str, Any] = {"linger.ms": 50}
+        return new_producer(worker.bootstrap_servers, config, **quick)
 
 
 def attach(worker) -> ComponentReporter | None:

@@ -112,7 +112,7 @@ class ComponentView:
 
 
 def _counters(stats) -> dict:
-    values = asdict(stats) if is_dataclass(stats) else dict(vars(stats))
+    values = asdict(stats) if is_dataclass(stats) and not isinstance(stats, type) else dict(vars(stats))
     return {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
@@ -134,9 +134,9 @@ class SpoutView(ComponentView):
         summary = _retry(tracker.pending_summary, {})
         now_ms = tracker.now_ms()
         for p in partitions:
-            key = (p["topic"], p["partition"])
-            p["committed"] = committed.get(key)
-            count, retrying, oldest, first_ms = summary.get(key, (0, 0, None, None))
+            tp = (p["topic"], p["partition"])
+            p["committed"] = committed.get(tp)
+            count, retrying, oldest, first_ms = summary.get(tp, (0, 0, None, None))
             p["pending"], p["retrying"] = count, retrying
             p["oldest_pending"] = None if oldest is None else {
                 "offset": oldest, "age_s": round(max(0, now_ms - first_ms) / 1000.0, 3)}

@@ -69,19 +69,19 @@ def read_snapshots(bootstrap_servers: str, topology: str, *, kafka_config: dict 
         deadline = time.monotonic() + timeout
         while todo and time.monotonic() < deadline:
             for message in consumer.consume(num_messages=500, timeout=0.5):
-                if message.error() is not None:
+                partition, offset, value = message.partition(), message.offset(), message.value()
+                if message.error() is not None or partition is None or offset is None:
                     continue
                 key = (message.key() or b"").decode(errors="replace")
-                if message.value() is None:
+                if value is None:
                     snapshots.pop(key, None)
                 else:
                     try:
-                        snapshots[key] = json.loads(message.value())
+                        snapshots[key] = json.loads(value)
                     except ValueError:
-                        log.warning("status: %s[%d]@%d is not a snapshot; skipped", topic, message.partition(),
-                                    message.offset())
-                if message.offset() + 1 >= ends[message.partition()]:
-                    todo.discard(message.partition())
+                        log.warning("status: %s[%d]@%d is not a snapshot; skipped", topic, partition, offset)
+                if offset + 1 >= ends[partition]:
+                    todo.discard(partition)
         return snapshots
     finally:
         consumer.close()
@@ -118,7 +118,7 @@ def _rates(snapshot: dict) -> dict[str, float]:
     if elapsed <= 0:
         return {}
     return {key: round((last["counters"].get(key, 0) - first["counters"].get(key, 0)) / elapsed, 2)
-            for key in RATE_COUNTERS.get(snapshot.get("kind"), ()) if key in last["counters"]}
+            for key in RATE_COUNTERS.get(snapshot.get("kind", ""), ()) if key in last["counters"]}
 
 
 def _latency(snapshot: dict) -> dict | None:
@@ -159,6 +159,7 @@ def build_report(bootstrap_servers: str, topology: str, *, kafka_config: dict | 
         last_seen = snap.get("published_at", 0.0)
         if not include_all and judgement.verdict is Verdict.DOWN and now - last_seen > FORGET_AFTER_S:
             continue
+        rated = RATE_COUNTERS.get(snap.get("kind", ""), ())
         components.append({
             "name": name, "kind": snap.get("kind"), "host": snap.get("host"), "pid": snap.get("pid"),
             "state": snap.get("state"), "started_at": snap.get("started_at"), "last_seen": last_seen,
@@ -169,8 +170,7 @@ def build_report(bootstrap_servers: str, topology: str, *, kafka_config: dict | 
             "pending_roots": snap.get("pending_roots"), "table_bytes": snap.get("table_bytes"),
             "backlog": (snap.get("history") or [{}])[-1].get("backlog"),
             "counters": snap.get("counters", {}), "metrics_port": snap.get("metrics_port"),
-            "history": [{"t": h["t"], **{k: h["counters"].get(k, 0) for k in RATE_COUNTERS.get(snap.get("kind"), ())}}
-                        for h in snap.get("history", [])],
+            "history": [{"t": h["t"], **{k: h["counters"].get(k, 0) for k in rated}} for h in snap.get("history", [])],
         })
     live = {c["name"]: c for c in components}
     partitions = _partitions(bootstrap_servers, kafka_config, snapshots, live, now, timeout)
@@ -231,7 +231,7 @@ def _partitions(bootstrap, kafka_config, snapshots, live, now, timeout) -> list[
 
 def _partition_row(group, tp, end, owner, live, now) -> dict:
     committed = tp.offset if tp.offset >= 0 else None
-    done_above = 0
+    done_above: int | None = 0
     if committed is not None and tp.metadata:
         try:
             done_above = sum(len(r) for r in decode_done_ranges(committed, tp.metadata))
@@ -294,7 +294,9 @@ def _ago(seconds: float | None) -> str:
 def _ms(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    return f"{seconds * 1000:.1f}ms" if seconds < 0.01 else f"{seconds * 1000:.0f}ms" if seconds < 10 else f"{seconds:.0f}s"
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f}ms"
+    return f"{seconds * 1000:.0f}ms" if seconds < 10 else f"{seconds:.0f}s"
 
 
 def render(report: dict) -> str:

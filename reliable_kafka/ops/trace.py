@@ -83,7 +83,8 @@ def parse_coordinates(text: str) -> tuple[str, int, int]:
             topic, partition = where.rsplit(":", 1)
         return topic, int(partition), int(offset)
     except ValueError:
-        raise ReliableKafkaError(f"trace: cannot read {text!r}; give TOPIC:PARTITION@OFFSET, e.g. orders:3@1200") from None
+        raise ReliableKafkaError(
+            f"trace: cannot read {text!r}; give TOPIC:PARTITION@OFFSET, e.g. orders:3@1200") from None
 
 
 def _consumer(bootstrap_servers, topology, kafka_config):
@@ -189,14 +190,14 @@ def trace(bootstrap_servers: str, topology: str, topic: str, partition: int, off
             outcome_partitions = _partitions(consumer, topics.outcomes)
             spouts = {r["spout_task_id"] for r in roots.values()}
             if outcome_partitions:
-                wanted = sorted({(s & _U64) % len(outcome_partitions) for s in spouts})
-                for message in _scan(consumer, topics.outcomes, wanted, first_ms, timeout=timeout):
+                outcome_wanted = sorted({(s & _U64) % len(outcome_partitions) for s in spouts})
+                for message in _scan(consumer, topics.outcomes, outcome_wanted, first_ms, timeout=timeout):
                     try:
-                        batch = codec.decode_outcomes(message.value())
+                        outcomes = codec.decode_outcomes(message.value())
                     except DecodeError:
                         continue
-                    for root, kind in zip(batch.roots.tolist(), batch.kinds.tolist()):
-                        if root in roots and roots[root]["outcome"] is None and batch.spout in spouts:
+                    for root, kind in zip(outcomes.roots.tolist(), outcomes.kinds.tolist()):
+                        if root in roots and roots[root]["outcome"] is None and outcomes.spout in spouts:
                             roots[root]["outcome"] = {"kind": OutcomeKind(kind).name, "at_ms": message.timestamp()[1]}
             for message in _scan(consumer, topics.failures, _partitions(consumer, topics.failures), first_ms,
                                  timeout=timeout):
@@ -217,16 +218,16 @@ def trace(bootstrap_servers: str, topology: str, topic: str, partition: int, off
     if transactional_group is not None:  # derived roots that never had an INIT were never emitted
         roots = {root: r for root, r in roots.items() if r["events"] or r["outcome"]}
     attempts = sorted(roots.values(), key=lambda r: (r.get("derived_attempt", 0), r["indexed_ms"]))
-    for number, attempt in enumerate(attempts, 1):
-        attempt["attempt"] = number
-        attempt["spout"] = names.get(attempt["spout_task_id"])
+    for number, tried in enumerate(attempts, 1):
+        tried["attempt"] = number
+        tried["spout"] = names.get(tried["spout_task_id"])
         xor = 0
-        for event in attempt["events"]:
+        for event in tried["events"]:
             event["from"] = names.get(event["task_id"])
             xor ^= event["val"]
-        attempt["outstanding"] = attempt["outcome"] is None and (xor != 0 or not attempt["events"])
-        acks = [e for e in attempt["events"] if e["kind"] == "ACK"]
-        attempt["last_ack"] = acks[-1] if acks else None
+        tried["outstanding"] = tried["outcome"] is None and (xor != 0 or not tried["events"])
+        acks = [e for e in tried["events"] if e["kind"] == "ACK"]
+        tried["last_ack"] = acks[-1] if acks else None
     letters = [d.as_json() for d in dlq_module.read_dead_letters(bootstrap_servers, topology, kafka_config=kafka_config)
                if d.source == (topic, partition, offset)]
     return {"record": {"topic": topic, "partition": partition, "offset": offset, "timestamp_ms": record_ms},

@@ -68,7 +68,7 @@ class StatusPage:
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}/"
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}/"
 
     def report_json(self) -> bytes:
         with self._lock:  # one broker read at a time; others get the fresh copy
@@ -77,7 +77,7 @@ class StatusPage:
                 self._report = (time.monotonic(), json.dumps(report).encode())
             return self._report[1]
 
-    def start(self) -> "StatusPage":
+    def start(self) -> StatusPage:
         self._thread = threading.Thread(target=self.server.serve_forever, name="rk-ui", daemon=True)
         self._thread.start()
         return self

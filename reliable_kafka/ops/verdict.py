@@ -23,8 +23,8 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Verdict", "Sample", "Judgement", "judge_window", "judge_component", "worst", "STALE_INTERVALS", "STALE_GRACE_S",
-           "MIN_SAMPLES"]
+__all__ = ["Verdict", "Sample", "Judgement", "judge_window", "judge_component", "worst", "STALE_INTERVALS",
+           "STALE_GRACE_S", "MIN_SAMPLES"]
 
 STALE_INTERVALS = 3  # a component silent for three of its own intervals is DOWN...
 STALE_GRACE_S = 5.0  # ...plus the time a snapshot may take to be produced and read on a busy host
@@ -62,13 +62,14 @@ def judge_window(samples: Sequence[Sample]) -> Judgement:
     backlogs = [s.backlog for s in samples]
     if any(b == 0 for b in backlogs):
         return Judgement(Verdict.OK, "caught up within the window")
-    if any(b is None for b in backlogs):
+    known = [b for b in backlogs if b is not None]
+    if len(known) < len(backlogs):
         return Judgement(Verdict.OK, "backlog unknown; progress only")
     if samples[-1].progress <= samples[0].progress:
-        return Judgement(Verdict.STALL, f"no progress for {span:.0f} s with {backlogs[-1]} waiting")
-    if all(later > earlier for earlier, later in zip(backlogs, backlogs[1:])):
+        return Judgement(Verdict.STALL, f"no progress for {span:.0f} s with {known[-1]} waiting")
+    if all(later > earlier for earlier, later in zip(known, known[1:])):
         return Judgement(Verdict.WARN, f"backlog grew at every sample for {span:.0f} s "
-                                       f"({backlogs[0]} -> {backlogs[-1]})")
+                                       f"({known[0]} -> {known[-1]})")
     return Judgement(Verdict.OK, "making progress")
 
 

@@ -21,10 +21,11 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.spark.anchors import anchors_from_headers
-from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform
+from reliable_kafka.errors import StateError
 from reliable_kafka.kafka.parking import park
 from reliable_kafka.kafka.produce import flush_or_raise
+from reliable_kafka.spark.anchors import anchors_from_headers
+from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform
 
 __all__ = ["SparkBolt"]
 
@@ -38,7 +39,9 @@ class SparkBolt(SparkJob):
     ``source_topics``, ``group_id``, ``checkpoint_dir``, ``transform`` (DataFrame -> DataFrame
     with value, anchors and optionally key, headers, rk_fail), ``output_topic``: required;
     ``trigger_seconds`` [1.0] or ``available_now`` [False]; ``max_offsets_per_trigger`` [None];
-    ``on_batch_error`` ["fail_roots"]; ``kafka_config``; ``spark_kafka_options``; ``name``.
+    ``on_batch_error`` ["fail_roots"]; ``kafka_config`` (``consumer_config`` / ``producer_config``:
+    merged over it for the driver's and tasks' consumers / producers only); ``spark_kafka_options``;
+    ``name``.
     The transform's input has key, value, topic, partition, offset, timestamp, headers, anchors
     (null for untracked records).
     """
@@ -63,6 +66,8 @@ class SparkBolt(SparkJob):
         kafka_config: dict | None = None,
         spark_kafka_options: dict[str, str] | None = None,
         name: str | None = None,
+        consumer_config: dict | None = None,
+        producer_config: dict | None = None,
     ) -> None:
         super().__init__(
             spark, topology=topology, bootstrap_servers=bootstrap_servers, source_topics=source_topics,
@@ -70,6 +75,7 @@ class SparkBolt(SparkJob):
             group_id=group_id, trigger_seconds=trigger_seconds, available_now=available_now,
             max_offsets_per_trigger=max_offsets_per_trigger, on_batch_error=on_batch_error,
             kafka_config=kafka_config, spark_kafka_options=spark_kafka_options, name=name,
+            consumer_config=consumer_config, producer_config=producer_config,
         )
         self.acked = 0  # input (root, edge) pairs acked
         self.failed = 0  # roots failed because their batch failed
@@ -84,7 +90,7 @@ class SparkBolt(SparkJob):
         from pyspark.sql import functions as F
 
         if self._stopping.is_set():
-            raise RuntimeError(f"{self.name}: stopping; batch {batch_id} is left to the next run")
+            raise StateError(f"{self.name}: stopping; batch {batch_id} is left to the next run")
         with self._batch_lock:
             self.stats.batches += 1
             what = f"batch {batch_id}"
@@ -125,7 +131,7 @@ class SparkBolt(SparkJob):
             log.warning("%s: %s[%d]@%d: %s; copied to %s and skipped", self.name, row.topic, row.partition,
                         row.offset, reason, self.topics.quarantine)
             headers = [(h.key, bytes(h.value) if h.value is not None else None) for h in (row.headers or [])]
-            park(self._producer, self.topics.quarantine,
+            park(self._started()[1], self.topics.quarantine,
                  key=bytes(row.key) if row.key is not None else None,
                  value=bytes(row.value) if row.value is not None else None,
                  headers=headers,
@@ -134,7 +140,7 @@ class SparkBolt(SparkJob):
                                      source_timestamp_ms=int(row.timestamp.timestamp() * 1000)
                                      if row.timestamp is not None else -1,
                                      component=self.name))
-        flush_or_raise(self._producer, what=f"{self.name} quarantined records")
+        flush_or_raise(self._started()[1], what=f"{self.name} quarantined records")
         self.stats.quarantined += len(rows)
 
     def _commit_ends(self, ends: dict[tuple[str, int], int]) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import struct
 
+from reliable_kafka.errors import ArgumentError
+
 __all__ = ["ROOT_TAG", "EDGE_TAG", "ZERO_REPLACEMENT", "xxh64", "spark_xxhash64", "derive_root",
            "derive_edge", "root_column", "edge_column"]
 
@@ -97,7 +99,7 @@ def spark_xxhash64(*values: tuple[str, object]) -> int:
         elif kind == "string":
             data = str(value).encode("utf-8")
         else:
-            raise ValueError(f"spark_xxhash64: unsupported type {kind!r}")
+            raise ArgumentError(f"spark_xxhash64: unsupported type {kind!r}")
         h = xxh64(data, h)
     return _signed(h)
 

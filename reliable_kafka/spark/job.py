@@ -11,20 +11,27 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.errors import AuthorizationError, ConfigError, DeliveryError, TopologyError
+from reliable_kafka.errors import AuthorizationError, ConfigError, DeliveryError, StateError, TopologyError
 from reliable_kafka.ids import new_id
+from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.clients import check_ack_sender_config, new_consumer, new_producer
+from reliable_kafka.kafka.config import client_config
+from reliable_kafka.kafka.produce import flush_or_raise
 from reliable_kafka.ops import reporter as ops_reporter
 from reliable_kafka.security import spark_kafka_options as spark_security_options
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN
 from reliable_kafka.spark.writer import OutputWriter
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
-from reliable_kafka.kafka.ack_sender import AckSender
-from reliable_kafka.kafka.clients import check_ack_sender_config, new_consumer, new_producer
-from reliable_kafka.kafka.produce import flush_or_raise
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
+
+    from reliable_kafka.ops.reporter import ComponentReporter
 
 __all__ = ["SOURCE_COLUMNS", "BatchErrorPolicy", "SparkJobStats", "Transform"]
 
@@ -34,7 +41,7 @@ SOURCE_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "
 """Columns of Spark's Kafka source that a transform's input keeps (plus ``anchors``)."""
 
 BatchErrorPolicy = Literal["fail_roots", "stop"]
-Transform = Callable[..., object]  # (DataFrame) -> DataFrame; pyspark stays an optional import
+Transform = Callable[..., Any]  # (DataFrame) -> DataFrame; pyspark stays an optional import
 
 
 @dataclass
@@ -58,7 +65,7 @@ class SparkJobStats:
     last_input_rows_per_second: float | None = None
 
 
-def _progress_listener(job: "SparkJob"):
+def _progress_listener(job: SparkJob):
     """A StreamingQueryListener that keeps the job's query progress in its stats."""
     from pyspark.sql.streaming import StreamingQueryListener
 
@@ -108,6 +115,8 @@ class SparkJob:
         kafka_config: dict | None = None,
         spark_kafka_options: dict[str, str] | None = None,
         name: str | None = None,
+        consumer_config: dict | None = None,
+        producer_config: dict | None = None,
     ) -> None:
         if not callable(transform):
             raise ConfigError(f"{self.component}: transform must be callable, got {transform!r}")
@@ -131,7 +140,8 @@ class SparkJob:
         self.available_now = available_now
         self.max_offsets_per_trigger = max_offsets_per_trigger
         self.on_batch_error = on_batch_error
-        self.kafka_config = dict(kafka_config or {})
+        self.kafka_config = client_config(kafka_config, consumer_config=consumer_config,
+                                          producer_config=producer_config)
         # Security settings of kafka_config reach Spark's Kafka reader too (DESIGN 10).
         self.spark_kafka_options = {"kafka.isolation.level": "read_committed",
                                     **spark_security_options(self.kafka_config),
@@ -140,14 +150,15 @@ class SparkJob:
         self.name = name or f"{self.component}-{self.task_id & 0xFFFF:04x}"
         check_ack_sender_config(self.kafka_config, component=self.name)
         self.stats = SparkJobStats()
-        self.query = None
-        self._producer = None
+        self.query: Any = None  # a pyspark StreamingQuery once started
+        self._producer: Producer | None = None
         self._acks: AckSender | None = None
         self._ack_partitions = 0
         self._failures_topic: str | None = None
-        self._listener = None
-        self._outputs_acc = None
-        self._failed_acc = None
+        self._listener: Any = None
+        self._outputs_acc: Any = None  # pyspark Accumulators, once started
+        self._failed_acc: Any = None
+        self._reporter: ComponentReporter | None = None
         self._lock = threading.RLock()  # tracker, ack sender and stats: driver threads share them
         self._batch_lock = threading.Lock()  # one batch at a time (stream or driver-run)
         self._stopping = threading.Event()
@@ -165,8 +176,8 @@ class SparkJob:
         self._ack_partitions = found
         # an older topology has no failures topic: its records would hold up the writers' flush
         self._failures_topic = self.topics.failures if partition_count(admin, self.topics.failures) else None
-        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name)
-        self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=found,
+        self._producer = producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name)
+        self._acks = AckSender(producer, acks_topic=self.topics.acks, ack_partitions=found,
                                sender=self.task_id)
         sc = self.spark.sparkContext
         self._outputs_acc = sc.accumulator(0)
@@ -230,11 +241,17 @@ class SparkJob:
                 pass
             self._listener = None
         self._close()
-        if getattr(self, "_reporter", None) is not None:
+        if self._reporter is not None:
             self._reporter.close()
 
     def _drain(self, timeout: float) -> None:
         """Subclass hook: wait for in-flight work after the query stopped."""
+
+    def _started(self) -> tuple[AckSender, Producer]:
+        """The ack sender and producer; a :class:`StateError` before ``start()`` or after ``stop()``."""
+        if self._acks is None or self._producer is None:
+            raise StateError(f"{self.name}: not running; call start() first (and not after stop())")
+        return self._acks, self._producer
 
     def _close(self) -> None:
         if self._producer is not None:
@@ -242,7 +259,7 @@ class SparkJob:
         # Dropping the last references destroys the librdkafka client (its threads, connections).
         self._acks = self._producer = None
 
-    def run_until(self, predicate: Callable[["SparkJob"], bool] | None = None, *,
+    def run_until(self, predicate: Callable[[SparkJob], bool] | None = None, *,
                   timeout: float = 60.0, poll_interval: float = 0.2) -> bool:
         """Wait until ``predicate(self)`` is true (default: :meth:`idle`) or ``timeout`` seconds
         pass; True when the predicate held. Raises the error that stopped the query."""
@@ -315,23 +332,25 @@ class SparkJob:
         """Send ack-topic entries from the driver and wait until the broker has them."""
         if not entries:
             return
+        acks, producer = self._started()
         with self._lock:
-            errors_before = len(self._acks.delivery_errors)
-            self._acks.add_many(kind, entries)
-            self._acks.send()
-        flush_or_raise(self._producer, what=f"{self.name} {what}")
-        if len(self._acks.delivery_errors) > errors_before:
+            errors_before = len(acks.delivery_errors)
+            acks.add_many(kind, entries)
+            acks.send()
+        flush_or_raise(producer, what=f"{self.name} {what}")
+        if len(acks.delivery_errors) > errors_before:
             raise DeliveryError(f"{self.name}: {what} not delivered to {self.topics.acks}: "
-                                f"{self._acks.delivery_errors[-1]}", topic=self.topics.acks)
+                                f"{acks.delivery_errors[-1]}", topic=self.topics.acks)
 
     def _send_fails(self, roots: list[int]) -> None:
         """FAIL entries for ``roots``, best effort: the ackers then drop their trees early."""
         try:
+            acks, producer = self._started()
             with self._lock:
                 for root in roots:
-                    self._acks.add(EventKind.FAIL, root)
-                self._acks.send()
-            self._producer.poll(0)
+                    acks.add(EventKind.FAIL, root)
+                acks.send()
+            producer.poll(0)
         except Exception as exc:
             log.warning("%s: FAIL entries for %d roots not sent (%s); their trees time out", self.name,
                         len(roots), exc)
@@ -352,7 +371,7 @@ class SparkJob:
             consumer.commit(offsets=offsets, asynchronous=False)
 
     def _source_partitions(self, consumer, timeout: float = 30.0) -> list[tuple[str, int]]:
-        partitions = []
+        partitions: list[tuple[str, int]] = []
         for topic in self.source_topics:
             described = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
             if described is None or described.error is not None or not described.partitions:

@@ -72,7 +72,8 @@ class SparkSpout(SparkJob):
     - ``commit_interval_ms`` [1000]; ``on_batch_error`` ["fail_roots"]: a batch whose transform or
       write fails has its roots failed (redelivered, in the end dead-lettered) and the stream goes
       on; "stop" stops the query instead.
-    - ``kafka_config`` (librdkafka settings for the driver's and tasks' clients),
+    - ``kafka_config`` (librdkafka settings for the driver's and tasks' clients; ``consumer_config``
+      / ``producer_config``: merged over it for consumers / producers only),
       ``spark_kafka_options`` (options for Spark's Kafka reader, e.g. ``kafka.security.protocol``;
       ``kafka.isolation.level`` defaults to read_committed).
     """
@@ -103,6 +104,8 @@ class SparkSpout(SparkJob):
         kafka_config: dict | None = None,
         spark_kafka_options: dict[str, str] | None = None,
         name: str | None = None,
+        consumer_config: dict | None = None,
+        producer_config: dict | None = None,
     ) -> None:
         super().__init__(
             spark, topology=topology, bootstrap_servers=bootstrap_servers, source_topics=source_topics,
@@ -110,6 +113,7 @@ class SparkSpout(SparkJob):
             group_id=group_id, trigger_seconds=trigger_seconds, available_now=available_now,
             max_offsets_per_trigger=max_offsets_per_trigger, on_batch_error=on_batch_error,
             kafka_config=kafka_config, spark_kafka_options=spark_kafka_options, name=name,
+            consumer_config=consumer_config, producer_config=producer_config,
         )
         if commit_interval_ms < 0:
             raise ConfigError(f"{self.component}: commit_interval_ms must be >= 0, got {commit_interval_ms}")

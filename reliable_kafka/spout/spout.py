@@ -32,6 +32,7 @@ from reliable_kafka.topology import TopologyTopics, admin_client, partition_coun
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
+from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.outcomes import OutcomeListener
 from reliable_kafka.kafka.parking import Quarantine, park
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_tuple
@@ -146,7 +147,8 @@ class Spout:
       ``message_timeout_ms`` [30000], ``backstop_grace_ms`` [10000]: as Storm's
       ``topology.max.spout.pending`` and ``topology.message.timeout.secs``; the backstop fails a
       root locally when no outcome arrives within timeout + grace (no acker running).
-    - ``commit_interval_ms`` [1000], ``batch_size`` [500], ``kafka_config`` (librdkafka, copied).
+    - ``commit_interval_ms`` [1000], ``batch_size`` [500], ``kafka_config`` (librdkafka, copied),
+      ``consumer_config`` / ``producer_config`` (merged over it for consumers / producers only).
     - ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
     - ``max_dead_letter_ratio`` [None: off], ``dead_letter_window`` [1000]: stop the spout with
       :class:`DeadLetterGuardTripped` when more than this share of the last ``dead_letter_window``
@@ -176,6 +178,8 @@ class Spout:
         commit_interval_ms: int = 1000,
         batch_size: int = 500,
         kafka_config: dict | None = None,
+        consumer_config: dict | None = None,
+        producer_config: dict | None = None,
         name: str | None = None,
         metrics_port: int | None = None,
         max_dead_letter_ratio: float | None = None,
@@ -199,7 +203,8 @@ class Spout:
         self.ackers = ackers
         self.commit_interval_ms = commit_interval_ms
         self.batch_size = batch_size
-        self.kafka_config = dict(kafka_config or {})
+        self.kafka_config = client_config(kafka_config, consumer_config=consumer_config,
+                                          producer_config=producer_config)
         self.task_id = new_id()
         self.name = name or f"spout-{self.task_id & 0xFFFF:04x}"
         self._sends_acks = guarantee == "at_least_once" and ackers != 0

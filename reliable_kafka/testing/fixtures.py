@@ -20,14 +20,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from reliable_kafka.broker import EmbeddedCluster
-from reliable_kafka.broker.secure import SECURE_ROLES
+from reliable_kafka.broker.secure import SECURE_ROLES, BrokerSecurity
 from reliable_kafka.testing.session import docker_available, session_kafka
 from reliable_kafka.testing.topics import create_topics, unique_name
 
@@ -120,7 +120,7 @@ def docker_engine() -> Iterator[Any]:
 @dataclass(frozen=True)
 class SecureKafka:
     bootstrap: str
-    security: "BrokerSecurity"  # noqa: F821 - imported lazily with the broker
+    security: BrokerSecurity
     log_path: Path
 
     def config(self, role: str) -> dict[str, str]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from reliable_kafka.client_log import with_log
+from reliable_kafka.errors import DeliveryError, ReliableKafkaError, WaitTimeoutError
 from reliable_kafka.offsets import end_offsets
 
 __all__ = ["produce_values", "read_topic"]
@@ -46,11 +47,12 @@ def produce_values(
                 producer.poll(0.05)
     remaining = producer.flush(timeout)
     if remaining or errors:
-        raise RuntimeError(f"{remaining} records to {topic} not flushed, delivery errors: {errors[:3]}")
+        raise DeliveryError(f"{remaining} records to {topic} not flushed, delivery errors: {errors[:3]}", topic=topic)
     return placed  # type: ignore[return-value]
 
 
-def read_topic(bootstrap_servers: str, topic: str, *, timeout: float = 60.0, committed_only: bool = True) -> list[Message]:
+def read_topic(bootstrap_servers: str, topic: str, *, timeout: float = 60.0,
+               committed_only: bool = True) -> list[Message]:
     """Every record of ``topic`` up to its current end (all partitions), read with a fresh consumer."""
     ends = end_offsets(bootstrap_servers, topic)
     consumer = Consumer(with_log({
@@ -66,14 +68,17 @@ def read_topic(bootstrap_servers: str, topic: str, *, timeout: float = 60.0, com
         deadline = time.monotonic() + timeout
         while any(positions[p] < end for p, end in ends.items()):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic}: reached {positions}, end is {ends}")
+                raise WaitTimeoutError(f"reading {topic}: reached {positions}, end is {ends}")
             for message in consumer.consume(num_messages=1000, timeout=0.5):
-                if message.error() is not None:
-                    if message.error().code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(f"reading {topic}: {message.error()}")
+                error = message.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise ReliableKafkaError(f"reading {topic}: {error}")
                     continue
                 records.append(message)
-                positions[message.partition()] = message.offset() + 1
+                partition, offset = message.partition(), message.offset()
+                if partition is not None and offset is not None:  # always, on a record
+                    positions[partition] = offset + 1
             if committed_only:  # transaction markers take offsets too: stop at the last stable offset
                 for p, end in ends.items():
                     position = consumer.position([TopicPartition(topic, p)])[0].offset

@@ -81,6 +81,7 @@ class ReferenceAcker:
              offset: int) -> list[Decision]:
         """One ack record: expiries first, then its entries, then the decisions."""
         decided = self.advance(event_time_ms)
+        assert self.clock is not None  # advance() set it
         head = (self.clock + self.timeout_ms) // self.width
         touched: dict[int, bool] = {}  # root -> a RESET_TIMEOUT came for it in this record
         for kind, root, val in zip(np.asarray(kinds).tolist(), np.asarray(roots).tolist(),

@@ -107,7 +107,7 @@ def kafka_container(image: str = DEFAULT_KAFKA_IMAGE, *, host_port: int | None =
         raise MissingExtraError("reliable_kafka.testing: a Kafka container needs testcontainers, an optional "
                                 "dependency: pip install 'reliable-kafka[testing]' (or set RK_KAFKA=embedded)") from exc
     port = host_port or _free_port()
-    container = DockerContainer(image).with_envs(
+    container: Any = DockerContainer(image).with_envs(
         KAFKA_NODE_ID="1",
         KAFKA_PROCESS_ROLES="broker,controller",
         # Clients on this machine use PLAINTEXT (the published port); the broker's requests to
@@ -141,18 +141,11 @@ def kafka_container(image: str = DEFAULT_KAFKA_IMAGE, *, host_port: int | None =
 
 def _start(container: Any) -> str:
     """Start ``container``, wait until the broker serves, return its bootstrap address."""
-    try:
-        from testcontainers.core.wait_strategies import LogMessageWaitStrategy
-    except ImportError:  # testcontainers before 4.14
-        LogMessageWaitStrategy = None
-    if LogMessageWaitStrategy is not None:
-        container.waiting_for(LogMessageWaitStrategy(_STARTED).with_startup_timeout(_STARTUP_TIMEOUT_S))
+    from testcontainers.core.wait_strategies import LogMessageWaitStrategy  # testcontainers >= 4.14
+
+    container.waiting_for(LogMessageWaitStrategy(_STARTED).with_startup_timeout(int(_STARTUP_TIMEOUT_S)))
     try:
         container.start()
-        if LogMessageWaitStrategy is None:
-            from testcontainers.core.waiting_utils import wait_for_logs
-
-            wait_for_logs(container, _STARTED, timeout=_STARTUP_TIMEOUT_S, raise_on_exit=True)
     except Exception as exc:
         log_tail = _log_tail(container)
         container.stop()

@@ -8,6 +8,7 @@ import uuid
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from reliable_kafka.client_log import with_log
+from reliable_kafka.errors import WaitTimeoutError
 
 __all__ = ["unique_name", "create_topics"]
 
@@ -37,5 +38,6 @@ def create_topics(bootstrap_servers: str, partitions: dict[str, int], *, replica
         ):
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"topics {list(partitions)} have no leaders after {timeout:.0f}s")
+            raise WaitTimeoutError(
+                f"topics {list(partitions)} have no leaders after {timeout:.0f}s; is the broker healthy?")
         time.sleep(0.1)

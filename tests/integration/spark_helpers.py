@@ -22,7 +22,7 @@ def acker_running(bootstrap: str, topology: str, *, ackers: int = 2, timeout_ms:
     """An acker worker on a thread (creates the topology's topics), stopped on exit."""
     ensure_topics(admin_client(bootstrap), TopologyTopics(topology, ackers=ackers))
     stop = threading.Event()
-    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=ackers, timeout_ms=timeout_ms,
+    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=ackers, message_timeout_ms=timeout_ms,
                          commit_interval_ms=200)
     thread = threading.Thread(target=worker.run, args=(stop,), name="acker", daemon=True)
     thread.start()

@@ -17,15 +17,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 from confluent_kafka import Producer
 
-from reliable_kafka import AckerWorker, Bolt, BoltCollector, LocalCluster, Spout, Tuple
-from reliable_kafka import codec
+from reliable_kafka import AckerWorker, Bolt, BoltCollector, LocalCluster, Spout, Tuple, codec
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.ids import partition_for_root
 from reliable_kafka.offsets import committed_offsets, end_offsets
@@ -52,7 +51,7 @@ class AckerProcess:
         self.log_path = log_dir / f"{name}.log"
         command = [
             sys.executable, "-m", "reliable_kafka", "acker", "--topology", topology, "--bootstrap", bootstrap,
-            "--ackers", str(ackers), "--timeout-ms", str(MESSAGE_TIMEOUT_MS), "--name", name,
+            "--ackers", str(ackers), "--message-timeout-ms", str(MESSAGE_TIMEOUT_MS), "--name", name,
         ]
         for setting in FAST_SESSION:
             command += ["--kafka-config", setting]
@@ -97,7 +96,7 @@ class AckerProcess:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"{self.name} did not stop within {timeout:.0f}s of SIGTERM")
+            raise AssertionError(f"{self.name} did not stop within {timeout:.0f}s of SIGTERM") from None
         found = re.search(r"stopped; AckerStats\((.*)\)", self.log())
         assert found, f"{self.name} logged no final stats"
         return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", found.group(1))}
@@ -188,7 +187,7 @@ class Load:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="load", daemon=True)
 
-    def __enter__(self) -> "Load":
+    def __enter__(self) -> Load:
         self._thread.start()
         return self
 
@@ -440,7 +439,8 @@ def test_killed_acker_partition_fails_over_to_the_survivor_which_completes_held_
         final = survivor.stop()
 
     print(f"failover of partition {moving} (low point {killed_at[moving]}, first held root's event at "
-          f"{lowest[moving]}, without owner for {unowned_s:.1f}s): gate open -> all {gated} held trees completed: {seconds:.1f}s; survivor {final}")
+          f"{lowest[moving]}, without owner for {unowned_s:.1f}s): gate open -> all {gated} held trees "
+          f"completed: {seconds:.1f}s; survivor {final}")
     check_held_outcomes(bootstrap, topics, gate.gated_roots(), opened_ms)
     assert spout.stats.completed == free + gated + sentinels + load.produced
     assert spout.stats.replayed == 0 and spout.stats.dead_lettered == 0
@@ -476,7 +476,7 @@ def test_committed_low_point_never_passes_the_first_event_of_a_pending_root(kafk
         try:
             for wave in range(1, waves + 1):
                 produce_gated(bootstrap, source, per_wave, wave=wave)
-                cluster.wait_until(lambda: gate.gated_seen == wave * per_wave, timeout=60,
+                cluster.wait_until(lambda wave=wave: gate.gated_seen == wave * per_wave, timeout=60,
                                    what=f"the gate holds wave {wave}", progress=show)
                 time.sleep(3.0)  # the next wave starts in a later timeout bucket
             gate.reset_wave = waves
@@ -484,7 +484,7 @@ def test_committed_low_point_never_passes_the_first_event_of_a_pending_root(kafk
             for wave in range(1, waves):
                 time.sleep(1.0)
                 gate.release(wave)
-                cluster.wait_until(lambda: wave not in gate.held, timeout=30, what=f"wave {wave} released")
+                cluster.wait_until(lambda wave=wave: wave not in gate.held, timeout=30, what=f"wave {wave} released")
             time.sleep(4.0)  # the low point moves up to the last wave while it is held
             load.stop()
             gate.open()
@@ -538,7 +538,7 @@ def test_an_open_transaction_on_the_ack_topic_does_not_time_trees_out(kafka_boot
     plain = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
     zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topology}.zombie"})
     zombie.init_transactions(30)
-    acker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap, timeout_ms=3000,
+    acker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap, message_timeout_ms=3000,
                         timeout_buckets=2, commit_interval_ms=200)
     with LocalCluster(acker) as cluster:
         plain.produce(topics.acks, _ack_record(sender, 0, root, edge), partition=0)  # INIT

@@ -105,7 +105,8 @@ def test_spout_ignores_outcomes_for_unknown_roots_and_quarantines_undecodable_on
         ])
         produce_values(kafka_bootstrap, source, [b"one", b"two"])
         cluster.wait_until(
-            lambda: committed_offsets(kafka_bootstrap, f"{topology}-spout", source) == end_offsets(kafka_bootstrap, source),
+            lambda: committed_offsets(kafka_bootstrap, f"{topology}-spout", source)
+            == end_offsets(kafka_bootstrap, source),
             timeout=60, what="the spout completed its records despite bad outcomes")
         cluster.wait_until(lambda: spout.tracker.stats.ignored_outcomes >= 1, timeout=10,
                            what="the unknown root was ignored")
@@ -213,7 +214,7 @@ def test_acker_counts_roots_that_expire_without_their_init(kafka_bootstrap):
     orphans = [new_id() for _ in range(3)]
     _send(kafka_bootstrap, topics.acks, [(0, codec.encode_ack_batch(new_id(), [EventKind.ACK] * 3, orphans,
                                                                     [new_id() for _ in orphans]))])
-    worker = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, timeout_ms=1000)
+    worker = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, message_timeout_ms=1000)
     with LocalCluster(worker) as cluster:
         cluster.wait_until(lambda: worker.stats.expired_ownerless == 3, timeout=60,
                            what="the INIT-less roots expired and were counted", progress=lambda: str(worker.stats))

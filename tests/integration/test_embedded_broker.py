@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from reliable_kafka.broker import EmbeddedKafka
-from reliable_kafka.broker import daemon
+from reliable_kafka.broker import EmbeddedKafka, daemon
 from reliable_kafka.cli import main
 from reliable_kafka.errors import BrokerStartError
 from reliable_kafka.testing.topics import create_topics

@@ -32,7 +32,7 @@ def _topology(bootstrap, prefix, handler, *, acker_timeout_ms=20_000, **spout_op
     spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle, backoff=FAST_RETRY,
                   message_timeout_ms=20_000, name="spout", **spout_options)
     bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-bolt", handler=handler, name="checker")
-    return topology, source, [AckerWorker(**on, ackers=1, timeout_ms=acker_timeout_ms), spout, bolt]
+    return topology, source, [AckerWorker(**on, ackers=1, message_timeout_ms=acker_timeout_ms), spout, bolt]
 
 
 def _checker(tuple_, collector):

@@ -56,7 +56,7 @@ def test_a_tree_kept_alive_past_the_backstop_completes_without_redelivery(kafka_
     spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=held,
                   message_timeout_ms=TIMEOUT_MS, backstop_grace_ms=GRACE_MS)
     bolt = KeepAliveBolt(**on, source_topics=held, group_id=f"{topology}-bolt")
-    acker = AckerWorker(**on, ackers=1, timeout_ms=TIMEOUT_MS)
+    acker = AckerWorker(**on, ackers=1, message_timeout_ms=TIMEOUT_MS)
     with LocalCluster(acker, spout, bolt) as cluster:
         cluster.wait_until(lambda: spout.stats.completed + spout.stats.replayed > 0,
                            timeout=120, what="the held tree's outcome",

@@ -6,13 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
-                                   NewTopic, ResourcePatternType, ResourceType)
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+from spark_helpers import wait_for
 
 from reliable_kafka.testing.topics import unique_name
 from reliable_kafka.topology import TopologyTopics
-from spark_helpers import wait_for
 
 
 def produce_one(bootstrap: str, config: dict, topic: str) -> KafkaError | None:
@@ -75,7 +83,7 @@ def test_kafka_up_secure_writes_client_properties_and_answers_status(tmp_path, m
         refused = produce_one(current.bootstrap, read_command_config(paths["outsider"]), topic)
         assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused
         plain = AdminClient({"bootstrap.servers": current.bootstrap, "socket.timeout.ms": 5000})
-        with pytest.raises(Exception):
+        with pytest.raises(KafkaException):
             plain.list_topics(timeout=5)  # no SASL: no answer
     finally:
         assert main(["kafka", "down"]) == 0

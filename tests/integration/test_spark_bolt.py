@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
+from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running, wait_for
 
 from reliable_kafka import codec
 from reliable_kafka.core.tracker import Backoff
@@ -18,7 +19,6 @@ from reliable_kafka.spout import Spout
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
-from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running, wait_for
 
 pytestmark = pytest.mark.spark
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pyspark
 import pytest
+from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running, source_of, wait_for
 
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
-from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running, source_of, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
+from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running, source_of
 
 from reliable_kafka.bolt import Bolt
 from reliable_kafka.offsets import committed_offsets, end_offsets
@@ -25,7 +26,6 @@ from reliable_kafka.spark.checkpoint import read_resume_point
 from reliable_kafka.spark.session import spark_submit_command
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
-from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running, source_of
 
 pytestmark = pytest.mark.spark
 

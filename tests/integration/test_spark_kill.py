@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running, source_of, wait_for
 
 from reliable_kafka import codec
 from reliable_kafka.core.kinds import OutcomeKind
@@ -30,7 +31,6 @@ from reliable_kafka.spark.checkpoint import read_resume_point
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
-from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running, source_of, wait_for
 
 pytestmark = pytest.mark.spark
 

@@ -7,10 +7,18 @@ task dies after writing (spark_dying_writer).
 
 from __future__ import annotations
 
-
 import pytest
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
+from spark_helpers import (
+    DownstreamLog,
+    acker_running,
+    acking_bolt,
+    bolt_running,
+    outcomes,
+    outputs_by_root,
+    source_of,
+)
 
 from reliable_kafka import codec
 from reliable_kafka.bolt import Bolt
@@ -22,15 +30,6 @@ from reliable_kafka.spark.derive import derive_edge, derive_root, edge_column, r
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
-from spark_helpers import (
-    DownstreamLog,
-    acker_running,
-    acking_bolt,
-    bolt_running,
-    outcomes,
-    outputs_by_root,
-    source_of,
-)
 
 pytestmark = pytest.mark.spark
 
@@ -296,7 +295,8 @@ def test_failed_batch_fails_its_roots_and_the_stream_goes_on(spark, kafka_bootst
     with acker_running(kafka_bootstrap, topology), \
             bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
         spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"), transform=fail_first_attempt_of_rec_13,
+                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"),
+                           transform=fail_first_attempt_of_rec_13,
                            output_topic=output, max_offsets_per_trigger=100, backoff=Backoff(initial_ms=100),
                            message_timeout_ms=10_000)
         spout.start()
@@ -320,7 +320,8 @@ def test_failed_batch_stops_the_query_when_told_to(spark, kafka_bootstrap, tmp_p
     group = f"{topology}.job"
     with acker_running(kafka_bootstrap, topology):
         spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"), transform=fail_first_attempt_of_rec_13,
+                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"),
+                           transform=fail_first_attempt_of_rec_13,
                            output_topic=output, on_batch_error="stop", message_timeout_ms=10_000)
         spout.start()
         try:

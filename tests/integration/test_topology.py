@@ -11,14 +11,13 @@ import pytest
 from confluent_kafka import KafkaException
 
 from examples.word_count import build
-from reliable_kafka.demo import SENTENCES
-from reliable_kafka import AckerWorker, BasicBolt, Bolt, LocalCluster, Spout, TopologyError
-from reliable_kafka import codec
+from reliable_kafka import AckerWorker, BasicBolt, Bolt, LocalCluster, Spout, TopologyError, codec
 from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.demo import SENTENCES
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, ensure_topics, admin_client
+from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
 
 FAST_RETRY = Backoff(initial_ms=20, multiplier=2.0, max_ms=200)
 
@@ -182,7 +181,7 @@ def test_undelivered_tuples_are_counted_and_their_trees_time_out_and_replay(kafk
     relay_bolt = BasicBolt(**on, source_topics=middle, group_id=f"{topology}-relay", handler=relay)
     sink = BasicBolt(**on, source_topics=sink_topic, group_id=f"{topology}-sink",
                      handler=lambda t, c: received.append(t.value))
-    with LocalCluster(AckerWorker(**on, ackers=1, timeout_ms=2_000), spout, relay_bolt, sink) as cluster:
+    with LocalCluster(AckerWorker(**on, ackers=1, message_timeout_ms=2_000), spout, relay_bolt, sink) as cluster:
         cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=120,
                            what="every record completed, the refused ones after a replay",
                            progress=_progress(kafka_bootstrap, f"{topology}-spout", source, spout))
@@ -278,7 +277,7 @@ def test_multi_anchored_output_keeps_both_trees_open_until_it_is_acked(kafka_boo
     spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=f"{topology}.in",
                   message_timeout_ms=120_000)
     sink = Bolt(**on, source_topics=pairs, group_id=f"{topology}-sink", handler=hold_then_ack)
-    components = [AckerWorker(**on, ackers=1, timeout_ms=120_000), spout,
+    components = [AckerWorker(**on, ackers=1, message_timeout_ms=120_000), spout,
                   Bolt(**on, source_topics=f"{topology}.in", group_id=f"{topology}-pair", handler=pair_up), sink]
     with LocalCluster(*components) as cluster:
         cluster.wait_until(lambda: len(held) == 1, timeout=60, what="the paired output reached the sink")

@@ -29,7 +29,7 @@ def _topology(bootstrap: str, prefix: str, *, source_partitions: int = 2) -> tup
 def _components(bootstrap: str, topology: str, topics: dict[str, str]):
     on = {"topology": topology, "bootstrap_servers": bootstrap}
     # exactly once holds unless a tree times out: the timeout must hold under load (as the harness's)
-    acker = AckerWorker(**on, ackers=2, timeout_ms=120_000, commit_interval_ms=200, name="acker")
+    acker = AckerWorker(**on, ackers=2, message_timeout_ms=120_000, commit_interval_ms=200, name="acker")
     spout = TransactionalSpout(**on, name="spout", source_topics=topics["source"], group_id=f"{topology}-spout",
                                emit_to=topics["stage"], message_timeout_ms=120_000, max_retries=5,
                                backoff=Backoff(initial_ms=20, max_ms=200), commit_interval_ms=100)

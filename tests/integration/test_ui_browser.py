@@ -115,7 +115,8 @@ def test_the_page_shows_a_running_word_count_with_moving_numbers(kafka_bootstrap
             assert set(page_now["graph"]) == names - {components[0].name}  # the graph leaves ackers out
             assert page_now["topology"] == topology
             before = page_now
-            _wait(lambda: (now := shown())["committed"] != before["committed"] and now["refreshes"] > before["refreshes"],
+            _wait(lambda: ((now := shown())["committed"] != before["committed"]
+                           and now["refreshes"] > before["refreshes"]),
                   timeout=90, what="committed offsets that move on the page", detail=state)
             assert shown()["lines"] >= 9  # three charts per spout or bolt
             assert shown()["error"] == ""

@@ -11,11 +11,11 @@ from confluent_kafka import KafkaException, Producer
 
 from reliable_kafka.bolt import Bolt
 from reliable_kafka.errors import ConfigError
+from reliable_kafka.kafka.clients import check_ack_sender_config, new_producer
 from reliable_kafka.spark.bolt import SparkBolt
 from reliable_kafka.spark.spout import SparkSpout
 from reliable_kafka.spout import Spout
 from reliable_kafka.spout.transactional import TransactionalSpout
-from reliable_kafka.kafka.clients import check_ack_sender_config, new_producer
 
 CLOSED = "127.0.0.1:1"  # nothing listens: these tests never reach a broker
 

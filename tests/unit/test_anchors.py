@@ -1,9 +1,8 @@
 """The XOR edge rule: any tree built with anchor_child/ack_entries folds to zero exactly at the end."""
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
-
-import numpy as np
 
 from reliable_kafka.core.ack_packer import AckPacker
 from reliable_kafka.core.anchors import Anchored, ack_entries, anchor_child, fail_roots, spout_root

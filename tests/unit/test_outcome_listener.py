@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from reliable_kafka.topology import TopologyTopics
 from reliable_kafka.kafka.outcomes import OutcomeListener
+from reliable_kafka.topology import TopologyTopics
 
 
 class _Consumer:

@@ -14,8 +14,8 @@ from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.core.acker_table import AckerTable
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import DecodeError
-from reliable_kafka.topology import TopologyTopics
 from reliable_kafka.kafka.outcomes import OutcomeListener
+from reliable_kafka.topology import TopologyTopics
 
 INIT, ACK, FAIL, RESET = (int(k) for k in EventKind)
 SPOUT, BOLT = 7, 100

@@ -29,7 +29,7 @@ from reliable_kafka.testing.simulation import (
 SEEDS = range(int(os.environ.get("RK_SIM_SEEDS", "100")))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def simulate(seed: int) -> SimResult:
     return run_simulation(SimConfig.for_seed(seed))
 

@@ -8,7 +8,7 @@ file starts with a NUL byte; Hadoop leaves ``.N.crc`` files beside each entry.
 import json
 
 import pytest
-from hypothesis import settings, given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reliable_kafka.errors import DecodeError

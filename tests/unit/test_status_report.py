@@ -66,4 +66,5 @@ def test_status_and_ui_take_bootstrap_servers_with_bootstrap_as_an_alias():
         assert args.bootstrap_servers == "b:9092" and args.json and args.watch is None
     assert parser.parse_args(["status", "--topology", "t", "--bootstrap", "b", "--watch"]).watch == 5.0
     assert parser.parse_args(["ui", "--topology", "t", "--bootstrap", "b", "--port", "0"]).port == 0
-    assert parser.parse_args(["acker", "--topology", "t", "--bootstrap", "b", "--metrics-port", "9100"]).metrics_port == 9100
+    acker = parser.parse_args(["acker", "--topology", "t", "--bootstrap", "b", "--metrics-port", "9100"])
+    assert acker.metrics_port == 9100

@@ -852,7 +852,8 @@ def test_dead_letters_are_counted_by_the_reason_of_their_last_attempt():
     assert tracker.dead_letters_by_reason == {"TIMED_OUT": 1, "FAILED": 1}
 
 
-@given(st.integers(0, 20), st.sets(st.integers(0, 40), max_size=15), st.lists(st.tuples(st.integers(0, 40), st.booleans()), max_size=40))
+@given(st.integers(0, 20), st.sets(st.integers(0, 40), max_size=15),
+       st.lists(st.tuples(st.integers(0, 40), st.booleans()), max_size=40))
 def test_should_skip_is_exactly_done_or_below_the_commit_point(committed, done_above, steps):
     # should_skip answers new offsets (at or past everything seen) without computing the commit
     # point; it must agree with its definition for every offset, before and after any history

@@ -1,0 +1,93 @@
+"""Arguments several commands share, defined once so that every command spells them the same way.
+
+``--bootstrap-servers`` (``--bootstrap`` is the same), ``--topology``, ``--kafka-config KEY=VALUE``
+and ``--command-config FILE`` for the Kafka clients, ``--message-timeout-ms``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Subparsers",
+    "bootstrap_argument",
+    "client_arguments",
+    "topology_arguments",
+    "message_timeout_argument",
+    "client_settings",
+    "command_config",
+    "setup_logging",
+]
+
+# argparse has no public name for what add_subparsers() returns.
+Subparsers = argparse._SubParsersAction
+
+
+def bootstrap_argument(parser: argparse.ArgumentParser, *, required: bool = True,
+                       help: str = "Kafka bootstrap servers, host:port[,...]") -> None:
+    """``--bootstrap-servers`` (Kafka's name; ``--bootstrap`` is the same) into ``args.bootstrap_servers``."""
+    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap_servers", required=required,
+                        metavar="HOST:PORT[,...]", help=help)
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def client_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--kafka-config KEY=VALUE`` (repeatable) and ``--command-config FILE``; read with :func:`client_settings`."""
+    parser.add_argument("--kafka-config", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                        help="librdkafka setting passed through (repeatable; e.g. security settings)")
+    parser.add_argument("--command-config", type=Path, default=None, metavar="FILE",
+                        help="Kafka client properties (Java names, as Kafka's tools take them), e.g. "
+                        "security.protocol, sasl.mechanism, sasl.jaas.config; translated for librdkafka")
+
+
+def topology_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--topology``, ``--bootstrap-servers`` and the client settings: what reaches a topology's topics."""
+    parser.add_argument("--topology", required=True, help="topology name (topic prefix)")
+    bootstrap_argument(parser)
+    client_arguments(parser)
+
+
+class _OldName(argparse.Action):
+    """Stores the value; says on stderr when the option was given under its old name."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        if option_string is not None and option_string != self.option_strings[0]:
+            print(f"{parser.prog}: {option_string} is deprecated; use {self.option_strings[0]} (the same)",
+                  file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def message_timeout_argument(parser: argparse.ArgumentParser, *, default: int | None, help: str) -> None:
+    """``--message-timeout-ms`` (``--timeout-ms``, its old name, still works) into ``args.message_timeout_ms``."""
+    parser.add_argument("--message-timeout-ms", "--timeout-ms", dest="message_timeout_ms", type=int,
+                        default=default, metavar="MS", action=_OldName, help=help)
+
+
+def command_config(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--command-config`` file's settings, translated for librdkafka (``{}`` without one)."""
+    from reliable_kafka.security import read_command_config
+
+    return read_command_config(args.command_config) if args.command_config else {}
+
+
+def client_settings(args: argparse.Namespace) -> dict[str, str]:
+    """``kafka_config`` for the library: the ``--command-config`` file, then ``--kafka-config`` pairs over it."""
+    return {**command_config(args), **dict(args.kafka_config)}
+
+
+def setup_logging(level: str) -> None:
+    import logging
+
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
