@@ -18,6 +18,8 @@ KAFKA_COMMANDS = {
     "dlq replay": ["dlq", "replay", "--topology", "t"],
     "trace": ["trace", "in:0@5", "--topology", "t"],
     "demo": ["demo"],
+    "acls": ["acls", "--topology", "t", "--role", "acker", "--principal", "User:a"],
+    "topics": ["topics", "--topology", "t"],
 }
 
 

@@ -69,8 +69,16 @@ def test_it_pickles_with_its_roles_for_spark_tasks():
 
 def test_new_consumer_and_new_producer_give_each_client_only_its_role(monkeypatch):
     made = {}
-    monkeypatch.setattr(clients, "Consumer", lambda config: made.setdefault("consumer", config))
-    monkeypatch.setattr(clients, "Producer", lambda config: made.setdefault("producer", config))
+
+    def recording(role):
+        class Client:  # stands in for the client class: keeps its config, takes the attributes set on it
+            def __init__(self, config):
+                made[role] = config
+
+        return Client
+
+    monkeypatch.setattr(clients, "_Consumer", recording("consumer"))
+    monkeypatch.setattr(clients, "_Producer", recording("producer"))
     config = client_config(SHARED, consumer_config=CONSUMER, producer_config=PRODUCER)
     clients.new_consumer(CLOSED, "g", config)
     clients.new_producer(CLOSED, config)
