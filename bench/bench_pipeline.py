@@ -22,7 +22,10 @@ point, rising until the pipeline saturates; p50/p99 of source timestamp -> count
 source timestamp -> the spout learns COMPLETED (tracked). The curve is written as a PNG
 (matplotlib, the ``bench`` extra). Prints figures, asserts nothing.
 
-Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--bootstrap H:P]``.
+Also: CPU seconds per 1,000 sentences at each offered rate, and each process's CPU at idle.
+
+Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--configs off,tracked]
+[--no-throughput] [--kafka-config JSON] [--bootstrap H:P [--broker-pid PID]]``.
 Sized for a 2-core machine: the default run takes a few minutes, ``--quick`` about two.
 """
 
@@ -548,14 +551,14 @@ def _plot(points: list[RatePoint], path: Path) -> None:
               ("off", "counted", "tracking off: source -> counted"),
               ("tracked", "counted", "tracked: source -> counted"),
               ("tracked", "completed", "tracked: source -> spout learns COMPLETED")]
-    for config, kind, label in series:
+    for color, (config, kind, label) in enumerate(series):
         chosen = [p for p in points if p.config == config]
         if not chosen:
             continue
         xs = [p.offered for p in chosen]
-        for q, style in (("p50", "-"), ("p99", "--")):
+        for q, style in (("p50", "-"), ("p99", "--")):  # one colour per series: p50 solid, p99 dashed
             ys = [getattr(p, f"{kind}_{q}") for p in chosen]
-            axis.plot(xs, ys, style, marker="o", label=f"{label} {q}")
+            axis.plot(xs, ys, style, color=f"C{color}", marker="o" if q == "p50" else "x", label=f"{label} {q}")
     axis.set_xscale("log")
     axis.set_yscale("log")
     axis.set_xlabel("offered rate (sentences/s)")
