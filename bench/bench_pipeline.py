@@ -22,7 +22,10 @@ point, rising until the pipeline saturates; p50/p99 of source timestamp -> count
 source timestamp -> the spout learns COMPLETED (tracked). The curve is written as a PNG
 (matplotlib, the ``bench`` extra). Prints figures, asserts nothing.
 
-Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--bootstrap H:P]``.
+Also: CPU seconds per 1,000 sentences at each offered rate, and each process's CPU at idle.
+
+Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--configs off,tracked]
+[--no-throughput] [--kafka-config JSON] [--bootstrap H:P [--broker-pid PID]]``.
 Sized for a 2-core machine: the default run takes a few minutes, ``--quick`` about two.
 """
 
@@ -81,8 +84,8 @@ def _split_words(value: bytes) -> tuple[bytes, list[bytes]]:
     return parts[0] + b" " + parts[1], parts[2:]
 
 
-def _client_config(probe: _Probe) -> dict:
-    return {"statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": probe.stats_cb}
+def _client_config(probe: _Probe, extra: dict | None = None) -> dict:
+    return {**(extra or {}), "statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": probe.stats_cb}
 
 
 def _plain_role(role: str, topics: dict, bootstrap: str, probe: _Probe, stop, ready) -> None:
@@ -139,7 +142,8 @@ def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
     from reliable_kafka import AckerWorker
     from reliable_kafka.bolt import BasicBolt
 
-    on = {"topology": topics["topology"], "bootstrap_servers": bootstrap, "kafka_config": _client_config(probe)}
+    on = {"topology": topics["topology"], "bootstrap_servers": bootstrap,
+          "kafka_config": _client_config(probe, topics.get("kafka_config"))}
     if role == "acker":
         acker = AckerWorker(**on, ackers=1, name="acker")
         return acker
@@ -244,6 +248,7 @@ class RatePoint:
     completed_p50: float | None = None
     completed_p99: float | None = None
     saturated: bool = False
+    cpu: dict = field(default_factory=dict)  # process -> CPU seconds per 1,000 sentences offered
 
 
 @dataclass
@@ -254,6 +259,7 @@ class Pipeline:
     bootstrap: str
     broker_pids: list[int]
     threads: bool = False
+    kafka_config: dict | None = None  # librdkafka settings for reliable-kafka's components
     topics: dict = field(default_factory=dict)
     processes: dict = field(default_factory=dict)
     results: list = field(default_factory=list)
@@ -268,7 +274,7 @@ class Pipeline:
 
         topology = unique_name(f"bench-{self.config}")
         self.topics = {"topology": topology, "source": f"{topology}-source", "sentences": f"{topology}-sentences",
-                       "words": f"{topology}-words"}
+                       "words": f"{topology}-words", "kafka_config": self.kafka_config}
         create_topics(self.bootstrap, {self.topics[t]: PARTITIONS for t in ("source", "sentences", "words")})
         ensure_topics(admin_client(self.bootstrap), TopologyTopics(topology, ackers=1))
         roles = ["spout", "split", "count"] + (["acker"] if self.config.startswith("tracked") else [])
@@ -350,9 +356,11 @@ class Pipeline:
         return Burst(self.config, sentences, counted, completed,
                      {name: cpu_after[name] - cpu_before[name] for name in cpu_after})
 
-    def offer(self, rate: float, seconds: float, drain_timeout: float) -> tuple[int, float, bool]:
-        """Write at ``rate`` sentences/s for ``seconds``; returns (phase, achieved rate, drained)."""
+    def offer(self, rate: float, seconds: float, drain_timeout: float) -> tuple[int, float, bool, dict]:
+        """Write at ``rate`` sentences/s for ``seconds``; returns (phase, achieved rate, drained, CPU
+        seconds per 1,000 sentences of each process while writing and draining)."""
         self.phase += 1
+        cpu_before = self.cpu()
         tick = 0.005
         started = time.perf_counter()
         written_at_start = self.written
@@ -366,7 +374,9 @@ class Pipeline:
         self._producer.flush(30)
         achieved_words = self.counter.value - counted_before
         drained = self.wait(self.drained, drain_timeout)
-        return self.phase, achieved_words / WORDS_PER_SENTENCE / seconds, drained
+        cpu_after, sentences = self.cpu(), max(1, self.written - written_at_start)
+        cpu = {name: (cpu_after[name] - cpu_before[name]) / sentences * 1000 for name in cpu_after}
+        return self.phase, achieved_words / WORDS_PER_SENTENCE / seconds, drained, cpu
 
     def stop(self) -> None:
         self._stop.set()
@@ -390,7 +400,8 @@ class Pipeline:
         totals = {}
         for result in self.results:
             name = "+".join(result["roles"])
-            tx = rx = produce = fetch = commit = batches = records = 0
+            tx = rx = produce = fetch = commit = records = 0
+            by_topic: dict[str, int] = {}
             for stats in result["client_stats"].values():
                 for broker in stats.get("brokers", {}).values():  # the group coordinator's too
                     tx += broker.get("tx", 0)
@@ -402,12 +413,13 @@ class Pipeline:
                             fetch += count
                         elif request == "OffsetCommit":
                             commit += count
-                for topic in stats.get("topics", {}).values():
-                    batch = topic.get("batchcnt", {})
-                    batches += batch.get("cnt", 0)
-                    records += batch.get("sum", 0)
+                for topic_name, topic in stats.get("topics", {}).items():
+                    sent = sum(p.get("txmsgs", 0) for pid, p in topic.get("partitions", {}).items() if int(pid) >= 0)
+                    if sent:
+                        by_topic[topic_name.rsplit("-", 1)[-1].rsplit(".", 1)[-1]] = sent
+                        records += sent
             totals[name] = {"requests": tx, "produce": produce, "fetch": fetch, "commit": commit,
-                            "per_batch": records / batches if batches else 0.0}
+                            "per_request": records / produce if produce else 0.0, "records": by_topic}
         return totals
 
 
@@ -419,9 +431,9 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 @contextlib.contextmanager
-def kafka(bootstrap: str | None) -> Iterator[tuple[str, list[int]]]:
+def kafka(bootstrap: str | None, broker_pids: list[int]) -> Iterator[tuple[str, list[int]]]:
     if bootstrap:
-        yield bootstrap, []
+        yield bootstrap, [pid for root in broker_pids for pid in _process_tree(root)]
         return
     from reliable_kafka.broker import EmbeddedKafka
 
@@ -434,12 +446,13 @@ def kafka(bootstrap: str | None) -> Iterator[tuple[str, list[int]]]:
 
 # --- the run ------------------------------------------------------------------------------------
 
-def _throughput(ctx, bootstrap, broker_pids, pool, configs, *, rounds, sentences, threads=False):
+def _throughput(ctx, bootstrap, broker_pids, pool, configs, *, rounds, sentences, threads=False, kafka_config=None):
     bursts: dict[str, list[Burst]] = defaultdict(list)
     clients: dict[str, dict] = {}
     for _ in range(rounds):
         for config in configs:
-            pipeline = Pipeline(config, bootstrap, broker_pids, threads=threads).start(ctx, pool)
+            pipeline = Pipeline(config, bootstrap, broker_pids, threads=threads,
+                                kafka_config=kafka_config).start(ctx, pool)
             try:
                 pipeline.burst(min(2000, sentences), timeout=300)  # warm-up: caches, JIT, batches
                 bursts[config].append(pipeline.burst(sentences, timeout=600))
@@ -453,45 +466,58 @@ def _throughput(ctx, bootstrap, broker_pids, pool, configs, *, rounds, sentences
     return bursts, clients
 
 
-def _report_throughput(bursts: dict[str, list[Burst]], clients: dict, *, title: str) -> dict[str, float]:
+def _report_throughput(bursts: dict[str, list[Burst]], clients: dict, *, title: str,
+                       plain_rate: float | None = None, plain_cpu: float | None = None) -> tuple[dict, dict]:
+    """Prints the table; returns (sentences/s, total CPU s per 1,000 sentences) per configuration."""
     print(f"\n{title}")
     rates = {config: statistics.median(b.rate for b in runs) for config, runs in bursts.items()}
-    plain = rates.get("plain")
-    print(f"{'pipeline':<10}{'sentences/s':>12}{'ratio':>7}   CPU s per 1,000 sentences (median of rounds)")
+    plain = rates.get("plain", plain_rate)
+    # On a shared machine wall time measures the neighbours too; CPU seconds per sentence do not:
+    # "CPU ratio" is plain's total (Python + broker) over this configuration's, the throughput
+    # ratio a CPU-bound run would show.
+    print(f"{'pipeline':<10}{'sentences/s':>12}{'ratio':>7}{'CPU ratio':>10}   CPU s per 1,000 sentences "
+          f"(median of rounds)")
+    totals = {}
     for config, runs in bursts.items():
-        ratio = f"{rates[config] / plain:.2f}" if plain else "-"
         names = list(runs[0].cpu)
         cpu = {name: statistics.median(b.cpu[name] / b.sentences * 1000 for b in runs) for name in names}
-        python = sum(v for k, v in cpu.items() if k != "broker")
-        detail = "  ".join(f"{name} {value:.3f}" for name, value in cpu.items())
-        print(f"{config:<10}{rates[config]:>12,.0f}{ratio:>7}   {detail}  | python total {python:.3f}")
+        totals[config] = sum(cpu.values())
+        ratio = f"{rates[config] / plain:.2f}" if plain else "-"
+        plain_total = totals.get("plain", plain_cpu)
+        cpu_ratio = f"{plain_total / totals[config]:.2f}" if plain_total and totals[config] else "-"
+        print(f"{config:<10}{rates[config]:>12,.0f}{ratio:>7}{cpu_ratio:>10}   {_cpu_line(cpu)}")
     print("\nclient requests to the broker, last round, whole pipeline life (librdkafka statistics):")
     for config, per_process in clients.items():
         for name, t in per_process.items():
             print(f"  {config:<8} {name:<22} requests {t['requests']:>7}  produce {t['produce']:>6}  "
-                  f"fetch {t['fetch']:>6}  commit {t['commit']:>5}  records/produce batch {t['per_batch']:.1f}")
-    return rates
+                  f"fetch {t['fetch']:>6}  commit {t['commit']:>5}  records/produce request {t['per_request']:.1f}  "
+                  f"records sent {t['records']}")
+    return rates, totals
 
 
-def _latency_curve(ctx, bootstrap, broker_pids, pool, configs, rates, *, seconds) -> list[RatePoint]:
+def _latency_curve(ctx, bootstrap, broker_pids, pool, configs, rates, *, seconds, kafka_config=None) -> list[RatePoint]:
     points = []
     for config in configs:
-        pipeline = Pipeline(config, bootstrap, broker_pids).start(ctx, pool)
+        pipeline = Pipeline(config, bootstrap, broker_pids, kafka_config=kafka_config).start(ctx, pool)
         measured = []
         try:
             pipeline.burst(500, timeout=300)  # warm-up
+            idle_before, idle_seconds = pipeline.cpu(), 3.0
+            pipeline.wait(lambda: False, idle_seconds)  # nothing offered: what the loops cost at rest
+            idle = {name: (seconds - idle_before[name]) / idle_seconds * 100 for name, seconds in pipeline.cpu().items()}
+            print(f"  {config:<8} idle, % of a core: " + "  ".join(f"{n} {v:.1f}" for n, v in idle.items()), flush=True)
             for rate in rates:
-                phase, achieved, drained = pipeline.offer(rate, seconds, drain_timeout=max(10.0, 2 * seconds))
-                measured.append((rate, phase, achieved, drained))
+                phase, achieved, drained, cpu = pipeline.offer(rate, seconds, drain_timeout=max(10.0, 2 * seconds))
+                measured.append((rate, phase, achieved, drained, cpu))
                 if not drained:
                     break
                 pipeline.wait(lambda: False, 0.3)  # a gap between points
         finally:
             pipeline.stop()
-        for rate, phase, achieved, drained in measured:
+        for rate, phase, achieved, drained, cpu in measured:
             counted = pipeline.latencies(phase, "latencies")
             completed = pipeline.latencies(phase, "completion")
-            point = RatePoint(config, rate, achieved, _percentile(counted, 0.5), _percentile(counted, 0.99))
+            point = RatePoint(config, rate, achieved, _percentile(counted, 0.5), _percentile(counted, 0.99), cpu=cpu)
             if config.startswith("tracked"):
                 point.completed_p50, point.completed_p99 = _percentile(completed, 0.5), _percentile(completed, 0.99)
             worst = point.completed_p99 if point.completed_p99 is not None else point.counted_p99
@@ -501,8 +527,14 @@ def _latency_curve(ctx, bootstrap, broker_pids, pool, configs, rates, *, seconds
                 f" | completed p50 {point.completed_p50:7.1f} p99 {point.completed_p99:7.1f}"
             print(f"  {config:<8} offered {rate:>7,.0f}/s achieved {achieved:>7,.0f}/s | counted p50 "
                   f"{point.counted_p50:7.1f} ms p99 {point.counted_p99:7.1f} ms{extra}"
-                  f"{'  (saturated)' if point.saturated else ''}", flush=True)
+                  f"{'  (saturated)' if point.saturated else ''}\n"
+                  f"           CPU s per 1,000 sentences: {_cpu_line(cpu)}", flush=True)
     return points
+
+
+def _cpu_line(cpu: dict[str, float]) -> str:
+    python = sum(v for k, v in cpu.items() if k != "broker")
+    return "  ".join(f"{name} {value:.3f}" for name, value in cpu.items()) + f"  | python total {python:.3f}"
 
 
 def _plot(points: list[RatePoint], path: Path) -> None:
@@ -519,14 +551,14 @@ def _plot(points: list[RatePoint], path: Path) -> None:
               ("off", "counted", "tracking off: source -> counted"),
               ("tracked", "counted", "tracked: source -> counted"),
               ("tracked", "completed", "tracked: source -> spout learns COMPLETED")]
-    for config, kind, label in series:
+    for color, (config, kind, label) in enumerate(series):
         chosen = [p for p in points if p.config == config]
         if not chosen:
             continue
         xs = [p.offered for p in chosen]
-        for q, style in (("p50", "-"), ("p99", "--")):
+        for q, style in (("p50", "-"), ("p99", "--")):  # one colour per series: p50 solid, p99 dashed
             ys = [getattr(p, f"{kind}_{q}") for p in chosen]
-            axis.plot(xs, ys, style, marker="o", label=f"{label} {q}")
+            axis.plot(xs, ys, style, color=f"C{color}", marker="o" if q == "p50" else "x", label=f"{label} {q}")
     axis.set_xscale("log")
     axis.set_yscale("log")
     axis.set_xlabel("offered rate (sentences/s)")
@@ -548,38 +580,46 @@ def main() -> None:
     parser.add_argument("--with-ackers0", action="store_true", help="also measure Spout(ackers=0)")
     parser.add_argument("--no-threads", action="store_true", help="skip the LocalCluster (threads) figures")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency curve")
-    parser.add_argument("--plot", type=Path, default=Path("docs/perf/pipeline-latency.png"))
+    parser.add_argument("--no-throughput", action="store_true", help="skip the throughput bursts")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="which of plain,off,tracked to measure")
+    parser.add_argument("--kafka-config", type=json.loads, default=None,
+                        help='librdkafka settings for reliable-kafka\'s components (JSON), e.g. \'{"linger.ms": 0}\'')
+    parser.add_argument("--plot", type=Path, default=Path("docs/img/pipeline-latency.png"))
     parser.add_argument("--bootstrap", help="an existing broker (else an embedded one is started)")
+    parser.add_argument("--broker-pid", type=int, action="append", default=[],
+                        help="with --bootstrap: the broker's pid, for its CPU figures")
     args = parser.parse_args()
     sentences = args.sentences or (6000 if args.quick else 20000)
     rounds = args.rounds or (1 if args.quick else 2)
     rates = [float(r) for r in (args.rates or ("250,1000,4000,16000" if args.quick else
                                                 "250,500,1000,2000,4000,8000,16000,32000")).split(",")]
     seconds = 2.0 if args.quick else 3.0
-    configs = list(CONFIGS) + (["ackers0"] if args.with_ackers0 else [])
+    configs = [c for c in args.configs.split(",") if c] + (["ackers0"] if args.with_ackers0 else [])
     ctx = mp.get_context("spawn")
     pool = _sentence_pool()
     print(f"word count bench: {sentences} sentences x {rounds} rounds, {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
-    with kafka(args.bootstrap) as (bootstrap, broker_pids):
-        print("\nthroughput, one process per component, alternating:", flush=True)
-        bursts, clients = _throughput(ctx, bootstrap, broker_pids, pool, configs, rounds=rounds, sentences=sentences)
-        if not args.no_threads:
-            print("\nthroughput, LocalCluster (all components as threads of one process):", flush=True)
-            thread_bursts, thread_clients = _throughput(ctx, bootstrap, broker_pids, pool, [c for c in configs if c != "plain"],
-                                                        rounds=1, sentences=sentences, threads=True)
-        points = []
+    bursts, clients, thread_bursts, thread_clients, points = {}, {}, {}, {}, []
+    with kafka(args.bootstrap, args.broker_pid) as (bootstrap, broker_pids):
+        if not args.no_throughput:
+            print("\nthroughput, one process per component, alternating:", flush=True)
+            bursts, clients = _throughput(ctx, bootstrap, broker_pids, pool, configs, rounds=rounds,
+                                          sentences=sentences, kafka_config=args.kafka_config)
+            if not args.no_threads:
+                print("\nthroughput, LocalCluster (all components as threads of one process):", flush=True)
+                thread_bursts, thread_clients = _throughput(
+                    ctx, bootstrap, broker_pids, pool, [c for c in configs if c != "plain"], rounds=1,
+                    sentences=sentences, threads=True, kafka_config=args.kafka_config)
         if not args.no_latency:
             print(f"\nlatency against offered rate ({seconds:.0f} s per point):", flush=True)
-            points = _latency_curve(ctx, bootstrap, broker_pids, pool, ["plain", "off", "tracked"], rates,
-                                    seconds=seconds)
-    rates_by_config = _report_throughput(bursts, clients, title="throughput, one process per component")
-    if not args.no_threads:
-        thread_rates = _report_throughput(thread_bursts, thread_clients, title="throughput, LocalCluster (threads)")
-        plain = rates_by_config.get("plain")
-        if plain:
-            print("  ratios to the plain multi-process loop: " +
-                  ", ".join(f"{c} {r / plain:.2f}" for c, r in thread_rates.items()))
+            points = _latency_curve(ctx, bootstrap, broker_pids, pool, [c for c in CONFIGS if c in configs], rates,
+                                    seconds=seconds, kafka_config=args.kafka_config)
+    rates_by_config, cpu_by_config = _report_throughput(bursts, clients, title="throughput, one process per component") \
+        if bursts else ({}, {})
+    if thread_bursts:
+        _report_throughput(thread_bursts, thread_clients, title="throughput, LocalCluster (threads); ratios to the "
+                           "plain multi-process loop", plain_rate=rates_by_config.get("plain"),
+                           plain_cpu=cpu_by_config.get("plain"))
     if points:
         at_1000 = [p for p in points if p.config == "tracked" and p.offered == 1000]
         if at_1000:

@@ -34,7 +34,7 @@ from reliable_kafka.topology import (
 )
 from reliable_kafka.kafka.authorization import check_consumed, check_delivery
 from reliable_kafka.kafka.clients import new_consumer, new_producer
-from reliable_kafka.kafka.config import client_config, consumer_settings
+from reliable_kafka.kafka.config import client_config, consumer_settings, producer_settings
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import flush_or_raise
 
@@ -47,6 +47,9 @@ MAX_OUTCOMES_PER_RECORD = 5000
 # default (group.min.session.timeout.ms), not librdkafka's 45 s. KIP-848's protocol is no faster:
 # its session is the broker's (45 s by default). bench/bench_acker_failover.py measures both.
 ACKER_CONSUMER_DEFAULTS = {"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_000}
+# Outcomes end every tree's completion latency, and an acker sends about one record per poll:
+# they go at once instead of waiting out librdkafka's 5 ms linger (kafka_config may override).
+OUTCOME_PRODUCER_DEFAULTS = {"linger.ms": 0}
 FOLD_GROUP = 16  # records per vectorised fold: shares NumPy's per-call cost (bench/bench_acker_table.py)
 MAX_EVENT_KIND = max(EventKind)
 
@@ -192,7 +195,7 @@ class AckerWorker:
         self._outcome_partitions = partition_count(admin, self.topics.outcomes) or 0
         if not self._outcome_partitions:
             raise TopologyError(f"{self.name}: outcome topic {self.topics.outcomes} does not exist")
-        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, component=self.name)
+        self._producer = new_producer(self.bootstrap_servers, self.producer_config(), component=self.name)
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
         overrides = {"isolation.level": "read_committed"}
         config = consumer_settings(self.kafka_config)
@@ -207,6 +210,11 @@ class AckerWorker:
             [self.topics.acks], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
         log.info("%s: consuming %s as group %s", self.name, self.topics.acks, self.group_id)
+
+    def producer_config(self) -> dict:
+        """The outcome producer's librdkafka settings: :data:`OUTCOME_PRODUCER_DEFAULTS`, then ``kafka_config``
+        (with its ``producer_config``)."""
+        return {**OUTCOME_PRODUCER_DEFAULTS, **producer_settings(self.kafka_config)}
 
     def close(self) -> None:
         try:

@@ -221,6 +221,7 @@ class Bolt:
         self._last_commit = 0.0
         self._uncommitted = False
         self._failed_in_a_row = 0
+        self._ends: dict[tuple[str, int], int] = {}  # of the batch in hand: partition -> next offset
         self.ready = threading.Event()
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -307,10 +308,9 @@ class Bolt:
             if messages:
                 self._process_in_transaction(messages)
             return
-        ends: dict[tuple[str, int], int] = {}
+        ends = self._ends = {}  # _process notes each partition's next offset (it reads the coordinates anyway)
         for message in messages:
             self._process(message)
-            ends[(message.topic(), message.partition())] = message.offset() + 1
         if ends:  # one store per batch: the offset after each partition's last processed message
             self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()])
             self._uncommitted = True
@@ -333,6 +333,8 @@ class Bolt:
 
     def _process(self, message: Message) -> None:
         self.stats.received += 1
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        self._ends[(topic, partition)] = offset + 1
         headers = message.headers() or []  # read only: a new list is made when one is removed
         raw = None
         if len(headers) == 1:  # the common case: rk-anchors alone, or one header of the user's
@@ -354,8 +356,8 @@ class Bolt:
             anchors = {}
             self.stats.untracked += 1
         timestamp = message.timestamp()
-        tuple_ = Tuple(message.topic(), message.partition(), message.offset(), message.key(), message.value(),
-                       headers, timestamp[1] if timestamp else -1, Anchored(anchors))
+        tuple_ = Tuple(topic, partition, offset, message.key(), message.value(), headers,
+                       timestamp[1] if timestamp else -1, Anchored(anchors))
         started = time.perf_counter()
         self._call(tuple_)
         self.process_latency.observe(time.perf_counter() - started)
@@ -393,7 +395,9 @@ class Bolt:
             if self._quarantine.unsent:  # a quarantine copy failed: not past its record until written
                 self._quarantine.retry_unsent()
                 return
-            self._consumer.commit(asynchronous=False)
+            # on the loop's own cadence the commit does not hold up tuples (a failed one only means
+            # replays); on close and revoke it must be done before the partitions go
+            self._consumer.commit(asynchronous=not force)
             self._uncommitted = False
         except KafkaException as exc:
             if exc.args and exc.args[0].code() == KafkaError._NO_OFFSET:

@@ -28,11 +28,15 @@ def produce_tuple(producer: Producer, topic: str, value: bytes | None, *, key: b
         headers = [(codec.ANCHORS_HEADER, codec.encode_anchors(anchors))]
     else:
         headers = None
-    if partition is None:
-        produce_waiting(producer, topic, value, key=key, headers=headers, on_delivery=on_delivery)
-    else:
-        produce_waiting(producer, topic, value, key=key, partition=partition, headers=headers,
-                        on_delivery=on_delivery)
+    try:  # positional, partition -1 = the partitioner's choice: this runs once per emitted tuple
+        producer.produce(topic, value, key, _ANY_PARTITION if partition is None else partition, on_delivery,
+                         headers=headers)
+    except (BufferError, KafkaException):  # queue full, or the producer failed: the slow path decides
+        produce_waiting(producer, topic, value, key=key, partition=_ANY_PARTITION if partition is None else partition,
+                        headers=headers, on_delivery=on_delivery)
+
+
+_ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner picks one
 
 
 class ProducerUnusable(KafkaException):

@@ -55,3 +55,84 @@ def test_the_tuple_gets_the_last_anchors_header_and_every_other_header_in_order(
     assert list(seen[0].headers) == user_headers
     assert seen[0].anchored.anchors == anchors
     assert bolt.stats.untracked == (0 if anchors else 1)
+
+
+class _Batch:
+    """A consumer handing out one batch, recording the offsets stored and committed."""
+
+    def __init__(self, messages) -> None:
+        self.messages = messages
+        self.stored: list = []
+        self.commits: list[bool] = []  # asynchronous or not, per commit
+
+    def consume(self, num_messages, timeout):
+        batch, self.messages = self.messages, []
+        return batch
+
+    def store_offsets(self, *, offsets):
+        self.stored.append(sorted((tp.topic, tp.partition, tp.offset) for tp in offsets))
+
+    def commit(self, asynchronous=True):
+        self.commits.append(asynchronous)
+
+
+class _At(_Message):
+    def __init__(self, partition, offset, headers=None) -> None:
+        super().__init__(headers)
+        self._partition, self._offset = partition, offset
+
+    def partition(self):
+        return self._partition
+
+    def offset(self):
+        return self._offset
+
+    def error(self):
+        return None
+
+
+class _Quiet:
+    """Producer, ack sender and quarantine stand-ins: accept everything, send nothing."""
+
+    unsent = 0
+    parked: list = []
+
+    def send(self):
+        return 0
+
+    def poll(self, timeout=0):
+        return 0
+
+    def flush(self, timeout=0):
+        return 0
+
+    def decode_error(self, message, error):
+        self.parked.append(message.offset())
+
+
+def test_one_store_per_batch_past_each_partitions_last_record_even_a_quarantined_one():
+    handled = []
+    bolt = Bolt(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="words", group_id="g",
+                handler=lambda tuple_, collector: handled.append((tuple_.partition, tuple_.offset)))
+    consumer = _Batch([_At(0, 5), _At(1, 40), _At(0, 6), _At(1, 41, [("rk-anchors", b"\x02bad")]), _At(0, 7)])
+    bolt._consumer, bolt._producer, bolt._acks, bolt._quarantine = consumer, _Quiet(), _Quiet(), _Quiet()
+    bolt.poll_once(0)
+    assert handled == [(0, 5), (1, 40), (0, 6), (0, 7)]
+    assert consumer.stored == [[("words", 0, 8), ("words", 1, 42)]]
+    assert bolt._quarantine.parked == [41]
+    bolt.poll_once(0)  # an empty poll stores nothing
+    assert len(consumer.stored) == 1
+
+
+def test_the_loops_commits_do_not_wait_but_close_waits_for_its_commit():
+    bolt = Bolt(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="words", group_id="g",
+                handler=lambda tuple_, collector: None)
+    consumer = _Batch([_At(0, 5)])
+    bolt._consumer, bolt._producer, bolt._acks, bolt._quarantine = consumer, _Quiet(), _Quiet(), _Quiet()
+    bolt.poll_once(0)
+    assert consumer.commits == [True]
+    consumer.messages = [_At(0, 6)]
+    bolt.poll_once(0)  # within the commit interval: stored, not committed
+    assert consumer.commits == [True]
+    bolt._on_revoke(consumer, [])
+    assert consumer.commits == [True, False]

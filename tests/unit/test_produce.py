@@ -1,0 +1,78 @@
+"""produce_tuple: headers, partition choice, and the slow path when the queue is full or the producer failed."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from reliable_kafka import codec
+from reliable_kafka.kafka.produce import ProducerUnusable, produce_tuple
+
+
+class FakeProducer:
+    """Records what was produced; raises the queued errors first (one per produce call)."""
+
+    def __init__(self, errors=()) -> None:
+        self.errors = list(errors)
+        self.sent: list[dict] = []
+        self.polls = 0
+
+    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, *, headers=None):
+        if self.errors:
+            raise self.errors.pop(0)
+        self.sent.append({"topic": topic, "value": value, "key": key, "partition": partition,
+                          "on_delivery": on_delivery, "headers": headers})
+
+    def poll(self, timeout) -> int:
+        self.polls += 1
+        return 0
+
+
+def test_an_anchored_tuple_carries_its_anchors_and_lets_the_partitioner_choose():
+    producer = FakeProducer()
+    produce_tuple(producer, "words", b"v", key=b"k", headers=None, partition=None, anchors={5: 9})
+    [sent] = producer.sent
+    assert (sent["topic"], sent["value"], sent["key"], sent["partition"]) == ("words", b"v", b"k", -1)
+    assert sent["headers"] == [(codec.ANCHORS_HEADER, codec.encode_anchors({5: 9}))]
+
+
+def test_user_headers_are_kept_and_a_stale_anchors_header_is_replaced():
+    producer = FakeProducer()
+    stale = codec.encode_anchors({1: 2})
+    user = [("a", b"1"), (codec.ANCHORS_HEADER, stale)]
+    produce_tuple(producer, "t", b"v", key=None, headers=user, partition=3, anchors={7: 8})
+    [sent] = producer.sent
+    assert sent["partition"] == 3
+    assert sent["headers"] == [("a", b"1"), (codec.ANCHORS_HEADER, codec.encode_anchors({7: 8}))]
+    assert user == [("a", b"1"), (codec.ANCHORS_HEADER, stale)]  # the caller's list is not changed
+
+
+def test_an_untracked_tuple_has_no_anchors_header():
+    producer = FakeProducer()
+    produce_tuple(producer, "t", b"v", key=None, headers=[(codec.ANCHORS_HEADER, b"x")], partition=None, anchors={})
+    assert producer.sent[0]["headers"] == []
+    produce_tuple(producer, "t", b"v", key=None, headers=None, partition=None, anchors={})
+    assert producer.sent[1]["headers"] is None
+
+
+def test_a_full_queue_waits_for_room_and_sends_the_tuple_once():
+    producer = FakeProducer(errors=[BufferError(), BufferError()])
+    produce_tuple(producer, "t", b"v", key=None, headers=None, partition=None, anchors={5: 9})
+    assert producer.polls == 1  # the first BufferError goes to the slow path, which polls for room
+    assert len(producer.sent) == 1 and producer.sent[0]["partition"] == -1
+
+
+def test_a_failed_producer_is_reported_as_unusable_not_as_the_tuples_fault():
+    fenced = KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+    producer = FakeProducer(errors=[fenced, fenced])
+    with pytest.raises(ProducerUnusable):
+        produce_tuple(producer, "t", b"v", key=None, headers=None, partition=None, anchors={5: 9})
+    assert producer.sent == []
+
+
+def test_a_record_error_passes_through_as_it_is():
+    too_large = KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too large"))
+    producer = FakeProducer(errors=[too_large, too_large])
+    with pytest.raises(KafkaException) as raised:
+        produce_tuple(producer, "t", b"v", key=None, headers=None, partition=0, anchors={5: 9})
+    assert not isinstance(raised.value, ProducerUnusable)
