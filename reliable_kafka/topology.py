@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from reliable_kafka.client_log import with_log
 from reliable_kafka.errors import ConfigError, TopologyError
+from reliable_kafka.kafka.factory import KafkaClients, clients_or_default
 
 __all__ = ["TopologyTopics", "ensure_topics", "ensure_status_topic", "partition_count", "admin_client",
            "warn_if_create_time"]
@@ -98,8 +98,9 @@ class TopologyTopics:
         return shapes
 
 
-def admin_client(bootstrap_servers: str, kafka_config: dict | None = None) -> AdminClient:
-    return AdminClient(with_log({**(kafka_config or {}), "bootstrap.servers": bootstrap_servers}))
+def admin_client(bootstrap_servers: str, kafka_config: dict | None = None, *,
+                 clients: KafkaClients | None = None) -> AdminClient:
+    return clients_or_default(clients).admin({**(kafka_config or {}), "bootstrap.servers": bootstrap_servers})
 
 
 def partition_count(admin: AdminClient, topic: str, *, timeout: float = 10.0, wait: float = 0.0) -> int | None:

@@ -29,6 +29,7 @@ from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
+from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.deadline import StuckCall, with_deadline
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import ProducerUnusable, flush_or_raise, produce_tuple
@@ -166,6 +167,8 @@ class Bolt:
       gets its partitions back without a rebalance).
     - ``batch_size`` [500], ``commit_interval_ms`` [1000], ``kafka_config`` (librdkafka, copied),
       ``name`` [random], ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
+    - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
+      :class:`reliable_kafka.testing.MemoryKafka` runs the bolt without a broker).
     """
 
     _collector_class = BoltCollector
@@ -185,6 +188,7 @@ class Bolt:
         kafka_config: dict | None = None,
         name: str | None = None,
         metrics_port: int | None = None,
+        clients: KafkaClients | None = None,
     ) -> None:
         if not callable(handler):
             raise ConfigError(f"Bolt: handler must be callable, got {handler!r}")
@@ -216,6 +220,7 @@ class Bolt:
         self._uncommitted = False
         self._failed_in_a_row = 0
         self.ready = threading.Event()
+        self.clients = clients
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -223,7 +228,7 @@ class Bolt:
         return run_until_stopped(self, stop, handle_signals=handle_signals)
 
     def start(self) -> None:
-        admin = admin_client(self.bootstrap_servers, self.kafka_config)
+        admin = admin_client(self.bootstrap_servers, self.kafka_config, clients=self.clients)
         ack_partitions = partition_count(admin, self.topics.acks, wait=self.topic_wait_s)
         if ack_partitions is None:
             raise TopologyError(
@@ -248,14 +253,15 @@ class Bolt:
             # static membership: a restarted bolt (same name, hence same transactional.id) gets
             # its partitions back without a rebalance of the whole group
             consumer_overrides["group.instance.id"] = f"{self.group_id}.{self.name}"
-        self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, **consumer_overrides)
+        self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, clients=self.clients,
+                                      **consumer_overrides)
         self._consumer.subscribe(self.source_topics, on_assign=lambda c, p: self.ready.set(),
                                  on_revoke=self._on_revoke)
         log.info("%s: reading %s as group %s%s", self.name, self.source_topics, self.group_id,
                  " (transactional)" if self.transactional else "")
 
     def _new_producer(self) -> None:
-        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name,
+        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name, clients=self.clients,
                                       **self._producer_overrides)
         if self.transactional:
             self._producer.init_transactions(30)  # fences a previous incarnation, aborts its transaction

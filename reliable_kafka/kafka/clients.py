@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, Message, Producer
 
-from reliable_kafka.client_log import with_log
 from reliable_kafka.errors import ConfigError
+from reliable_kafka.kafka.factory import KafkaClients, clients_or_default
 
 __all__ = ["new_producer", "new_consumer", "check_ack_sender_config", "message_coordinates", "ERRORS_ONLY"]
 
@@ -75,7 +75,7 @@ def _int(value) -> int | None:
 
 
 def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, *,
-                 ack_sender: str | None = None, **overrides) -> Producer:
+                 ack_sender: str | None = None, clients: KafkaClients | None = None, **overrides) -> Producer:
     """An idempotent ``acks=all`` producer; ``kafka_config`` passes librdkafka settings through.
 
     ``ack_sender`` names the component when the producer sends ack events: a configuration
@@ -85,10 +85,11 @@ def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, *,
     config.update(overrides)
     if ack_sender is not None:
         check_ack_sender_config(config, component=ack_sender)
-    return Producer(with_log(config))
+    return clients_or_default(clients).producer(config)
 
 
-def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | None = None, **overrides) -> Consumer:
+def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | None = None, *,
+                 clients: KafkaClients | None = None, **overrides) -> Consumer:
     """A consumer with manual commits and offset storage (the layer decides what is committed)."""
     defaults = {"auto.offset.reset": "earliest", "enable.partition.eof": False}
     required = {
@@ -99,7 +100,7 @@ def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | Non
     }
     config = _merged(kafka_config, required, defaults)
     config.update(overrides)
-    return Consumer(with_log(config))
+    return clients_or_default(clients).consumer(config)
 
 
 def message_coordinates(message: Message) -> str:

@@ -206,8 +206,9 @@ class FailureIndex:
     """
 
     def __init__(self, *, bootstrap_servers: str, topic: str, group_id: str, kafka_config: dict | None = None,
-                 since_ms: int | None = None, max_roots: int = 50_000) -> None:
+                 since_ms: int | None = None, max_roots: int = 50_000, clients=None) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.clients = clients  # a reliable_kafka.kafka.factory.KafkaClients, None: confluent-kafka
         self.topic = topic
         self.group_id = group_id
         self.kafka_config = kafka_config
@@ -242,7 +243,7 @@ class FailureIndex:
 
         from reliable_kafka.kafka.clients import new_consumer
 
-        consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config)
+        consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, clients=self.clients)
         metadata = consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
         if metadata is None or metadata.error is not None or not metadata.partitions:
             consumer.close()
