@@ -70,7 +70,7 @@ class MemoryProducer:
 
     def produce(self, topic: str, value=None, key=None, partition: int = -1, on_delivery: Callable | None = None,
                 timestamp: int = 0, headers=None, callback: Callable | None = None) -> None:
-        self._check_usable()
+        self._check_usable(contact=False)  # queued locally: a fencing shows at delivery or commit
         if self._transactional_id is not None and self._transaction is None:
             raise KafkaException(KafkaError(KafkaError._STATE, "Operation not valid in state Ready: produce "
                                             "outside a transaction"))
@@ -112,6 +112,11 @@ class MemoryProducer:
         self._fatal = KafkaError(KafkaError._FATAL, "producer crashed (MemoryKafka.crash)", fatal=True)
 
     def _deliver(self) -> int:
+        if self._queue and self._transactional_id is not None and self._epoch is not None:
+            try:
+                self._check_usable()  # sending is where a fenced producer learns it
+            except KafkaException:
+                return 0  # the queued records were failed with the fatal error
         queue, self._queue = self._queue, []
         served = 0
         for queued in queue:
@@ -165,7 +170,7 @@ class MemoryProducer:
         self._transaction = None
 
     def begin_transaction(self) -> None:
-        self._check_transactional()
+        self._check_transactional(contact=False)  # local in librdkafka: a fencing is not noticed here
         if self._transaction is not None:
             raise KafkaException(KafkaError(KafkaError._STATE, "a transaction is already open"))
         self._transaction = self._kafka.begin(self._transactional_id)
@@ -198,20 +203,22 @@ class MemoryProducer:
         self._kafka.abort_transaction(self._transactional_id)
         self._transaction = None
 
-    def _check_usable(self) -> None:
+    def _check_usable(self, *, contact: bool = True) -> None:
+        """Raise the producer's fatal error; ``contact``: a call that reaches the broker, which is
+        where a fenced producer learns that a newer one took its transactional id."""
         if self._fatal is not None:
             raise KafkaException(self._fatal)
-        if self._transactional_id is not None and self._epoch is not None \
+        if contact and self._transactional_id is not None and self._epoch is not None \
                 and self._kafka.epoch(self._transactional_id) != self._epoch:
             self._fatal = KafkaError(KafkaError._FENCED, f"producer {self._transactional_id} epoch {self._epoch} "
                                      "was fenced by a newer instance", fatal=True)
             self._fail_queued(self._fatal)
             raise KafkaException(self._fatal)
 
-    def _check_transactional(self) -> None:
+    def _check_transactional(self, *, contact: bool = True) -> None:
         if self._transactional_id is None or self._epoch is None:
             raise KafkaException(KafkaError(KafkaError._STATE, "init_transactions() was not called"))
-        self._check_usable()
+        self._check_usable(contact=contact)
 
     def _check_in_transaction(self) -> None:
         self._check_transactional()

@@ -239,8 +239,13 @@ def test_a_fenced_producer_fails_fatally_and_its_open_transaction_is_aborted():
     assert raised.value.args[0].fatal() and raised.value.args[0].code() == KafkaError._FENCED
     assert kafka.messages("t") == []
     kafka.fence("x")
+    new.begin_transaction()  # local: the producer learns it was fenced when it reaches the broker
+    new.produce("t", b"fenced")
     with pytest.raises(KafkaException):
-        new.begin_transaction()
+        new.commit_transaction()
+    with pytest.raises(KafkaException):
+        new.begin_transaction()  # fatal from then on
+    assert [m.value() for m in kafka.messages("t", read_committed=False)] == [b"zombie"]  # never b"fenced"
 
 
 def test_a_crashed_producer_loses_what_it_had_not_delivered():

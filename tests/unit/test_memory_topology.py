@@ -145,3 +145,48 @@ def _committed(kafka: MemoryKafka, group: str, topic: str) -> dict[int, int]:
 
 def _ends(kafka: MemoryKafka, topic: str) -> dict[int, int]:
     return {p: log.end for p, log in enumerate(kafka.topics[topic].partitions) if log.end}
+
+
+def test_transactional_spout_and_bolts_emit_each_word_once_though_a_bolt_is_fenced_mid_run(kafka):
+    from reliable_kafka.spout.transactional import TransactionalSpout
+
+    ListSource(kafka, "lines", [f"w{i} x{i}".encode() for i in range(10)])
+    acker = AckerWorker(topology="tx", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
+    acker.start()
+    spout = TransactionalSpout(topology="tx", bootstrap_servers="memory", clients=kafka, source_topics="lines",
+                               group_id="tx.spout", emit_to="sentences", name="spout-1", batch_size=3,
+                               backoff=Backoff(initial_ms=0))
+
+    def split_words(tuple_, collector):
+        for word in tuple_.value.split():
+            collector.emit("words", word, key=word)
+
+    splitter = BasicBolt(topology="tx", bootstrap_servers="memory", clients=kafka, source_topics="sentences",
+                         group_id="tx.split", handler=split_words, transactional=True, name="split-1", batch_size=2)
+    for component in (spout, splitter):
+        component.start()
+    rounds = {"n": 0}
+
+    def fence_once(round_):
+        rounds["n"] += 1
+        if rounds["n"] == 3:  # a newer incarnation appeared: the open and next transaction abort
+            kafka.fence("tx.split.split-1")
+
+    step_until(lambda: spout.stats.completed == 10 and len(TopicSink(kafka, "words")) == 20,
+               spout, splitter, _AckEverything(kafka, "words", "tx"), acker, between=fence_once)
+    assert sorted(TopicSink(kafka, "words").values()) == sorted(f"{c}{i}".encode() for i in range(10) for c in "wx")
+    assert splitter.stats.aborted_transactions >= 1
+    assert spout.stats.replayed == 0
+
+
+class _AckEverything:
+    """A plain (not transactional) bolt that acks what it reads: completes the trees."""
+
+    def __init__(self, kafka, topic, topology):
+        self.bolt = BasicBolt(topology=topology, bootstrap_servers="memory", clients=kafka, source_topics=topic,
+                              group_id=f"{topology}.sink", handler=lambda t, c: None, commit_interval_ms=0)
+        self.bolt.start()
+        self.name, self.stats = "sink", self.bolt.stats
+
+    def poll_once(self, timeout):
+        self.bolt.poll_once(timeout)
