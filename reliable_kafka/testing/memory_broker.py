@@ -19,7 +19,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Ka
 from reliable_kafka.errors import ConfigError
 from reliable_kafka.testing.memory_groups import Group
 
-__all__ = ["MemoryKafka", "ManualClock", "FAULTS"]
+__all__ = ["MemoryKafka", "ManualClock", "FAULTS", "new_message"]
 
 TopicPartitionKey = tuple[str, int]
 
@@ -31,6 +31,57 @@ FAULTS = {
     "send_offsets": KafkaError.COORDINATOR_NOT_AVAILABLE,  # send_offsets_to_transaction raises (abortable)
     "commit_transaction": KafkaError.REQUEST_TIMED_OUT,  # commit_transaction raises (abortable), nothing commits
 }
+
+
+def _message_class():
+    """confluent-kafka's Message where it can be made (2.13 and later), else a stand-in with its getters."""
+    try:
+        Message(topic="t")
+        return Message
+    except TypeError:
+        return PlainMessage
+
+
+class PlainMessage:
+    """A consumed or delivered record with confluent-kafka's ``Message`` getters (older confluent-kafka)."""
+
+    def __init__(self, *, topic=None, partition=None, offset=None, key=None, value=None, headers=None,
+                 timestamp=(0, 0), error=None) -> None:
+        self._fields = (topic, partition, offset, key, value, headers, timestamp, error)
+
+    def topic(self):
+        return self._fields[0]
+
+    def partition(self):
+        return self._fields[1]
+
+    def offset(self):
+        return self._fields[2]
+
+    def key(self):
+        return self._fields[3]
+
+    def value(self):
+        return self._fields[4]
+
+    def headers(self):
+        return self._fields[5]
+
+    def timestamp(self):
+        return self._fields[6]
+
+    def error(self):
+        return self._fields[7]
+
+    def __len__(self) -> int:
+        return len(self._fields[4] or b"")
+
+
+MESSAGE = _message_class()
+
+
+def new_message(**fields):
+    return MESSAGE(**fields)
 
 
 class ManualClock:
@@ -74,7 +125,7 @@ class Record:
         return not read_committed or self.transaction is None or self.transaction.state == "committed"
 
     def message(self, topic: str, partition: int) -> Message:
-        return Message(topic=topic, partition=partition, offset=self.offset, key=self.key, value=self.value,
+        return new_message(topic=topic, partition=partition, offset=self.offset, key=self.key, value=self.value,
                        headers=list(self.headers) if self.headers else None, timestamp=self.timestamp)
 
 

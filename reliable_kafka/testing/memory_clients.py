@@ -11,8 +11,10 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Callable
 
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ClusterMetadata, PartitionMetadata, TopicMetadata
+
+from reliable_kafka.testing.memory_broker import new_message
 
 if TYPE_CHECKING:
     from reliable_kafka.testing.memory_broker import MemoryKafka, Transaction
@@ -151,7 +153,7 @@ class MemoryProducer:
         callback = queued.on_delivery or self._on_delivery
         if callback is None or (error is None and self._errors_only):
             return 0
-        message = Message(topic=queued.topic, partition=partition, offset=offset, key=queued.key,
+        message = new_message(topic=queued.topic, partition=partition, offset=offset, key=queued.key,
                           value=queued.value, headers=queued.headers, timestamp=timestamp, error=error)
         callback(error, message)
         return 1
