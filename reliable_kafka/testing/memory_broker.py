@@ -25,7 +25,7 @@ TopicPartitionKey = tuple[str, int]
 
 # what fail_next() can make fail, and the error each raises or reports by default
 FAULTS = {
-    "produce": KafkaError._MSG_TIMED_OUT,  # produce() raises (the record is not queued)
+    "produce": None,  # produce() raises BufferError, librdkafka's queue-full (or the KafkaException given)
     "delivery": KafkaError._MSG_TIMED_OUT,  # the record is not written; its delivery report has the error
     "commit": KafkaError.REQUEST_TIMED_OUT,  # consumer.commit() raises, nothing is committed
     "send_offsets": KafkaError.COORDINATOR_NOT_AVAILABLE,  # send_offsets_to_transaction raises (abortable)
@@ -193,7 +193,7 @@ class MemoryKafka:
         self.groups: dict[str, Group] = {}
         self._epochs: dict[str, int] = {}  # transactional.id -> current producer epoch
         self._open: dict[str, Transaction] = {}  # transactional.id -> its open transaction
-        self._faults: dict[str, list[KafkaError]] = {name: [] for name in FAULTS}
+        self._faults: dict[str, list[KafkaError | None]] = {name: [] for name in FAULTS}
 
     # --- KafkaClients ---------------------------------------------------------------------------
 
@@ -339,12 +339,16 @@ class MemoryKafka:
     def fail_next(self, operation: str, count: int = 1, *, error: KafkaError | int | None = None) -> None:
         """Make the next ``count`` calls of ``operation`` fail (see :data:`FAULTS` for the names).
 
-        ``error`` is a KafkaError or an error code (default: the operation's usual timeout).
+        ``error`` is a KafkaError or an error code (default: what the operation usually fails with;
+        for ``produce`` a full local queue, BufferError, as librdkafka raises).
         """
         if operation not in FAULTS:
             raise ConfigError(f"MemoryKafka.fail_next: unknown operation {operation!r}; one of {sorted(FAULTS)}")
         if error is None:
             error = FAULTS[operation]
+        if error is None:  # a full local queue: produce() raises BufferError, nothing is queued
+            self._faults[operation].extend([None] * count)
+            return
         if not isinstance(error, KafkaError):
             retriable = operation in ("produce", "delivery", "commit")
             error = KafkaError(error, f"injected {operation} fault", retriable=retriable,
@@ -352,5 +356,11 @@ class MemoryKafka:
         self._faults[operation].extend([error] * count)
 
     def take_fault(self, operation: str) -> KafkaError | None:
+        """The next injected error of ``operation``, if any (a full queue raises BufferError here)."""
         pending = self._faults[operation]
-        return pending.pop(0) if pending else None
+        if not pending:
+            return None
+        error = pending.pop(0)
+        if error is None:
+            raise BufferError("Local: Queue full (injected)")
+        return error

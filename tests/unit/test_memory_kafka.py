@@ -207,6 +207,9 @@ def test_injected_faults():
     reports = []
     producer = kafka.producer({"on_delivery": lambda error, message: reports.append(error)})
     kafka.fail_next("produce")
+    with pytest.raises(BufferError):  # librdkafka's queue is full
+        producer.produce("t", b"refused")
+    kafka.fail_next("produce", error=KafkaError.MSG_SIZE_TOO_LARGE)
     with pytest.raises(KafkaException):
         producer.produce("t", b"refused")
     kafka.fail_next("delivery")
