@@ -18,6 +18,7 @@ invariant; the same seed replays the same run (the ids, the clock and the schedu
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import random
 import time as real_time
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ class SimResult:
     crashes: int
     faults: int
     trace: list[str] = field(default_factory=list)
+    log_digest: str = ""  # of every record in every topic: equal digests, equal runs
 
 
 class SimulationFailed(ReliableKafkaError, AssertionError):
@@ -332,4 +334,42 @@ def simulate(config: SimConfig) -> SimResult:
             sim.check()
     done = sum(len(s) for s in sim._completed.values())
     return SimResult(config.seed, config.steps, rounds, done, sum(len(s) for s in sim._dead.values()),
-                     sim.crashes, sim.faults, sim.trace)
+                     sim.crashes, sim.faults, sim.trace, _digest(sim.kafka))
+
+
+def _digest(kafka: MemoryKafka) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(kafka.topics):
+        for partition, log in enumerate(kafka.topics[name].partitions):
+            for record in log.records:
+                digest.update(repr((name, partition, record.offset, record.key, record.value, record.headers,
+                                    record.timestamp, record.control)).encode())
+    return digest.hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m reliable_kafka.testing.shipped_simulation --seeds 0:1000``: run many seeds."""
+    import argparse
+    import logging
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--seeds", default="0:100", help="first:end (end excluded), or one seed")
+    parser.add_argument("--steps", type=int, default=SimConfig.steps)
+    parser.add_argument("--records", type=int, default=SimConfig.records)
+    args = parser.parse_args(argv)
+    first, _, end = args.seeds.partition(":")
+    seeds = range(int(first), int(end) if end else int(first) + 1)
+    logging.disable(logging.CRITICAL)  # the components log every injected fault
+    failed = 0
+    for seed in seeds:
+        try:
+            simulate(SimConfig(seed=seed, steps=args.steps, records=args.records))
+        except SimulationFailed as failure:
+            failed += 1
+            print(failure)
+    print(f"{len(seeds) - failed} of {len(seeds)} seeds passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

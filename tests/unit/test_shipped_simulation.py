@@ -24,7 +24,15 @@ def test_a_longer_run_with_more_records_and_processes():
 
 def test_a_seed_replays_exactly():
     first, second = simulate(SimConfig(seed=7)), simulate(SimConfig(seed=7))
-    assert first.trace == second.trace and first == second
+    assert first.trace == second.trace and first == second  # every record of every topic too (log_digest)
+    assert simulate(SimConfig(seed=8)).log_digest != first.log_digest
+
+
+def test_the_command_runs_a_range_of_seeds(capsys):
+    from reliable_kafka.testing.shipped_simulation import main
+
+    assert main(["--seeds", "20:23", "--steps", "100"]) == 0
+    assert "3 of 3 seeds passed" in capsys.readouterr().out
 
 
 def _first_failure(seeds) -> SimulationFailed:
