@@ -190,3 +190,21 @@ class _AckEverything:
 
     def poll_once(self, timeout):
         self.bolt.poll_once(timeout)
+
+
+class _StopAfter:
+    """A stop event that is set after ``rounds`` checks (run() checks it once per poll)."""
+
+    def __init__(self, rounds: int) -> None:
+        self.rounds = rounds
+
+    def is_set(self) -> bool:
+        self.rounds -= 1
+        return self.rounds < 0
+
+
+def test_run_publishes_its_status_snapshots_to_the_same_in_memory_kafka(kafka):
+    acker = AckerWorker(topology="wc", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
+    acker.run(_StopAfter(3))
+    snapshots = TopicSink(kafka, "wc.status").messages()
+    assert snapshots and snapshots[-1].key() == acker.name.encode()
