@@ -176,7 +176,10 @@ class MemoryKafka:
 
     Keyword arguments: ``clock`` [wall time]: a callable giving the time in ms (record timestamps,
     ``offsets_for_times``); ``auto_create_topics`` [False]: a produce to a missing topic creates it
-    with ``default_partitions`` [1] partitions, instead of failing delivery.
+    with ``default_partitions`` [1] partitions, instead of failing delivery;
+    ``idle_waits_advance_clock`` [False]: a ``consume``/``poll`` that finds nothing moves a
+    :class:`ManualClock` on by its timeout, as the wait would take (a simulation whose code reads
+    that clock then sees its deadlines pass instead of spinning).
 
     Topics: :meth:`create_topic`, :meth:`messages`, :meth:`delete_records`. Groups: :meth:`committed`.
     Faults: :meth:`fail_next`, :meth:`fence`, and ``crash``/``lose_partitions`` on a consumer group's
@@ -185,7 +188,11 @@ class MemoryKafka:
     """
 
     def __init__(self, *, clock: Callable[[], int] | None = None, auto_create_topics: bool = False,
-                 default_partitions: int = 1) -> None:
+                 default_partitions: int = 1, idle_waits_advance_clock: bool = False) -> None:
+        if idle_waits_advance_clock and not hasattr(clock, "advance"):
+            raise ConfigError("MemoryKafka: idle_waits_advance_clock needs a clock with advance(ms), "
+                              "e.g. ManualClock()")
+        self.idle_waits_advance_clock = idle_waits_advance_clock
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.auto_create_topics = auto_create_topics
         self.default_partitions = default_partitions

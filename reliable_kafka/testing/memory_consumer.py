@@ -186,6 +186,8 @@ class MemoryConsumer:
             self._read(key, num_messages - len(messages), messages)
         if self._auto_commit and self._member is not None and self._stored:
             self._group().commit(self._member, list(self._stored.values()))
+        if not messages and timeout and timeout > 0 and self._kafka.idle_waits_advance_clock:
+            self._kafka.clock.advance(int(timeout * 1000))  # the wait for records that did not come
         return messages
 
     def _read(self, key: TopicPartitionKey, limit: int, into: list[Message]) -> None:

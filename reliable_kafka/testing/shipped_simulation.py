@@ -33,6 +33,7 @@ from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.errors import ReliableKafkaError
 from reliable_kafka.spout.spout import Spout
+from reliable_kafka.spout.transactional import TransactionalSpout
 from reliable_kafka.testing.memory_broker import ManualClock, MemoryKafka
 
 __all__ = ["SimConfig", "SimResult", "SimulationFailed", "simulate"]
@@ -41,7 +42,7 @@ TOPOLOGY = "sim"
 SOURCE, MID = "src", "mid"
 SPOUT_GROUP, BOLT_GROUP = "sim.spouts", "sim.bolts"
 # modules of the shipped code whose ``time`` is the simulation's clock while it runs
-_TIMED_MODULES = ("reliable_kafka.spout.spout", "reliable_kafka.bolt.runner", "reliable_kafka.acker.worker",
+_TIMED_MODULES = ("reliable_kafka.spout.spout", "reliable_kafka.spout.transactional", "reliable_kafka.bolt.runner", "reliable_kafka.acker.worker",
                   "reliable_kafka.core.tracker", "reliable_kafka.kafka.outcomes", "reliable_kafka.kafka.produce",
                   "reliable_kafka.ops.failures", "reliable_kafka.topology", "reliable_kafka.codec")
 
@@ -60,6 +61,7 @@ class SimConfig:
     max_retries: int = 3
     settle_rounds: int = 3000
     faults: bool = True
+    transactional: bool = False  # TransactionalSpout and transactional bolts (stable names: restarts fence)
 
 
 @dataclass
@@ -169,7 +171,7 @@ class _Simulation:
         self.config = config
         self.rng = random.Random(config.seed)
         self.clock = ManualClock()
-        self.kafka = MemoryKafka(clock=self.clock)
+        self.kafka = MemoryKafka(clock=self.clock, idle_waits_advance_clock=True)
         self.acked_roots: set[int] = set()
         self.trace: list[str] = []
         self.step = 0
@@ -193,13 +195,21 @@ class _Simulation:
         on = {"topology": TOPOLOGY, "bootstrap_servers": "memory", "commit_interval_ms": 0}
         self.processes = [_Process("acker", lambda c: AckerWorker(**on, clients=c, ackers=config.ack_partitions))
                           for _ in range(config.acker_workers)]
-        self.processes += [_Process("spout", lambda c: Spout(
-            **on, clients=c, source_topics=SOURCE, group_id=SPOUT_GROUP, handler=_forward_coordinates,
-            max_retries=config.max_retries, backoff=Backoff(initial_ms=200), root_index=False))
-            for _ in range(config.spouts)]
-        self.processes += [_Process("bolt", lambda c: BasicBolt(
-            **on, clients=c, source_topics=MID, group_id=BOLT_GROUP, handler=self._bolt_handler))
-            for _ in range(config.bolts)]
+        spout_options = dict(on, source_topics=SOURCE, group_id=SPOUT_GROUP, handler=_forward_coordinates,
+                             max_retries=config.max_retries, backoff=Backoff(initial_ms=200))
+        bolt_options = dict(on, source_topics=MID, group_id=BOLT_GROUP, handler=self._bolt_handler)
+        for i in range(config.spouts):
+            if config.transactional:  # a restarted process keeps its name: its transactional.id
+                make = (lambda c, i=i: TransactionalSpout(**spout_options, clients=c, name=f"spout-{i}"))
+            else:
+                make = (lambda c: Spout(**spout_options, clients=c, root_index=False))
+            self.processes.append(_Process("spout", make))
+        for i in range(config.bolts):
+            if config.transactional:
+                make = (lambda c, i=i: BasicBolt(**bolt_options, clients=c, transactional=True, name=f"bolt-{i}"))
+            else:
+                make = (lambda c: BasicBolt(**bolt_options, clients=c))
+            self.processes.append(_Process("bolt", make))
         for process in self.processes:  # ackers first: they create the topology's topics
             self._start(process)
 
@@ -225,7 +235,8 @@ class _Simulation:
             self.clock.advance(jump)
             self.trace.append(f"{self.step}: clock +{jump} ms")
         elif roll < 0.93:
-            operation = self.rng.choice(("produce", "delivery", "commit"))
+            operation = self.rng.choice(("produce", "delivery", "commit") + (
+                ("send_offsets", "commit_transaction") if self.config.transactional else ()))
             self.kafka.fail_next(operation)
             self.faults += 1
             self.trace.append(f"{self.step}: fault {operation}")

@@ -289,3 +289,19 @@ def test_before_confluent_kafka_could_make_messages_a_stand_in_has_the_same_gett
     monkeypatch.setattr(memory_broker, "MESSAGE", memory_broker.PlainMessage)  # confluent-kafka < 2.13
     for name in ("headers_round_trip", "read_committed_hides_aborted", "timestamps"):
         CHECKS[name](MemoryKafka(), "memory", name)
+
+
+def test_idle_waits_can_move_a_manual_clock():
+    clock = ManualClock(start_ms=0)
+    kafka = MemoryKafka(clock=clock, idle_waits_advance_clock=True)
+    kafka.create_topic("t")
+    consumer = _consumer(kafka)
+    consumer.assign([TopicPartition("t", 0, 0)])
+    consumer.consume(10, 0.25)
+    assert clock() == 250
+    producer = kafka.producer({})
+    producer.produce("t", b"x")
+    producer.flush()
+    assert len(consumer.consume(10, 0.25)) == 1 and clock() == 250  # no wait when records are there
+    with pytest.raises(ValueError):
+        MemoryKafka(idle_waits_advance_clock=True)  # wall time cannot be moved

@@ -16,6 +16,12 @@ def test_invariants_hold_under_faults_crashes_and_rebalances(seed):
     assert result.crashes > 0 and result.faults > 0  # the run was not a quiet one
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_invariants_hold_for_the_transactional_spout_and_bolts(seed):
+    result = simulate(SimConfig(seed=seed, transactional=True))
+    assert result.completed + result.dead_lettered >= 24 and result.crashes > 0
+
+
 def test_a_longer_run_with_more_records_and_processes():
     result = simulate(SimConfig(seed=1234, records=80, spouts=3, bolts=3, acker_workers=2, ack_partitions=3,
                                 steps=1200, bolt_failure=0.3, max_retries=1))
