@@ -281,6 +281,11 @@ class FailureIndex:
                         self._by_root.move_to_end(root)
             while len(self._by_root) > self.max_roots:
                 self._by_root.popitem(last=False)
+            # a transaction marker (failure records of transactional bolts) takes the last offset
+            # and is never a message: the consumer's position passes it
+            for tp in self._consumer.position([TopicPartition(self.topic, p) for p in self._next]):
+                if tp.offset > self._next[tp.partition]:
+                    self._next[tp.partition] = tp.offset
 
     def close(self) -> None:
         if self._consumer is not None:

@@ -18,7 +18,8 @@ from confluent_kafka.admin import NewTopic
 from reliable_kafka.kafka.factory import KafkaClients
 
 __all__ = ["CHECKS", "check_commit_metadata_round_trip", "check_read_committed_hides_aborted",
-           "check_headers_round_trip", "check_timestamps", "check_offsets_commit_with_the_transaction"]
+           "check_headers_round_trip", "check_timestamps", "check_offsets_commit_with_the_transaction",
+           "check_position_passes_a_commit_marker"]
 
 WAIT_S = 30.0
 
@@ -147,7 +148,27 @@ def check_offsets_commit_with_the_transaction(clients: KafkaClients, bootstrap: 
     consumer.close()
 
 
+def check_position_passes_a_commit_marker(clients: KafkaClients, bootstrap: str, name: str) -> None:
+    """After the last record of a committed transaction, the position passes its marker."""
+    topic = _topic(clients, bootstrap, f"{name}-marker")
+    producer = clients.producer({"bootstrap.servers": bootstrap, "transactional.id": f"{name}-marker"})
+    producer.init_transactions(WAIT_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"only", partition=0)
+    producer.commit_transaction(WAIT_S)
+    consumer = _consumer(clients, bootstrap, f"{name}-p", **{"isolation.level": "read_committed"})
+    assert [m.offset() for m in _read(consumer, topic, 1)] == [0]
+    deadline = time.monotonic() + WAIT_S
+    position = consumer.position([TopicPartition(topic, 0)])[0].offset
+    while position != 2 and time.monotonic() < deadline:  # the marker may come in a later fetch
+        assert consumer.consume(1, 0.2) == []
+        position = consumer.position([TopicPartition(topic, 0)])[0].offset
+    assert position == 2, f"position {position}, not past the commit marker at offset 1"
+    consumer.close()
+
+
 CHECKS: dict[str, Callable[[KafkaClients, str, str], None]] = {
+    "position_passes_a_commit_marker": check_position_passes_a_commit_marker,
     "commit_metadata_round_trip": check_commit_metadata_round_trip,
     "read_committed_hides_aborted": check_read_committed_hides_aborted,
     "headers_round_trip": check_headers_round_trip,
