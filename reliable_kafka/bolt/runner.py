@@ -261,7 +261,8 @@ class Bolt:
                  " (transactional)" if self.transactional else "")
 
     def _new_producer(self) -> None:
-        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name, clients=self.clients,
+        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name,
+                                      clients=self.clients,
                                       **self._producer_overrides)
         if self.transactional:
             self._producer.init_transactions(30)  # fences a previous incarnation, aborts its transaction

@@ -47,7 +47,8 @@ class _Queued:
 
     def __init__(self, topic, partition, key, value, headers, timestamp_ms, on_delivery, transaction) -> None:
         self.topic, self.partition, self.key, self.value = topic, partition, key, value
-        self.headers, self.timestamp_ms, self.on_delivery, self.transaction = headers, timestamp_ms, on_delivery, transaction
+        self.headers, self.timestamp_ms = headers, timestamp_ms
+        self.on_delivery, self.transaction = on_delivery, transaction
 
 
 class MemoryProducer:
