@@ -208,3 +208,21 @@ def test_run_publishes_its_status_snapshots_to_the_same_in_memory_kafka(kafka):
     acker.run(_StopAfter(3))
     snapshots = TopicSink(kafka, "wc.status").messages()
     assert snapshots and snapshots[-1].key() == acker.name.encode()
+
+
+def test_on_revoke_the_spout_commits_what_is_done_so_the_new_owner_replays_nothing(kafka):
+    ListSource(kafka, "lines", [f"line {i}".encode() for i in range(6)], partitions=2)
+    acker, first, splitter, counter, counts = _topology(kafka)
+    first.commit_interval_ms = 10**12  # only the revoke commits (the interval never passes)
+    step_until(lambda: first.stats.completed == 6, first, splitter, counter, acker)
+    assert _committed(kafka, "wc.spout", "lines") == {}  # nothing committed yet: no interval passed
+    second = Spout(topology="wc", bootstrap_servers="memory", clients=kafka, source_topics="lines",
+                   group_id="wc.spout", emit_to="sentences", commit_interval_ms=0, root_index=False)
+    second.start()
+    step_until(lambda: len(first._consumer.assignment()) == 1 and len(second._consumer.assignment()) == 1,
+               second, first, second)
+    assert _committed(kafka, "wc.spout", "lines") == {0: 3, 1: 3}  # committed by the revoke
+    for _ in range(5):
+        for component in (first, second, splitter, counter, acker):
+            component.poll_once(0)
+    assert second.stats.read == 0 and counts["line"] == 6  # nothing replayed
