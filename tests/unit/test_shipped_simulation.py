@@ -65,3 +65,22 @@ def test_it_finds_an_init_that_leaves_out_the_tuples_edge(monkeypatch):
 
     monkeypatch.setattr(SpoutCollector, "emit", emit_without_edge)
     assert _first_failure(range(5)).invariant == "no premature completion"
+
+
+def test_a_quiet_run_completes_every_record_on_its_first_attempt():
+    result = simulate(SimConfig(seed=3, faults=False, bolt_failure=0.0))
+    assert (result.completed, result.dead_lettered, result.crashes) == (24, 0, 0)
+
+
+def test_a_quiet_run_shows_an_ack_counted_twice(monkeypatch):
+    from reliable_kafka.bolt.runner import BoltCollector
+
+    shipped = BoltCollector.ack
+
+    def ack_twice(self, tuple_):  # the bug: the second ACK cancels the first (XOR)
+        shipped(self, tuple_)
+        shipped(self, tuple_)
+
+    monkeypatch.setattr(BoltCollector, "ack", ack_twice)
+    result = simulate(SimConfig(seed=3, faults=False, bolt_failure=0.0))
+    assert result.completed == 0 and result.dead_lettered == 24  # every tree timed out, every retry too
