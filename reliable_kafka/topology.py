@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from reliable_kafka.client_log import with_log
 from reliable_kafka.errors import ConfigError, TopologyError
 from reliable_kafka.kafka.authorization import principal_of, raise_if_refused, refusal
+from reliable_kafka.kafka.factory import KafkaClients, clients_or_default
 
 __all__ = ["TopologyTopics", "ensure_topics", "ensure_status_topic", "partition_count", "admin_client",
            "warn_if_create_time"]
@@ -99,16 +99,9 @@ class TopologyTopics:
         return shapes
 
 
-class _Admin(AdminClient):
-    """An admin client that knows who asks, to name them when the broker refuses."""
-
-    component: str | None = None
-    principal: str | None = None
-
-
 def admin_client(bootstrap_servers: str, kafka_config: dict | None = None, *,
-                 component: str | None = None) -> AdminClient:
-    admin = _Admin(with_log({**(kafka_config or {}), "bootstrap.servers": bootstrap_servers}))
+                 component: str | None = None, clients: KafkaClients | None = None) -> AdminClient:
+    admin = clients_or_default(clients).admin({**(kafka_config or {}), "bootstrap.servers": bootstrap_servers})
     admin.component, admin.principal = component, principal_of(kafka_config)
     return admin
 

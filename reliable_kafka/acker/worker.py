@@ -35,6 +35,7 @@ from reliable_kafka.topology import (
 from reliable_kafka.kafka.authorization import check_consumed, check_delivery
 from reliable_kafka.kafka.clients import new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config, consumer_settings, producer_settings
+from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import flush_or_raise
 
@@ -120,6 +121,8 @@ class AckerWorker:
       (``group.instance.id``), so that a restarted worker gets its partitions back without waiting
       for the dead one's session to expire. A named worker that stops and is not restarted holds
       its partitions until its session expires (static members do not leave the group).
+    - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
+      :class:`reliable_kafka.testing.MemoryKafka` runs the worker without a broker).
     """
 
     @renamed_keywords(timeout_ms="message_timeout_ms")
@@ -142,6 +145,7 @@ class AckerWorker:
         producer_config: dict | None = None,
         name: str | None = None,
         metrics_port: int | None = None,
+        clients: KafkaClients | None = None,
     ) -> None:
         if ackers < 1:
             raise ConfigError(f"an acker worker needs ackers >= 1 (ack topic partitions), got {ackers}")
@@ -173,6 +177,7 @@ class AckerWorker:
         self._ack_partitions = 0
         self._failed = False  # poll_once raised: the table may hold a half-folded group, commit nothing
         self.ready = threading.Event()  # set once the worker consumes (for tests and supervisors)
+        self.clients = clients
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -181,7 +186,7 @@ class AckerWorker:
         return run_until_stopped(self, stop, handle_signals=handle_signals)
 
     def start(self) -> None:
-        admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
+        admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name, clients=self.clients)
         if self.create_topics:  # the topics it uses must be there; the others may be an admin's business
             ensure_topics(admin, self.topics, replication_factor=self.replication_factor,
                           needed={self.topics.acks, self.topics.outcomes, self.topics.quarantine})
@@ -195,7 +200,8 @@ class AckerWorker:
         self._outcome_partitions = partition_count(admin, self.topics.outcomes) or 0
         if not self._outcome_partitions:
             raise TopologyError(f"{self.name}: outcome topic {self.topics.outcomes} does not exist")
-        self._producer = new_producer(self.bootstrap_servers, self.producer_config(), component=self.name)
+        self._producer = new_producer(self.bootstrap_servers, self.producer_config(), component=self.name,
+                                      clients=self.clients)
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
         overrides = {"isolation.level": "read_committed"}
         config = consumer_settings(self.kafka_config)
@@ -205,7 +211,7 @@ class AckerWorker:
             config = {**ACKER_CONSUMER_DEFAULTS, **config}
         if self._stable_name:  # static membership: a restarted worker gets its partitions back at once
             overrides["group.instance.id"] = f"{self.group_id}.{self.name}"
-        self._consumer = new_consumer(self.bootstrap_servers, self.group_id, config, **overrides)
+        self._consumer = new_consumer(self.bootstrap_servers, self.group_id, config, clients=self.clients, **overrides)
         self._consumer.subscribe(
             [self.topics.acks], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )

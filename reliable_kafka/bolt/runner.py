@@ -31,6 +31,7 @@ from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.authorization import check_consumed, raise_if_refused
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
+from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.deadline import StuckCall, with_deadline
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import ProducerUnusable, flush_or_raise, produce_tuple
@@ -169,6 +170,8 @@ class Bolt:
     - ``batch_size`` [500], ``commit_interval_ms`` [1000], ``kafka_config`` (librdkafka, copied),
       ``consumer_config`` / ``producer_config`` (merged over it for consumers / producers only),
       ``name`` [random], ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
+    - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
+      :class:`reliable_kafka.testing.MemoryKafka` runs the bolt without a broker).
     """
 
     _collector_class = BoltCollector
@@ -190,6 +193,7 @@ class Bolt:
         producer_config: dict | None = None,
         name: str | None = None,
         metrics_port: int | None = None,
+        clients: KafkaClients | None = None,
     ) -> None:
         if not callable(handler):
             raise ConfigError(f"Bolt: handler must be callable, got {handler!r}")
@@ -223,6 +227,7 @@ class Bolt:
         self._failed_in_a_row = 0
         self._ends: dict[tuple[str, int], int] = {}  # of the batch in hand: partition -> next offset
         self.ready = threading.Event()
+        self.clients = clients
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -230,7 +235,7 @@ class Bolt:
         return run_until_stopped(self, stop, handle_signals=handle_signals)
 
     def start(self) -> None:
-        admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
+        admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name, clients=self.clients)
         ack_partitions = partition_count(admin, self.topics.acks, wait=self.topic_wait_s)
         if ack_partitions is None:
             raise TopologyError(
@@ -255,7 +260,8 @@ class Bolt:
             # static membership: a restarted bolt (same name, hence same transactional.id) gets
             # its partitions back without a rebalance of the whole group
             consumer_overrides["group.instance.id"] = f"{self.group_id}.{self.name}"
-        self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, **consumer_overrides)
+        self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, clients=self.clients,
+                                      **consumer_overrides)
         self._consumer.subscribe(self.source_topics, on_assign=lambda c, p: self.ready.set(),
                                  on_revoke=self._on_revoke)
         log.info("%s: reading %s as group %s%s", self.name, self.source_topics, self.group_id,
@@ -263,6 +269,7 @@ class Bolt:
 
     def _new_producer(self) -> None:
         self._producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name,
+                                      clients=self.clients,
                                       **self._producer_overrides)
         if self.transactional:
             try:

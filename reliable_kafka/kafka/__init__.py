@@ -1,5 +1,7 @@
 """The Kafka shell: thin modules that move bytes between Kafka and the pure core.
 
+- :mod:`~reliable_kafka.kafka.factory`: where every client comes from (confluent-kafka, or an injected
+  :class:`~reliable_kafka.kafka.factory.KafkaClients` such as the in-memory Kafka);
 - :mod:`~reliable_kafka.kafka.clients`: producers and consumers with the library's settings;
 - :mod:`~reliable_kafka.kafka.produce`: producing a tuple, waiting for room, flushing;
 - :mod:`~reliable_kafka.kafka.ack_sender`: packing ack entries into ack-topic records;

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, Message, Producer
 
-from reliable_kafka.client_log import with_log
 from reliable_kafka.errors import ConfigError
 from reliable_kafka.kafka.authorization import guard_delivery, principal_of
 from reliable_kafka.kafka.config import consumer_settings, producer_settings
+from reliable_kafka.kafka.factory import KafkaClients, clients_or_default
 
 __all__ = ["new_producer", "new_consumer", "check_ack_sender_config", "message_coordinates", "ERRORS_ONLY"]
 
@@ -76,28 +76,9 @@ def _int(value) -> int | None:
         return None  # not a number: librdkafka refuses it with its own message
 
 
-class _Producer(Producer):
-    """A producer that knows who writes with it, to name them when a write is refused."""
-
-    component: str | None = None
-    principal: str | None = None
-    transactional_id: str | None = None
-
-
-class _Consumer(Consumer):
-    """A consumer that knows its principal and group, to name them when a read is refused."""
-
-    principal: str | None = None
-    group_id: str | None = None
-    subscribed = False  # a member of its group (READ), not only a user of its coordinator (DESCRIBE)
-
-    def subscribe(self, *args, **kwargs):
-        self.subscribed = True
-        return super().subscribe(*args, **kwargs)
-
-
 def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, *,
-                 ack_sender: str | None = None, component: str | None = None, **overrides) -> Producer:
+                 ack_sender: str | None = None, component: str | None = None,
+                 clients: KafkaClients | None = None, **overrides) -> Producer:
     """An idempotent ``acks=all`` producer; ``kafka_config`` passes librdkafka settings through.
 
     ``ack_sender`` names the component when the producer sends ack events: a configuration
@@ -112,7 +93,7 @@ def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, *,
     made: list[Producer] = []
     if config.get("on_delivery") is not None:
         config["on_delivery"] = guard_delivery(config["on_delivery"], made)
-    producer = _Producer(with_log(config))
+    producer = clients_or_default(clients).producer(config)
     producer.component = ack_sender or component
     producer.principal = principal_of(config)
     producer.transactional_id = config.get("transactional.id")
@@ -120,7 +101,8 @@ def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, *,
     return producer
 
 
-def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | None = None, **overrides) -> Consumer:
+def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | None = None, *,
+                 clients: KafkaClients | None = None, **overrides) -> Consumer:
     """A consumer with manual commits and offset storage (the layer decides what is committed)."""
     defaults = {"auto.offset.reset": "earliest", "enable.partition.eof": False}
     required = {
@@ -131,7 +113,7 @@ def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | Non
     }
     config = _merged(consumer_settings(kafka_config), required, defaults)
     config.update(overrides)
-    consumer = _Consumer(with_log(config))
+    consumer = clients_or_default(clients).consumer(config)
     consumer.principal = principal_of(config)
     consumer.group_id = group_id
     return consumer

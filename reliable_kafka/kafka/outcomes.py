@@ -12,6 +12,7 @@ from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import new_consumer
+from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 
@@ -37,12 +38,14 @@ class OutcomeListener:
         spout_id: int | None = None,
         kafka_config: dict | None = None,
         quarantine: Quarantine | None = None,
+        clients: KafkaClients | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.topics = topics
         self.spout_id = spout_id
         self.kafka_config = kafka_config
         self.quarantine = quarantine
+        self.clients = clients
         self.undecodable = 0
         self._owners: set[int] = set()
         self._next: dict[int, int] = {}  # partition -> next offset to deliver (all before: delivered)
@@ -54,9 +57,10 @@ class OutcomeListener:
             self.bootstrap_servers,
             f"{self.topics.topology}.outcome-reader",
             self.kafka_config,
+            clients=self.clients,
             **{"isolation.level": "read_committed"},
         )
-        partitions = partition_count(admin_client(self.bootstrap_servers, self.kafka_config),
+        partitions = partition_count(admin_client(self.bootstrap_servers, self.kafka_config, clients=self.clients),
                                      self.topics.outcomes, wait=timeout)
         if partitions is None:
             self._consumer.close()

@@ -219,8 +219,9 @@ class FailureIndex:
     """
 
     def __init__(self, *, bootstrap_servers: str, topic: str, group_id: str, kafka_config: dict | None = None,
-                 since_ms: int | None = None, max_roots: int = 50_000) -> None:
+                 since_ms: int | None = None, max_roots: int = 50_000, clients=None) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.clients = clients  # a reliable_kafka.kafka.factory.KafkaClients, None: confluent-kafka
         self.topic = topic
         self.group_id = group_id
         self.kafka_config = kafka_config
@@ -257,7 +258,7 @@ class FailureIndex:
 
         from reliable_kafka.kafka.clients import new_consumer
 
-        consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config)
+        consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, clients=self.clients)
         metadata = consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
         if metadata is None or metadata.error is not None or not metadata.partitions:
             consumer.close()
@@ -301,6 +302,11 @@ class FailureIndex:
                         self._by_root.move_to_end(root)
             while len(self._by_root) > self.max_roots:
                 self._by_root.popitem(last=False)
+            # a transaction marker (failure records of transactional bolts) takes the last offset
+            # and is never a message: the consumer's position passes it
+            for tp in self._consumer.position([TopicPartition(self.topic, p) for p in self._next]):
+                if tp.offset > self._next[tp.partition]:
+                    self._next[tp.partition] = tp.offset
 
     def close(self) -> None:
         if self._consumer is not None:

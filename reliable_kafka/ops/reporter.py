@@ -181,11 +181,13 @@ class ComponentReporter:
 
         worker = self.view.worker
         config = getattr(worker, "kafka_config", None) or {}
-        ensure_status_topic(admin_client(worker.bootstrap_servers, config), worker.topics, timeout=10)
+        clients = getattr(worker, "clients", None)  # the worker's own client factory (e.g. in memory)
+        ensure_status_topic(admin_client(worker.bootstrap_servers, config, clients=clients), worker.topics,
+                            timeout=10)
         # snapshots are idempotent facts; a small, quick producer of its own (a transactional
         # worker's producer cannot write outside its transactions)
         quick: dict[str, Any] = {"linger.ms": 50}
-        return new_producer(worker.bootstrap_servers, config, **quick)
+        return new_producer(worker.bootstrap_servers, config, clients=clients, **quick)
 
 
 def attach(worker) -> ComponentReporter | None:

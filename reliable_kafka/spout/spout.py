@@ -33,6 +33,7 @@ from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
+from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.outcomes import OutcomeListener
 from reliable_kafka.kafka.parking import Quarantine, park
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_tuple
@@ -155,6 +156,8 @@ class Spout:
       settled records (completed or dead-lettered) went to the DLQ (docs/operations.md).
     - ``root_index`` [True]: write (offset, root) pairs to ``<topology>.roots`` with each INIT
       batch, 16 bytes a root, so that ``reliable-kafka trace`` finds a record's trees.
+    - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
+      :class:`reliable_kafka.testing.MemoryKafka` runs the spout without a broker).
     """
 
     topic_wait_s = 30.0  # how long start() waits for an acker to create the topology's topics
@@ -185,6 +188,7 @@ class Spout:
         max_dead_letter_ratio: float | None = None,
         dead_letter_window: int = 1000,
         root_index: bool = True,
+        clients: KafkaClients | None = None,
     ) -> None:
         if max_dead_letter_ratio is not None and not 0 <= max_dead_letter_ratio < 1:
             raise ConfigError(f"Spout: max_dead_letter_ratio must be in [0, 1) or None, got {max_dead_letter_ratio}")
@@ -243,6 +247,7 @@ class Spout:
         self._guard_tripped: DeadLetterGuardTripped | None = None
         self.root_index = root_index
         self._root_index: RootIndex | None = None
+        self.clients = clients
 
     @property
     def tracking(self) -> bool:
@@ -255,13 +260,13 @@ class Spout:
         return run_until_stopped(self, stop, handle_signals=handle_signals)
 
     def _make_producer(self):
-        return new_producer(self.bootstrap_servers, self.kafka_config, **ERRORS_ONLY,
+        return new_producer(self.bootstrap_servers, self.kafka_config, **ERRORS_ONLY, clients=self.clients,
                             ack_sender=self.name if self._sends_acks else None, on_delivery=self._output_failed)
 
     def _make_listener(self) -> OutcomeListener:
         return OutcomeListener(
             bootstrap_servers=self.bootstrap_servers, topics=self.topics, spout_id=self.task_id,
-            kafka_config=self.kafka_config,
+            kafka_config=self.kafka_config, clients=self.clients,
             quarantine=Quarantine(self._producer, topic=self.topics.quarantine, component=self.name),
         )
 
@@ -269,7 +274,7 @@ class Spout:
         self._producer = self._make_producer()
         ack_partitions = 0
         if self.guarantee == "at_least_once" and self.ackers != 0:
-            admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
+            admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name, clients=self.clients)
             found = partition_count(admin, self.topics.acks, wait=self.topic_wait_s)
             if found is None:
                 raise TopologyError(
@@ -292,7 +297,7 @@ class Spout:
         if self.root_index and ack_partitions and type(self)._new_root is Spout._new_root:
             self._root_index = RootIndex(self._producer, topic=self.topics.roots, spout_id=self.task_id)
         self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config,
-                                      **self._consumer_overrides())
+                                      clients=self.clients, **self._consumer_overrides())
         self._consumer.subscribe(self.source_topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
                                  on_lost=self._on_lost)
         log.info("%s: reading %s as group %s (%s, %d ack partitions)", self.name, self.source_topics,
@@ -496,6 +501,7 @@ class Spout:
                     self._failure_index = FailureIndex(
                         bootstrap_servers=self.bootstrap_servers, topic=self.topics.failures,
                         group_id=f"{self.topics.topology}.failure-reader", kafka_config=self.kafka_config,
+                        clients=self.clients,
                         since_ms=self._started_ms - 60_000)
                 failures = self._failure_index.take([action.root], round_=self._outcome_round).get(action.root, [])
         attempt = Attempt(action.attempt, action.root, action.reason, int(time.time() * 1000),

@@ -146,7 +146,8 @@ class TransactionalSpout(Spout):
     # --- lifecycle ------------------------------------------------------------------------------
 
     def _make_producer(self):
-        producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name, **{
+        producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name,
+                                clients=self.clients, **{
             "transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 60_000})
         producer.init_transactions(30)  # fences a previous incarnation and aborts its open transaction
         return producer
@@ -159,6 +160,7 @@ class TransactionalSpout(Spout):
     def _make_listener(self) -> OutcomeListener:
         return OutcomeListener(  # follows one owner per adopted source partition
             bootstrap_servers=self.bootstrap_servers, topics=self.topics, kafka_config=self.kafka_config,
+            clients=self.clients,
             quarantine=Quarantine(self._producer, topic=self.topics.quarantine, component=self.name))
 
     def start(self) -> None:
@@ -264,7 +266,7 @@ class TransactionalSpout(Spout):
     def _read_run(self, key: TopicPartitionKey, offsets: list[int]) -> None:
         if self._fetcher is None:
             self._fetcher = new_consumer(self.bootstrap_servers, f"{self.group_id}.refetch", self.kafka_config,
-                                         **{"isolation.level": "read_committed"})
+                                         clients=self.clients, **{"isolation.level": "read_committed"})
         low, _ = self._fetcher.get_watermark_offsets(TopicPartition(*key), timeout=10, cached=False)
         missing = set()
         for offset in offsets:

@@ -1,0 +1,387 @@
+"""A seeded simulation of the shipped Spout, BasicBolt and AckerWorker on the in-memory Kafka.
+
+Unlike :mod:`reliable_kafka.testing.simulation` (a model of the protocol), this runs the product:
+the very classes users deploy, with their Kafka clients from a :class:`MemoryKafka` and their time
+from a :class:`ManualClock`. A seeded scheduler interleaves their polls with clock jumps, broker
+faults (failed produces, lost deliveries, failed commits), crashes with restarts, and expired
+consumer sessions (rebalances). After every step it checks DESIGN section 8 from the logs alone:
+
+1. no loss: every source offset below the spouts' committed offset completed (an acker published
+   COMPLETED for one of its roots) or was dead-lettered;
+2. no premature completion: a root completed only once its tuple was written and a bolt acked it;
+
+and at the end, liveness: with faults and crashes stopped, every source record gets settled within
+a bound. A failing seed raises :class:`SimulationFailed` naming the seed, the step and the
+invariant; the same seed replays the same run (the ids, the clock and the scheduler are seeded).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import time as real_time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from reliable_kafka import codec, ids
+from reliable_kafka.acker.worker import AckerWorker
+from reliable_kafka.bolt.runner import BasicBolt
+from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.errors import ReliableKafkaError
+from reliable_kafka.spout.spout import Spout
+from reliable_kafka.spout.transactional import TransactionalSpout
+from reliable_kafka.testing.memory_broker import ManualClock, MemoryKafka
+
+__all__ = ["SimConfig", "SimResult", "SimulationFailed", "simulate"]
+
+TOPOLOGY = "sim"
+SOURCE, MID = "src", "mid"
+SPOUT_GROUP, BOLT_GROUP = "sim.spouts", "sim.bolts"
+# modules of the shipped code whose ``time`` is the simulation's clock while it runs
+_TIMED_MODULES = ("reliable_kafka.spout.spout", "reliable_kafka.spout.transactional",
+                  "reliable_kafka.bolt.runner", "reliable_kafka.acker.worker",
+                  "reliable_kafka.core.tracker", "reliable_kafka.kafka.outcomes", "reliable_kafka.kafka.produce",
+                  "reliable_kafka.ops.failures", "reliable_kafka.topology", "reliable_kafka.codec")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    seed: int
+    records: int = 24
+    source_partitions: int = 2
+    ack_partitions: int = 2
+    spouts: int = 2
+    bolts: int = 2
+    acker_workers: int = 1
+    steps: int = 300
+    bolt_failure: float = 0.1  # chance that a bolt's handler raises (the tuple fails)
+    max_retries: int = 3
+    settle_rounds: int = 3000
+    faults: bool = True
+    transactional: bool = False  # TransactionalSpout and transactional bolts (stable names: restarts fence)
+
+
+@dataclass
+class SimResult:
+    seed: int
+    steps: int
+    settle_rounds: int
+    completed: int
+    dead_lettered: int
+    crashes: int
+    faults: int
+    trace: list[str] = field(default_factory=list)
+    log_digest: str = ""  # of every record in every topic: equal digests, equal runs
+
+
+class SimulationFailed(ReliableKafkaError, AssertionError):
+    """An invariant broke; the message names the seed, the step and the invariant."""
+
+    def __init__(self, message: str, *, seed: int, step: int, invariant: str) -> None:
+        super().__init__(message)
+        self.seed, self.step, self.invariant = seed, step, invariant
+
+
+class _SimTime:
+    """The ``time`` module as the simulated code sees it: the clock, and sleeps that move it."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self._clock = clock
+
+    def time(self) -> float:
+        return self._clock() / 1000
+
+    def time_ns(self) -> int:
+        return self._clock() * 1_000_000
+
+    monotonic = perf_counter = time
+    monotonic_ns = time_ns
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.advance(max(0, int(seconds * 1000)))
+
+    def __getattr__(self, name: str):
+        return getattr(real_time, name)
+
+
+@contextlib.contextmanager
+def _simulated(clock: ManualClock, seed: int) -> Iterator[None]:
+    """Seeded ids and the simulated clock for the shipped modules; everything restored after."""
+    import importlib
+
+    modules = [importlib.import_module(name) for name in _TIMED_MODULES]
+    saved_time = [module.time for module in modules]
+    saved_ids = (ids._rng.getstate(), ids._np_rng)  # ids has no seeding API: the simulation's own reach
+    ids._rng.seed(seed)
+    ids._np_rng = np.random.default_rng(seed)
+    shim = _SimTime(clock)
+    for module in modules:
+        module.time = shim
+    try:
+        yield
+    finally:
+        for module, saved in zip(modules, saved_time):
+            module.time = saved
+        ids._rng.setstate(saved_ids[0])
+        ids._np_rng = saved_ids[1]
+
+
+class _Clients:
+    """One process's Kafka clients, so that a crash can take all of them down at once."""
+
+    def __init__(self, kafka: MemoryKafka) -> None:
+        self.kafka = kafka
+        self.made: list = []
+
+    def _keep(self, client):
+        self.made.append(client)
+        return client
+
+    def producer(self, config: dict):
+        return self._keep(self.kafka.producer(config))
+
+    def consumer(self, config: dict):
+        return self._keep(self.kafka.consumer(config))
+
+    def admin(self, config: dict):
+        return self.kafka.admin(config)
+
+    def crash(self) -> None:
+        for client in self.made:
+            with contextlib.suppress(RuntimeError):
+                self.kafka.crash(client)
+
+    def group_consumers(self) -> list:
+        return [c for c in self.made if getattr(c, "memberid", lambda: None)() is not None]
+
+
+@dataclass
+class _Process:
+    kind: str
+    make: Callable[[_Clients], object]
+    component: object = None
+    clients: _Clients | None = None
+
+
+class _Simulation:
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.clock = ManualClock()
+        self.kafka = MemoryKafka(clock=self.clock, idle_waits_advance_clock=True)
+        self.acked_roots: set[int] = set()
+        self.trace: list[str] = []
+        self.step = 0
+        self.crashes = 0
+        self.faults = 0
+        self._read: dict[tuple[str, int], int] = {}
+        self._mid_roots: dict[int, tuple[int, int]] = {}  # root -> source (partition, offset)
+        self._completed: dict[int, set[int]] = {p: set() for p in range(config.source_partitions)}
+        self._dead: dict[int, set[int]] = {p: set() for p in range(config.source_partitions)}
+
+    # --- the world ------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        config = self.config
+        self.kafka.create_topic(SOURCE, config.source_partitions)
+        self.kafka.create_topic(MID, 2)
+        producer = self.kafka.producer({})
+        for i in range(config.records):
+            producer.produce(SOURCE, f"record {i}".encode(), partition=i % config.source_partitions)
+        producer.flush()
+        on = {"topology": TOPOLOGY, "bootstrap_servers": "memory", "commit_interval_ms": 0}
+        self.processes = [_Process("acker", lambda c: AckerWorker(**on, clients=c, ackers=config.ack_partitions))
+                          for _ in range(config.acker_workers)]
+        spout_options = dict(on, source_topics=SOURCE, group_id=SPOUT_GROUP, handler=_forward_coordinates,
+                             max_retries=config.max_retries, backoff=Backoff(initial_ms=200))
+        bolt_options = dict(on, source_topics=MID, group_id=BOLT_GROUP, handler=self._bolt_handler)
+        for i in range(config.spouts):
+            if config.transactional:  # a restarted process keeps its name: its transactional.id
+                make = (lambda c, i=i: TransactionalSpout(**spout_options, clients=c, name=f"spout-{i}"))
+            else:
+                make = (lambda c: Spout(**spout_options, clients=c, root_index=False))
+            self.processes.append(_Process("spout", make))
+        for i in range(config.bolts):
+            if config.transactional:
+                make = (lambda c, i=i: BasicBolt(**bolt_options, clients=c, transactional=True, name=f"bolt-{i}"))
+            else:
+                make = (lambda c: BasicBolt(**bolt_options, clients=c))
+            self.processes.append(_Process("bolt", make))
+        for process in self.processes:  # ackers first: they create the topology's topics
+            self._start(process)
+
+    def _start(self, process: _Process) -> None:
+        process.clients = _Clients(self.kafka)
+        process.component = process.make(process.clients)
+        process.component.start()
+
+    def _bolt_handler(self, tuple_, collector) -> None:
+        if self.rng.random() < self.config.bolt_failure:
+            raise RuntimeError("simulated handler failure")
+        self.acked_roots.update(tuple_.roots)  # acked when the handler returns (a basic bolt)
+
+    # --- the scheduler --------------------------------------------------------------------------
+
+    def run_step(self) -> None:
+        roll = self.rng.random()
+        process = self.rng.choice(self.processes)
+        if roll < 0.80 or not self.config.faults:
+            self._poll(process)
+        elif roll < 0.87:
+            jump = self.rng.choice((10, 100, 1000, 5000, 20000))
+            self.clock.advance(jump)
+            self.trace.append(f"{self.step}: clock +{jump} ms")
+        elif roll < 0.93:
+            operation = self.rng.choice(("produce", "delivery", "commit") + (
+                ("send_offsets", "commit_transaction") if self.config.transactional else ()))
+            self.kafka.fail_next(operation)
+            self.faults += 1
+            self.trace.append(f"{self.step}: fault {operation}")
+        elif roll < 0.97:
+            self._crash(process, "crash")
+        else:
+            consumers = process.clients.group_consumers()
+            if consumers:
+                self.kafka.expire(consumers[0])
+                self.trace.append(f"{self.step}: session of a {process.kind} expired")
+
+    def _poll(self, process: _Process) -> None:
+        try:
+            process.component.poll_once(0)
+        except Exception as exc:  # the process dies of it; its supervisor restarts it
+            self._crash(process, f"died of {type(exc).__name__}: {exc}")
+
+    def _crash(self, process: _Process, why: str) -> None:
+        self.crashes += 1
+        self.trace.append(f"{self.step}: {process.kind} {why}; restarted")
+        process.clients.crash()
+        self._start(process)
+
+    def settle_round(self) -> None:
+        for process in self.processes:
+            self._poll(process)
+        self.clock.advance(500)
+
+    def settled(self) -> bool:
+        for partition in range(self.config.source_partitions):
+            committed = self.kafka.committed(SPOUT_GROUP, SOURCE, partition)
+            if committed is None or committed[0] < self.kafka.topics[SOURCE].partitions[partition].end:
+                return False
+        return True
+
+    # --- the invariants, from the logs ----------------------------------------------------------
+
+    def check(self) -> None:
+        for message in self._new(MID):
+            anchors = codec.decode_anchors(dict(message.headers() or []).get(codec.ANCHORS_HEADER))
+            source = tuple(int(x) for x in message.value().split(b":"))
+            for root in anchors:
+                self._mid_roots[root] = source
+        for message in self._new(TOPOLOGY + ".outcomes"):
+            batch = codec.decode_outcomes(message.value())
+            for root, kind in zip(batch.roots.tolist(), batch.kinds.tolist()):
+                if kind != OutcomeKind.COMPLETED:
+                    continue
+                if root not in self._mid_roots or root not in self.acked_roots:
+                    self.fail("no premature completion", f"root {root} COMPLETED but its tuple was "
+                              f"{'never written' if root not in self._mid_roots else 'never acked'}")
+                partition, offset = self._mid_roots[root]
+                self._completed[partition].add(offset)
+        for message in self._new(TOPOLOGY + ".dlq"):
+            parked = codec.decode_parked(dict(message.headers())[codec.PARKED_HEADER])
+            self._dead[parked.source_partition].add(parked.source_offset)
+        for partition in range(self.config.source_partitions):
+            committed = self.kafka.committed(SPOUT_GROUP, SOURCE, partition)
+            if committed is None:
+                continue
+            for offset in range(committed[0]):
+                if offset not in self._completed[partition] and offset not in self._dead[partition]:
+                    self.fail("no loss", f"{SOURCE}[{partition}] committed at {committed[0]}, but offset "
+                              f"{offset} neither completed nor went to the DLQ")
+
+    def _new(self, topic: str) -> list:
+        if topic not in self.kafka.topics:
+            return []
+        fresh = []
+        for partition in range(len(self.kafka.topics[topic].partitions)):
+            messages = self.kafka.messages(topic, partition)
+            seen = self._read.get((topic, partition), 0)
+            fresh.extend(messages[seen:])
+            self._read[(topic, partition)] = len(messages)
+        return fresh
+
+    def fail(self, invariant: str, detail: str) -> None:
+        tail = "\n  ".join(self.trace[-15:])
+        raise SimulationFailed(f"seed {self.config.seed}, step {self.step}: {invariant} broken: {detail}\n"
+                               f"last events:\n  {tail}", seed=self.config.seed, step=self.step,
+                               invariant=invariant)
+
+
+def _forward_coordinates(record, collector) -> None:
+    """The spout's handler: one tuple per record, naming its source (the checker maps roots by it)."""
+    collector.emit(MID, f"{record.partition}:{record.offset}".encode())
+
+
+def simulate(config: SimConfig) -> SimResult:
+    """Run one seeded simulation; raises :class:`SimulationFailed` when an invariant breaks."""
+    sim = _Simulation(config)
+    with _simulated(sim.clock, config.seed):
+        sim.setup()
+        for sim.step in range(config.steps):
+            sim.run_step()
+            sim.check()
+        rounds = 0
+        while not sim.settled():
+            if rounds >= config.settle_rounds:
+                sim.fail("liveness", f"not every source record settled within {config.settle_rounds} rounds "
+                         f"after the faults stopped; committed: "
+                         f"{[sim.kafka.committed(SPOUT_GROUP, SOURCE, p) for p in range(config.source_partitions)]}")
+            sim.step += 1
+            rounds += 1
+            sim.settle_round()
+            sim.check()
+    done = sum(len(s) for s in sim._completed.values())
+    return SimResult(config.seed, config.steps, rounds, done, sum(len(s) for s in sim._dead.values()),
+                     sim.crashes, sim.faults, sim.trace, _digest(sim.kafka))
+
+
+def _digest(kafka: MemoryKafka) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(kafka.topics):
+        for partition, log in enumerate(kafka.topics[name].partitions):
+            for record in log.records:
+                digest.update(repr((name, partition, record.offset, record.key, record.value, record.headers,
+                                    record.timestamp, record.control)).encode())
+    return digest.hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m reliable_kafka.testing.shipped_simulation --seeds 0:1000``: run many seeds."""
+    import argparse
+    import logging
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--seeds", default="0:100", help="first:end (end excluded), or one seed")
+    parser.add_argument("--steps", type=int, default=SimConfig.steps)
+    parser.add_argument("--records", type=int, default=SimConfig.records)
+    args = parser.parse_args(argv)
+    first, _, end = args.seeds.partition(":")
+    seeds = range(int(first), int(end) if end else int(first) + 1)
+    logging.disable(logging.CRITICAL)  # the components log every injected fault
+    failed = 0
+    for seed in seeds:
+        try:
+            simulate(SimConfig(seed=seed, steps=args.steps, records=args.records))
+        except SimulationFailed as failure:
+            failed += 1
+            print(failure)
+    print(f"{len(seeds) - failed} of {len(seeds)} seeds passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,228 @@
+"""The shipped Spout, BasicBolt and AckerWorker on the in-memory Kafka, stepped in one thread."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from reliable_kafka.acker.worker import AckerWorker
+from reliable_kafka.bolt.runner import BasicBolt
+from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.spout.spout import Spout
+from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka, TopicSink, step_until
+
+LINES = ["the cat", "the dog and the cat", "a bird"]
+
+
+def _topology(kafka: MemoryKafka, *, split=None, count=None, max_retries: int = 5, name: str = "wc"):
+    acker = AckerWorker(topology=name, bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
+    acker.start()
+    spout = Spout(topology=name, bootstrap_servers="memory", clients=kafka, source_topics="lines",
+                  group_id=f"{name}.spout", emit_to="sentences", commit_interval_ms=0,
+                  backoff=Backoff(initial_ms=0), max_retries=max_retries, root_index=False)
+    counts: Counter = Counter()
+
+    def split_words(tuple_, collector):
+        for word in tuple_.value.split():
+            collector.emit("words", word, key=word)
+
+    def count_words(tuple_, collector):
+        counts[tuple_.value.decode()] += 1
+
+    splitter = BasicBolt(topology=name, bootstrap_servers="memory", clients=kafka, source_topics="sentences",
+                         group_id=f"{name}.split", handler=split or split_words, commit_interval_ms=0)
+    counter = BasicBolt(topology=name, bootstrap_servers="memory", clients=kafka, source_topics="words",
+                        group_id=f"{name}.count", handler=count or count_words, commit_interval_ms=0)
+    for component in (spout, splitter, counter):
+        component.start()
+    return acker, spout, splitter, counter, counts
+
+
+@pytest.fixture
+def kafka() -> MemoryKafka:
+    kafka = MemoryKafka(clock=ManualClock())
+    for topic in ("sentences", "words"):
+        kafka.create_topic(topic, 2)
+    return kafka
+
+
+def test_word_count_completes_every_tree_and_commits_past_every_line(kafka):
+    ListSource(kafka, "lines", [line.encode() for line in LINES], partitions=2)
+    acker, spout, splitter, counter, counts = _topology(kafka)
+
+    step_until(lambda: spout.stats.completed == len(LINES), spout, splitter, counter, acker)
+    step_until(lambda: _committed(kafka, "wc.spout", "lines") == _ends(kafka, "lines"), spout)
+
+    assert counts == Counter(" ".join(LINES).split())
+    assert spout.stats.replayed == 0 and spout.stats.dead_lettered == 0
+    assert acker.stats.completed == len(LINES) and acker.stats.failed == 0
+    assert sorted(TopicSink(kafka, "sentences").values()) == sorted(line.encode() for line in LINES)
+
+
+def test_a_failed_tuple_is_replayed_and_the_source_committed_only_after_its_tree_completed(kafka):
+    ListSource(kafka, "lines", [b"ok", b"flaky"])
+    failures = {"flaky": 1}
+
+    def split_or_fail(tuple_, collector):
+        word = tuple_.value.decode()
+        if failures.get(word):
+            failures[word] -= 1
+            raise RuntimeError("a transient failure")
+        collector.emit("words", tuple_.value, key=tuple_.value)
+
+    acker, spout, splitter, counter, counts = _topology(kafka, split=split_or_fail)
+    # until the replayed tree completes, the commit point stays at the failed line (offset 1)
+    step_until(lambda: spout.stats.replayed == 1, spout, splitter, counter, acker)
+    assert _committed(kafka, "wc.spout", "lines") == {0: 1}
+    step_until(lambda: spout.stats.completed == 2, spout, splitter, counter, acker)
+    step_until(lambda: _committed(kafka, "wc.spout", "lines") == {0: 2}, spout)
+    assert counts == Counter({"ok": 1, "flaky": 1})
+    assert splitter.stats.failed == 1 and acker.stats.failed == 1
+
+
+def test_a_line_failing_every_attempt_is_dead_lettered_then_committed(kafka):
+    ListSource(kafka, "lines", [b"poison"])
+
+    def always_fail(tuple_, collector):
+        raise ValueError("bad line")
+
+    acker, spout, splitter, counter, _ = _topology(kafka, split=always_fail, max_retries=2)
+    step_until(lambda: spout.stats.dead_lettered == 1, spout, splitter, counter, acker)
+    step_until(lambda: _committed(kafka, "wc.spout", "lines") == {0: 1}, spout)
+    assert [m.value() for m in TopicSink(kafka, "wc.dlq").messages()] == [b"poison"]
+    assert spout.stats.replayed == 2
+
+
+def test_nothing_is_committed_while_the_tree_is_open(kafka):
+    ListSource(kafka, "lines", [b"one line"])
+    acker, spout, splitter, counter, _ = _topology(kafka)
+    for _ in range(5):  # the tree cannot complete: the counting bolt is never polled
+        for component in (spout, splitter, acker):
+            component.poll_once(0)
+    assert spout.stats.emitted == 1 and spout.stats.completed == 0
+    assert _committed(kafka, "wc.spout", "lines") in ({}, {0: 0})  # the commit point stays below the line
+    step_until(lambda: spout.stats.completed == 1, spout, splitter, counter, acker)
+    step_until(lambda: _committed(kafka, "wc.spout", "lines") == {0: 1}, spout)
+
+
+def test_a_spout_joining_the_group_takes_partitions_over_without_losing_a_line(kafka):
+    ListSource(kafka, "lines", [f"line {i}".encode() for i in range(20)], partitions=2)
+    acker, first, splitter, counter, counts = _topology(kafka)
+    step_until(lambda: first.stats.read >= 1, first)
+    second = Spout(topology="wc", bootstrap_servers="memory", clients=kafka, source_topics="lines",
+                   group_id="wc.spout", emit_to="sentences", commit_interval_ms=0, backoff=Backoff(initial_ms=0),
+                   root_index=False)
+    second.start()
+    step_until(lambda: _committed(kafka, "wc.spout", "lines") == _ends(kafka, "lines"),
+               first, second, splitter, counter, acker)
+    assert {tp.partition for tp in first._consumer.assignment()} | \
+        {tp.partition for tp in second._consumer.assignment()} == {0, 1}
+    assert first._consumer.assignment() and second._consumer.assignment()
+    assert all(counts[f"{i}"] >= 1 for i in range(20))  # every line counted (replays may repeat some)
+
+
+def test_an_acker_that_crashes_is_replaced_and_the_trees_still_complete(kafka):
+    ListSource(kafka, "lines", [b"a b", b"c d"])
+    acker, spout, splitter, counter, counts = _topology(kafka)
+    step_until(lambda: acker.stats.entries_folded > 0, spout, splitter, counter, acker)
+    kafka.crash(acker._consumer)  # dies without committing or publishing more
+    kafka.crash(acker._producer)
+    replacement = AckerWorker(topology="wc", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
+    replacement.start()
+    step_until(lambda: spout.stats.completed == 2, spout, splitter, counter, replacement)
+    assert counts == Counter("abcd".replace("", " ").split())
+
+
+def _committed(kafka: MemoryKafka, group: str, topic: str) -> dict[int, int]:
+    found = {}
+    for partition in range(len(kafka.topics[topic].partitions)):
+        committed = kafka.committed(group, topic, partition)
+        if committed is not None:
+            found[partition] = committed[0]
+    return found
+
+
+def _ends(kafka: MemoryKafka, topic: str) -> dict[int, int]:
+    return {p: log.end for p, log in enumerate(kafka.topics[topic].partitions) if log.end}
+
+
+def test_transactional_spout_and_bolts_emit_each_word_once_though_a_bolt_is_fenced_mid_run(kafka):
+    from reliable_kafka.spout.transactional import TransactionalSpout
+
+    ListSource(kafka, "lines", [f"w{i} x{i}".encode() for i in range(10)])
+    acker = AckerWorker(topology="tx", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
+    acker.start()
+    spout = TransactionalSpout(topology="tx", bootstrap_servers="memory", clients=kafka, source_topics="lines",
+                               group_id="tx.spout", emit_to="sentences", name="spout-1", batch_size=3,
+                               backoff=Backoff(initial_ms=0))
+
+    def split_words(tuple_, collector):
+        for word in tuple_.value.split():
+            collector.emit("words", word, key=word)
+
+    splitter = BasicBolt(topology="tx", bootstrap_servers="memory", clients=kafka, source_topics="sentences",
+                         group_id="tx.split", handler=split_words, transactional=True, name="split-1", batch_size=2)
+    for component in (spout, splitter):
+        component.start()
+    rounds = {"n": 0}
+
+    def fence_once(round_):
+        rounds["n"] += 1
+        if rounds["n"] == 3:  # a newer incarnation appeared: the open and next transaction abort
+            kafka.fence("tx.split.split-1")
+
+    step_until(lambda: spout.stats.completed == 10 and len(TopicSink(kafka, "words")) == 20,
+               spout, splitter, _AckEverything(kafka, "words", "tx"), acker, between=fence_once)
+    assert sorted(TopicSink(kafka, "words").values()) == sorted(f"{c}{i}".encode() for i in range(10) for c in "wx")
+    assert splitter.stats.aborted_transactions >= 1
+    assert spout.stats.replayed == 0
+
+
+class _AckEverything:
+    """A plain (not transactional) bolt that acks what it reads: completes the trees."""
+
+    def __init__(self, kafka, topic, topology):
+        self.bolt = BasicBolt(topology=topology, bootstrap_servers="memory", clients=kafka, source_topics=topic,
+                              group_id=f"{topology}.sink", handler=lambda t, c: None, commit_interval_ms=0)
+        self.bolt.start()
+        self.name, self.stats = "sink", self.bolt.stats
+
+    def poll_once(self, timeout):
+        self.bolt.poll_once(timeout)
+
+
+class _StopAfter:
+    """A stop event that is set after ``rounds`` checks (run() checks it once per poll)."""
+
+    def __init__(self, rounds: int) -> None:
+        self.rounds = rounds
+
+    def is_set(self) -> bool:
+        self.rounds -= 1
+        return self.rounds < 0
+
+
+def test_run_publishes_its_status_snapshots_to_the_same_in_memory_kafka(kafka):
+    acker = AckerWorker(topology="wc", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
+    acker.run(_StopAfter(3))
+    snapshots = TopicSink(kafka, "wc.status").messages()
+    assert snapshots and snapshots[-1].key() == acker.name.encode()
+
+
+def test_on_revoke_the_spout_commits_what_is_done_so_the_new_owner_replays_nothing(kafka):
+    ListSource(kafka, "lines", [f"line {i}".encode() for i in range(6)], partitions=2)
+    acker, first, splitter, counter, counts = _topology(kafka)
+    first.commit_interval_ms = 10**12  # only the revoke commits (the interval never passes)
+    step_until(lambda: first.stats.completed == 6, first, splitter, counter, acker)
+    assert _committed(kafka, "wc.spout", "lines") == {}  # nothing committed yet: no interval passed
+    second = Spout(topology="wc", bootstrap_servers="memory", clients=kafka, source_topics="lines",
+                   group_id="wc.spout", emit_to="sentences", commit_interval_ms=0, root_index=False)
+    second.start()
+    step_until(lambda: len(first._consumer.assignment()) == 1 and len(second._consumer.assignment()) == 1,
+               second, first, second)
+    assert _committed(kafka, "wc.spout", "lines") == {0: 3, 1: 3}  # committed by the revoke
+    for _ in range(5):
+        for component in (first, second, splitter, counter, acker):
+            component.poll_once(0)
+    assert second.stats.read == 0 and counts["line"] == 6  # nothing replayed
