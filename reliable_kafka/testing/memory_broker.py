@@ -16,7 +16,7 @@ from typing import Callable
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaError, KafkaException, Message
 
-from reliable_kafka.errors import ConfigError
+from reliable_kafka.errors import ArgumentError, ConfigError
 from reliable_kafka.testing.memory_groups import Group
 
 __all__ = ["MemoryKafka", "ManualClock", "FAULTS", "new_message"]
@@ -95,7 +95,7 @@ class ManualClock:
 
     def advance(self, ms: int) -> None:
         if ms < 0:
-            raise ValueError(f"ManualClock: time does not go back ({ms} ms)")
+            raise ArgumentError(f"ManualClock: time does not go back ({ms} ms)")
         self.now_ms += ms
 
 

@@ -5,6 +5,7 @@ line, and some settings want different values per role; each role gets only its 
 """
 
 import pickle
+import types
 import warnings
 
 import pytest
@@ -67,21 +68,21 @@ def test_it_pickles_with_its_roles_for_spark_tasks():
     assert copy.consumer == CONSUMER and copy.producer == PRODUCER
 
 
-def test_new_consumer_and_new_producer_give_each_client_only_its_role(monkeypatch):
+def test_new_consumer_and_new_producer_give_each_client_only_its_role():
     made = {}
 
-    def recording(role):
-        class Client:  # stands in for the client class: keeps its config, takes the attributes set on it
-            def __init__(self, config):
-                made[role] = config
+    class Recording:  # a client factory (reliable_kafka.kafka.factory) that keeps each client's config
+        def producer(self, config):
+            made["producer"] = config
+            return types.SimpleNamespace()
 
-        return Client
+        def consumer(self, config):
+            made["consumer"] = config
+            return types.SimpleNamespace()
 
-    monkeypatch.setattr(clients, "_Consumer", recording("consumer"))
-    monkeypatch.setattr(clients, "_Producer", recording("producer"))
     config = client_config(SHARED, consumer_config=CONSUMER, producer_config=PRODUCER)
-    clients.new_consumer(CLOSED, "g", config)
-    clients.new_producer(CLOSED, config)
+    clients.new_consumer(CLOSED, "g", config, clients=Recording())
+    clients.new_producer(CLOSED, config, clients=Recording())
     consumer, producer = made["consumer"], made["producer"]
     assert consumer["fetch.max.bytes"] == 1_000_000 and consumer["client.id"] == "app-reader"
     assert "linger.ms" not in consumer and "compression.type" not in consumer
