@@ -28,7 +28,7 @@ from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, decode_done_a
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.ids import to_signed
-from reliable_kafka.spout.reread import RereadFailed, SourceRereader, clusters as _clusters
+from reliable_kafka.spout.reread import RereadFailed, SourceRereader, clusters as _clusters  # noqa: F401 (its old name)
 from reliable_kafka.spout.spout import SourceRecord, SpoutShell, TopicPartitionKey, _source_record
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
