@@ -28,8 +28,10 @@ class Transactions:
     """
 
     def __init__(self, new_producer: Callable[[], Producer], *, component: str,
-                 on_new_producer: Callable[[Producer], None] | None = None) -> None:
+                 on_new_producer: Callable[[Producer], None] | None = None,
+                 deadline_s: float = TXN_DEADLINE_S) -> None:
         self._new_producer = new_producer
+        self.deadline_s = deadline_s
         self.component = component
         self.on_new_producer = on_new_producer
         self.producer: Producer | None = None
@@ -58,8 +60,8 @@ class Transactions:
         """Add ``offsets`` (consumer group ``group_metadata``) and commit, each call under a hard
         deadline: raises :class:`KafkaException` or :class:`StuckCall`; then call :meth:`abort`."""
         with_deadline(self.producer.send_offsets_to_transaction, offsets, group_metadata, TXN_TIMEOUT_S,
-                      seconds=TXN_DEADLINE_S)
-        with_deadline(self.producer.commit_transaction, TXN_TIMEOUT_S, seconds=TXN_DEADLINE_S)
+                      seconds=self.deadline_s)
+        with_deadline(self.producer.commit_transaction, TXN_TIMEOUT_S, seconds=self.deadline_s)
         self.committed += 1
         self._failed_in_a_row = 0
 

@@ -38,6 +38,7 @@ from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.spark.checkpoint import read_resume_point
 from reliable_kafka.spark.derive import edge_column, root_column
 from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, offsets_json
+from reliable_kafka.spark.offset_reads import chunks, read_ranges, read_redeliveries
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
 from reliable_kafka.spout.spout import _source_record
@@ -201,24 +202,14 @@ class SparkSpout(SparkJob):
         if ranges:
             log.info("%s: recovering %s (group commit .. checkpoint resume point)", self.name,
                      {f"{t}[{p}]": r for (t, p), r in ranges.items()})
-        for chunk in self._chunks(ranges):
+        for chunk in chunks(ranges, self.max_offsets_per_trigger or 100_000):
             self.stats.extra_batches += 1
             with self._batch_lock:
-                self._run_batch(self._read_ranges(chunk), [], what="recovery batch", recovery=True)
+                self._run_batch(read_ranges(self.spark, chunk, **self._connection()), [], what="recovery batch",
+                                recovery=True)
 
-    def _chunks(self, ranges: dict[TP, tuple[int, int]]):
-        size = self.max_offsets_per_trigger or 100_000
-        pending = dict(ranges)
-        while pending:
-            chunk = {}
-            for tp, (start, end) in list(pending.items()):
-                stop = min(end, start + size)
-                chunk[tp] = (start, stop)
-                if stop >= end:
-                    del pending[tp]
-                else:
-                    pending[tp] = (stop, end)
-            yield chunk
+    def _connection(self) -> dict:
+        return {"bootstrap_servers": self.bootstrap_servers, "options": self.spark_kafka_options}
 
     def _starting_offsets(self) -> str | None:
         return self._starting
@@ -256,7 +247,7 @@ class SparkSpout(SparkJob):
         if fresh is not None:
             frames.append(fresh.select(*SOURCE_COLUMNS).withColumn("attempt", F.lit(1)))
         if redeliveries:
-            frames.append(self._read_redeliveries(redeliveries))
+            frames.append(read_redeliveries(self.spark, redeliveries, **self._connection()))
         if not frames:
             return
         batch = functools.reduce(lambda a, b: a.unionByName(b), frames)
@@ -340,44 +331,6 @@ class SparkSpout(SparkJob):
                 self._roots.fail_locally(root, FailureRecord.of(roots=[root], component=self.name,
                                                                 task_id=self.task_id, error=error))
         self._send_fails(roots)
-
-    def _read_ranges(self, ranges: dict[TP, tuple[int, int]]):
-        """Batch read of ``[start, end)`` per partition (recovery)."""
-        starts = {tp: start for tp, (start, _) in ranges.items()}
-        ends = {tp: end for tp, (_, end) in ranges.items()}
-        return self._batch_reader(starts, ends)
-
-    def _read_redeliveries(self, redeliveries: list[Redelivery]):
-        """The exact records to redeliver, with their attempt numbers."""
-        from pyspark.sql import functions as F
-
-        starts: dict[TP, int] = {}
-        ends: dict[TP, int] = {}
-        for r in redeliveries:
-            starts[r.tp] = min(starts.get(r.tp, r.offset), r.offset)
-            ends[r.tp] = max(ends.get(r.tp, r.offset + 1), r.offset + 1)
-        spark = self.spark
-        wanted = spark.createDataFrame(
-            [(t, p, r.offset, r.attempt) for r in redeliveries for (t, p) in [r.tp]],
-            "topic string, partition int, offset long, attempt int")
-        records = self._batch_reader(starts, ends).select(*SOURCE_COLUMNS)
-        return records.join(F.broadcast(wanted), ["topic", "partition", "offset"], "inner") \
-            .select(*SOURCE_COLUMNS, "attempt")
-
-    def _batch_reader(self, starts: dict[TP, int], ends: dict[TP, int]):
-        assign: dict[str, list[int]] = {}
-        for topic, partition in starts:
-            assign.setdefault(topic, []).append(partition)
-        reader = (self.spark.read.format("kafka")
-                  .option("kafka.bootstrap.servers", self.bootstrap_servers)
-                  .option("assign", _json(assign))
-                  .option("startingOffsets", offsets_json(starts))
-                  .option("endingOffsets", offsets_json(ends))
-                  .option("includeHeaders", "true")
-                  .option("failOnDataLoss", "false"))
-        for key, value in self.spark_kafka_options.items():
-            reader = reader.option(key, value)
-        return reader.load()
 
     # --- the driver loop ------------------------------------------------------------------------
 
@@ -532,8 +485,3 @@ class SparkSpout(SparkJob):
                 "throttled": self.throttled,
             }
 
-
-def _json(value) -> str:
-    import json
-
-    return json.dumps(value)
