@@ -28,20 +28,19 @@ from reliable_kafka.polling import consume_batch
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.kafka.ack_sender import AckSender
-from reliable_kafka.kafka.authorization import check_consumed, raise_if_refused
+from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
-from reliable_kafka.kafka.deadline import StuckCall, with_deadline
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import ProducerUnusable, flush_or_raise, produce_tuple
+from reliable_kafka.kafka.transactions import StuckCall, Transactions
 
 __all__ = ["Tuple", "BoltCollector", "Bolt", "BasicBolt", "BoltStats"]
 
 log = logging.getLogger(__name__)
 
 _ANCHORS = codec.ANCHORS_HEADER
-TXN_DEADLINE_S = 45.0  # a transactional call past its own 30 s timeout is stuck (see with_deadline)
 
 
 class Tuple:
@@ -226,6 +225,7 @@ class Bolt:
         self._uncommitted = False
         self._failed_in_a_row = 0
         self._ends: dict[tuple[str, int], int] = {}  # of the batch in hand: partition -> next offset
+        self._transactions: Transactions | None = None
         self.ready = threading.Event()
         self.clients = clients
 
@@ -254,7 +254,12 @@ class Bolt:
                         "version creates it)", self.name, self.topics.failures)
         self._producer_overrides = overrides
         self._producer_overrides.update(ERRORS_ONLY, on_delivery=self._delivered)
-        self._new_producer()
+        if self.transactional:
+            self._transactions = Transactions(self._new_producer, component=self.name,
+                                              on_new_producer=self._use_producer)
+            self._transactions.start()
+        else:
+            self._use_producer(self._new_producer())
         consumer_overrides = {"isolation.level": "read_committed"}
         if self.transactional and self._stable_name:
             # static membership: a restarted bolt (same name, hence same transactional.id) gets
@@ -267,17 +272,13 @@ class Bolt:
         log.info("%s: reading %s as group %s%s", self.name, self.source_topics, self.group_id,
                  " (transactional)" if self.transactional else "")
 
-    def _new_producer(self) -> None:
-        self._producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name,
-                                      clients=self.clients,
-                                      **self._producer_overrides)
-        if self.transactional:
-            try:
-                self._producer.init_transactions(30)  # fences a previous incarnation, aborts its transaction
-            except KafkaException as exc:
-                raise_if_refused(exc, component=self.name, principal=self._producer.principal,
-                                 transactional_id=self._producer.transactional_id)
-                raise
+    def _new_producer(self):
+        return new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name, clients=self.clients,
+                            **self._producer_overrides)
+
+    def _use_producer(self, producer) -> None:
+        """``producer`` sends outputs, acks, quarantine copies and failure records (also a replacement)."""
+        self._producer = producer
         self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=self._ack_partitions,
                                sender=self.task_id)
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
@@ -417,41 +418,19 @@ class Bolt:
             log.warning("%s: commit postponed: %s", self.name, exc)
 
     def _process_in_transaction(self, messages: list[Message]) -> None:
-        producer, consumer = self._producer, self._consumer
-        producer.begin_transaction()
+        consumer = self._consumer
+        self._transactions.begin()
         try:
             for message in messages:
                 self._process(message)
             self._acks.send()
-            positions = consumer.position(consumer.assignment())
-            with_deadline(producer.send_offsets_to_transaction, positions, consumer.consumer_group_metadata(), 30,
-                          seconds=TXN_DEADLINE_S)
-            with_deadline(producer.commit_transaction, 30, seconds=TXN_DEADLINE_S)
+            self._transactions.commit(consumer.position(consumer.assignment()), consumer.consumer_group_metadata())
             self.stats.transactions += 1
-            self._failed_in_a_row = 0
-        except StuckCall as exc:  # the producer is abandoned: a new one fences it and aborts its work
+        except (KafkaException, StuckCall) as exc:
             self.stats.aborted_transactions += 1
-            log.warning("%s: %s; starting a new producer, the batch will be processed again", self.name, exc)
-            self._new_producer()
-            self._rewind()
-        except KafkaException as exc:
-            error = exc.args[0]
-            self.stats.aborted_transactions += 1
-            self._failed_in_a_row += 1
-            log.warning("%s: transaction aborted (%s); the batch will be processed again", self.name, error)
-            if error.fatal() or self._failed_in_a_row >= 2:
-                # fenced (the transaction timed out while the broker was away), or stuck (e.g. the
-                # coordinator keeps answering CONCURRENT_TRANSACTIONS): a new producer's
-                # init_transactions aborts whatever is pending under our transactional.id
-                self._new_producer()
-            else:
-                try:
-                    producer.abort_transaction(30)
-                except KafkaException as again:
-                    if again.args[0].fatal():  # fenced while aborting: same remedy
-                        self._new_producer()
-                    elif not again.args[0].retriable():
-                        raise
+            log.warning("%s: transaction aborted (%s); the batch will be processed again", self.name,
+                        exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc)
+            self._transactions.abort(exc)  # a new producer, if needed, comes through _use_producer
             self._rewind()
 
     def _rewind(self) -> None:

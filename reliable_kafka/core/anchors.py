@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from reliable_kafka.ids import new_id
 
-__all__ = ["Anchored", "anchor_child", "ack_entries", "fail_roots", "spout_root"]
+__all__ = ["Anchored", "anchor_child", "anchor_to_pairs", "ack_entries", "fail_roots", "spout_root"]
 
 
 class Anchored:
@@ -54,6 +54,24 @@ def anchor_child(parents: Iterable[Anchored]) -> dict[int, int]:
         parent.ack_val ^= edge
         for root in parent.anchors:
             child[root] = child.get(root, 0) ^ edge
+    return child
+
+
+def anchor_to_pairs(pairs: Iterable[tuple[int, int] | None], owed: dict[int, int]) -> dict[int, int]:
+    """:func:`anchor_child` for parents given as (root, edge) pairs, as a Spark row's anchors column
+    holds them: anchors for the new child, and each parent's ack val kept per root in ``owed``
+    (``owed[root] ^= edge``), which the writer acks for its inputs; their own edges are acked apart.
+
+    Pairs that are None or have root 0 (untracked) contribute nothing.
+    """
+    child: dict[int, int] = {}
+    for pair in pairs:
+        if pair is None or not pair[0]:
+            continue
+        root = pair[0]
+        edge = new_id()  # one fresh edge per parent: two parents of one root must not cancel
+        owed[root] = owed.get(root, 0) ^ edge
+        child[root] = child.get(root, 0) ^ edge
     return child
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "ANCHORS_COLUMN",
     "FAIL_COLUMN",
     "FAIL_REASON_COLUMN",
+    "FAIL_RETRY_COLUMN",
     "ANCHORS_TYPE",
     "merge_anchors",
     "concat_anchors",
@@ -31,6 +32,11 @@ FAIL_COLUMN = "rk_fail"
 FAIL_REASON_COLUMN = "rk_fail_reason"
 """An optional string output column: why a row with ``rk_fail`` failed, written to
 ``<topology>.failures`` (reliable_kafka.ops.failures); without it the reason is ``failed``."""
+
+FAIL_RETRY_COLUMN = "rk_fail_retry"
+"""An optional boolean output column: false on a row with ``rk_fail`` marks a poison pill (Storm's
+``fail`` with ``retry=False``): the spout that owns its roots dead-letters their records at once
+instead of redelivering them. Null or true: retried as usual."""
 
 ANCHORS_TYPE = "array<struct<root:bigint,edge:bigint>>"
 _DECODED_TYPE = f"struct<anchors:{ANCHORS_TYPE},error:string>"

@@ -307,7 +307,7 @@ class SparkJob:
             raise ConfigError(
                 f"{self.name}: transform {getattr(self.transform, '__name__', self.transform)} must return "
                 f"a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns (and optionally key, headers, "
-                f"rk_fail, rk_fail_reason); got {sorted(columns)}")
+                f"rk_fail, rk_fail_reason, rk_fail_retry); got {sorted(columns)}")
         before_outputs, before_failed = self._outputs_acc.value, self._failed_acc.value
         writer = OutputWriter(
             bootstrap_servers=self.bootstrap_servers,

@@ -28,21 +28,22 @@ import threading
 import time
 from dataclasses import asdict
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
-from reliable_kafka.codec import ParkedRecord
-from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
-from reliable_kafka.core.tracker import ActionKind, Backoff, InFlightTracker, OutcomeAction, Redelivery
-from reliable_kafka.errors import ConfigError, DecodeError
+from reliable_kafka.core.tracker import Backoff, InFlightTracker, Redelivery
+from reliable_kafka.errors import ConfigError
 from reliable_kafka.ids import new_id
+from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.spark.checkpoint import read_resume_point
 from reliable_kafka.spark.derive import edge_column, root_column
 from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, offsets_json
+from reliable_kafka.spark.offset_reads import chunks, read_ranges, read_redeliveries
+from reliable_kafka.spout.reread import RereadFailed, SourceRereader
+from reliable_kafka.spout.roots import RootOwner, RootStats
+from reliable_kafka.spout.spout import _source_record
+from reliable_kafka.topology import admin_client, partition_count
 from reliable_kafka.kafka.clients import new_consumer
-from reliable_kafka.kafka.outcomes import OutcomeListener
-from reliable_kafka.kafka.parking import Quarantine, park
-from reliable_kafka.kafka.produce import flush_or_raise
 
 __all__ = ["SparkSpout"]
 
@@ -72,6 +73,9 @@ class SparkSpout(SparkJob):
     - ``commit_interval_ms`` [1000]; ``on_batch_error`` ["fail_roots"]: a batch whose transform or
       write fails has its roots failed (redelivered, in the end dead-lettered) and the stream goes
       on; "stop" stops the query instead.
+    - ``max_dead_letter_ratio`` [None: off], ``dead_letter_window`` [1000]: as the Python spout's
+      guard; a tripped guard stops the job (``run_until``/``raise_if_failed`` raise
+      :class:`~reliable_kafka.errors.DeadLetterGuardTripped`).
     - ``kafka_config`` (librdkafka settings for the driver's and tasks' clients; ``consumer_config``
       / ``producer_config``: merged over it for consumers / producers only),
       ``spark_kafka_options`` (options for Spark's Kafka reader, e.g. ``kafka.security.protocol``;
@@ -106,6 +110,8 @@ class SparkSpout(SparkJob):
         name: str | None = None,
         consumer_config: dict | None = None,
         producer_config: dict | None = None,
+        max_dead_letter_ratio: float | None = None,
+        dead_letter_window: int = 1000,
     ) -> None:
         super().__init__(
             spark, topology=topology, bootstrap_servers=bootstrap_servers, source_topics=source_topics,
@@ -124,35 +130,51 @@ class SparkSpout(SparkJob):
         self.partitions: list[TP] = []
         self.recovered = 0  # records processed again on start (between group commit and checkpoint)
         self.skipped = 0  # records Spark handed over again that were already done
-        self.dead_lettered = 0
-        self.lost_to_retention = 0
         self.commits = 0
-        self.metadata_truncated = 0
         self.throttled = 0  # micro-batches held back by max_pending
-        self._outcomes: OutcomeListener | None = None
+        self._not_redelivered = 0  # redeliveries Kafka no longer had (retention)
         self._group = None  # commits the job's consumer group
-        self._fetcher = None  # re-reads single records for the dead-letter topic
         self._watermarks = None
         self._watermarks_lock = threading.Lock()
-        self._dead_letters: list[OutcomeAction] = []
-        self._committed: dict[TP, tuple[int, str]] = {}
         self._starting: str | None = None
         self._loop: threading.Thread | None = None
         self._loop_stop = threading.Event()
         self._last_commit = 0.0
+        # the root-owning core: outcomes, dead letters (records read again by offset), commits
+        self._roots = RootOwner(
+            component=self.name, topics=self.topics, tracker=self.tracker, stats=RootStats(),
+            bootstrap_servers=self.bootstrap_servers, kafka_config=self.kafka_config, lock=self._lock,
+            max_dead_letter_ratio=max_dead_letter_ratio, dead_letter_window=dead_letter_window,
+            reason_with_attempts=False)  # a Spark job's dead letters always said just FAILED or TIMED_OUT
+        self._rereader = SourceRereader(
+            component=self.name, bootstrap_servers=self.bootstrap_servers, group_id=f"{self.group_id}.rk-fetch",
+            kafka_config=self.kafka_config, records=self._roots.records, to_record=_source_record,
+            gone=self._gone)
+        self._roots.reread = self._rereader
+
+    @property
+    def dead_lettered(self) -> int:
+        return self._roots.stats.dead_lettered
+
+    @property
+    def metadata_truncated(self) -> int:
+        return self._roots.stats.metadata_truncated
+
+    @property
+    def lost_to_retention(self) -> int:
+        return self._not_redelivered + self._roots.stats.expired_in_flight
 
     # --- start ----------------------------------------------------------------------------------
 
     def _prepare(self) -> None:
         self._group = self._new_group_consumer()
-        self._fetcher = new_consumer(self.bootstrap_servers, f"{self.group_id}.rk-fetch", self.kafka_config)
         self._watermarks = new_consumer(self.bootstrap_servers, f"{self.group_id}.rk-fetch", self.kafka_config)
         self.partitions = self._source_partitions(self._group)
-        self._outcomes = OutcomeListener(
-            bootstrap_servers=self.bootstrap_servers, topics=self.topics, spout_id=self.task_id,
-            kafka_config=self.kafka_config,
-            quarantine=Quarantine(self._producer, topic=self.topics.quarantine, component=self.name))
-        self._outcomes.start()  # before any INIT: no outcome of this incarnation can be missed
+        self._roots.use_producer(self._producer)
+        self._roots.listen(self.task_id)  # before any INIT: no outcome of this incarnation can be missed
+        # an older topology has no root index topic (an acker of this version creates it)
+        if partition_count(admin_client(self.bootstrap_servers, self.kafka_config, component=self.name), self.topics.roots):
+            self._roots.index_roots(self.task_id)  # so that `reliable-kafka trace` finds a record's trees
         self._recover()
         self._loop = threading.Thread(target=self._drive, name=f"{self.name}-driver", daemon=True)
         self._loop.start()
@@ -166,18 +188,14 @@ class SparkSpout(SparkJob):
         for tp in committed:
             key = (tp.topic, tp.partition)
             start = tp.offset if tp.offset >= 0 else None
-            done_above: list[int] = []
             if start is not None:
-                try:
-                    done_above = decode_done_above(start, tp.metadata)
-                except DecodeError as error:
-                    log.warning("%s: ignoring commit metadata of %s[%d]: %s", self.name, *key, error)
-                self._committed[key] = (start, tp.metadata or "")
+                self._roots.restore(key, start, tp.metadata)
             elif resume.exists:
                 start = resume.initial.get(key)  # never committed: from where the query began
+                if start is not None:
+                    self._roots.restore(key, start, None, recorded=False)
             if start is None:
                 continue
-            self.tracker.assign(key, committed=start, done_above=done_above)
             starting[key] = start
             end = resume.offsets.get(key) if resume.exists else None
             if end is not None and end > start:
@@ -188,24 +206,14 @@ class SparkSpout(SparkJob):
         if ranges:
             log.info("%s: recovering %s (group commit .. checkpoint resume point)", self.name,
                      {f"{t}[{p}]": r for (t, p), r in ranges.items()})
-        for chunk in self._chunks(ranges):
+        for chunk in chunks(ranges, self.max_offsets_per_trigger or 100_000):
             self.stats.extra_batches += 1
             with self._batch_lock:
-                self._run_batch(self._read_ranges(chunk), [], what="recovery batch", recovery=True)
+                self._run_batch(read_ranges(self.spark, chunk, **self._connection()), [], what="recovery batch",
+                                recovery=True)
 
-    def _chunks(self, ranges: dict[TP, tuple[int, int]]):
-        size = self.max_offsets_per_trigger or 100_000
-        pending = dict(ranges)
-        while pending:
-            chunk = {}
-            for tp, (start, end) in list(pending.items()):
-                stop = min(end, start + size)
-                chunk[tp] = (start, stop)
-                if stop >= end:
-                    del pending[tp]
-                else:
-                    pending[tp] = (stop, end)
-            yield chunk
+    def _connection(self) -> dict:
+        return {"bootstrap_servers": self.bootstrap_servers, "options": self.spark_kafka_options}
 
     def _starting_offsets(self) -> str | None:
         return self._starting
@@ -213,6 +221,7 @@ class SparkSpout(SparkJob):
     # --- batches --------------------------------------------------------------------------------
 
     def _on_stream_batch(self, df, batch_id: int) -> None:
+        self._roots.raise_if_guard_tripped()  # fails the query: a bad deploy must not divert the stream
         self._wait_below_max_pending()
         if self._stopping.is_set():
             raise RuntimeError(f"{self.name}: stopping; batch {batch_id} is left to the next run")
@@ -242,7 +251,7 @@ class SparkSpout(SparkJob):
         if fresh is not None:
             frames.append(fresh.select(*SOURCE_COLUMNS).withColumn("attempt", F.lit(1)))
         if redeliveries:
-            frames.append(self._read_redeliveries(redeliveries))
+            frames.append(read_redeliveries(self.spark, redeliveries, **self._connection()))
         if not frames:
             return
         batch = functools.reduce(lambda a, b: a.unionByName(b), frames)
@@ -261,6 +270,8 @@ class SparkSpout(SparkJob):
                 self.recovered += len(entries)
             if not entries:
                 return
+            if self._roots.root_index is not None:
+                self._roots.root_index.send()  # flushed with the INITs
             self._send_entries(EventKind.INIT, entries, what=f"INIT of {what}")  # (1)
             inputs = batch
             if skipped:
@@ -278,7 +289,7 @@ class SparkSpout(SparkJob):
             log.error("%s: %s failed before its records were tracked: %s", self.name, what, cause)
             raise cause
         except Exception as exc:
-            self._fail_locally(roots)
+            self._fail_locally(roots, exc)
             self._batch_failed(what, exc)
         finally:
             batch.unpersist()
@@ -298,11 +309,11 @@ class SparkSpout(SparkJob):
                 elif wanted.pop((tp, row.offset), None) is None:
                     skipped.append(row.root)
                     continue
-                self.tracker.emitted(tp, row.offset, root=row.root, attempt=row.attempt)
+                self._roots.track(tp, row.offset, row.root, row.attempt)
                 entries.append((row.root, row.edge))
             for redelivery in wanted.values():
                 # Kafka deleted it (retention) before it could be processed again: nothing to send.
-                self.lost_to_retention += 1
+                self._not_redelivered += 1
                 log.error("%s: %s[%d]@%d is no longer in Kafka; it cannot be redelivered (attempt %d, %s)",
                           self.name, *redelivery.tp, redelivery.offset, redelivery.attempt, redelivery.reason)
                 self.tracker.done_immediately(redelivery.tp, redelivery.offset)
@@ -314,57 +325,16 @@ class SparkSpout(SparkJob):
         with self._lock:
             for redelivery in redeliveries:
                 root = self.tracker.emitted(redelivery.tp, redelivery.offset, attempt=redelivery.attempt)
-                self._apply(self.tracker.on_outcome(root, OutcomeKind.FAILED))
+                self._roots.act(self.tracker.on_outcome(root, OutcomeKind.FAILED))
 
-    def _fail_locally(self, roots: list[int]) -> None:
+    def _fail_locally(self, roots: list[int], error: BaseException) -> None:
         if not roots:
             return
         with self._lock:
             for root in roots:
-                self._apply(self.tracker.on_outcome(root, OutcomeKind.FAILED))
+                self._roots.fail_locally(root, FailureRecord.of(roots=[root], component=self.name,
+                                                                task_id=self.task_id, error=error))
         self._send_fails(roots)
-
-    def _apply(self, action: OutcomeAction | None) -> None:
-        if action is not None and action.kind is ActionKind.DEAD_LETTER:
-            self._dead_letters.append(action)
-
-    def _read_ranges(self, ranges: dict[TP, tuple[int, int]]):
-        """Batch read of ``[start, end)`` per partition (recovery)."""
-        starts = {tp: start for tp, (start, _) in ranges.items()}
-        ends = {tp: end for tp, (_, end) in ranges.items()}
-        return self._batch_reader(starts, ends)
-
-    def _read_redeliveries(self, redeliveries: list[Redelivery]):
-        """The exact records to redeliver, with their attempt numbers."""
-        from pyspark.sql import functions as F
-
-        starts: dict[TP, int] = {}
-        ends: dict[TP, int] = {}
-        for r in redeliveries:
-            starts[r.tp] = min(starts.get(r.tp, r.offset), r.offset)
-            ends[r.tp] = max(ends.get(r.tp, r.offset + 1), r.offset + 1)
-        spark = self.spark
-        wanted = spark.createDataFrame(
-            [(t, p, r.offset, r.attempt) for r in redeliveries for (t, p) in [r.tp]],
-            "topic string, partition int, offset long, attempt int")
-        records = self._batch_reader(starts, ends).select(*SOURCE_COLUMNS)
-        return records.join(F.broadcast(wanted), ["topic", "partition", "offset"], "inner") \
-            .select(*SOURCE_COLUMNS, "attempt")
-
-    def _batch_reader(self, starts: dict[TP, int], ends: dict[TP, int]):
-        assign: dict[str, list[int]] = {}
-        for topic, partition in starts:
-            assign.setdefault(topic, []).append(partition)
-        reader = (self.spark.read.format("kafka")
-                  .option("kafka.bootstrap.servers", self.bootstrap_servers)
-                  .option("assign", _json(assign))
-                  .option("startingOffsets", offsets_json(starts))
-                  .option("endingOffsets", offsets_json(ends))
-                  .option("includeHeaders", "true")
-                  .option("failOnDataLoss", "false"))
-        for key, value in self.spark_kafka_options.items():
-            reader = reader.option(key, value)
-        return reader.load()
 
     # --- the driver loop ------------------------------------------------------------------------
 
@@ -377,15 +347,11 @@ class SparkSpout(SparkJob):
                 self._loop_stop.wait(1.0)
 
     def _drive_once(self) -> None:
-        outcomes = self._outcomes.poll(timeout=0.1, max_records=1000)
-        with self._lock:
-            for root, kind in outcomes:
-                self._apply(self.tracker.on_outcome(root, kind))
-            for action in self.tracker.expire_backstop():
-                self._apply(action)
-        if self._dead_letters:
+        self._roots.take_outcomes(0.1, max_records=1000)
+        if self._roots.dead_letters_waiting:
             self._write_dead_letters()
-        self._redeliver_if_idle()
+        if self._roots.guard_tripped is None:
+            self._redeliver_if_idle()
         if (time.monotonic() - self._last_commit) * 1000 >= self.commit_interval_ms:
             self.commit()
 
@@ -407,91 +373,27 @@ class SparkSpout(SparkJob):
             self._batch_lock.release()
 
     def _write_dead_letters(self) -> None:
-        with self._lock:
-            actions, self._dead_letters = self._dead_letters, []
-        failed: dict[tuple[str, int, int], str] = {}
-
-        def delivered(action: OutcomeAction):
-            def callback(error, _message) -> None:
-                if error is not None:
-                    failed[(*action.tp, action.offset)] = str(error)
-            return callback
-
-        written: list[OutcomeAction] = []
-        unread: list[OutcomeAction] = []
-        for action in actions:
-            try:
-                message = self._fetch(action.tp, action.offset)
-            except Exception as exc:  # the broker is away: keep it for the next round
-                log.warning("%s: cannot read %s[%d]@%d for the dead-letter topic: %s", self.name, *action.tp,
-                            action.offset, exc)
-                unread.append(action)
-                continue
-            if message is None:
-                self.lost_to_retention += 1
-                log.error("%s: %s[%d]@%d is no longer in Kafka; it cannot be dead-lettered (%s)",
-                          self.name, *action.tp, action.offset, action.reason)
-                with self._lock:
-                    self.tracker.done_immediately(action.tp, action.offset)
-                continue
-            timestamp = message.timestamp()[1] if message.timestamp() else -1
-            park(self._producer, self.topics.dlq, key=message.key(), value=message.value(),
-                 headers=message.headers(),
-                 parked=ParkedRecord(reason=action.reason, attempts=action.attempt, source_topic=action.tp[0],
-                                     source_partition=action.tp[1], source_offset=action.offset,
-                                     source_timestamp_ms=timestamp, component=self.name),
-                 on_delivery=delivered(action))
-            written.append(action)
-        if unread:
-            with self._lock:
-                self._dead_letters.extend(unread)
+        """The records bound for the DLQ, read again by offset, parked and confirmed by a flush."""
         try:
-            flush_or_raise(self._producer, what=f"{self.name} dead letters")
-        except Exception:
-            with self._lock:  # not confirmed: try again on the next round
-                self._dead_letters.extend(written)
-            raise
-        confirmed = [a for a in written if (*a.tp, a.offset) not in failed]
-        with self._lock:
-            for action in confirmed:
-                self.tracker.dead_lettered(action.tp, action.offset)
-            self.dead_lettered += len(confirmed)
-            self._dead_letters.extend(a for a in written if (*a.tp, a.offset) in failed)
-        if confirmed:
-            log.warning("%s: %d records dead-lettered to %s", self.name, len(confirmed), self.topics.dlq)
-        if failed:
-            log.error("%s: %d dead-letter writes to %s failed (first: %s); retrying", self.name, len(failed),
-                      self.topics.dlq, next(iter(failed.values())))
+            self._roots.write_dead_letters()
+        except RereadFailed as exc:  # the broker is away: they stay bound for the next round
+            log.warning("%s: %s", self.name, exc)
+            return
+        if not self._roots.confirm_dead_letters(30.0):
+            log.warning("%s: dead letters to %s not confirmed yet; they stay pending", self.name, self.topics.dlq)
 
-    def _fetch(self, tp: TP, offset: int, timeout: float = 15.0):
-        """The record at ``tp@offset`` (None when Kafka no longer has it)."""
-        self._fetcher.assign([TopicPartition(tp[0], tp[1], offset)])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for message in self._fetcher.consume(num_messages=1, timeout=0.5):
-                if message.error() is not None:
-                    if message.error().code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                        return None
-                    continue
-                if message.offset() == offset:
-                    return message
-                if message.offset() > offset:
-                    return None
-        raise TimeoutError(f"{self.name}: could not read {tp[0]}[{tp[1]}]@{offset} within {timeout:.0f}s")
+    def _gone(self, tp: TP, offset: int, why: str) -> None:
+        log.error("%s: %s[%d]@%d %s; it cannot be dead-lettered", self.name, *tp, offset, why)
+        self._roots.stats.expired_in_flight += 1
+        with self._lock:
+            self.tracker.done_immediately(tp, offset)
 
     # --- commits --------------------------------------------------------------------------------
 
     def commit(self) -> None:
         """Commit the group to the tracker's commit points, with done-above metadata."""
         self._last_commit = time.monotonic()
-        offsets = []
-        with self._lock:
-            for tp, point in self.tracker.commit_points().items():
-                metadata, truncated = encode_done_above(point, self.tracker.done_above(tp))
-                if self._committed.get(tp) == (point, metadata):
-                    continue
-                self.metadata_truncated += truncated
-                offsets.append(TopicPartition(tp[0], tp[1], point, metadata))
+        offsets = self._roots.offsets_to_commit()
         if not offsets:
             return
         try:
@@ -499,13 +401,18 @@ class SparkSpout(SparkJob):
         except KafkaException as exc:
             log.warning("%s: commit postponed: %s", self.name, exc)
             return
-        for tp in offsets:
-            self._committed[(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
+        self._roots.committed(offsets)
         self.commits += 1
+
+    def raise_if_failed(self) -> None:
+        """Also raise :class:`~reliable_kafka.errors.DeadLetterGuardTripped` once the guard stopped the job."""
+        if not self._stopping.is_set():
+            self._roots.raise_if_guard_tripped()
+        super().raise_if_failed()
 
     def committed_offsets(self) -> dict[TP, int]:
         """What this job last committed, per source partition."""
-        return {tp: offset for tp, (offset, _) in self._committed.items()}
+        return self._roots.committed_offsets()
 
     def end_offsets(self) -> dict[TP, int]:
         """High watermarks of the source partitions now."""
@@ -530,7 +437,7 @@ class SparkSpout(SparkJob):
     def _in_flight(self) -> bool:
         """True while any record is not done: in flight, waiting for a retry or a dead-letter write."""
         tracker = self.tracker
-        return bool(tracker.pending_roots() or tracker.next_due_ms() is not None or self._dead_letters
+        return bool(tracker.pending_roots() or tracker.next_due_ms() is not None or self._roots.dead_letters_waiting
                     or any(tracker.pending_offsets(tp) for tp in tracker.partitions()))
 
     # --- stop -----------------------------------------------------------------------------------
@@ -556,13 +463,12 @@ class SparkSpout(SparkJob):
             if self._group is not None:
                 self.commit()
         finally:
-            for consumer in (self._group, self._fetcher, self._watermarks):
+            for consumer in (self._group, self._watermarks):
                 if consumer is not None:
                     consumer.close()
-            self._group = self._fetcher = self._watermarks = None
-            if self._outcomes is not None:
-                self._outcomes.close()
-                self._outcomes = None
+            self._group = self._watermarks = None
+            self._rereader.close()
+            self._roots.close()
             super()._close()
         log.info("%s: stopped; %s", self.name, self.progress())
 
@@ -583,8 +489,3 @@ class SparkSpout(SparkJob):
                 "throttled": self.throttled,
             }
 
-
-def _json(value) -> str:
-    import json
-
-    return json.dumps(value)

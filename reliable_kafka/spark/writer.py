@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from reliable_kafka import codec
+from reliable_kafka.core.anchors import anchor_to_pairs
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import ConfigError, DeliveryError
-from reliable_kafka.ids import new_id
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
-from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN, FAIL_REASON_COLUMN
+from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN, FAIL_REASON_COLUMN, FAIL_RETRY_COLUMN
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.clients import new_producer
 from reliable_kafka.kafka.produce import flush_or_raise
@@ -58,7 +58,8 @@ def to_bytes(value, what: str) -> bytes | None:
 @dataclass(frozen=True)
 class OutputWriter:
     """Callable for ``DataFrame.foreachPartition`` over rows with value, anchors and optionally
-    key, headers (``array<struct<key,value>>``) and ``rk_fail`` (see :data:`FAIL_COLUMN`).
+    key, headers (``array<struct<key,value>>``), ``rk_fail`` (see :data:`FAIL_COLUMN`), ``rk_fail_reason``
+    and ``rk_fail_retry``.
 
     ``outputs``/``failed_rows`` are optional Spark accumulators counting written and failed rows.
     """
@@ -104,16 +105,10 @@ class OutputWriter:
                     FailureLog(producer, topic=self.failures_topic, component=self.component,
                                task_id=self.sender).write(FailureRecord.of(
                                    roots=roots, component=self.component, task_id=self.sender,
-                                   reason=row[FAIL_REASON_COLUMN] if FAIL_REASON_COLUMN in fields else None))
+                                   reason=row[FAIL_REASON_COLUMN] if FAIL_REASON_COLUMN in fields else None,
+                                   retry=not (FAIL_RETRY_COLUMN in fields and row[FAIL_RETRY_COLUMN] is False)))
                 continue
-            anchors: dict[int, int] = {}
-            for pair in pairs:
-                if pair is None or not pair[0]:
-                    continue
-                root = pair[0]
-                edge = new_id()
-                anchors[root] = anchors.get(root, 0) ^ edge
-                child_edges[root] = child_edges.get(root, 0) ^ edge
+            anchors = anchor_to_pairs(pairs, child_edges)  # the XOR edge rule (core.anchors)
             headers = []
             if "headers" in fields and row["headers"]:
                 headers = [(h[0], to_bytes(h[1], "header value")) for h in row["headers"]

@@ -11,40 +11,34 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Literal
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.anchors import Anchored, spout_root
-from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
-from reliable_kafka.core.kinds import EventKind, OutcomeKind
-from reliable_kafka.core.tracker import ActionKind, Backoff, InFlightTracker, OutcomeAction
-from reliable_kafka.errors import AuthorizationError, ConfigError, DeadLetterGuardTripped, DecodeError, TopologyError
+from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.core.tracker import Backoff, InFlightTracker
+from reliable_kafka.errors import AuthorizationError, ConfigError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.lifecycle import run_until_stopped
-from reliable_kafka.ops.failures import Attempt, FailureIndex, FailureRecord, attempt_headers
-from reliable_kafka.ops.trace import RootIndex
+from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.polling import consume_batch
+from reliable_kafka.spout.roots import POISON_PILL, RootOwner, check_guard_config
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
-from reliable_kafka.kafka.outcomes import OutcomeListener
-from reliable_kafka.kafka.parking import Quarantine, park
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_tuple
 
-__all__ = ["Spout", "SpoutCollector", "SourceRecord", "SpoutStats", "Guarantee", "forward_to"]
+__all__ = ["Spout", "SpoutShell", "SpoutCollector", "SourceRecord", "SpoutStats", "Guarantee", "forward_to", "POISON_PILL"]
 
 log = logging.getLogger(__name__)
 
 Guarantee = Literal["at_least_once", "at_most_once", "none"]
 TopicPartitionKey = tuple[str, int]
-POISON_PILL = "POISON_PILL"  # the dead-letter reason of a record a component failed with retry=False
 
 OUTCOME_WAIT_S = 0.005  # longest wait for source records while trees are in flight: outcomes come first
 DEAD_LETTER_FLUSH_S = 1.0  # how long a round waits to learn that its dead letters were written
@@ -87,7 +81,7 @@ class SpoutStats:
 class SpoutCollector:
     """What a spout handler emits with: every tuple is anchored to the current record's root."""
 
-    def __init__(self, spout: "Spout") -> None:
+    def __init__(self, spout: "SpoutShell") -> None:
         self._spout = spout
         self._root: int | None = None
         self._parent: Anchored | None = None
@@ -133,31 +127,11 @@ def forward_to(topic: str) -> Callable[[SourceRecord, SpoutCollector], None]:
     return forward
 
 
-class Spout:
-    """Reads source topics in a consumer group and owns the roots of their records' trees.
-
-    Keyword arguments (defaults in brackets):
-    - ``topology``, ``bootstrap_servers``, ``source_topics``, ``group_id``: required.
-    - ``emit_to`` / ``handler``: where tuples go. ``emit_to="t"`` forwards each record to topic t;
-      ``handler(record, collector)`` emits any number of tuples (none: the record is done at once).
-    - ``guarantee`` ["at_least_once"]: "at_most_once" commits before emitting and tracks nothing;
-      "none" tracks nothing and commits as it reads.
-    - ``ackers`` [None]: None reads N from the ack topic; 0 turns tracking off (every emit counts as
-      completed at once, as Storm with zero ackers).
-    - ``max_pending`` [10000], ``max_retries`` [5], ``backoff`` [Backoff()],
-      ``message_timeout_ms`` [30000], ``backstop_grace_ms`` [10000]: as Storm's
-      ``topology.max.spout.pending`` and ``topology.message.timeout.secs``; the backstop fails a
-      root locally when no outcome arrives within timeout + grace (no acker running).
-    - ``commit_interval_ms`` [1000], ``batch_size`` [500], ``kafka_config`` (librdkafka, copied),
-      ``consumer_config`` / ``producer_config`` (merged over it for consumers / producers only).
-    - ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
-    - ``max_dead_letter_ratio`` [None: off], ``dead_letter_window`` [1000]: stop the spout with
-      :class:`DeadLetterGuardTripped` when more than this share of the last ``dead_letter_window``
-      settled records (completed or dead-lettered) went to the DLQ (docs/operations.md).
-    - ``root_index`` [True]: write (offset, root) pairs to ``<topology>.roots`` with each INIT
-      batch, 16 bytes a root, so that ``reliable-kafka trace`` finds a record's trees.
-    - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
-      :class:`reliable_kafka.testing.MemoryKafka` runs the spout without a broker).
+class SpoutShell:
+    """What both Python spouts are made of: configuration, the handler and its collector, and the
+    root-owning core (:class:`~reliable_kafka.spout.roots.RootOwner`). :class:`Spout` and
+    :class:`~reliable_kafka.spout.transactional.TransactionalSpout` differ only in how they read
+    and commit: each writes its own start, rebalance callbacks and round. Keywords: see :class:`Spout`.
     """
 
     topic_wait_s = 30.0  # how long start() waits for an acker to create the topology's topics
@@ -190,10 +164,7 @@ class Spout:
         root_index: bool = True,
         clients: KafkaClients | None = None,
     ) -> None:
-        if max_dead_letter_ratio is not None and not 0 <= max_dead_letter_ratio < 1:
-            raise ConfigError(f"Spout: max_dead_letter_ratio must be in [0, 1) or None, got {max_dead_letter_ratio}")
-        if dead_letter_window < 1:
-            raise ConfigError(f"Spout: dead_letter_window must be >= 1, got {dead_letter_window}")
+        check_guard_config("Spout", max_dead_letter_ratio, dead_letter_window)
         if (emit_to is None) == (handler is None):
             raise ConfigError("Spout: give exactly one of emit_to (forward records) or handler")
         if guarantee not in ("at_least_once", "at_most_once", "none"):
@@ -209,6 +180,7 @@ class Spout:
         self.batch_size = batch_size
         self.kafka_config = client_config(kafka_config, consumer_config=consumer_config,
                                           producer_config=producer_config)
+        self.clients = clients
         self.task_id = new_id()
         self.name = name or f"spout-{self.task_id & 0xFFFF:04x}"
         self._sends_acks = guarantee == "at_least_once" and ackers != 0
@@ -224,56 +196,54 @@ class Spout:
         self.stats = SpoutStats()
         self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
         self.output_topics: set[str] = set()  # for the status page's graph
+        self.max_dead_letter_ratio = max_dead_letter_ratio
+        self.dead_letter_window = dead_letter_window
+        self.root_index = root_index
+        self.ready = threading.Event()
+        self._roots = RootOwner(
+            component=self.name, topics=self.topics, tracker=self.tracker, stats=self.stats,
+            bootstrap_servers=bootstrap_servers, kafka_config=self.kafka_config, clients=clients,
+            max_dead_letter_ratio=max_dead_letter_ratio, dead_letter_window=dead_letter_window,
+            on_completed=lambda record: self._completed(record))
         self._collector = SpoutCollector(self)
-        self._records: dict[tuple[TopicPartitionKey, int], SourceRecord] = {}
-        self._dead_letters_unconfirmed: list[_DeadLetterWrite] = []
-        self._committed: dict[TopicPartitionKey, tuple[int, str]] = {}
+        self._derive_root: Callable[[SourceRecord], int] | None = None  # None: a random root per attempt
+        self._senders: dict[TopicPartitionKey, AckSender] | None = None  # None: INITs go through _acks
         self._last_commit = 0.0
         self._consumer = None
         self._producer = None
         self._acks: AckSender | None = None
-        self._listener: OutcomeListener | None = None
-        self.ready = threading.Event()
-        # failures only (reliable_kafka.ops.failures): attempt histories, why roots failed locally
-        self._attempts: dict[tuple[TopicPartitionKey, int], list[Attempt]] = {}
-        self._local_reasons: dict[int, FailureRecord] = {}
-        self._outcome_round = 0
-        self._failure_index: FailureIndex | None = None
-        self._started_ms = int(time.time() * 1000)
-        self.max_dead_letter_ratio = max_dead_letter_ratio
-        self.dead_letter_window = dead_letter_window
-        self._dead_letter_marks: deque[int] = deque()  # settled count when each dead letter was bound
-        self._dead_letters_bound = 0
-        self._guard_tripped: DeadLetterGuardTripped | None = None
-        self.root_index = root_index
-        self._root_index: RootIndex | None = None
-        self.clients = clients
 
     @property
     def tracking(self) -> bool:
         return self.guarantee == "at_least_once" and self._acks is not None and self._acks.ack_partitions > 0
 
-    # --- lifecycle ------------------------------------------------------------------------------
-
     def run(self, stop: threading.Event | None = None, *, handle_signals: bool = False) -> SpoutStats:
         """Read, emit and commit until ``stop`` is set (or SIGTERM/SIGINT with ``handle_signals``)."""
         return run_until_stopped(self, stop, handle_signals=handle_signals)
 
-    def _make_producer(self):
-        return new_producer(self.bootstrap_servers, self.kafka_config, **ERRORS_ONLY, clients=self.clients,
-                            ack_sender=self.name if self._sends_acks else None, on_delivery=self._output_failed)
+    # --- clients (made here only) ---------------------------------------------------------------
 
-    def _make_listener(self) -> OutcomeListener:
-        return OutcomeListener(
-            bootstrap_servers=self.bootstrap_servers, topics=self.topics, spout_id=self.task_id,
-            kafka_config=self.kafka_config, clients=self.clients,
-            quarantine=Quarantine(self._producer, topic=self.topics.quarantine, component=self.name),
-        )
+    def _new_producer(self, **overrides):
+        return new_producer(self.bootstrap_servers, self.kafka_config, clients=self.clients,
+                            ack_sender=self.name if self._sends_acks else None, **overrides)
 
-    def start(self) -> None:
-        self._producer = self._make_producer()
+    def _new_consumer(self, **overrides):
+        return new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, clients=self.clients,
+                            **overrides)
+
+    def _use_producer(self, producer) -> None:
+        """``producer`` sends tuples, INITs, dead letters and quarantine copies (also a replacement)."""
+        self._producer = producer
+        self._roots.use_producer(producer)
+        if self._acks is not None:
+            self._acks.producer = producer
+
+    def _connect(self, producer, *, spout_id: int | None, index_roots: bool) -> int:
+        """The producer, the ack topic's partitions, the outcome listener (before any INIT) and the
+        root index; returns the ack partitions (0: nothing tracked)."""
+        self._use_producer(producer)
         ack_partitions = 0
-        if self.guarantee == "at_least_once" and self.ackers != 0:
+        if self._sends_acks:
             admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name, clients=self.clients)
             found = partition_count(admin, self.topics.acks, wait=self.topic_wait_s)
             if found is None:
@@ -286,109 +256,25 @@ class Spout:
             ack_partitions = found
             # an older topology has no root index topic (an acker of this version creates it); a
             # spout that derives its roots (transactional) writes no index: it does not look for one
-            self.root_index = (self.root_index and type(self)._new_root is Spout._new_root
+            self.root_index = (self.root_index and index_roots
                                and partition_count(admin, self.topics.roots) is not None)
-            self._listener = self._make_listener()
-            self._listener.start()
-        self._acks = AckSender(
-            self._producer, acks_topic=self.topics.acks, ack_partitions=ack_partitions, sender=self.task_id
-        )
-        # random roots need the index; a spout that derives its roots (transactional) needs none
-        if self.root_index and ack_partitions and type(self)._new_root is Spout._new_root:
-            self._root_index = RootIndex(self._producer, topic=self.topics.roots, spout_id=self.task_id)
-        self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config,
-                                      clients=self.clients, **self._consumer_overrides())
-        self._consumer.subscribe(self.source_topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                 on_lost=self._on_lost)
-        log.info("%s: reading %s as group %s (%s, %d ack partitions)", self.name, self.source_topics,
-                 self.group_id, self.guarantee, ack_partitions)
+            self._roots.listen(spout_id)
+        self._acks = AckSender(producer, acks_topic=self.topics.acks, ack_partitions=ack_partitions,
+                               sender=self.task_id)
+        if index_roots and self.root_index and ack_partitions:
+            self._roots.index_roots(self.task_id)
+        return ack_partitions
 
-    def close(self) -> None:
-        try:
-            if self._consumer is not None:
-                self._confirm_dead_letters()
-                self._commit(force=True)
-                self._consumer.close()
-        finally:
-            self._consumer = None
-            if self._producer is not None:
-                self._producer.flush(10)
-            if self._listener is not None:
-                self._listener.close()
-            if self._failure_index is not None:
-                self._failure_index.close()
-            log.info("%s: stopped; %s", self.name, self.stats)
-
-    # --- rebalance ------------------------------------------------------------------------------
-
-    def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
-        for tp in consumer.committed(partitions, timeout=30):
-            key = (tp.topic, tp.partition)
-            committed = tp.offset if tp.offset >= 0 else None
-            done_above: list[int] = []
-            if committed is not None and tp.metadata:
-                try:
-                    done_above = decode_done_above(committed, tp.metadata)
-                except DecodeError as error:
-                    log.warning("%s: ignoring commit metadata of %s[%s]: %s", self.name, tp.topic, tp.partition, error)
-            self.tracker.assign(key, committed=committed, done_above=done_above)
-            if committed is not None:
-                self._committed[key] = (committed, tp.metadata or "")
-        log.info("%s: assigned %s", self.name, [(tp.topic, tp.partition) for tp in partitions])
-        self.ready.set()
-
-    def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
-        self._commit(force=True, only={(tp.topic, tp.partition) for tp in partitions})
-        for tp in partitions:
-            self._forget((tp.topic, tp.partition))
-
-    def _on_lost(self, consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self._forget((tp.topic, tp.partition))
-
-    def _forget(self, key: TopicPartitionKey) -> None:
-        self.tracker.revoke(key)
-        self._committed.pop(key, None)
-        for record_key in [k for k in self._records if k[0] == key]:
-            del self._records[record_key]
-        for record_key in [k for k in self._attempts if k[0] == key]:
-            del self._attempts[record_key]
-
-    # --- the loop -------------------------------------------------------------------------------
-
-    def poll_once(self, timeout: float = 0.1) -> None:
-        """One round: outcomes, timeouts, redeliveries, new records, INITs, commit."""
-        if self._guard_tripped is not None:
-            raise self._guard_tripped
-        self._take_outcomes()
-        self._confirm_dead_letters()
-        self._redeliver_due()
-        self._apply_backpressure()
-        if self.tracker.pending_roots():
-            timeout = min(timeout, OUTCOME_WAIT_S)  # outcomes are read on the next round
-        messages = consume_batch(self._consumer, self.batch_size, timeout)
-        if self.guarantee == "at_most_once":
-            self._commit_before_emit(messages)
-        for message in messages:
-            if message.error() is not None:
-                check_consumed(message, self._consumer, component=self.name)  # refused: stop
-                if message.error().code() != KafkaError._PARTITION_EOF:
-                    log.warning("%s: consumer error: %s", self.name, message.error())
-                continue
-            self.stats.read += 1
-            self._process(_source_record(message))
-        self._acks.send()
-        if self._root_index is not None:
-            self._root_index.send()
-        self._producer.poll(0)
-        self._commit()
+    # --- emission -------------------------------------------------------------------------------
 
     def _process(self, record: SourceRecord) -> None:
         key = (record.topic, record.partition)
         if record.attempt == 1 and self.tracker.should_skip(key, record.offset):
             self.stats.skipped_done += 1
             return
-        root = self._new_root(record) if self.tracking else None
+        root = None
+        if self.tracking:
+            root = new_id() if self._derive_root is None else self._derive_root(record)
         self._collector._begin(root)
         parent = self._collector._parent
         emitted_before = self.stats.emitted
@@ -404,36 +290,19 @@ class Spout:
             if root is None:
                 self.tracker.done_immediately(key, record.offset)
                 return
-            self.tracker.emitted(key, record.offset, root=root, attempt=record.attempt)
-            self._records[(key, record.offset)] = record
-            self._local_reasons[root] = FailureRecord.of(
+            self._roots.track(key, record.offset, root, record.attempt, record)
+            self._roots.fail_locally(root, FailureRecord.of(
                 roots=[root], component=self.name, task_id=self.task_id, error=exc, topic=record.topic,
-                partition=record.partition, offset=record.offset)
-            self._act(self.tracker.on_outcome(root, OutcomeKind.FAILED))
+                partition=record.partition, offset=record.offset))
             return
         finally:
             self._collector._begin(None)
         if root is None or self.stats.emitted == emitted_before:
             self.tracker.done_immediately(key, record.offset)
             return
-        self.tracker.emitted(key, record.offset, root=root, attempt=record.attempt)
-        self._records[(key, record.offset)] = record
-        self._ack_sender(key).add(EventKind.INIT, root, parent.ack_val)  # = ack_entries(parent)
-        if self._root_index is not None:
-            self._root_index.add(key, record.offset, root)
-
-    # hooks that the transactional spout overrides
-    def _consumer_overrides(self) -> dict:
-        return {"enable.auto.commit": True, "enable.auto.offset.store": True} if self.guarantee == "none" else {}
-
-    def _new_root(self, record: SourceRecord) -> int:
-        return new_id()
-
-    def _ack_sender(self, key: TopicPartitionKey) -> AckSender:
-        return self._acks
-
-    def _record(self, key: TopicPartitionKey, offset: int) -> SourceRecord | None:
-        return self._records.get((key, offset))
+        self._roots.track(key, record.offset, root, record.attempt, record)
+        sender = self._acks if self._senders is None else self._senders[key]
+        sender.add(EventKind.INIT, root, parent.ack_val)  # = ack_entries(parent)
 
     def _produce_output(self, topic, value, key, headers, partition, anchors) -> None:
         produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
@@ -452,136 +321,8 @@ class Spout:
             log.error("%s: tuple to %s[%s] not delivered (its tree will time out and replay): %s",
                       self.name, message.topic(), message.partition(), error)
 
-    # --- outcomes, retries, dead letters --------------------------------------------------------
-
     def _completed(self, record: SourceRecord) -> None:
         """Hook: ``record``'s tree completed (bench/bench_pipeline.py times completions here)."""
-
-    def _take_outcomes(self) -> None:
-        self._outcome_round += 1  # reasons of this batch's FAILED outcomes are read at most once
-        if self._listener is not None:
-            for root, kind in self._listener.poll(0.0):
-                self._act(self.tracker.on_outcome(root, kind))
-        for action in self.tracker.expire_backstop():
-            self._act(action)
-
-    def _act(self, action: OutcomeAction | None) -> None:
-        if action is None:
-            return
-        record_key = (action.tp, action.offset)
-        if action.kind is ActionKind.DONE:
-            self.stats.completed += 1
-            record = self._records.pop(record_key, None)
-            if record is not None:
-                self._completed(record)
-            if action.attempt > 1:
-                self._attempts.pop(record_key, None)
-            return
-        if action.reason != POISON_PILL:  # a poison pill's attempt was noted when it failed
-            given_up = self._note_attempt(action)
-            if given_up is not None:
-                self._act(given_up)  # through self._act: a subclass may write dead letters its own way
-                return
-        if action.kind is ActionKind.DEAD_LETTER:
-            record = self._record(action.tp, action.offset)
-            if record is not None and (self.max_dead_letter_ratio is None or self._dead_letter_allowed()):
-                self._dead_letter(record, action)
-        # REDELIVER: the tracker schedules it; _redeliver_due picks it up after the backoff
-
-    def _note_attempt(self, action: OutcomeAction) -> OutcomeAction | None:
-        """Failure path only: remember why this attempt ended. A poison pill skips its retries: the
-        DEAD_LETTER action that replaces its REDELIVER is returned."""
-        failures: list[FailureRecord] = []
-        if action.root is not None:
-            local = self._local_reasons.pop(action.root, None)
-            if local is not None:
-                failures = [local]
-            elif action.reason == OutcomeKind.FAILED.name and self.tracking:
-                if self._failure_index is None:
-                    self._failure_index = FailureIndex(
-                        bootstrap_servers=self.bootstrap_servers, topic=self.topics.failures,
-                        group_id=f"{self.topics.topology}.failure-reader", kafka_config=self.kafka_config,
-                        clients=self.clients,
-                        since_ms=self._started_ms - 60_000)
-                failures = self._failure_index.take([action.root], round_=self._outcome_round).get(action.root, [])
-        attempt = Attempt(action.attempt, action.root, action.reason, int(time.time() * 1000),
-                          [asdict(f) for f in failures])
-        self._attempts.setdefault((action.tp, action.offset), []).append(attempt)
-        if action.kind is ActionKind.REDELIVER and attempt.poison:
-            return self.tracker.give_up(action.tp, action.offset, POISON_PILL)
-        return None
-
-    def _dead_letter_allowed(self) -> bool:
-        """The guard, counted only when a record is bound for the DLQ (no cost on the happy path):
-        False, and tripped, when this one would make more than ``max_dead_letter_ratio`` of the last
-        ``dead_letter_window`` settled records (completed or dead-lettered). A record refused here
-        stays pending: uncommitted, read again when the spout restarts."""
-        if self._guard_tripped is not None:
-            return False
-        self._dead_letters_bound += 1
-        settled = self.tracker.stats.completed + self._dead_letters_bound
-        marks = self._dead_letter_marks
-        marks.append(settled)
-        while marks[0] <= settled - self.dead_letter_window:
-            marks.popleft()
-        if len(marks) <= self.max_dead_letter_ratio * self.dead_letter_window:
-            return True
-        self._guard_tripped = DeadLetterGuardTripped(
-            f"{self.name}: {len(marks)} of the last {self.dead_letter_window} settled records were bound for "
-            f"{self.topics.dlq} (max_dead_letter_ratio={self.max_dead_letter_ratio}); stopped so that a bad "
-            f"deploy does not divert the stream. See why with `reliable-kafka dlq list --topology "
-            f"{self.topics.topology} --bootstrap-servers ...`, fix the cause and restart the spout (records not "
-            f"dead-lettered are read again), then `dlq replay` what should not have been parked",
-            component=self.name, dead_letters=len(marks), window=self.dead_letter_window)
-        return False
-
-    def _dead_letter(self, record: SourceRecord, action: OutcomeAction) -> None:
-        write = _DeadLetterWrite(record, action)
-
-        def failed(error, message, write=write):
-            if error is not None:
-                log.error("%s: dead letter for %s not written (%s); retrying", self.name, record.coordinates, error)
-                write.failed = True
-
-        reason = f"{action.reason} after {record.attempt} attempts"
-        why = attempt_headers(self._attempts.get(((record.topic, record.partition), record.offset), []))
-        log.warning("%s: %s %s; parked in %s", self.name, record.coordinates, reason, self.topics.dlq)
-        park(
-            self._producer, self.topics.dlq, key=record.key, value=record.value, headers=record.headers + why,
-            parked=ParkedRecord(reason=reason, attempts=record.attempt, source_topic=record.topic,
-                                source_partition=record.partition, source_offset=record.offset,
-                                source_timestamp_ms=record.timestamp_ms, component=self.name),
-            on_delivery=failed,
-        )
-        self._dead_letters_unconfirmed.append(write)
-
-    def _confirm_dead_letters(self) -> None:
-        """Count dead letters done once the producer has delivered everything sent before them.
-
-        Its delivery reports are for failures only (:data:`ERRORS_ONLY`): a flush that leaves
-        nothing queued means every earlier write was delivered or reported failed. Dead letters
-        are rare, so the flush costs nothing on the hot path; until it succeeds they stay pending.
-        """
-        if not self._dead_letters_unconfirmed or self._producer.flush(DEAD_LETTER_FLUSH_S) > 0:
-            return
-        writes, self._dead_letters_unconfirmed = self._dead_letters_unconfirmed, []
-        for write in writes:
-            record = write.record
-            if write.failed:
-                self._dead_letter(record, write.action)
-                continue
-            self.stats.dead_lettered += 1
-            self.tracker.dead_lettered((record.topic, record.partition), record.offset)
-            self._records.pop(((record.topic, record.partition), record.offset), None)
-            self._attempts.pop(((record.topic, record.partition), record.offset), None)
-
-    def _redeliver_due(self) -> None:
-        for redelivery in self.tracker.due_redeliveries():
-            record = self._record(redelivery.tp, redelivery.offset)
-            if record is None:  # its partition was revoked meanwhile: the next owner replays it
-                continue
-            self.stats.replayed += 1
-            self._process(_replace_attempt(record, redelivery.attempt))
 
     def _apply_backpressure(self) -> None:
         over = self.tracker.over_max_pending()
@@ -594,6 +335,114 @@ class Spout:
         elif not over and self.stats.paused:
             self._consumer.resume(assignment)
             self.stats.paused = False
+
+
+class Spout(SpoutShell):
+    """Reads source topics in a consumer group and owns the roots of their records' trees.
+
+    Keyword arguments (defaults in brackets):
+    - ``topology``, ``bootstrap_servers``, ``source_topics``, ``group_id``: required.
+    - ``emit_to`` / ``handler``: where tuples go. ``emit_to="t"`` forwards each record to topic t;
+      ``handler(record, collector)`` emits any number of tuples (none: the record is done at once).
+    - ``guarantee`` ["at_least_once"]: "at_most_once" commits before emitting and tracks nothing;
+      "none" tracks nothing and commits as it reads.
+    - ``ackers`` [None]: None reads N from the ack topic; 0 turns tracking off (every emit counts as
+      completed at once, as Storm with zero ackers).
+    - ``max_pending`` [10000], ``max_retries`` [5], ``backoff`` [Backoff()],
+      ``message_timeout_ms`` [30000], ``backstop_grace_ms`` [10000]: as Storm's
+      ``topology.max.spout.pending`` and ``topology.message.timeout.secs``; the backstop fails a
+      root locally when no outcome arrives within timeout + grace (no acker running).
+    - ``commit_interval_ms`` [1000], ``batch_size`` [500], ``kafka_config`` (librdkafka, copied),
+      ``consumer_config`` / ``producer_config`` (merged over it for consumers / producers only).
+    - ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
+    - ``max_dead_letter_ratio`` [None: off], ``dead_letter_window`` [1000]: stop the spout with
+      :class:`DeadLetterGuardTripped` when more than this share of the last ``dead_letter_window``
+      settled records (completed or dead-lettered) went to the DLQ (docs/operations.md).
+    - ``root_index`` [True]: write (offset, root) pairs to ``<topology>.roots`` with each INIT
+      batch, 16 bytes a root, so that ``reliable-kafka trace`` finds a record's trees.
+    - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
+      :class:`reliable_kafka.testing.MemoryKafka` runs the spout without a broker).
+    """
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        ack_partitions = self._connect(self._new_producer(**ERRORS_ONLY, on_delivery=self._output_failed),
+                                       spout_id=self.task_id, index_roots=True)
+        overrides = {"enable.auto.commit": True, "enable.auto.offset.store": True} if self.guarantee == "none" else {}
+        self._consumer = self._new_consumer(**overrides)
+        self._consumer.subscribe(self.source_topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=self._on_lost)
+        log.info("%s: reading %s as group %s (%s, %d ack partitions)", self.name, self.source_topics,
+                 self.group_id, self.guarantee, ack_partitions)
+
+    def close(self) -> None:
+        try:
+            if self._consumer is not None:
+                self._roots.confirm_dead_letters(DEAD_LETTER_FLUSH_S)
+                self._commit(force=True)
+                self._consumer.close()
+        finally:
+            self._consumer = None
+            if self._producer is not None:
+                self._producer.flush(10)
+            self._roots.close()
+            log.info("%s: stopped; %s", self.name, self.stats)
+
+    # --- rebalance ------------------------------------------------------------------------------
+
+    def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
+        for tp in consumer.committed(partitions, timeout=30):
+            self._roots.restore((tp.topic, tp.partition), tp.offset if tp.offset >= 0 else None, tp.metadata)
+        log.info("%s: assigned %s", self.name, [(tp.topic, tp.partition) for tp in partitions])
+        self.ready.set()
+
+    def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
+        self._commit(force=True, only={(tp.topic, tp.partition) for tp in partitions})
+        for tp in partitions:
+            self._roots.forget((tp.topic, tp.partition))
+
+    def _on_lost(self, consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._roots.forget((tp.topic, tp.partition))
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def poll_once(self, timeout: float = 0.1) -> None:
+        """One round: outcomes, timeouts, dead letters, redeliveries, new records, INITs, commit."""
+        roots = self._roots
+        roots.raise_if_guard_tripped()
+        roots.take_outcomes()
+        roots.write_dead_letters()
+        roots.confirm_dead_letters(DEAD_LETTER_FLUSH_S)
+        self._redeliver_due()
+        self._apply_backpressure()
+        if self.tracker.pending_roots():
+            timeout = min(timeout, OUTCOME_WAIT_S)  # outcomes are read on the next round
+        messages = consume_batch(self._consumer, self.batch_size, timeout)
+        if self.guarantee == "at_most_once":
+            self._commit_before_emit(messages)
+        for message in messages:
+            if message.error() is not None:
+                check_consumed(message, self._consumer, component=self.name)  # refused: stop
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    log.warning("%s: consumer error: %s", self.name, message.error())
+                continue
+            self.stats.read += 1
+            self._process(_source_record(message))
+        self._acks.send()
+        if roots.root_index is not None:
+            roots.root_index.send()
+        self._producer.poll(0)
+        self._commit()
+
+    def _redeliver_due(self) -> None:
+        for redelivery in self.tracker.due_redeliveries():
+            record = self._roots.records.get((redelivery.tp, redelivery.offset))
+            if record is None:  # its partition was revoked meanwhile: the next owner replays it
+                continue
+            self.stats.replayed += 1
+            self._process(_replace_attempt(record, redelivery.attempt))
 
     # --- commits --------------------------------------------------------------------------------
 
@@ -613,34 +462,15 @@ class Spout:
         if not force and (now - self._last_commit) * 1000 < self.commit_interval_ms:
             return
         self._last_commit = now
-        offsets = []
-        for key, point in self.tracker.commit_points().items():
-            if point is None or (only is not None and key not in only):
-                continue
-            metadata, truncated = encode_done_above(point, self.tracker.done_above(key))
-            if truncated:
-                self.stats.metadata_truncated += 1
-            if self._committed.get(key) != (point, metadata):
-                offsets.append((key, point, metadata))
+        offsets = self._roots.offsets_to_commit(only=only)
         if not offsets:
             return
         try:
-            self._consumer.commit(
-                offsets=[TopicPartition(t, p, o, m) for (t, p), o, m in offsets], asynchronous=False
-            )
+            self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             log.warning("%s: commit postponed: %s", self.name, exc)
             return
-        for key, point, metadata in offsets:
-            self._committed[key] = (point, metadata)
-            self.stats.committed[key] = point
-
-
-class _DeadLetterWrite:
-    __slots__ = ("record", "action", "failed")
-
-    def __init__(self, record: SourceRecord, action: OutcomeAction) -> None:
-        self.record, self.action, self.failed = record, action, False
+        self._roots.committed(offsets)
 
 
 def _source_record(message: Message) -> SourceRecord:

@@ -180,6 +180,31 @@ def test_a_stream_of_failures_trips_the_dead_letter_guard(kafka_bootstrap):
     assert committed.get(0, 0) < 60, "records not dead-lettered stay uncommitted"
 
 
+def test_a_stream_of_failures_trips_the_dead_letter_guard_of_a_transactional_spout(kafka_bootstrap):
+    from reliable_kafka.spout.transactional import TransactionalSpout
+
+    def fail_all(tuple_, collector):
+        collector.fail(tuple_, reason="downstream rejects everything")
+
+    topology, source, components = _topology(kafka_bootstrap, "txguard", fail_all)
+    plain = components[1]
+    components[1] = spout = TransactionalSpout(
+        name="spout", topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
+        group_id=plain.group_id, emit_to=f"{topology}-mid", backoff=FAST_RETRY, max_retries=0,
+        max_dead_letter_ratio=0.2, dead_letter_window=10)
+    produce_values(kafka_bootstrap, source, [b"x"] * 60)
+    with LocalCluster(*components) as cluster:
+        cluster.wait_until(lambda: "spout" in cluster.errors, timeout=120, what="the guard stops the spout",
+                           progress=lambda: str(spout.stats))
+        error = cluster.errors["spout"]
+    assert isinstance(error, DeadLetterGuardTripped)
+    assert error.window == 10 and error.dead_letters == 3 and "dlq list" in str(error)
+    dead = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
+    assert len(dead) == 2, "the guard refuses the dead letter that trips it, and every one after"
+    committed = committed_offsets(kafka_bootstrap, plain.group_id, source)
+    assert committed.get(0, 0) < 60, "records not dead-lettered stay uncommitted"
+
+
 def _tracing_checker(tuple_, collector):
     if tuple_.value == b"ok":
         collector.reset_timeout(tuple_)

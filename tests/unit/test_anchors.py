@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reliable_kafka.core.ack_packer import AckPacker
-from reliable_kafka.core.anchors import Anchored, ack_entries, anchor_child, fail_roots, spout_root
+from reliable_kafka.core.anchors import Anchored, ack_entries, anchor_child, anchor_to_pairs, fail_roots, spout_root
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.ids import new_id, partition_for_root
 
@@ -66,6 +66,27 @@ def test_multi_anchored_child_keeps_both_trees_open():
     assert before[r1] != 0 and before[r2] != 0
     after = _fold(ack_entries(s1) + ack_entries(s2) + ack_entries(a) + ack_entries(b) + ack_entries(child))
     assert after[r1] == 0 and after[r2] == 0
+
+
+@given(st.lists(st.lists(st.one_of(st.none(), st.tuples(st.sampled_from([0, 11, 12, 13]), st.integers(1, 99))),
+                         max_size=4), max_size=20))
+def test_pair_anchored_outputs_complete_their_trees_exactly_with_the_owed_acks(rows):
+    """A Spark batch: a tree (INIT with the input edges, the driver's input acks, the writer's owed
+    acks) folds to zero once every output is acked, and stays open while any one is not."""
+    owed: dict[int, int] = {}
+    outputs = [anchor_to_pairs(pairs, owed) for pairs in rows]
+    inputs = {pair for pairs in rows for pair in pairs if pair is not None and pair[0]}
+    init = [(root, edge) for root, edge in inputs]
+    input_acks = [(root, edge) for root, edge in inputs]  # the driver acks each input's own edge
+    assert set(owed) == {root for root, _ in inputs}
+    for output in outputs:
+        assert set(output) <= set(owed) and all(output.values()), "every tracked output anchored, no edge 0"
+    events = init + input_acks + list(owed.items())
+    output_acks = [(root, edge) for output in outputs for root, edge in output.items()]
+    assert not any(_fold(events + output_acks).values())
+    for left_out in range(len(output_acks)):
+        held_back = output_acks[:left_out] + output_acks[left_out + 1:]
+        assert _fold(events + held_back)[output_acks[left_out][0]] != 0, "a tree completed with an output unacked"
 
 
 def test_untracked_parents_give_untracked_children():

@@ -1,0 +1,112 @@
+"""Reading source records again by offset: a spout that does not hold a record it must redeliver or
+dead-letter (a transactional spout's predecessor left it in flight; a Spark job never holds one)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Iterable
+
+from confluent_kafka import TopicPartition
+
+from reliable_kafka.errors import ReliableKafkaError
+from reliable_kafka.kafka.clients import new_consumer
+
+__all__ = ["SourceRereader", "RereadFailed", "clusters"]
+
+log = logging.getLogger(__name__)
+
+REREAD_MAX_GAP = 500  # offsets this close are read again in one sequential pass
+REREAD_TIMEOUT_S = 20.0  # well inside a transactional spout's 60 s transaction timeout
+
+TopicPartitionKey = tuple[str, int]
+
+
+class RereadFailed(ReliableKafkaError):
+    """Records that Kafka still holds could not be read again in time (the broker is away?)."""
+
+
+class SourceRereader:
+    """Reads ``(tp, offset)`` records into ``records`` (as ``to_record(message)``), in few passes.
+
+    Offsets close together are read in one sequential pass (a redelivery storm after a broker
+    restart is thousands of neighbours). An offset Kafka no longer holds (retention) or that is not
+    a committed record (a transaction marker) is counted and marked done through ``gone(tp,
+    offset, why)``: there is nothing left to redeliver. Raises :class:`RereadFailed` when a record
+    Kafka still holds could not be read within ``timeout_s``.
+    """
+
+    def __init__(self, *, component: str, bootstrap_servers: str, group_id: str, kafka_config: dict,
+                 clients=None, records: dict, to_record: Callable, gone: Callable[[TopicPartitionKey, int, str], None],
+                 batch_size: int = 500, timeout_s: float = REREAD_TIMEOUT_S) -> None:
+        self.component = component
+        self.bootstrap_servers = bootstrap_servers
+        self.group_id = group_id
+        self.kafka_config = kafka_config
+        self.clients = clients
+        self.records = records
+        self.to_record = to_record
+        self.gone = gone
+        self.batch_size = batch_size
+        self.timeout_s = timeout_s
+        self._consumer = None
+
+    def __call__(self, wanted: Iterable[tuple[TopicPartitionKey, int]]) -> None:
+        by_partition: dict[TopicPartitionKey, set[int]] = {}
+        for key, offset in wanted:
+            if (key, offset) not in self.records:
+                by_partition.setdefault(key, set()).add(offset)
+        for key, offsets in by_partition.items():
+            for run in clusters(sorted(offsets), max_gap=REREAD_MAX_GAP):
+                self._read_run(key, run)
+
+    def _read_run(self, key: TopicPartitionKey, offsets: list[int]) -> None:
+        if self._consumer is None:
+            self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config,
+                                          clients=self.clients, **{"isolation.level": "read_committed"})
+        low, _ = self._consumer.get_watermark_offsets(TopicPartition(*key), timeout=10, cached=False)
+        missing = set()
+        for offset in offsets:
+            if offset < low:  # deleted by retention while in flight: nothing left to redeliver
+                self.gone(key, offset, "was deleted from Kafka (retention) while in flight")
+            else:
+                missing.add(offset)
+        if not missing:
+            return
+        last = max(missing)
+        self._consumer.assign([TopicPartition(key[0], key[1], min(missing))])
+        deadline = time.monotonic() + self.timeout_s
+        position = min(missing)
+        try:
+            while missing and position <= last and time.monotonic() < deadline:
+                for message in self._consumer.consume(num_messages=self.batch_size, timeout=0.5):
+                    if message.error() is not None:
+                        continue
+                    position = message.offset() + 1
+                    if message.offset() in missing:
+                        missing.discard(message.offset())
+                        self.records[(key, message.offset())] = self.to_record(message)
+        finally:
+            self._consumer.unassign()
+        for offset in sorted(o for o in missing if o < position):  # read past: not a record
+            missing.discard(offset)
+            self.gone(key, offset, "is not a committed record of the source")
+        if missing:
+            raise RereadFailed(f"{self.component}: {len(missing)} in-flight records of {key[0]}[{key[1]}] from offset "
+                               f"{min(missing)} could not be read again within {self.timeout_s:.0f}s; is the broker up?")
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def clusters(offsets: list[int], *, max_gap: int) -> list[list[int]]:
+    """Sorted offsets split where the gap to the next one is over ``max_gap`` (one read each)."""
+    runs: list[list[int]] = []
+    for offset in offsets:
+        if runs and offset - runs[-1][-1] <= max_gap:
+            runs[-1].append(offset)
+        else:
+            runs.append([offset])
+    return runs

@@ -1,0 +1,212 @@
+"""The root-owning core every spout composes: outcomes, dead letters, their guard, commit points.
+
+Driven with plain data and a recording producer (dead letters are only produced, never read back):
+no broker, no listener.
+"""
+
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reliable_kafka import codec
+from reliable_kafka.core.commit_metadata import decode_done_above
+from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.core.tracker import Backoff, InFlightTracker
+from reliable_kafka.errors import ConfigError, DeadLetterGuardTripped
+from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER, FailureRecord, decode_attempts
+from reliable_kafka.spout.roots import RootOwner
+from reliable_kafka.topology import TopologyTopics
+
+TP = ("src", 0)
+
+
+@dataclass
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None = b"k"
+    value: bytes | None = b"v"
+    headers: list | None = None
+    timestamp_ms: int = 1
+
+
+class RecordingProducer:
+    """Keeps what is produced; ``fail_next`` delivery reports an error for the next writes."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+        self.fail_next = 0
+        self.queued = 0  # what flush() reports as still queued
+
+    def produce(self, topic, value, key=None, headers=None, on_delivery=None, **_):
+        self.sent.append({"topic": topic, "value": value, "key": key, "headers": dict(headers or [])})
+        if self.fail_next:
+            self.fail_next -= 1
+            on_delivery(_Error(), None)
+
+    def flush(self, timeout=None) -> int:
+        return self.queued
+
+
+class _Error:
+    def code(self):
+        return -1
+
+    def __str__(self):
+        return "broker away"
+
+
+def _owner(*, max_retries=5, ratio=None, window=1000, reread=None):
+    clock = [0]
+    tracker = InFlightTracker(max_retries=max_retries, backoff=Backoff(initial_ms=0), clock=lambda: clock[0])
+    owner = RootOwner(component="spout-t", topics=TopologyTopics("t"), tracker=tracker, bootstrap_servers="-",
+                      kafka_config={}, max_dead_letter_ratio=ratio, dead_letter_window=window, reread=reread,
+                      read_failure_reasons=False)  # no broker here: reasons come from local failures
+    owner.use_producer(RecordingProducer())
+    owner.restore(TP, 0, None)
+    return owner
+
+
+def _emit(owner, offset, root, attempt=1, *, keep=True):
+    owner.track(TP, offset, root, attempt, Record(*TP, offset) if keep else None)
+
+
+def test_a_poison_pill_is_dead_lettered_at_once_with_its_reason_and_done_only_once_confirmed():
+    owner = _owner(max_retries=5)
+    _emit(owner, 0, root=7)
+    owner.fail_locally(7, FailureRecord.of(roots=[7], component="checker", reason="not a number", retry=False))
+    assert owner.write_dead_letters() == 1
+    [letter] = owner.producer.sent
+    parked = codec.decode_parked(letter["headers"][codec.PARKED_HEADER])
+    assert "POISON_PILL" in parked.reason and parked.attempts == 1 and parked.source_offset == 0
+    assert letter["headers"][REASON_HEADER] == b"not a number"
+    assert [a.attempt for a in decode_attempts(letter["headers"][ATTEMPTS_HEADER])] == [1]
+    assert owner.offsets_to_commit() == [], "not committed past before the broker confirmed the write"
+    owner.producer.queued = 1
+    assert not owner.confirm_dead_letters(0.0) and owner.dead_letters_waiting
+    owner.producer.queued = 0
+    assert owner.confirm_dead_letters(0.0)
+    assert owner.stats.dead_lettered == 1 and [tp.offset for tp in owner.offsets_to_commit()] == [1]
+
+
+def test_a_dead_letter_whose_write_failed_is_written_again_and_blocks_the_commit_until_then():
+    owner = _owner(max_retries=0)
+    _emit(owner, 0, root=7)
+    owner.act(owner.tracker.on_outcome(7, OutcomeKind.TIMED_OUT))
+    owner.producer.fail_next = 1
+    owner.write_dead_letters()
+    owner.confirm_dead_letters(0.0)
+    assert owner.stats.dead_lettered == 0 and owner.dead_letters_waiting and owner.offsets_to_commit() == []
+    assert owner.write_dead_letters() == 1 and owner.confirm_dead_letters(0.0)
+    assert len(owner.producer.sent) == 2 and owner.stats.dead_lettered == 1
+    assert codec.decode_parked(owner.producer.sent[1]["headers"][codec.PARKED_HEADER]).reason == \
+        "TIMED_OUT after 1 attempts"
+
+
+def test_records_not_held_are_read_again_and_one_kafka_no_longer_has_is_skipped():
+    asked = []
+
+    def reread(keys):
+        asked.extend(keys)
+        owner.records[(TP, 1)] = Record(*TP, 1)  # offset 2 is gone: the reader marked it done
+        owner.tracker.done_immediately(TP, 2)
+
+    owner = _owner(max_retries=0, reread=reread)
+    for offset, root in ((1, 11), (2, 12)):
+        _emit(owner, offset, root, keep=False)
+        owner.act(owner.tracker.on_outcome(root, OutcomeKind.FAILED))
+    assert owner.write_dead_letters() == 1 and sorted(asked) == [(TP, 1), (TP, 2)]
+    assert codec.decode_parked(owner.producer.sent[0]["headers"][codec.PARKED_HEADER]).source_offset == 1
+
+
+def test_a_failing_reread_keeps_the_dead_letters_bound():
+    def reread(keys):
+        raise RuntimeError("broker away")
+
+    owner = _owner(max_retries=0, reread=reread)
+    _emit(owner, 0, 7, keep=False)
+    owner.act(owner.tracker.on_outcome(7, OutcomeKind.FAILED))
+    with pytest.raises(RuntimeError):
+        owner.write_dead_letters()
+    assert owner.bound_for_dead_letters() == [(TP, 0)]
+
+
+def test_the_guard_trips_on_a_stream_of_dead_letters_and_refuses_the_rest():
+    owner = _owner(max_retries=0, ratio=0.2, window=10)
+    for offset in range(6):
+        _emit(owner, offset, root=100 + offset)
+        owner.act(owner.tracker.on_outcome(100 + offset, OutcomeKind.FAILED))
+    assert len(owner.bound_for_dead_letters()) == 2, "the one that trips it and every later one are refused"
+    with pytest.raises(DeadLetterGuardTripped) as caught:
+        owner.raise_if_guard_tripped()
+    assert caught.value.dead_letters == 3 and caught.value.window == 10 and "dlq list" in str(caught.value)
+
+
+def test_the_guard_lets_a_trickle_through():
+    owner = _owner(max_retries=0, ratio=0.2, window=10)
+    for offset in range(40):
+        _emit(owner, offset, root=100 + offset)
+        kind = OutcomeKind.FAILED if offset % 10 == 0 else OutcomeKind.COMPLETED
+        owner.act(owner.tracker.on_outcome(100 + offset, kind))
+    owner.raise_if_guard_tripped()
+    assert len(owner.bound_for_dead_letters()) == 4
+
+
+def test_guard_settings_are_checked():
+    with pytest.raises(ConfigError, match="max_dead_letter_ratio"):
+        _owner(ratio=1.0)
+    with pytest.raises(ConfigError, match="dead_letter_window"):
+        _owner(ratio=0.1, window=0)
+
+
+def test_commits_carry_done_above_and_only_what_changed():
+    owner = _owner()
+    for offset in range(4):
+        _emit(owner, offset, root=10 + offset)
+    for root in (11, 13):
+        owner.act(owner.tracker.on_outcome(root, OutcomeKind.COMPLETED))
+    [tp] = owner.offsets_to_commit()
+    assert tp.offset == 0 and decode_done_above(0, tp.metadata) == [1, 3]
+    owner.committed([tp])
+    assert owner.offsets_to_commit() == [] and owner.stats.committed == {TP: 0}
+    assert len(owner.offsets_to_commit(changed_only=False)) == 1
+    owner.forget(TP)
+    assert owner.offsets_to_commit() == [] and owner.records == {}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.sampled_from(["ok", "fail", "poison", "timeout"])), max_size=60),
+       st.integers(0, 2))
+def test_never_commits_past_a_record_that_is_not_completed_or_confirmed_in_the_dlq(steps, max_retries):
+    owner = _owner(max_retries=max_retries)
+    roots: dict[int, int] = {}
+    settled: set[int] = set()
+    next_root = iter(range(1, 10_000))
+    for offset in range(8):
+        roots[offset] = next(next_root)
+        _emit(owner, offset, roots[offset])
+    for offset, what in steps:
+        root = roots.get(offset)
+        if root is None or offset in settled:
+            continue
+        if what == "ok":
+            owner.act(owner.tracker.on_outcome(root, OutcomeKind.COMPLETED))
+        elif what == "poison":
+            owner.fail_locally(root, FailureRecord.of(roots=[root], component="b", retry=False))
+        else:
+            owner.act(owner.tracker.on_outcome(root, OutcomeKind.FAILED if what == "fail" else OutcomeKind.TIMED_OUT))
+        for redelivery in owner.tracker.due_redeliveries():
+            roots[redelivery.offset] = next(next_root)
+            _emit(owner, redelivery.offset, roots[redelivery.offset], redelivery.attempt)
+        written = {key[1] for key in owner.bound_for_dead_letters()}
+        owner.write_dead_letters()
+        owner.confirm_dead_letters(0.0)
+        settled |= written
+        if what == "ok":
+            settled.add(offset)
+        for tp in owner.offsets_to_commit():
+            assert all(o in settled for o in range(tp.offset)), f"committed {tp.offset} past an unsettled record"
+            owner.committed([tp])
