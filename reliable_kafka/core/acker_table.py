@@ -319,14 +319,7 @@ class AckerTable:
         self._stats.entries_folded += len(roots)
         senders = self._senders(records, kinds, record)
         offsets = np.array([r[5] for r in records], np.int64)
-        parts = []
-        while True:  # a tail: entries after their root was decided within the group
-            decided, tail = self._apply(Group(kinds, roots, vals, record, senders), offsets)
-            parts.append(decided)
-            if not len(tail):
-                return Outcomes.concat(parts)
-            kinds, roots, vals = kinds[tail], roots[tail], vals[tail]
-            record = record[tail]
+        return self._apply(Group(kinds, roots, vals, record, senders), offsets)
 
     def _senders(self, records: list, kinds: np.ndarray, record: np.ndarray | None
                  ) -> np.ndarray:
@@ -343,10 +336,9 @@ class AckerTable:
                 break
         return senders
 
-    def _apply(self, group: Group, offsets: np.ndarray) -> tuple[Outcomes, np.ndarray]:
-        """Look up the group's roots, fold them (:meth:`Group.fold`), store what stays pending
-        and drop what was decided; returns the decisions and RESET_TIMEOUT notices, and the
-        tail entries to fold next."""
+    def _apply(self, group: Group, offsets: np.ndarray) -> Outcomes:
+        """Look up the group's roots (once), fold them (:meth:`Group.fold`), store what stays
+        pending and drop what was decided; returns the decisions and RESET_TIMEOUT notices."""
         mixed, roots = group.mixed, group.roots
         step = self._step(mixed)
         pair = self._choices(self._home(mixed), step)
@@ -359,8 +351,11 @@ class AckerTable:
                             found & ((meta & _FAILED) != 0))
         decided = folded.decision != NOTHING
         keep = ~decided
-        new = keep & ~found
+        # A fresh entry began after an earlier decision in the group: the stored one is gone.
+        stale = found if folded.fresh is None else found & ~folded.fresh
+        new = keep & ~stale
         n_new = int(np.count_nonzero(new))
+        gone = np.flatnonzero(found & ~(keep & stale))
         need = self._live + n_new
         if need > self._fill_limit or (need < self._shrink_limit
                                        and self._groups > self._min_groups):
@@ -368,15 +363,14 @@ class AckerTable:
             step = self._step(mixed)
             pair = self._choices(self._home(mixed), step)
             slots = self._find(roots, pair, step)
-        gone = np.flatnonzero(decided & found)
         if len(gone):
             self._remove(slots[gone], self._meta[slots[gone]])
-        if n_new:  # where the new roots were first seen: their first records
+        if n_new:  # where the new entries were first seen: their first records
             self._insert(roots[new], pair[new], step[new],
                          int(offsets[folded.first_record[new]].min()),
                          folded.val[new], folded.owner[new], folded.failed[new])
         # Roots that stay: write only what changed (each write is a random access).
-        stay = np.flatnonzero(keep & found)
+        stay = np.flatnonzero(keep & stale)
         at, bits = slots[stay], folded.bits[stay]
         self._vals[at] = folded.val[stay]
         init = np.flatnonzero(bits & INIT_BIT)
@@ -389,18 +383,20 @@ class AckerTable:
         if len(moved):
             self._move_to_head(at[moved], self._meta[at[moved]], np.ones(len(moved), bool))
 
-        kinds = folded.decision[decided]
+        ended = folded.ended
+        kinds = np.concatenate([folded.decision[decided], folded.ended_kind])
         n_failed = int(np.count_nonzero(kinds == _FAILED_KIND))
         self._stats.failed += n_failed
         self._stats.completed += len(kinds) - n_failed
         self._stats.reset_notices += len(folded.notices)
         if not len(kinds) and not len(folded.notices):
-            return _NO_OUTCOMES, folded.tail
+            return _NO_OUTCOMES
         return Outcomes(
-            np.concatenate([roots[decided], roots[folded.notices]]),
-            self._owner_ids[np.concatenate([folded.owner[decided], folded.notice_owner])],
+            np.concatenate([roots[decided], roots[ended], roots[folded.notices]]),
+            self._owner_ids[np.concatenate([folded.owner[decided], folded.ended_owner,
+                                            folded.notice_owner])],
             np.concatenate([kinds, np.full(len(folded.notices), OutcomeKind.RESET_TIMEOUT,
-                                           np.uint8)])), folded.tail
+                                           np.uint8)]))
 
     # ----------------------------------------------------------------------------- time
 
