@@ -155,7 +155,7 @@ class Group:
                                                  seg_first, xor, bits, sender, record)
             notices.append(n_notice)
             notice_owner.append(n_owner)
-            if not len(tail):
+            if not tail.any():
                 break
             # Roots decided before their last segment: that decision stands, and the segments
             # after it begin a new entry, folded again from an empty state.
