@@ -54,6 +54,7 @@ __all__ = ["AckerTable", "AckerStats", "Outcomes"]
 _GROUP = 8                # slots a lookup compares at once (8 int64 keys: one cache line)
 _GROUP_BITS = 3
 _WIDE_PROBE = 8           # probe positions a second lookup round looks at, at least
+_AHEAD = np.arange(1, _WIDE_PROBE + 1)
 _MAX_FILL = 0.90          # grow when the live roots would exceed this share of the slots ...
 _TARGET_LOAD = 0.68       # ... to a size where they fill this share
 _SHRINK_AT = 0.15         # shrink (to _TARGET_LOAD) when they fill less than this share
@@ -328,9 +329,10 @@ class AckerTable:
         with_init = (record[init] if record is not None
                      else np.zeros(int(init.any()), np.intp))
         senders = np.zeros(len(records), np.uint16)
+        with_init = np.flatnonzero(np.bincount(with_init, minlength=len(records))).tolist()
         for attempt in range(2):  # owner indices renumbered meanwhile: once more
             compactions = self._owner_compactions
-            for i in np.unique(with_init).tolist():
+            for i in with_init:
                 senders[i] = self._owner_index_of(records[i][3])
             if self._owner_compactions == compactions:
                 break
@@ -493,8 +495,10 @@ class AckerTable:
         # hit = row * 16 + choice * 8 + slot in group, and pair.ravel()[row * 2 + choice].
         slots[hit >> (_GROUP_BITS + 1)] = ((pair.ravel()[hit >> _GROUP_BITS] << _GROUP_BITS)
                                            + (hit & (_GROUP - 1)))
-        overflow = self._overflow[pair]
-        todo = np.flatnonzero((slots < 0) & (np.minimum(overflow[:, 0], overflow[:, 1]) != 0))
+        todo = np.flatnonzero(slots < 0)
+        if len(todo):
+            overflow = np.take(self._overflow, pair[todo])
+            todo = todo[np.minimum(overflow[:, 0], overflow[:, 1]) != 0]
         if len(todo):
             self._find_further(keys[todo], pair[todo, 0], step[todo], todo, slots)
         return slots
@@ -532,7 +536,7 @@ class AckerTable:
         slot, or the next group on their path).
         """
         meta8 = self._meta.view(_META8)
-        room = np.bitwise_count(~meta8[pair] & _HIGH_BITS)
+        room = np.bitwise_count(~np.take(meta8, pair) & _HIGH_BITS)
         position = (room[:, 1] > room[:, 0]).astype(np.intp)
         group = np.where(position, pair[:, 1], pair[:, 0])
         slots = np.empty(len(keys), np.intp)
@@ -540,9 +544,13 @@ class AckerTable:
         while True:
             free = ~meta8[group] & _HIGH_BITS  # the high bit of each free slot's meta byte
             full = free == 0
-            if full.any():
-                position[todo[full]] += 1
-                group = np.where(full, (group + step[todo]) % self._groups, group)
+            if full.any():  # look at the next _WIDE_PROBE groups on their paths at once
+                at = np.flatnonzero(full)
+                ahead = (group[at, None] + step[todo[at], None] * _AHEAD) % self._groups
+                room = (~np.take(meta8, ahead) & _HIGH_BITS) != 0
+                jump = np.where(room.any(axis=1), room.argmax(axis=1), _WIDE_PROBE - 1)
+                position[todo[at]] += jump + 1
+                group[at] = ahead[np.arange(len(at)), jump]
                 continue
             slot = (group << _GROUP_BITS) + (np.bitwise_count(free ^ (free - _ONE)) >> 3) - 1
             self._keys[slot] = keys[todo]
