@@ -489,18 +489,33 @@ class AckerTable:
         were full when it came; the overflow counts of both then say so, and only such keys
         look further (at every position up to the longest path in use, in one round).
         """
-        slots = np.full(len(keys), -1, np.intp)
-        hit = np.flatnonzero(np.take(self._keys.reshape(-1, _GROUP), pair.ravel(), axis=0)
-                             .reshape(len(keys), 2 * _GROUP) == keys[:, None])
-        # hit = row * 16 + choice * 8 + slot in group, and pair.ravel()[row * 2 + choice].
-        slots[hit >> (_GROUP_BITS + 1)] = ((pair.ravel()[hit >> _GROUP_BITS] << _GROUP_BITS)
-                                           + (hit & (_GROUP - 1)))
+        groups = self._keys.reshape(-1, _GROUP)
+        slots = self._find_in(groups, keys, pair[:, 0], np.arange(len(keys)),
+                              np.full(len(keys), -1, np.intp))
+        second = np.flatnonzero(slots < 0)  # roots found in their first choice: one row read
+        if len(second):
+            self._find_in(groups, keys[second], pair[second, 1], second, slots)
         todo = np.flatnonzero(slots < 0)
         if len(todo):
             overflow = np.take(self._overflow, pair[todo])
             todo = todo[np.minimum(overflow[:, 0], overflow[:, 1]) != 0]
         if len(todo):
             self._find_further(keys[todo], pair[todo, 0], step[todo], todo, slots)
+        return slots
+
+    @staticmethod
+    def _find_in(groups: np.ndarray, keys: np.ndarray, group: np.ndarray, rows: np.ndarray,
+                 slots: np.ndarray) -> np.ndarray:
+        """Sets ``slots[rows]`` for the ``keys`` found in their ``group``; returns ``slots``."""
+        match = np.take(groups, group, axis=0) == keys[:, None]
+        # 8 booleans are one little-endian uint64; True is bit 0 of its byte, so the bits up to
+        # the lowest one set count 8 * (slot in the group) + 1
+        word = match.view(np.uint64).ravel()
+        hit = np.flatnonzero(word)
+        if len(hit):
+            word = word[hit]
+            slots[rows[hit]] = ((group[hit] << _GROUP_BITS)
+                                + (np.bitwise_count(word ^ (word - _ONE)) >> 3))
         return slots
 
     def _find_further(self, keys: np.ndarray, home: np.ndarray, step: np.ndarray,
