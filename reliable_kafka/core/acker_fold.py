@@ -51,11 +51,12 @@ def same_root(mixed: np.ndarray, *, scratch_bits: int | None = None) -> np.ndarr
     index that stayed there; where that entry's key is its own, done. The rest (keys that met a
     different key) go round again on other bits of the key, fewer each round: every occupied
     slot settles at least its survivor's key. ``scratch_bits`` sizes the scratch (tests make it
-    tiny to force meetings); by default it holds about 4 slots an entry.
+    tiny to force meetings); by default it holds 8 to 16 slots an entry (4 bytes each: for 8,000
+    entries 256 KB, which stays in cache), so that about one entry in 20 goes round again.
     """
     n = len(mixed)
-    bits = scratch_bits or max(4, (4 * n - 1).bit_length())
-    scratch = np.empty(1 << bits, np.intp)
+    bits = scratch_bits or max(4, (8 * n - 1).bit_length())
+    scratch = np.empty(1 << bits, np.int32)
     rep = np.empty(n, np.intp)
     todo, keys = np.arange(n), mixed
     mask = np.uint64((1 << bits) - 1)

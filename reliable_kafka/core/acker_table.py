@@ -473,7 +473,7 @@ class AckerTable:
     def _step(self, mixed: np.ndarray) -> np.ndarray:
         """Probe step of each mixed key (double hashing), from its low bits. The group count is
         prime, so every step visits every group."""
-        return ((mixed & _LOW32) % np.uint64(self._groups - 1)).astype(np.intp) + 1
+        return (((mixed & _LOW32) * np.uint64(self._groups - 1)) >> _SHIFT32).astype(np.intp) + 1
 
     def _choices(self, home: np.ndarray, step: np.ndarray) -> np.ndarray:
         """The two groups (probe positions 0 and 1) each key may sit in; one row per key."""
