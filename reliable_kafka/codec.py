@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import struct
+import sys
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -320,15 +321,15 @@ def _ack_batch_in_place(raw: bytes) -> AckBatch:
         pos += length
     if pos != len(raw):
         raise ValueError("trailing or missing bytes")
-    return AckBatch(
-        sender=sender,
-        kinds=np.frombuffer(raw, np.uint8, count, starts[0]),
-        roots=np.frombuffer(raw, _INT64_LE, count, starts[1]).astype(np.int64, copy=False),
-        vals=np.frombuffer(raw, _INT64_LE, count, starts[2]).astype(np.int64, copy=False),
-    )
+    return AckBatch(sender=sender, kinds=np.frombuffer(raw, np.uint8, count, starts[0]),
+                    roots=_int64_column(raw, count, starts[1]),
+                    vals=_int64_column(raw, count, starts[2]))
 
 
-_INT64_LE = np.dtype("<i8")
+def _int64_column(raw: bytes, count: int, start: int) -> np.ndarray:
+    if sys.byteorder == "little":  # native int64 already: a view, no conversion call
+        return np.frombuffer(raw, np.int64, count, start)
+    return np.frombuffer(raw, "<i8", count, start).astype(np.int64)
 
 
 def _zigzag_at(raw: bytes, pos: int) -> tuple[int, int]:
