@@ -485,9 +485,11 @@ class AckerTable:
     def _find(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray) -> np.ndarray:
         """Slot of each of the distinct ``keys``, -1 where absent.
 
-        One round settles almost every key: a key lives in one of its two groups unless both
-        were full when it came; the overflow counts of both then say so, and only such keys
-        look further (at every position up to the longest path in use, in one round).
+        A key lives in one of its two groups unless both were full when it came: each key reads
+        its first group's row of keys, and only keys not found there read their second (a
+        random read each, the main cost of a fold). Past both, the overflow counts of both
+        say so, and only such keys look further (at every position up to the longest path in
+        use, in one round).
         """
         groups = self._keys.reshape(-1, _GROUP)
         slots = self._find_in(groups, keys, pair[:, 0], np.arange(len(keys)),
