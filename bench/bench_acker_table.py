@@ -12,15 +12,26 @@ low offsets, so it flatters the dict), ``AckerTable.fold`` one record a call, an
 ``AckerTable.fold_records`` several records a call. Rates are entries per CPU second of this
 process, which is steadier than wall time on a shared machine.
 
+The FAIL trace (``--fail-rate``, 0.1% by default) is the steady trace with some completing ACKs
+turned into a FAIL and a sibling's ACK in the next record: decode+fold and fold alone, with the
+count of extra passes over the table a fold group needed (a fallback; 0 expected).
+``--baseline REV`` also folds it with the table and codec of git revision REV, alternating with
+this code round by round (``--rounds``), so both see the same machine load.
+
 Prints figures, asserts nothing. Sized for a shared 2-core machine: the default (1M roots) runs in
-well under a minute. Usage:
-``python bench/bench_acker_table.py [--roots N] [--steady-batches B] [--records-per-call K]``.
+about a minute (more with ``--baseline``). Usage: ``./rk bench acker_table [--roots N]
+[--steady-batches B] [--records-per-call K] [--baseline REV [--rounds R]]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib
+import pathlib
+import subprocess
+import sys
+import tempfile
 import time
 import tracemalloc
 
@@ -155,8 +166,8 @@ def run_grouped(table: AckerTable, batches, per_call: int, *, t0: int = 0, off0:
     return time.process_time() - start, entries, decided
 
 
-def run_decoded(table, raw_records, per_call: int, *, t0: int = 0, off0: int = 0
-                ) -> tuple[float, int, int]:
+def run_decoded(table, raw_records, per_call: int, *, t0: int = 0, off0: int = 0,
+                codec_module=codec) -> tuple[float, int, int]:
     """Decode each record value (codec.decode_ack_batch), then fold ``per_call`` records a call
     (``fold_records``; the dict folds them one by one), as the acker worker does."""
     entries = decided = 0
@@ -165,17 +176,117 @@ def run_decoded(table, raw_records, per_call: int, *, t0: int = 0, off0: int = 0
     for first in range(0, len(raw_records), per_call):
         records = []
         for j, raw in enumerate(raw_records[first:first + per_call]):
-            batch = codec.decode_ack_batch(raw)
+            batch = codec_module.decode_ack_batch(raw)
             records.append((batch.kinds, batch.roots, batch.vals, batch.sender, t0 + first + j,
                             off0 + first + j))
             entries += len(batch)
-        if isinstance(table, AckerTable):
+        if not isinstance(table, DictAcker):
             decided += len(table.fold_records(records))
         else:
             for kinds, roots, vals, sender, t, offset in records:
                 decided += len(table.fold(kinds, roots, vals, sender=sender, event_time_ms=t,
                                           offset=offset))
     return time.process_time() - start, entries, decided
+
+
+class PassCounter:
+    """Counts fold groups and passes over the table (``_apply`` calls) of one AckerTable class:
+    a pass beyond the first of a group is a fallback (the entries after a decision folded
+    again)."""
+
+    def __init__(self, table_class) -> None:
+        self.groups = self.passes = 0
+        group, apply = table_class._fold_group, table_class._apply
+
+        def counted_group(table, *args):
+            self.groups += 1
+            return group(table, *args)
+
+        def counted_apply(table, *args):
+            self.passes += 1
+            return apply(table, *args)
+
+        table_class._fold_group, table_class._apply = counted_group, counted_apply
+        self._restore = lambda: (setattr(table_class, "_fold_group", group),
+                                 setattr(table_class, "_apply", apply))
+
+    def fallbacks(self) -> int:
+        return self.passes - self.groups
+
+    def close(self) -> None:
+        self._restore()
+
+
+def load_revision(revision: str):
+    """(AckerTable class, codec module) of git revision ``revision``, imported from a copy of
+    its package renamed ``rk_rev``, beside this code."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    where = pathlib.Path(tempfile.mkdtemp(prefix="rk-bench-rev-"))
+    archive = subprocess.run(["git", "-C", str(root), "archive", revision, "reliable_kafka"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
+    package = where / "rk_rev"
+    (where / "reliable_kafka").rename(package)
+    for path in package.rglob("*.py"):
+        path.write_text(path.read_text().replace("reliable_kafka", "rk_rev"))
+    sys.path.insert(0, str(where))
+    table = importlib.import_module("rk_rev.core.acker_table").AckerTable
+    return table, importlib.import_module("rk_rev.codec")
+
+
+def fold_figures(table_class, codec_module, fill, failing, raw_failing, per_call: int) -> dict:
+    """decode+fold and fold-only CPU seconds on the FAIL trace, from a filled table each, with
+    fallback counts and bytes per pending root at the end."""
+    figures = {}
+    for what in ("decode+fold", "fold"):
+        table = table_class()
+        run_grouped(table, fill, per_call)
+        counter = PassCounter(table_class)
+        try:
+            if what == "fold":
+                seconds, entries, _ = run_grouped(table, failing, per_call, t0=len(fill),
+                                                  off0=len(fill))
+            else:
+                seconds, entries, _ = run_decoded(table, raw_failing, per_call, t0=len(fill),
+                                                  off0=len(fill), codec_module=codec_module)
+        finally:
+            counter.close()
+        figures[what] = entries / seconds / 1e6
+        figures[what + " fallbacks"] = counter.fallbacks()
+        figures["groups"] = counter.groups
+        figures["bytes/root"] = table.nbytes / table.pending
+        del table
+        gc.collect()
+    return figures
+
+
+def compare(revision: str, rounds: int, fill, failing, raw_failing, per_call: int) -> None:
+    """This code against ``revision``, alternating, on the FAIL trace; CPU-second rates."""
+    implementations = {"this code": (AckerTable, codec),
+                       f"git {revision}": load_revision(revision)}
+    results: dict[str, list[dict]] = {name: [] for name in implementations}
+    for r in range(rounds):
+        names = list(implementations)
+        for name in (names if r % 2 == 0 else names[::-1]):
+            results[name].append(fold_figures(*implementations[name], fill, failing,
+                                              raw_failing, per_call))
+    print()
+    print(f"FAIL trace, {per_call} records a call, {rounds} alternating rounds "
+          "(median [min to max], M entries per CPU-second):")
+    print(f"{'':<22}{'decode+fold':>26}{'fold alone':>26}{'fallbacks':>11}{'bytes/root':>12}")
+    for name, rows in results.items():
+        cells = []
+        for key in ("decode+fold", "fold"):
+            values = sorted(row[key] for row in rows)
+            cells.append(f"{np.median(values):.2f} [{values[0]:.2f} to {values[-1]:.2f}]")
+        fallbacks = max(max(row["decode+fold fallbacks"], row["fold fallbacks"]) for row in rows)
+        print(f"{name:<22}{cells[0]:>26}{cells[1]:>26}"
+              f"{fallbacks:>5} / {rows[0]['groups']:<4}{rows[-1]['bytes/root']:>9.1f}")
+    base, this = results[f"git {revision}"], results["this code"]
+    for key in ("decode+fold", "fold"):
+        ratios = sorted(a[key] / b[key] for a, b in zip(this, base))
+        print(f"  this code / git {revision}, {key}: {np.median(ratios):.2f}x "
+              f"[{ratios[0]:.2f} to {ratios[-1]:.2f}] (per round)")
 
 
 def dict_bytes_per_root(fill_batches) -> float:
@@ -204,6 +315,13 @@ def main() -> None:
                         help="share of completing child ACKs turned into FAIL + sibling ACK "
                              "(default 0.001)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also fold the FAIL trace with git revision REV's table and codec, "
+                             "alternating with this code")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating rounds with --baseline (default 3)")
+    parser.add_argument("--only-fail-trace", action="store_true",
+                        help="skip the fill, steady and dict figures")
     args = parser.parse_args()
     steady_batches = args.steady_batches or max(LAG + 10, min(4000, 2 * args.roots // BATCH))
     per_call = args.records_per_call
@@ -212,6 +330,19 @@ def main() -> None:
     print(f"workload: fill {args.roots:,} roots in {len(fill):,} INIT records of {BATCH}; "
           f"steady {len(steady):,} mixed records (~{PER_ROOT} roots started and finished each)")
     print("rates are entries per CPU second of this process (the machine is shared)")
+    failing = with_fails(steady, args.fail_rate, args.seed)
+    raw_failing = encoded(failing)
+    n_fails = sum(int(np.count_nonzero(k == EventKind.FAIL)) for k, _, _, _ in failing)
+    print(f"FAIL trace: {n_fails:,} of the steady trace's child ACKs ({args.fail_rate:.1%}) are a "
+          "FAIL, a sibling's ACK for the root follows in the next record")
+    if args.only_fail_trace:
+        if args.baseline:
+            compare(args.baseline, args.rounds, fill, failing, raw_failing, per_call)
+        else:
+            figures = fold_figures(AckerTable, codec, fill, failing, raw_failing, per_call)
+            print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                            for k, v in figures.items()))
+        return
 
     # --- NumPy table: bytes per root while it grows (untimed), then timed runs.
     sizing = AckerTable()
@@ -254,10 +385,8 @@ def main() -> None:
     d_bytes = dict_bytes_per_root(fill[: max(1, args.dict_memory_roots // BATCH)])
 
     # --- the steady trace with FAILs: folded, and decoded from record values then folded.
-    failing = with_fails(steady, args.fail_rate, args.seed)
-    raw_failing = encoded(failing)
-    n_fails = sum(int(np.count_nonzero(k == EventKind.FAIL)) for k, _, _, _ in failing)
     on_fail: dict[str, tuple] = {}
+    fallbacks = {}
     for name, make in (("dict", DictAcker), ("fold", AckerTable), ("grouped", AckerTable)):
         for decode in ((False, True) if name != "fold" else (False,)):
             impl = make()
@@ -266,21 +395,22 @@ def main() -> None:
             else:
                 run(impl, fill)
             t0 = off0 = len(fill)
+            counter = PassCounter(AckerTable)
             if decode:
                 result = run_decoded(impl, raw_failing, per_call, t0=t0, off0=off0)
             elif name == "grouped":
                 result = run_grouped(impl, failing, per_call, t0=t0, off0=off0)
             else:
                 result = run(impl, failing, t0=t0, off0=off0)
+            counter.close()
             on_fail[name, decode] = result
+            fallbacks[name, decode] = (counter.fallbacks(), counter.groups)
             del impl
             gc.collect()
 
     def rate(r):
         return r[1] / r[0] / 1e6
 
-    print(f"FAIL trace: {n_fails:,} of the steady trace's child ACKs ({args.fail_rate:.1%}) are a "
-          "FAIL, a sibling's ACK for the root follows in the next record")
     print()
     print(f"{'M entries/s (CPU)':<44}{'fill (INIT)':>12}{'steady':>10}{'with FAILs':>12}"
           f"{'decode+fold':>13}")
@@ -300,6 +430,9 @@ def main() -> None:
     print(f"decided in the steady phase: {np_steady[2]:,} / {np_steady_grouped[2]:,} / "
           f"dict {d_steady[2]:,}; pending after: {steady_pending:,} / {grouped_pending:,} / "
           f"dict {d_pending:,}")
+    print("fallbacks (extra passes over the table) on the FAIL trace: "
+          + ", ".join(f"{name}{' decode+fold' if decode else ''} {n} of {groups} groups"
+                      for (name, decode), (n, groups) in fallbacks.items() if name != "dict"))
     print(f"expire all {len(expired):,} pending roots in one advance(): {expire_s * 1e3:.0f} ms")
     print()
     print(f"{'pending roots':>14}{'slots':>12}{'bytes/root':>12}   (AckerTable while filling)")
@@ -313,6 +446,8 @@ def main() -> None:
     print(f"dict implementation: {d_bytes:.0f} bytes/root (tracemalloc, "
           f"{min(args.dict_memory_roots, args.roots):,} roots); "
           f"{d_bytes / steady_bytes:.1f}x the table's")
+    if args.baseline:
+        compare(args.baseline, args.rounds, fill, failing, raw_failing, per_call)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import struct
+import sys
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -278,6 +279,11 @@ def decode_ack_batch(raw: bytes | None) -> AckBatch:
     Entry values (root 0, unknown kinds) are not judged here: the acker table counts and skips
     them, so one bad entry does not cost the good ones beside it.
     """
+    if type(raw) is bytes and raw[:1] == _VERSION_BYTE:
+        try:  # the layout read directly: 3 varints and 3 byte strings, columns as NumPy views
+            return _ack_batch_in_place(raw)
+        except (IndexError, ValueError):
+            pass  # not well formed: fastavro's reading below names the fault
     datum, raw = _decode("ack_batch", raw)
     count = datum["count"]
     if count < 0:
@@ -296,6 +302,50 @@ def decode_ack_batch(raw: bytes | None) -> AckBatch:
         roots=np.frombuffer(datum["roots"], dtype="<i8").astype(np.int64, copy=False),
         vals=np.frombuffer(datum["vals"], dtype="<i8").astype(np.int64, copy=False),
     )
+
+
+def _ack_batch_in_place(raw: bytes) -> AckBatch:
+    """The Avro body of schemas/ack_batch.avsc read field by field (long sender, int count, then
+    three ``bytes``: a zigzag varint length and the bytes), the columns as views of ``raw``.
+    Raises ValueError (or IndexError, cut short) for anything but a well-formed record."""
+    sender, pos = _zigzag_at(raw, 1)
+    count, pos = _zigzag_at(raw, pos)
+    if not 0 <= count < 2**31:
+        raise ValueError("count")
+    starts = []
+    for width in (1, 8, 8):
+        length, pos = _zigzag_at(raw, pos)
+        if length != width * count:
+            raise ValueError("column length")
+        starts.append(pos)
+        pos += length
+    if pos != len(raw):
+        raise ValueError("trailing or missing bytes")
+    return AckBatch(sender=sender, kinds=np.frombuffer(raw, np.uint8, count, starts[0]),
+                    roots=_int64_column(raw, count, starts[1]),
+                    vals=_int64_column(raw, count, starts[2]))
+
+
+def _int64_column(raw: bytes, count: int, start: int) -> np.ndarray:
+    if sys.byteorder == "little":  # native int64 already: a view, no conversion call
+        return np.frombuffer(raw, np.int64, count, start)
+    return np.frombuffer(raw, "<i8", count, start).astype(np.int64)
+
+
+def _zigzag_at(raw: bytes, pos: int) -> tuple[int, int]:
+    """The Avro ``long`` (zigzag varint) at ``pos`` and the position after it."""
+    byte = raw[pos]
+    value, shift = byte & 0x7F, 7
+    while byte & 0x80:
+        if shift > 63:
+            raise ValueError("varint too long")
+        pos += 1
+        byte = raw[pos]
+        value |= (byte & 0x7F) << shift
+        shift += 7
+    if value >> 64:
+        raise ValueError("varint beyond 64 bits")
+    return (value >> 1) ^ -(value & 1), pos + 1
 
 
 # --- outcomes -----------------------------------------------------------------------------------

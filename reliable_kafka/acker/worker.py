@@ -337,9 +337,12 @@ class AckerWorker:
         kinds, roots, vals = batch.kinds, batch.roots, batch.vals
         malformed = (roots == 0) | (kinds > MAX_EVENT_KIND)
         # a root of another partition could never complete here: its other events go elsewhere
-        elsewhere = ~malformed & (partitions_for_roots(roots, self._ack_partitions) != message.partition())
-        invalid = int(np.count_nonzero(malformed)) + int(np.count_nonzero(elsewhere))
-        if invalid:  # not folded; the record is kept for inspection
+        bad = malformed
+        if self._ack_partitions > 1:
+            bad = malformed | (partitions_for_roots(roots, self._ack_partitions) != message.partition())
+        if bad.any():  # not folded; the record is kept for inspection
+            elsewhere = bad & ~malformed
+            invalid = int(np.count_nonzero(bad))
             self.stats.invalid_entries += invalid
             self._quarantine.park(
                 message, f"{invalid} of {len(batch)} entries invalid ({int(np.count_nonzero(malformed))} with "
@@ -348,7 +351,7 @@ class AckerWorker:
                 f"the valid ones were folded"
             )
             self.stats.quarantined += 1
-            valid = ~(malformed | elsewhere)
+            valid = ~bad
             kinds, roots, vals = kinds[valid], roots[valid], vals[valid]
         timestamp = message.timestamp()[1]
         wall_ms = int(time.time() * 1000)

@@ -2,17 +2,19 @@
 once, deciding exactly what folding them one record at a time would. Pure: no storage.
 
 The table hands over the group's entries in record order with each entry's record number, and
-after :attr:`Group.roots` has told it which roots to look up, their stored state. Entries are
-sorted by root (a mixed key, so that equal roots sit together); a *segment* is one root's entries
-in one record. Folding record by record means the rule's update applied segment after segment,
-which is a prefix scan over each root's segments (XOR for ``val``, the latest INIT's sender for
-``owner``, OR for ``failed``); the rule then decides after every segment.
+after :attr:`Group.roots` has told it which roots to look up, their stored state. Equal roots are
+found with a small scratch hash (no sort). A root that appears once in the group (the common
+case) is one entry: the rule applies to it as it stands. Only the entries of roots that appear
+several times are sorted (by root, keeping record order); a *segment* is one root's entries in one
+record. Folding record by record means the rule's update applied segment after segment, which is
+a prefix scan over each root's segments (XOR for ``val``, the latest INIT's sender for ``owner``,
+OR for ``failed``); the rule then decides after every segment.
 
 A root decided in the middle of the group (its FAIL in one record, a sibling's ACK in a later
-one: normal traffic) is decided at that record, as one by one. Its later segments (the *tail*)
-then belong to a new entry, exactly as if they came after the decision: the table folds the
-tail entries again as a group of their own, once the decided roots are gone. Nothing falls back
-to folding record by record.
+one: normal traffic) is decided at that record, as one by one. Its later segments begin a new
+entry, exactly as if they came after the decision: the scan runs again over those segments
+alone, from an empty state, in the same call. Nothing falls back to folding record by record
+and nothing is looked up twice.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from reliable_kafka.core import acker_rule as rule
 from reliable_kafka.core.acker_rule import ACK_BIT, FAIL_BIT, INIT_BIT, KIND_BITS
 from reliable_kafka.core.kinds import OutcomeKind
 
-__all__ = ["MIX", "Group", "Folded", "run_starts"]
+__all__ = ["MIX", "Group", "Folded", "run_starts", "same_root"]
 
 MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying permutes uint64, equal roots stay equal
 _COMPLETED, _FAILED, _RESET = (np.uint8(k) for k in (OutcomeKind.COMPLETED, OutcomeKind.FAILED,
                                                      OutcomeKind.RESET_TIMEOUT))
+_XOR_BITS = INIT_BIT | ACK_BIT
+_EMPTY = np.empty(0, np.intp)
 
 
 def run_starts(values: np.ndarray) -> np.ndarray:
@@ -40,19 +44,54 @@ def run_starts(values: np.ndarray) -> np.ndarray:
     return first
 
 
+def same_root(mixed: np.ndarray, *, scratch_bits: int | None = None) -> np.ndarray:
+    """For each entry, the index of one entry with the same (mixed) root: its representative.
+
+    Every entry writes its index into a scratch table at a hash of its key and reads back the
+    index that stayed there; where that entry's key is its own, done. The rest (keys that met a
+    different key) go round again on other bits of the key, fewer each round: every occupied
+    slot settles at least its survivor's key. ``scratch_bits`` sizes the scratch (tests make it
+    tiny to force meetings); by default it holds 8 to 16 slots an entry (4 bytes each: for 8,000
+    entries 256 KB, which stays in cache), so that about one entry in 20 goes round again.
+    """
+    n = len(mixed)
+    bits = scratch_bits or max(4, (8 * n - 1).bit_length())
+    scratch = np.empty(1 << bits, np.int32)
+    rep = np.empty(n, np.intp)
+    todo, keys = np.arange(n), mixed
+    mask = np.uint64((1 << bits) - 1)
+    shift = 64 - bits
+    while True:
+        at = ((keys >> np.uint64(shift)) & mask).astype(np.intp)
+        scratch[at] = todo
+        winner = scratch[at]
+        met = mixed[winner] != keys
+        if not met.any():
+            rep[todo] = winner
+            return rep
+        settled = ~met
+        rep[todo[settled]] = winner[settled]
+        todo, keys = todo[met], keys[met]
+        shift = shift - bits if shift >= bits else 64 - bits + (shift + 7) % bits
+
+
 @dataclass
 class Folded:
-    """A group's result per distinct root (parallel to :attr:`Group.roots`)."""
+    """A group's result per distinct root (parallel to :attr:`Group.roots`): the state of the
+    root's last entry, and the decisions of entries that ended earlier in the group."""
 
     val: np.ndarray        # int64, the state after the root's last folded segment
     owner: np.ndarray      # owner index (0: no INIT yet)
     failed: np.ndarray     # bool
     bits: np.ndarray       # uint8, OR of the kind bits folded into this entry
     decision: np.ndarray   # uint8: COMPLETED or FAILED (the root is gone), else NOTHING
-    first_record: np.ndarray  # record number of the root's first segment
+    first_record: np.ndarray  # record number of the entry's first segment
+    fresh: np.ndarray | None  # bool: the entry began in this group after an earlier decision
     notices: np.ndarray    # indices of roots whose owner hears RESET_TIMEOUT ...
     notice_owner: np.ndarray  # ... and that owner index (one per record that reset the root)
-    tail: np.ndarray       # entry indices (into the group's input) to fold again, in order
+    ended: np.ndarray      # indices of roots whose earlier entry was decided in the group ...
+    ended_owner: np.ndarray   # ... its owner index ...
+    ended_kind: np.ndarray    # ... and the decision (uint8, COMPLETED or FAILED)
 
 
 class Group:
@@ -63,84 +102,106 @@ class Group:
         """``record``: each entry's record number (non-decreasing), None for a single record;
         ``sender``: the owner index each record names for its INITs (indexed by record)."""
         mixed = roots.view(np.uint64) * MIX
-        order = np.argsort(mixed)
-        mixed = mixed[order]
-        first = run_starts(mixed)
-        segment = first
-        if record is not None and not first.all():  # some root more than once
-            rec = record[order]
-            across = ~first[1:] & (rec[1:] != rec[:-1])
-            if across.any():  # roots in several records: put their entries in record order
-                run = np.cumsum(first) - 1
-                spans = np.zeros(run[-1] + 1, bool)
-                spans[run[1:][across]] = True
-                at = np.flatnonzero(spans[run])  # whole runs, sorted in place
-                order[at] = order[at[np.lexsort((order[at], run[at]))]]
-                rec = record[order]
-                segment = first.copy()
-                segment[1:] |= rec[1:] != rec[:-1]
-        self.order = order
-        self.several_segments = segment is not first
-        starts = np.flatnonzero(first)
-        self.mixed = mixed[starts]
-        self.roots = roots[order[starts]]
-        bits = KIND_BITS[kinds[order]]
-        xvals = np.where(bits & (INIT_BIT | ACK_BIT), vals[order], 0)
-        seg_starts = np.flatnonzero(segment) if self.several_segments else starts
-        if len(seg_starts) == len(order):  # every segment one entry: no reductions
-            self._seg_xor, self._seg_bits = xvals, bits
-        else:
-            self._seg_xor = np.bitwise_xor.reduceat(xvals, seg_starts)
-            self._seg_bits = np.bitwise_or.reduceat(bits, seg_starts)
-        self._seg_record = (np.zeros(len(seg_starts), np.intp) if record is None
-                            else record[order[seg_starts]])
-        self._seg_sender = sender[self._seg_record]
-        self._segment = segment
-        self._first = first
+        n = len(roots)
+        rep = same_root(mixed)
+        index = np.arange(n)
+        first = rep == index
+        reps = np.flatnonzero(first) if not first.all() else index
+        self.roots, self.mixed = roots[reps], mixed[reps]
+        bits = KIND_BITS[kinds[reps]]
+        xor = np.where(bits & _XOR_BITS, vals[reps], 0)
+        record_of = np.zeros(len(reps), np.intp) if record is None else record[reps]
+        self._one = (xor, bits, sender[record_of], record_of)  # each root's first entry
+        self._multi = None
+        if len(reps) == n:  # every root once: nothing to group
+            return
+        # Roots with several entries: sort only their entries, by root then record order.
+        several = np.zeros(n, bool)
+        several[rep[~first]] = True
+        entries = np.flatnonzero(several[rep])
+        entries = entries[np.argsort(rep[entries], kind="stable")]
+        root_first = run_starts(rep[entries])
+        segment = root_first
+        if record is not None:
+            segment = root_first.copy()
+            segment[1:] |= record[entries[1:]] != record[entries[:-1]]
+        position = np.empty(n, np.intp)
+        position[reps] = np.arange(len(reps))
+        seg_starts = np.flatnonzero(segment)
+        e_bits = KIND_BITS[kinds[entries]]
+        e_xor = np.where(e_bits & _XOR_BITS, vals[entries], 0)
+        seg_record = (np.zeros(len(seg_starts), np.intp) if record is None
+                      else record[entries[seg_starts]])
+        self._multi = (position[rep[entries[root_first]]],   # their root indices
+                       root_first[seg_starts],
+                       np.bitwise_xor.reduceat(e_xor, seg_starts),
+                       np.bitwise_or.reduceat(e_bits, seg_starts),
+                       sender[seg_record], seg_record)
 
     def fold(self, val: np.ndarray, owner: np.ndarray, failed: np.ndarray) -> Folded:
         """Apply the rule segment by segment to the roots' stored state (zeros where absent)."""
-        xor, bits, sender, record = (self._seg_xor, self._seg_bits, self._seg_sender,
-                                     self._seg_record)
-        if not self.several_segments:  # one segment a root: the rule as it stands
-            return _fold_once(val, owner, failed, xor, bits, sender, record)
-        seg_first = self._first[self._segment]
-        run_first = np.flatnonzero(seg_first)
-        seg_root = np.cumsum(seg_first) - 1
-        once = np.ones(len(run_first), bool)
-        once[seg_root[~seg_first]] = False
-        folded = _fold_once(val, owner, failed, xor[run_first], bits[run_first],
-                            sender[run_first], record[run_first])
-        folded.notices = folded.notices[once[folded.notices]]
+        folded = _fold_once(val, owner, failed, *self._one)
+        if self._multi is None:
+            return folded
+        multi, seg_first, xor, bits, sender, record = self._multi
+        folded.notices = folded.notices[~_is_in(folded.notices, multi, len(val))]
         folded.notice_owner = folded.owner[folded.notices]
-        # Roots heard from in several records: the rule after each, as a prefix scan.
-        multi = np.flatnonzero(~once)
-        segs = np.flatnonzero(~once[seg_root])
-        notices, notice_owner, tail_segs = _scan(
-            folded, multi, val[multi], owner[multi], failed[multi], seg_first[segs], xor[segs],
-            bits[segs], sender[segs])
-        folded.notices = np.concatenate([folded.notices, notices])
-        folded.notice_owner = np.concatenate([folded.notice_owner, notice_owner])
-        if len(tail_segs):
-            tail = np.zeros(len(seg_first), bool)
-            tail[segs[tail_segs]] = True
-            folded.tail = np.sort(self.order[tail[np.cumsum(self._segment) - 1]])
+        folded.fresh = np.zeros(len(val), bool)
+        folded.first_record[multi] = record[seg_first]  # their representative may be a later one
+        notices, notice_owner = [folded.notices], [folded.notice_owner]
+        ended, ended_owner, ended_kind = [], [], []
+        val0, owner0, failed0 = val[multi], owner[multi], failed[multi]
+        while True:
+            n_notice, n_owner, tail, end = _scan(folded, multi, val0, owner0, failed0,
+                                                 seg_first, xor, bits, sender, record)
+            notices.append(n_notice)
+            notice_owner.append(n_owner)
+            if not tail.any():
+                break
+            # Roots decided before their last segment: that decision stands, and the segments
+            # after it begin a new entry, folded again from an empty state.
+            again = np.flatnonzero(np.logical_or.reduceat(tail, np.flatnonzero(seg_first)))
+            ended.append(multi[again])
+            ended_owner.append(end[0][again])
+            ended_kind.append(end[1][again])
+            tail_first = tail & ~np.append(False, tail[:-1])
+            multi, seg_first = multi[again], tail_first[tail]
+            xor, bits, sender, record = xor[tail], bits[tail], sender[tail], record[tail]
+            val0 = np.zeros(len(multi), np.int64)
+            owner0 = np.zeros(len(multi), folded.owner.dtype)
+            failed0 = np.zeros(len(multi), bool)
+            folded.fresh[multi] = True
+            folded.first_record[multi] = record[seg_first]
+        folded.notices = np.concatenate(notices)
+        folded.notice_owner = np.concatenate(notice_owner)
+        if ended:
+            folded.ended = np.concatenate(ended)
+            folded.ended_owner = np.concatenate(ended_owner)
+            folded.ended_kind = np.concatenate(ended_kind)
         return folded
 
 
+def _is_in(indices: np.ndarray, members: np.ndarray, size: int) -> np.ndarray:
+    """Which of ``indices`` (all below ``size``) are among ``members``."""
+    mark = np.zeros(size, bool)
+    mark[members] = True
+    return mark[indices]
+
+
 def _fold_once(val, owner, failed, xor, bits, sender, record) -> Folded:
-    """Each root in one record: the rule's update, then its decision."""
+    """Each root's one segment: the rule's update, then its decision."""
     val, owner, failed = rule.update(val, owner, failed, xor, bits, sender)
     decision = rule.decide(val, owner, failed, bits)
     notices = np.flatnonzero(decision == _RESET)
-    return Folded(val, owner, failed, bits, _final(decision), record, notices, owner[notices],
-                  np.empty(0, np.intp))
+    return Folded(val, owner, failed, bits, _final(decision), record.copy(), None, notices,
+                  owner[notices], _EMPTY, _EMPTY, np.empty(0, np.uint8))
 
 
-def _scan(folded: Folded, multi, val0, owner0, failed0, seg_first, xor, bits, sender):
-    """The rule applied record by record to the roots ``multi`` (their stored state and their
-    segments, in order); writes their results into ``folded``. Returns the notices (root
-    indices, owners) and the segments (indices into those given) after each root's decision."""
+def _scan(folded: Folded, multi, val0, owner0, failed0, seg_first, xor, bits, sender, record):
+    """The rule applied record by record to the roots ``multi`` (their state before and their
+    segments, in order) up to each root's first decision; writes their results into
+    ``folded``. Returns the notices (root indices, owners), which segments come after their
+    root's decision (bool), and each root's owner and decision at its decisive segment."""
     n_seg = len(xor)
     run_first = np.flatnonzero(seg_first)
     root = np.cumsum(seg_first) - 1
@@ -154,7 +215,7 @@ def _scan(folded: Folded, multi, val0, owner0, failed0, seg_first, xor, bits, se
     last_fail = np.maximum.accumulate(np.where(bits & FAIL_BIT, index, -1))
     failed = failed0[root] | (last_fail >= start)
     decision = rule.decide(val, owner, failed, bits)
-    # The first decisive segment of each root ends its entry; later ones are the tail.
+    # The first decisive segment of each root ends its entry; later ones begin the next.
     decisive = decision <= _FAILED
     ends = np.minimum.reduceat(np.where(decisive, index, n_seg), run_first)
     end_of = ends[root]
@@ -166,12 +227,7 @@ def _scan(folded: Folded, multi, val0, owner0, failed0, seg_first, xor, bits, se
     folded.failed[multi] = failed[at]
     folded.bits[multi] = np.bitwise_or.reduceat(np.where(index <= end_of, bits, 0), run_first)
     folded.decision[multi] = _final(decision[at])
-    return multi[root[notices]], owner[notices], np.flatnonzero(index > end_of)
-
-
-def mixed_of(roots: np.ndarray) -> np.ndarray:
-    """The hash-mixed key of each root (a permutation of uint64)."""
-    return roots.view(np.uint64) * MIX
+    return multi[root[notices]], owner[notices], index > end_of, (owner[at], decision[at])
 
 
 def _final(decision: np.ndarray) -> np.ndarray:

@@ -54,6 +54,7 @@ __all__ = ["AckerTable", "AckerStats", "Outcomes"]
 _GROUP = 8                # slots a lookup compares at once (8 int64 keys: one cache line)
 _GROUP_BITS = 3
 _WIDE_PROBE = 8           # probe positions a second lookup round looks at, at least
+_AHEAD = np.arange(1, _WIDE_PROBE + 1)
 _MAX_FILL = 0.90          # grow when the live roots would exceed this share of the slots ...
 _TARGET_LOAD = 0.68       # ... to a size where they fill this share
 _SHRINK_AT = 0.15         # shrink (to _TARGET_LOAD) when they fill less than this share
@@ -319,14 +320,7 @@ class AckerTable:
         self._stats.entries_folded += len(roots)
         senders = self._senders(records, kinds, record)
         offsets = np.array([r[5] for r in records], np.int64)
-        parts = []
-        while True:  # a tail: entries after their root was decided within the group
-            decided, tail = self._apply(Group(kinds, roots, vals, record, senders), offsets)
-            parts.append(decided)
-            if not len(tail):
-                return Outcomes.concat(parts)
-            kinds, roots, vals = kinds[tail], roots[tail], vals[tail]
-            record = record[tail]
+        return self._apply(Group(kinds, roots, vals, record, senders), offsets)
 
     def _senders(self, records: list, kinds: np.ndarray, record: np.ndarray | None
                  ) -> np.ndarray:
@@ -335,18 +329,18 @@ class AckerTable:
         with_init = (record[init] if record is not None
                      else np.zeros(int(init.any()), np.intp))
         senders = np.zeros(len(records), np.uint16)
+        with_init = np.flatnonzero(np.bincount(with_init, minlength=len(records))).tolist()
         for attempt in range(2):  # owner indices renumbered meanwhile: once more
             compactions = self._owner_compactions
-            for i in np.unique(with_init).tolist():
+            for i in with_init:
                 senders[i] = self._owner_index_of(records[i][3])
             if self._owner_compactions == compactions:
                 break
         return senders
 
-    def _apply(self, group: Group, offsets: np.ndarray) -> tuple[Outcomes, np.ndarray]:
-        """Look up the group's roots, fold them (:meth:`Group.fold`), store what stays pending
-        and drop what was decided; returns the decisions and RESET_TIMEOUT notices, and the
-        tail entries to fold next."""
+    def _apply(self, group: Group, offsets: np.ndarray) -> Outcomes:
+        """Look up the group's roots (once), fold them (:meth:`Group.fold`), store what stays
+        pending and drop what was decided; returns the decisions and RESET_TIMEOUT notices."""
         mixed, roots = group.mixed, group.roots
         step = self._step(mixed)
         pair = self._choices(self._home(mixed), step)
@@ -359,8 +353,11 @@ class AckerTable:
                             found & ((meta & _FAILED) != 0))
         decided = folded.decision != NOTHING
         keep = ~decided
-        new = keep & ~found
+        # A fresh entry began after an earlier decision in the group: the stored one is gone.
+        stale = found if folded.fresh is None else found & ~folded.fresh
+        new = keep & ~stale
         n_new = int(np.count_nonzero(new))
+        gone = np.flatnonzero(found & ~(keep & stale))
         need = self._live + n_new
         if need > self._fill_limit or (need < self._shrink_limit
                                        and self._groups > self._min_groups):
@@ -368,15 +365,14 @@ class AckerTable:
             step = self._step(mixed)
             pair = self._choices(self._home(mixed), step)
             slots = self._find(roots, pair, step)
-        gone = np.flatnonzero(decided & found)
         if len(gone):
             self._remove(slots[gone], self._meta[slots[gone]])
-        if n_new:  # where the new roots were first seen: their first records
+        if n_new:  # where the new entries were first seen: their first records
             self._insert(roots[new], pair[new], step[new],
                          int(offsets[folded.first_record[new]].min()),
                          folded.val[new], folded.owner[new], folded.failed[new])
         # Roots that stay: write only what changed (each write is a random access).
-        stay = np.flatnonzero(keep & found)
+        stay = np.flatnonzero(keep & stale)
         at, bits = slots[stay], folded.bits[stay]
         self._vals[at] = folded.val[stay]
         init = np.flatnonzero(bits & INIT_BIT)
@@ -389,18 +385,20 @@ class AckerTable:
         if len(moved):
             self._move_to_head(at[moved], self._meta[at[moved]], np.ones(len(moved), bool))
 
-        kinds = folded.decision[decided]
+        ended = folded.ended
+        kinds = np.concatenate([folded.decision[decided], folded.ended_kind])
         n_failed = int(np.count_nonzero(kinds == _FAILED_KIND))
         self._stats.failed += n_failed
         self._stats.completed += len(kinds) - n_failed
         self._stats.reset_notices += len(folded.notices)
         if not len(kinds) and not len(folded.notices):
-            return _NO_OUTCOMES, folded.tail
+            return _NO_OUTCOMES
         return Outcomes(
-            np.concatenate([roots[decided], roots[folded.notices]]),
-            self._owner_ids[np.concatenate([folded.owner[decided], folded.notice_owner])],
+            np.concatenate([roots[decided], roots[ended], roots[folded.notices]]),
+            self._owner_ids[np.concatenate([folded.owner[decided], folded.ended_owner,
+                                            folded.notice_owner])],
             np.concatenate([kinds, np.full(len(folded.notices), OutcomeKind.RESET_TIMEOUT,
-                                           np.uint8)])), folded.tail
+                                           np.uint8)]))
 
     # ----------------------------------------------------------------------------- time
 
@@ -475,7 +473,7 @@ class AckerTable:
     def _step(self, mixed: np.ndarray) -> np.ndarray:
         """Probe step of each mixed key (double hashing), from its low bits. The group count is
         prime, so every step visits every group."""
-        return ((mixed & _LOW32) % np.uint64(self._groups - 1)).astype(np.intp) + 1
+        return (((mixed & _LOW32) * np.uint64(self._groups - 1)) >> _SHIFT32).astype(np.intp) + 1
 
     def _choices(self, home: np.ndarray, step: np.ndarray) -> np.ndarray:
         """The two groups (probe positions 0 and 1) each key may sit in; one row per key."""
@@ -487,20 +485,39 @@ class AckerTable:
     def _find(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray) -> np.ndarray:
         """Slot of each of the distinct ``keys``, -1 where absent.
 
-        One round settles almost every key: a key lives in one of its two groups unless both
-        were full when it came; the overflow counts of both then say so, and only such keys
-        look further (at every position up to the longest path in use, in one round).
+        A key lives in one of its two groups unless both were full when it came: each key reads
+        its first group's row of keys, and only keys not found there read their second (a
+        random read each, the main cost of a fold). Past both, the overflow counts of both
+        say so, and only such keys look further (at every position up to the longest path in
+        use, in one round).
         """
-        slots = np.full(len(keys), -1, np.intp)
-        hit = np.flatnonzero(np.take(self._keys.reshape(-1, _GROUP), pair.ravel(), axis=0)
-                             .reshape(len(keys), 2 * _GROUP) == keys[:, None])
-        # hit = row * 16 + choice * 8 + slot in group, and pair.ravel()[row * 2 + choice].
-        slots[hit >> (_GROUP_BITS + 1)] = ((pair.ravel()[hit >> _GROUP_BITS] << _GROUP_BITS)
-                                           + (hit & (_GROUP - 1)))
-        overflow = self._overflow[pair]
-        todo = np.flatnonzero((slots < 0) & (np.minimum(overflow[:, 0], overflow[:, 1]) != 0))
+        groups = self._keys.reshape(-1, _GROUP)
+        slots = self._find_in(groups, keys, pair[:, 0], np.arange(len(keys)),
+                              np.full(len(keys), -1, np.intp))
+        second = np.flatnonzero(slots < 0)  # roots found in their first choice: one row read
+        if len(second):
+            self._find_in(groups, keys[second], pair[second, 1], second, slots)
+        todo = np.flatnonzero(slots < 0)
+        if len(todo):
+            overflow = np.take(self._overflow, pair[todo])
+            todo = todo[np.minimum(overflow[:, 0], overflow[:, 1]) != 0]
         if len(todo):
             self._find_further(keys[todo], pair[todo, 0], step[todo], todo, slots)
+        return slots
+
+    @staticmethod
+    def _find_in(groups: np.ndarray, keys: np.ndarray, group: np.ndarray, rows: np.ndarray,
+                 slots: np.ndarray) -> np.ndarray:
+        """Sets ``slots[rows]`` for the ``keys`` found in their ``group``; returns ``slots``."""
+        match = np.take(groups, group, axis=0) == keys[:, None]
+        # 8 booleans are one little-endian uint64; True is bit 0 of its byte, so the bits up to
+        # the lowest one set count 8 * (slot in the group) + 1
+        word = match.view(np.uint64).ravel()
+        hit = np.flatnonzero(word)
+        if len(hit):
+            word = word[hit]
+            slots[rows[hit]] = ((group[hit] << _GROUP_BITS)
+                                + (np.bitwise_count(word ^ (word - _ONE)) >> 3))
         return slots
 
     def _find_further(self, keys: np.ndarray, home: np.ndarray, step: np.ndarray,
@@ -536,7 +553,7 @@ class AckerTable:
         slot, or the next group on their path).
         """
         meta8 = self._meta.view(_META8)
-        room = np.bitwise_count(~meta8[pair] & _HIGH_BITS)
+        room = np.bitwise_count(~np.take(meta8, pair) & _HIGH_BITS)
         position = (room[:, 1] > room[:, 0]).astype(np.intp)
         group = np.where(position, pair[:, 1], pair[:, 0])
         slots = np.empty(len(keys), np.intp)
@@ -544,9 +561,13 @@ class AckerTable:
         while True:
             free = ~meta8[group] & _HIGH_BITS  # the high bit of each free slot's meta byte
             full = free == 0
-            if full.any():
-                position[todo[full]] += 1
-                group = np.where(full, (group + step[todo]) % self._groups, group)
+            if full.any():  # look at the next _WIDE_PROBE groups on their paths at once
+                at = np.flatnonzero(full)
+                ahead = (group[at, None] + step[todo[at], None] * _AHEAD) % self._groups
+                room = (~np.take(meta8, ahead) & _HIGH_BITS) != 0
+                jump = np.where(room.any(axis=1), room.argmax(axis=1), _WIDE_PROBE - 1)
+                position[todo[at]] += jump + 1
+                group[at] = ahead[np.arange(len(at)), jump]
                 continue
             slot = (group << _GROUP_BITS) + (np.bitwise_count(free ^ (free - _ONE)) >> 3) - 1
             self._keys[slot] = keys[todo]
