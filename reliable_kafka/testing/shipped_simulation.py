@@ -42,7 +42,7 @@ TOPOLOGY = "sim"
 SOURCE, MID = "src", "mid"
 SPOUT_GROUP, BOLT_GROUP = "sim.spouts", "sim.bolts"
 # modules of the shipped code whose ``time`` is the simulation's clock while it runs
-_TIMED_MODULES = ("reliable_kafka.spout.spout", "reliable_kafka.spout.transactional",
+_TIMED_MODULES = ("reliable_kafka.spout.spout", "reliable_kafka.spout.roots", "reliable_kafka.spout.reread",
                   "reliable_kafka.bolt.runner", "reliable_kafka.acker.worker",
                   "reliable_kafka.core.tracker", "reliable_kafka.kafka.outcomes", "reliable_kafka.kafka.produce",
                   "reliable_kafka.ops.failures", "reliable_kafka.topology", "reliable_kafka.codec")
