@@ -245,17 +245,21 @@ def with_children(outputs, salt: int):
 
 
 def child_xor_by_root(rows):
-    """Per root of the rows' children: (root, XOR of its child edges), ``bit_xor`` over the pairs."""
-    return rows.selectExpr(f"inline({CHILDREN})").groupBy("root").agg({"edge": "bit_xor"}) \
-        .withColumnRenamed("bit_xor(edge)", "xor")
+    """Per root of the rows' children: (root, XOR of its child edges, ``bit_xor``, and ``rows``:
+    the rows whose first child it is). One more group, root null, holds the rows without
+    children; the sum of ``rows`` over all groups is the row count, so no second job counts them."""
+    return rows.selectExpr(f"posexplode_outer({CHILDREN}) AS (pos, c)").selectExpr(
+        "c.root AS root", "c.edge AS edge", "IF(pos = 0 OR pos IS NULL, 1, 0) AS first") \
+        .groupBy("root").agg({"edge": "bit_xor", "first": "sum"}) \
+        .withColumnRenamed("bit_xor(edge)", "xor").withColumnRenamed("sum(first)", "rows")
 
 
 def column_arrays(df, names: list[str]) -> dict[str, "np.ndarray"]:
-    """Long columns of a DataFrame as int64 arrays, packed in the JVM into one row of arrays
-    first: the driver unpickles a few lists, never one Python Row per record."""
+    """Long columns of a DataFrame as int64 arrays (null as 0), packed in the JVM into one row of
+    arrays first: the driver unpickles a few lists, never one Python Row per record."""
     import numpy as np
 
-    fields = ", ".join(f"'{n}', CAST(`{n}` AS BIGINT)" for n in names)
+    fields = ", ".join(f"'{n}', coalesce(CAST(`{n}` AS BIGINT), 0)" for n in names)
     packed = df.selectExpr(f"collect_list(named_struct({fields})) AS r")
     row = packed.selectExpr(*[f"transform(r, s -> s.`{n}`) AS `{n}`" for n in names]).collect()[0]
     return {n: np.array(row[n] or [], dtype=np.int64) for n in names}
@@ -294,8 +298,9 @@ def write_in_jvm(outputs, *, salt: int, bootstrap_servers: str, topic: str, opti
         for key, value in options.items():
             writer = writer.option(key, value)
         writer.save()
-        arrays = column_arrays(child_xor_by_root(rows), ["root", "xor"])
-        written = rows.count()
-        return written, arrays["root"], arrays["xor"]
+        arrays = column_arrays(child_xor_by_root(rows), ["root", "xor", "rows"])
+        written = int(arrays["rows"].sum())
+        rooted = arrays["root"] != 0  # column_arrays gives the childless rows' null root as 0
+        return written, arrays["root"][rooted], arrays["xor"][rooted]
     finally:
         rows.unpersist()

@@ -109,7 +109,7 @@ def test_xor_per_root_is_the_python_reference(spark):
     rows = with_children(outputs, 99).persist()
     try:
         computed = rows.select(ROW_ID, CHILDREN).collect()
-        per_root = column_arrays(child_xor_by_root(rows), ["root", "xor"])
+        per_root = column_arrays(child_xor_by_root(rows), ["root", "xor", "rows"])
     finally:
         rows.unpersist()
     expected: dict[int, int] = {}
@@ -118,3 +118,12 @@ def test_xor_per_root_is_the_python_reference(spark):
             assert child.edge == derive_child_edge(99, row[ROW_ID], child.root)
             expected[child.root] = expected.get(child.root, 0) ^ child.edge
     assert dict(zip(per_root["root"].tolist(), per_root["xor"].tolist())) == expected
+    assert int(per_root["rows"].sum()) == len(computed) == 3000
+
+
+def test_rows_without_children_are_counted_in_the_null_root_group(spark):
+    rows = [("a", [(5, 6)]), ("b", None), ("c", [(5, 1), (6, 2)]), ("d", [(0, 1)])]
+    outputs = spark.createDataFrame(rows, f"value string, anchors {ANCHORS_TYPE}")
+    per_root = column_arrays(child_xor_by_root(with_children(outputs, 4)), ["root", "xor", "rows"])
+    got = {r: n for r, n in zip(per_root["root"].tolist(), per_root["rows"].tolist())}
+    assert sum(got.values()) == 4 and got[0] == 2  # b and d: no children (null root, read as 0)
