@@ -15,14 +15,20 @@ the query stopped), CPU seconds per 1,000 sentences of the Python driver and of 
 tree completed and the group commit reached the end (bound by the Python bolt acking 8 words a
 sentence). The ratio is tracked / plain of the medians. Prints figures, asserts nothing.
 
-Usage: ``./rk bench spark_pipeline [--sentences N] [--rounds R] [--batch B] [--bootstrap-servers HOST:PORT]``
-(without ``--bootstrap-servers`` an embedded broker is started and stopped).
+Usage: ``./rk bench spark_pipeline [--sentences N] [--rounds R] [--batch B] [--bootstrap-servers HOST:PORT]
+[--profile]`` (without ``--bootstrap-servers`` an embedded broker is started and stopped). ``--profile``
+runs cProfile around the tracked job's batch function in the driver and prints where its wall
+time went (each Spark action there is synchronous, so its cumulative time is that action's), and
+CPU seconds of Spark's Python workers (children of the JVM, e.g. a Python output writer).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import io
+import pstats
 import multiprocessing
 import os
 import statistics
@@ -59,10 +65,69 @@ def _bolt(bootstrap: str, topology: str, topic: str, stop) -> None:
               handler=lambda tuple_, collector: None).run(stop)
 
 
-def _jvm_cpu(pid: int) -> float:
+def _stat(pid: int) -> list[str]:
     with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
+        return stat.read().rsplit(")", 1)[1].split()
+
+
+def _jvm_cpu(pid: int) -> float:
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _workers_cpu(jvm_pid: int) -> float:
+    """CPU seconds of the JVM's descendant processes (Spark's Python workers) alive now."""
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = _stat(int(entry))
+            except OSError:
+                continue
+            parents[int(entry)] = int(fields[1])
+            cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in cpu:
+        parent = parents.get(pid)
+        while parent and parent != jvm_pid:
+            parent = parents.get(parent)
+        if parent == jvm_pid:
+            total += cpu[pid]
+    return total
+
+
+PROFILE: cProfile.Profile | None = None
+
+
+def _profiled(function):
+    def run(*args, **kwargs):
+        PROFILE.enable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            PROFILE.disable()
+    return run
+
+
+def _wait_for_group_coordinator(bootstrap: str, topic: str, timeout: float = 120.0) -> None:
+    """A fresh broker creates __consumer_offsets on the first group request and answers
+    NOT_COORDINATOR until it is ready; the tracked job's start would fail on that."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("bench-warm-up")})
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                consumer.committed([TopicPartition(topic, 0)], timeout=30)
+                return
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+    finally:
+        consumer.close()
 
 
 class Meter:
@@ -73,12 +138,14 @@ class Meter:
 
     def __enter__(self):
         self.wall, self.py, self.jvm = time.monotonic(), time.process_time(), _jvm_cpu(self.jvm_pid)
+        self.workers = _workers_cpu(self.jvm_pid)
         return self
 
     def __exit__(self, *exc) -> None:
         self.wall = time.monotonic() - self.wall
         self.py = time.process_time() - self.py
         self.jvm = _jvm_cpu(self.jvm_pid) - self.jvm
+        self.workers = _workers_cpu(self.jvm_pid) - self.workers
 
 
 def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int) -> dict:
@@ -92,7 +159,7 @@ def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int) -> d
                  .option("topic", output).option("checkpointLocation", checkpoint)
                  .trigger(availableNow=True).start())
         query.awaitTermination()
-    return {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm}
+    return {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "workers": meter.workers}
 
 
 def run_tracked(spark, bootstrap: str, source: str, batch: int, sentences: int, jvm_pid: int) -> dict:
@@ -116,6 +183,8 @@ def run_tracked(spark, bootstrap: str, source: str, batch: int, sentences: int, 
                              group_id=f"{topology}.spark", checkpoint_dir=checkpoint, transform=split_words,
                              output_topic=output, available_now=True, max_offsets_per_trigger=batch,
                              max_pending=sentences + batch, message_timeout_ms=600_000)
+            if PROFILE is not None:
+                job._on_stream_batch = _profiled(job._on_stream_batch)
             started = time.monotonic()
             with Meter(jvm_pid) as meter:
                 job.start()
@@ -131,7 +200,7 @@ def run_tracked(spark, bootstrap: str, source: str, batch: int, sentences: int, 
             if process.is_alive():
                 process.terminate()
     assert progress["inputs"] == sentences, progress
-    return {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "completed": completed if done else None,
+    return {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "workers": meter.workers, "completed": completed if done else None,
             "trees": progress["tracker"]["completed"]}
 
 
@@ -142,7 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=25_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap",
                         help="Kafka bootstrap servers (default: start an embedded broker)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the tracked job's batches")
     args = parser.parse_args(argv)
+    global PROFILE
+    if args.profile:
+        PROFILE = cProfile.Profile()
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap
         if bootstrap is None:
@@ -156,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(WORDS_PER_SENTENCE)).encode()
                  for i in range(args.sentences)]
         produce_values(bootstrap, source, lines, timeout=300)
+        _wait_for_group_coordinator(bootstrap, source)
         spark = spark_session("rk-bench-spark-pipeline", master="local[2]")
         jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
         n = args.sentences
@@ -176,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                                  f"{figures['completed']:.1f} s" if figures["completed"] else ", NOT caught up")
                     print(f"{label:8} {name:8} {n / figures['wall']:9,.0f} sentences/s  "
                           f"driver CPU {1000 * figures['py'] / n:.3f} s/1k  JVM CPU {1000 * figures['jvm'] / n:.3f} "
-                          f"s/1k{extra}", flush=True)
+                          f"s/1k  Python workers CPU {1000 * figures['workers'] / n:.3f} s/1k{extra}", flush=True)
                     if round_:
                         results[name].append(figures)
         finally:
@@ -186,7 +260,12 @@ def main(argv: list[str] | None = None) -> int:
           f"ratio tracked/plain {rate['tracked'] / rate['plain']:.2f} (target >= 0.7)")
     for name, runs in results.items():
         print(f"{name:8} driver CPU {1000 * statistics.median(f['py'] for f in runs) / n:.3f} s per 1,000 sentences, "
-              f"JVM CPU {1000 * statistics.median(f['jvm'] for f in runs) / n:.3f}")
+              f"JVM CPU {1000 * statistics.median(f['jvm'] for f in runs) / n:.3f}, "
+              f"Python workers CPU {1000 * statistics.median(f['workers'] for f in runs) / n:.3f}")
+    if PROFILE is not None:
+        out = io.StringIO()
+        pstats.Stats(PROFILE, stream=out).sort_stats("cumulative").print_stats(25)
+        print("\ntracked batches in the driver, all runs (cumulative wall s):\n" + out.getvalue())
     return 0
 
 

@@ -18,11 +18,12 @@ import struct
 
 from reliable_kafka.errors import ArgumentError
 
-__all__ = ["ROOT_TAG", "EDGE_TAG", "ZERO_REPLACEMENT", "xxh64", "spark_xxhash64", "derive_root",
-           "derive_edge", "root_column", "edge_column"]
+__all__ = ["ROOT_TAG", "EDGE_TAG", "CHILD_TAG", "ZERO_REPLACEMENT", "xxh64", "spark_xxhash64", "derive_root",
+           "derive_edge", "derive_child_edge", "root_column", "edge_column"]
 
 ROOT_TAG = 1
 EDGE_TAG = 2
+CHILD_TAG = 3  # child edges of output rows (reliable_kafka.spark.writer.write_in_jvm)
 ZERO_REPLACEMENT = 0x2545F4914F6CDD1D  # any fixed non-zero value; a hash of 0 has odds 2^-64
 
 _M = (1 << 64) - 1
@@ -120,18 +121,20 @@ def derive_edge(salt: int, topic: str, partition: int, offset: int, attempt: int
     return _derive(salt, topic, partition, offset, attempt, EDGE_TAG)
 
 
+def derive_child_edge(salt: int, row_id: int, root: int) -> int:
+    """The child edge Spark draws for output row ``row_id`` in the tree of ``root`` (Python port
+    of ``writer.child_edges``)."""
+    h = spark_xxhash64(("long", salt), ("long", row_id), ("long", root), ("int", CHILD_TAG))
+    return h if h != 0 else ZERO_REPLACEMENT
+
+
 def _column(salt: int, tag: int):
     from pyspark.sql import functions as F
 
-    h = F.xxhash64(
-        F.lit(salt).cast("long"),
-        F.col("topic").cast("string"),
-        F.col("partition").cast("int"),
-        F.col("offset").cast("long"),
-        F.col("attempt").cast("int"),
-        F.lit(tag).cast("int"),
-    )
-    return F.when(h == 0, F.lit(ZERO_REPLACEMENT).cast("long")).otherwise(h)
+    # SQL text: one py4j call, where a Column tree costs dozens (each slow on a busy driver).
+    h = (f"xxhash64(CAST({salt} AS BIGINT), CAST(`topic` AS STRING), CAST(`partition` AS INT), "
+         f"CAST(`offset` AS BIGINT), CAST(`attempt` AS INT), CAST({tag} AS INT))")
+    return F.expr(f"coalesce(nullif({h}, 0), CAST({ZERO_REPLACEMENT} AS BIGINT))")
 
 
 def root_column(salt: int):

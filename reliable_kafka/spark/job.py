@@ -24,8 +24,8 @@ from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.produce import flush_or_raise
 from reliable_kafka.ops import reporter as ops_reporter
 from reliable_kafka.security import spark_kafka_options as spark_security_options
-from reliable_kafka.spark.anchors import ANCHORS_COLUMN
-from reliable_kafka.spark.writer import OutputWriter
+from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
+from reliable_kafka.spark.writer import OutputWriter, write_in_jvm
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 
 if TYPE_CHECKING:
@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 SOURCE_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "headers"]
 """Columns of Spark's Kafka source that a transform's input keeps (plus ``anchors``)."""
+
+_CONSUMER_ONLY_OPTIONS = {"kafka.isolation.level", "kafka.group.id", "kafka.auto.offset.reset"}
 
 BatchErrorPolicy = Literal["fail_roots", "stop"]
 Transform = Callable[..., Any]  # (DataFrame) -> DataFrame; pyspark stays an optional import
@@ -299,8 +301,14 @@ class SparkJob:
     def _on_stream_batch(self, df, batch_id: int) -> None:
         raise NotImplementedError
 
-    def _write(self, inputs) -> tuple[int, int]:
-        """Run the transform and write its outputs from executor tasks; (outputs, failed rows)."""
+    def _write(self, inputs, salt: int | None = None) -> tuple[int, int, object]:
+        """Run the transform and write its outputs; (outputs, failed rows, children).
+
+        With a ``salt`` and no ``rk_fail`` column, the outputs go through Spark's Kafka sink
+        (``writer.write_in_jvm``, DESIGN 7.2) and ``children`` is (roots, XOR of their child
+        edges) as int64 arrays, which the caller must fold into the inputs' final acks. Otherwise
+        executor tasks write them in Python (``OutputWriter``), sending the child-edge acks
+        themselves, and ``children`` is None."""
         outputs = self.transform(inputs)
         columns = set(getattr(outputs, "columns", ()))
         if "value" not in columns or ANCHORS_COLUMN not in columns:
@@ -308,6 +316,11 @@ class SparkJob:
                 f"{self.name}: transform {getattr(self.transform, '__name__', self.transform)} must return "
                 f"a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns (and optionally key, headers, "
                 f"rk_fail, rk_fail_reason, rk_fail_retry); got {sorted(columns)}")
+        if salt is not None and FAIL_COLUMN not in columns:
+            written, roots, xors = write_in_jvm(outputs, salt=salt, bootstrap_servers=self.bootstrap_servers,
+                                                topic=self.output_topic, options=self._sink_options())
+            self.stats.outputs += written
+            return written, 0, (roots, xors)
         before_outputs, before_failed = self._outputs_acc.value, self._failed_acc.value
         writer = OutputWriter(
             bootstrap_servers=self.bootstrap_servers,
@@ -326,7 +339,12 @@ class SparkJob:
         failed = self._failed_acc.value - before_failed
         self.stats.outputs += written
         self.stats.failed_rows += failed
-        return written, failed
+        return written, failed, None
+
+    def _sink_options(self) -> dict[str, str]:
+        """The reader's ``kafka.*`` client options (security...) minus the consumer-only ones."""
+        return {key: value for key, value in self.spark_kafka_options.items()
+                if key.startswith("kafka.") and key not in _CONSUMER_ONLY_OPTIONS}
 
     def _send_entries(self, kind: EventKind, entries: list[tuple[int, int]], *, what: str) -> None:
         """Send ack-topic entries from the driver and wait until the broker has them."""

@@ -4,12 +4,13 @@ Spark's Kafka source and micro-batch engine do the reading; ``foreachBatch`` add
 (DESIGN 7 and 7.1). Per batch the driver
 
 1. derives each record's root and edge from a fresh salt (``reliable_kafka.spark.derive``),
-   collects the batch's (coordinates, root, edge), registers them with the in-flight tracker and
-   sends INIT for every root, flushed before anything else happens;
+   collects the batch's (coordinates, root, edge) as columns, registers them with the in-flight
+   tracker and sends INIT for every root, flushed before anything else happens;
 2. runs the user's ``transform`` over the batch (key, value, topic, partition, offset,
-   timestamp, headers, attempt, anchors) and writes its outputs from executor tasks, which also
-   send the child-edge acks (``OutputWriter``);
-3. after the write action succeeded, acks each input's own edge.
+   timestamp, headers, attempt, anchors) and writes its outputs through Spark's Kafka sink, with
+   the per-root XOR of their child edges from an aggregation (``writer.write_in_jvm``; outputs
+   with ``rk_fail`` go through the Python ``OutputWriter``, which sends the child-edge acks);
+3. after the write action succeeded, acks each input's own edge, folded with that XOR.
 
 A background driver loop consumes this spout's outcomes, redelivers failed and timed-out records
 (re-read by offset with a batch Kafka read, processed with new roots, joined to the next
@@ -28,6 +29,7 @@ import threading
 import time
 from dataclasses import asdict
 
+import numpy as np
 from confluent_kafka import KafkaException, TopicPartition
 
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
@@ -43,6 +45,7 @@ from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
 from reliable_kafka.spout.spout import _source_record
 from reliable_kafka.topology import admin_client, partition_count
+from reliable_kafka.spark.writer import fold_by_root
 from reliable_kafka.kafka.clients import new_consumer
 
 __all__ = ["SparkSpout"]
@@ -261,8 +264,7 @@ class SparkSpout(SparkJob):
         roots: list[int] = []
         try:
             try:
-                coordinates = batch.select("topic", "partition", "offset", "attempt", "root", "edge").collect()
-                entries, skipped = self._register(coordinates, redeliveries)
+                entries, skipped = self._register(_record_columns(batch), redeliveries)
             except Exception as exc:
                 raise _BeforeEmit(str(exc)) from exc
             roots = [root for root, _ in entries]
@@ -281,7 +283,12 @@ class SparkSpout(SparkJob):
             inputs = (inputs.withColumn("anchors", F.array(F.struct(F.col("root"), F.col("edge"))))
                       .drop("root", "edge"))
             self.stats.inputs += len(entries)
-            self._write(inputs)  # (2)
+            _, _, children = self._write(inputs, salt)  # (2)
+            if children is not None:  # the JVM sink wrote them: their XOR goes into the final acks
+                roots_array, vals = fold_by_root(
+                    np.concatenate([np.array([r for r, _ in entries], dtype=np.int64), children[0]]),
+                    np.concatenate([np.array([e for _, e in entries], dtype=np.int64), children[1]]))
+                entries = list(zip(roots_array.tolist(), vals.tolist()))
             self._send_entries(EventKind.ACK, entries, what=f"input acks of {what}")  # (3)
         except _BeforeEmit as exc:
             self._requeue(redeliveries)
@@ -294,23 +301,25 @@ class SparkSpout(SparkJob):
         finally:
             batch.unpersist()
 
-    def _register(self, coordinates, redeliveries: list[Redelivery]):
-        """Tracker entries for the batch's records; returns ((root, edge) list, skipped roots)."""
+    def _register(self, columns: dict[str, list], redeliveries: list[Redelivery]):
+        """Tracker entries for the batch's records (``_record_columns``); returns ((root, edge)
+        list, skipped roots)."""
         wanted = {(r.tp, r.offset): r for r in redeliveries}
         entries: list[tuple[int, int]] = []
         skipped: list[int] = []
         with self._lock:
-            for row in coordinates:
-                tp = (row.topic, row.partition)
-                if row.attempt == 1:
-                    if self.tracker.should_skip(tp, row.offset):
-                        skipped.append(row.root)
+            tracker = self.tracker
+            for topic, partition, offset, attempt, root, edge in zip(*(columns[n] for n in _RECORD_COLUMNS)):
+                tp = (topic, partition)
+                if attempt == 1:
+                    if tracker.should_skip(tp, offset):
+                        skipped.append(root)
                         continue
-                elif wanted.pop((tp, row.offset), None) is None:
-                    skipped.append(row.root)
+                elif wanted.pop((tp, offset), None) is None:
+                    skipped.append(root)
                     continue
-                self._roots.track(tp, row.offset, row.root, row.attempt)
-                entries.append((row.root, row.edge))
+                self._roots.track(tp, offset, root, attempt)
+                entries.append((root, edge))
             for redelivery in wanted.values():
                 # Kafka deleted it (retention) before it could be processed again: nothing to send.
                 self._not_redelivered += 1
@@ -489,3 +498,13 @@ class SparkSpout(SparkJob):
                 "throttled": self.throttled,
             }
 
+
+_RECORD_COLUMNS = ("topic", "partition", "offset", "attempt", "root", "edge")
+
+
+def _record_columns(batch) -> dict[str, list]:
+    """The batch's record coordinates and ids as one list per column: packed into one row of
+    arrays in the JVM, so the driver unpickles a few lists instead of building a Row per record."""
+    packed = batch.selectExpr(f"collect_list(struct({', '.join(_RECORD_COLUMNS)})) AS r")
+    row = packed.selectExpr(*[f"transform(r, s -> s.`{n}`) AS `{n}`" for n in _RECORD_COLUMNS]).collect()[0]
+    return {n: row[n] or [] for n in _RECORD_COLUMNS}

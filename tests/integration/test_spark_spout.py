@@ -1,8 +1,8 @@
 """SparkSpout against a real broker and acker, Spark in local mode (DESIGN 7, 7.1, 8).
 
 One SparkSession for the module, ``local[2,3]``: two cores, and a failed task is retried (local
-mode ignores ``spark.task.maxFailures``). The task-retry test swaps in a test-only writer whose
-task dies after writing (spark_dying_writer).
+mode ignores ``spark.task.maxFailures``). The task-retry test arms a failpoint in the JVM output
+path: a write task dies after handing rows to Spark's Kafka sink (SinkFailpoint).
 """
 
 from __future__ import annotations
@@ -36,17 +36,43 @@ pytestmark = pytest.mark.spark
 FAILPOINT_OUTPUTS = 40
 
 
+FAILPOINT_PROPERTY = "rk.test.spark.sink.failpoint"
+
+
+class SinkFailpoint:
+    """Arms a write task of the JVM output path to die after handing FAILPOINT_OUTPUTS rows to
+    Spark's Kafka sink, once: the first task to reach that row clears a JVM system property
+    (local mode: tasks run in the driver's JVM) and raises; Spark retries the task."""
+
+    def __init__(self, spark) -> None:
+        self.system = spark.sparkContext._jvm.java.lang.System
+
+    def arm(self) -> None:
+        self.system.setProperty(FAILPOINT_PROPERTY, "armed")
+
+    def fired(self) -> bool:
+        return self.system.getProperty(FAILPOINT_PROPERTY) is None
+
+
 @pytest.fixture
-def failpoint_flag(tmp_path, monkeypatch):
-    """Arms the test-only DyingWriter for this test: one task dies after FAILPOINT_OUTPUTS outputs."""
-    from functools import partial
+def failpoint(spark, monkeypatch):
+    from reliable_kafka.spark import writer
 
-    from spark_dying_writer import DyingWriter
+    original = writer.sink_rows
 
-    flag = tmp_path / "fail-one-task"
-    monkeypatch.setattr("reliable_kafka.spark.job.OutputWriter",
-                        partial(DyingWriter, flag=str(flag), after=FAILPOINT_OUTPUTS))
-    return flag
+    def with_failpoint(rows):  # after the persisted rows: the sink has the rows before this one
+        index = F.col(writer.ROW_ID).bitwiseAND(F.lit((1 << 33) - 1))  # the row's place in its partition
+        cleared = F.call_function("java_method", F.lit("java.lang.System"), F.lit("clearProperty"),
+                                  F.lit(FAILPOINT_PROPERTY))
+        # once: the property's value the first time, then the text "null" (one call per row reached)
+        fire = (index == FAILPOINT_OUTPUTS) & (cleared != "null")
+        return original(rows.withColumn("value", F.when(fire, F.raise_error(
+            F.lit("failpoint: a task dies after writing"))).otherwise(F.col("value"))))
+
+    monkeypatch.setattr(writer, "sink_rows", with_failpoint)
+    point = SinkFailpoint(spark)
+    yield point
+    point.system.clearProperty(FAILPOINT_PROPERTY)
 
 
 @pytest.fixture(scope="module")
@@ -140,13 +166,14 @@ def test_commits_only_completed_trees_and_redelivers_downstream_failures(spark, 
     print(f"micro-batches held back by max_pending: {progress['throttled']}")
 
 
-def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_path, failpoint_flag):
-    """A writing task dies after delivering 40 outputs and Spark retries it. The dead attempt's
-    children were never added to their trees, so those roots must time out, not complete; and
+def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_path, failpoint):
+    """A writing task dies after handing 40 outputs to the sink and Spark retries it. The dead
+    attempt's outputs carry the same child edges as the retry's: acking both copies cancels them,
+    so those roots must time out, not complete; and
     roots whose outputs the downstream withholds (never acks) must not complete either."""
     topology, source, output = new_topology("rk-spark-retry", kafka_bootstrap)
     placed = placed_records(kafka_bootstrap, source, 400)
-    failpoint_flag.write_text("armed")
+    failpoint.arm()
 
     def withheld(offset: int, attempt: int) -> bool:
         return attempt == 1 and offset % 10 == 3
@@ -173,7 +200,7 @@ def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_pat
         finally:
             spout.stop()
 
-    assert not failpoint_flag.exists(), "the failpoint never fired: no task died after writing"
+    assert failpoint.fired(), "the failpoint never fired: no task died after writing"
     decided = outcomes(kafka_bootstrap, topology)
     by_root = outputs_by_root(kafka_bootstrap, output)
     dead_attempt_roots = [root for root, outs in by_root.items() if len(outs) != len(set(outs))]
