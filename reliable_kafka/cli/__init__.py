@@ -2,7 +2,7 @@
 
 - :mod:`~reliable_kafka.cli.broker`: ``kafka up|status|down``, a local broker;
 - :mod:`~reliable_kafka.cli.acker`: ``acker``, one acker worker;
-- :mod:`~reliable_kafka.cli.demo`: ``demo`` and ``chaos``, runs that check their own results;
+- :mod:`~reliable_kafka.cli.demo`: ``demo``, ``chaos`` and ``sim``, runs that check their own results;
 - :mod:`~reliable_kafka.cli.status`: ``status``, ``ui`` and ``lag``, what a topology is doing;
 - :mod:`~reliable_kafka.cli.failures`: ``dlq`` and ``trace``, acting on failures;
 - :mod:`~reliable_kafka.cli.spark`: ``spark-submit`` with the Kafka connector;

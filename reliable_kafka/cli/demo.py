@@ -1,4 +1,4 @@
-"""``reliable-kafka demo`` and ``reliable-kafka chaos``: runs that check their own results."""
+"""``reliable-kafka demo``, ``chaos`` and ``sim``: runs that check their own results."""
 
 from __future__ import annotations
 
@@ -12,6 +12,21 @@ __all__ = ["register"]
 def register(subparsers: Subparsers) -> None:
     _register_demo(subparsers)
     _register_chaos(subparsers)
+    _register_sim(subparsers)
+
+
+def _register_sim(subparsers: Subparsers) -> None:
+    from reliable_kafka.testing import shipped_simulation
+
+    sim = subparsers.add_parser(
+        "sim",
+        help="run the seeded simulation of the shipped classes over many seeds (no broker)",
+        description="The shipped Spout, BasicBolt and AckerWorker on the in-memory Kafka under a seeded "
+        "scheduler with faults, crashes and rebalances; DESIGN section 8 checked after every step "
+        "(docs/testing.md). Prints each failing seed with its replay command; exits 1 if one failed.",
+    )
+    shipped_simulation.add_arguments(sim)
+    sim.set_defaults(handler=shipped_simulation.run)
 
 
 def _register_demo(subparsers: Subparsers) -> None:

@@ -782,3 +782,24 @@ def test_same_root_names_one_representative_per_root(keys, scratch_bits):
     assert np.array_equal(roots[rep], roots)          # a representative holds the same root
     assert np.array_equal(rep[rep], rep)              # ... and represents itself
     assert len(np.unique(rep)) == len(set(keys))      # one per distinct root
+
+
+# ----------------------------------------------------- the reference model itself
+
+
+def test_reference_acker_decides_as_documented():
+    model = ReferenceAcker(timeout_ms=100, buckets=2)  # buckets of 50 ms
+    init, ack, fail = 0, 1, 2
+    assert model.fold([ack], [7], [5], sender=1, event_time_ms=0, offset=0) == []
+    assert model.fold([init], [7], [5], sender=9, event_time_ms=10, offset=1) == [(7, 9, 0)]
+    assert model.fold([fail, ack], [8, 6], [0, 3], sender=1, event_time_ms=20, offset=2) == []
+    assert model.low_bound() == 2 and model.pending == 2
+    assert model.fold([init], [8], [4], sender=9, event_time_ms=30, offset=3) == [(8, 9, 1)]
+    assert model.advance(149) == []       # root 6 seen at 20: deadline bucket (20+100)//50 = 2
+    assert model.advance(150) == []       # ownerless: expires silently
+    assert model.pending == 0 and model.low_bound() is None
+    reset = 3  # a RESET_TIMEOUT is forwarded to the owner once it is known
+    assert model.fold([reset], [5], [0], sender=1, event_time_ms=200, offset=4) == []
+    assert model.fold([init, reset], [5, 5], [4, 0], sender=9, event_time_ms=200,
+                      offset=5) == [(5, 9, 3)]
+    assert model.stats.reset_notices == 1 and model.pending == 1
