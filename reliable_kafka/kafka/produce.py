@@ -51,7 +51,7 @@ class ProducerUnusable(KafkaException):
 _PRODUCER_STATE_ERRORS = (KafkaError._STATE, KafkaError._FENCED, KafkaError._FATAL)
 
 
-def produce_waiting(producer: Producer, topic: str, value: bytes, **kwargs) -> None:
+def produce_waiting(producer: Producer, topic: str, value: bytes | None, **kwargs) -> None:
     """produce(), waiting for room when librdkafka's local queue is full instead of failing."""
     while True:
         try:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, cast
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from reliable_kafka.errors import ReliableKafkaError
 from reliable_kafka.kafka.clients import new_consumer
@@ -49,7 +49,7 @@ class SourceRereader:
         self.gone = gone
         self.batch_size = batch_size
         self.timeout_s = timeout_s
-        self._consumer = None
+        self._consumer: Consumer | None = None  # made on the first read again
 
     def __call__(self, wanted: Iterable[tuple[TopicPartitionKey, int]]) -> None:
         by_partition: dict[TopicPartitionKey, set[int]] = {}
@@ -82,10 +82,11 @@ class SourceRereader:
                 for message in self._consumer.consume(num_messages=self.batch_size, timeout=0.5):
                     if message.error() is not None:
                         continue
-                    position = message.offset() + 1
-                    if message.offset() in missing:
-                        missing.discard(message.offset())
-                        self.records[(key, message.offset())] = self.to_record(message)
+                    offset = cast(int, message.offset())  # a consumed record's, never None
+                    position = offset + 1
+                    if offset in missing:
+                        missing.discard(offset)
+                        self.records[(key, offset)] = self.to_record(message)
         finally:
             self._consumer.unassign()
         for offset in sorted(o for o in missing if o < position):  # read past: not a record
