@@ -40,13 +40,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from reliable_kafka.core.acker_fold import MIX, Group, run_starts
 from reliable_kafka.core.acker_rule import FAIL_BIT, INIT_BIT, KIND_BITS, NOTHING, RESET_BIT
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
-from reliable_kafka.errors import ConfigError, ReliableKafkaError
+from reliable_kafka.errors import ArgumentError, ConfigError, ReliableKafkaError
 
 __all__ = ["AckerTable", "AckerStats", "Outcomes"]
 
@@ -93,12 +95,12 @@ def _prime_at_least(n: int) -> int:
         n += 1
 
 
-def _columns(kinds, roots, vals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _columns(kinds: ArrayLike, roots: ArrayLike, vals: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     kinds = np.asarray(kinds)
     roots = np.asarray(roots, dtype=np.int64)
     vals = np.asarray(vals, dtype=np.int64)
     if kinds.ndim != 1 or kinds.shape != roots.shape or kinds.shape != vals.shape:
-        raise ValueError("AckerTable.fold: kinds, roots and vals must be 1-d arrays of one "
+        raise ArgumentError("AckerTable.fold: kinds, roots and vals must be 1-d arrays of one "
                          f"length, got shapes {kinds.shape}, {roots.shape}, {vals.shape}")
     return kinds, roots, vals
 
@@ -279,6 +281,7 @@ class AckerTable:
         i = 0
         while i < len(records):
             parts.append(self._advance_clock(records[i][4]))
+            assert self._clock is not None  # the call above set it
             # Later records join while they move the clock neither past a bucket boundary (no
             # expiry due) nor to a new newest deadline (one head bucket for all).
             base, head = self._clock // self._width, (self._clock + self._timeout) // self._width
@@ -305,7 +308,7 @@ class AckerTable:
         valid = ~invalid
         return tuple(column[valid] for column in (kinds, *columns))
 
-    def _fold_group(self, records: list) -> Outcomes:
+    def _fold_group(self, records: list[tuple[Any, ...]]) -> Outcomes:
         """Fold records that share one clock bucket and one head bucket (no expiry between)."""
         if len(records) == 1:
             kinds, roots, vals, sender, _, offset = records[0]
@@ -322,7 +325,7 @@ class AckerTable:
         offsets = np.array([r[5] for r in records], np.int64)
         return self._apply(Group(kinds, roots, vals, record, senders), offsets)
 
-    def _senders(self, records: list, kinds: np.ndarray, record: np.ndarray | None
+    def _senders(self, records: list[tuple[Any, ...]], kinds: np.ndarray, record: np.ndarray | None
                  ) -> np.ndarray:
         """The owner index of each record's sender (0 for records without an INIT)."""
         init = kinds == _INIT
@@ -404,6 +407,7 @@ class AckerTable:
 
     def _head_bucket(self) -> int:
         """Ring index of the deadline a root touched now gets."""
+        assert self._clock is not None  # a fold sets it first
         return ((self._clock + self._timeout) // self._width) % self._ring
 
     def _advance_clock(self, now: int) -> Outcomes:
@@ -459,7 +463,7 @@ class AckerTable:
         slots = groups * _GROUP
         self._keys = np.zeros(slots, np.int64)
         self._vals = np.zeros(slots, np.int64)
-        self._owner = np.zeros(slots, self._owner_dtype)
+        self._owner: np.ndarray = np.zeros(slots, self._owner_dtype)
         self._meta = np.zeros(slots, np.uint8)
         self._overflow = np.zeros(groups, np.uint8)  # far roots that have the group as a choice
         self._max_probe = 0                           # furthest probe position of any root
@@ -468,12 +472,14 @@ class AckerTable:
 
     def _home(self, mixed: np.ndarray) -> np.ndarray:
         """Home group of each mixed key: its high 32 bits scaled to the group count."""
-        return (((mixed >> _SHIFT32) * np.uint64(self._groups)) >> _SHIFT32).astype(np.intp)
+        home: np.ndarray = (((mixed >> _SHIFT32) * np.uint64(self._groups)) >> _SHIFT32).astype(np.intp)
+        return home
 
     def _step(self, mixed: np.ndarray) -> np.ndarray:
         """Probe step of each mixed key (double hashing), from its low bits. The group count is
         prime, so every step visits every group."""
-        return (((mixed & _LOW32) * np.uint64(self._groups - 1)) >> _SHIFT32).astype(np.intp) + 1
+        step: np.ndarray = (((mixed & _LOW32) * np.uint64(self._groups - 1)) >> _SHIFT32).astype(np.intp) + 1
+        return step
 
     def _choices(self, home: np.ndarray, step: np.ndarray) -> np.ndarray:
         """The two groups (probe positions 0 and 1) each key may sit in; one row per key."""
@@ -680,7 +686,7 @@ class AckerTable:
 
     # ----------------------------------------------------------------------------- checks
 
-    def _state_of(self, root: int) -> dict | None:
+    def _state_of(self, root: int) -> dict[str, Any] | None:
         """One root's entry (for tests and debugging): val, owner, failed, bucket."""
         if root == 0:  # 0 marks free slots; no root has it
             return None

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka import codec
 from reliable_kafka.core.kinds import OutcomeKind
-from reliable_kafka.errors import ConfigError, DecodeError
+from reliable_kafka.errors import ConfigError, DecodeError, StateError
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import coordinates, new_consumer
 from reliable_kafka.kafka.factory import KafkaClients
@@ -124,7 +124,7 @@ class OutcomeListener:
     def poll(self, timeout: float = 0.0, *, max_records: int = 500) -> list[tuple[int, OutcomeKind]]:
         """Outcomes for the followed owners that arrived since the last call."""
         if self._consumer is None:
-            raise RuntimeError("OutcomeListener.start() was not called")
+            raise StateError("OutcomeListener.start() was not called")
         outcomes: list[tuple[int, OutcomeKind]] = []
         if self.quarantine is not None and self.quarantine.unsent:
             self.quarantine.retry_unsent()

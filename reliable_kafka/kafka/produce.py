@@ -8,7 +8,7 @@ from typing import Callable
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from reliable_kafka import codec
-from reliable_kafka.errors import DeliveryError
+from reliable_kafka.errors import DeliveryError, ReliableKafkaError
 
 __all__ = ["produce_tuple", "produce_waiting", "ProducerUnusable", "flush_or_raise"]
 
@@ -39,7 +39,7 @@ def produce_tuple(producer: Producer, topic: str, value: bytes | None, *, key: b
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner picks one
 
 
-class ProducerUnusable(KafkaException):
+class ProducerUnusable(KafkaException, ReliableKafkaError):
     """The producer itself failed (fenced, fatal, or not in a transaction), not the record.
 
     Raised from ``produce``; spouts and bolts let it pass through a handler's error path (it is

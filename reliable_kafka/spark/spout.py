@@ -32,7 +32,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker, Redelivery
-from reliable_kafka.errors import ConfigError
+from reliable_kafka.errors import ConfigError, StateError
 from reliable_kafka.ids import new_id
 from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.spark.checkpoint import read_resume_point
@@ -224,7 +224,7 @@ class SparkSpout(SparkJob):
         self._roots.raise_if_guard_tripped()  # fails the query: a bad deploy must not divert the stream
         self._wait_below_max_pending()
         if self._stopping.is_set():
-            raise RuntimeError(f"{self.name}: stopping; batch {batch_id} is left to the next run")
+            raise StateError(f"{self.name}: stopping; batch {batch_id} is left to the next run")
         with self._batch_lock:
             self.stats.batches += 1
             with self._lock:

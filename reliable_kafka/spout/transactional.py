@@ -26,7 +26,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import OutcomeKind
-from reliable_kafka.errors import ConfigError, DecodeError
+from reliable_kafka.errors import ArgumentError, ConfigError, DecodeError
 from reliable_kafka.ids import to_signed
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader, clusters as _clusters  # noqa: F401 (its old name)
 from reliable_kafka.spout.spout import SourceRecord, SpoutShell, TopicPartitionKey, _source_record
@@ -103,7 +103,7 @@ def decode_spout_state(commit_point: int, metadata: str) -> tuple[list[int], int
         for field in fields[2:]:
             parts = field.split(":")
             if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "f"):
-                raise ValueError(f"entry {field!r} is not offset[+n]:attempt[:f]")
+                raise ArgumentError(f"entry {field!r} is not offset[+n]:attempt[:f]")
             start, _, count = parts[0].partition("+")
             for offset in range(int(start), int(start) + (int(count) if count else 1)):
                 attempts[offset] = int(parts[1])
