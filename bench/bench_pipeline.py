@@ -25,7 +25,7 @@ source timestamp -> the spout learns COMPLETED (tracked). The curve is written a
 Also: CPU seconds per 1,000 sentences at each offered rate, and each process's CPU at idle.
 
 Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--configs off,tracked]
-[--no-throughput] [--kafka-config JSON] [--bootstrap H:P [--broker-pid PID]]``.
+[--no-throughput] [--kafka-config JSON] [--bootstrap-servers H:P [--broker-pid PID]]``.
 Sized for a 2-core machine: the default run takes a few minutes, ``--quick`` about two.
 """
 
@@ -585,9 +585,10 @@ def main() -> None:
     parser.add_argument("--kafka-config", type=json.loads, default=None,
                         help='librdkafka settings for reliable-kafka\'s components (JSON), e.g. \'{"linger.ms": 0}\'')
     parser.add_argument("--plot", type=Path, default=Path("docs/img/pipeline-latency.png"))
-    parser.add_argument("--bootstrap", help="an existing broker (else an embedded one is started)")
+    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap",  # --bootstrap: its old name
+                        help="an existing broker (else an embedded one is started)")
     parser.add_argument("--broker-pid", type=int, action="append", default=[],
-                        help="with --bootstrap: the broker's pid, for its CPU figures")
+                        help="with --bootstrap-servers: the broker's pid, for its CPU figures")
     args = parser.parse_args()
     sentences = args.sentences or (6000 if args.quick else 20000)
     rounds = args.rounds or (1 if args.quick else 2)

@@ -241,7 +241,7 @@ class AckerWorker:
     def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
         committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
         for tp in partitions:
-            table = AckerTable(timeout_ms=self.message_timeout_ms, buckets=self.timeout_buckets)
+            table = AckerTable(message_timeout_ms=self.message_timeout_ms, buckets=self.timeout_buckets)
             offset = committed.get(tp.partition)
             self._partitions[tp.partition] = _Partition(table, offset if offset is not None and offset >= 0 else None)
         log.info("%s: assigned %s (replaying from %s)", self.name, [tp.partition for tp in partitions], committed)
