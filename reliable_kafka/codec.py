@@ -15,11 +15,11 @@ import os
 import struct
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import fastavro
 import numpy as np
@@ -219,12 +219,12 @@ def _decode_anchors_v2(raw: bytes) -> dict[int, int]:
 def _read_varint(raw: bytes, pos: int) -> tuple[int, int]:
     """The unsigned varint at ``pos`` and the position after it."""
     value = shift = 0
-    for pos in range(pos, min(len(raw), pos + _MAX_VARINT_BYTES)):
-        byte = raw[pos]
+    for at in range(pos, min(len(raw), pos + _MAX_VARINT_BYTES)):
+        byte = raw[at]
         value |= (byte & 0x7F) << shift
         shift += 7
         if not byte & 0x80:
-            return value, pos + 1
+            return value, at + 1
     raise DecodeError("anchors", "the length prefix of the v2 pairs is cut short or too long", raw)
 
 

@@ -152,8 +152,8 @@ def _generate(bootstrap: str, topic: str, count: int, rng: random.Random) -> lis
 
 
 @renamed_keywords(bootstrap="bootstrap_servers")
-def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spark", bootstrap_servers: str | None = None,
-        timeout_s: float = 600.0, out=sys.stdout) -> DemoSummary:
+def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spark",
+        bootstrap_servers: str | None = None, timeout_s: float = 600.0, out=sys.stdout) -> DemoSummary:
     """Run the demo end to end and return its checked summary (also printed to ``out``).
 
     Without ``bootstrap_servers`` (old name ``bootstrap``, deprecated) an embedded broker is started."""

@@ -24,6 +24,12 @@ from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.errors import ConfigError, DecodeError, DeliveryError, TopologyError
 from reliable_kafka.ids import new_id, partitions_for_roots
+from reliable_kafka.kafka.authorization import check_consumed, check_delivery
+from reliable_kafka.kafka.clients import new_consumer, new_producer
+from reliable_kafka.kafka.config import client_config, consumer_settings, producer_settings
+from reliable_kafka.kafka.factory import KafkaClients
+from reliable_kafka.kafka.parking import Quarantine
+from reliable_kafka.kafka.produce import flush_or_raise
 from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.polling import consume_batch
 from reliable_kafka.topology import (
@@ -33,12 +39,6 @@ from reliable_kafka.topology import (
     partition_count,
     warn_if_create_time,
 )
-from reliable_kafka.kafka.authorization import check_consumed, check_delivery
-from reliable_kafka.kafka.clients import new_consumer, new_producer
-from reliable_kafka.kafka.config import client_config, consumer_settings, producer_settings
-from reliable_kafka.kafka.factory import KafkaClients
-from reliable_kafka.kafka.parking import Quarantine
-from reliable_kafka.kafka.produce import flush_or_raise
 
 __all__ = ["AckerWorker", "AckerStats"]
 

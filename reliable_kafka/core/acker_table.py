@@ -130,12 +130,12 @@ class Outcomes:
         return {int(owners[s]): (roots[s:e], kinds[s:e]) for s, e in zip(starts, ends)}
 
     @staticmethod
-    def empty() -> "Outcomes":
+    def empty() -> Outcomes:
         """No decisions."""
         return _NO_OUTCOMES
 
     @staticmethod
-    def concat(parts: list["Outcomes"]) -> "Outcomes":
+    def concat(parts: list[Outcomes]) -> Outcomes:
         """The decisions of several calls, in order."""
         parts = [p for p in parts if len(p)]
         if not parts:
@@ -342,7 +342,7 @@ class AckerTable:
                      else np.zeros(int(init.any()), np.intp))
         senders = np.zeros(len(records), np.uint16)
         with_init = np.flatnonzero(np.bincount(with_init, minlength=len(records))).tolist()
-        for attempt in range(2):  # owner indices renumbered meanwhile: once more
+        for _attempt in range(2):  # owner indices renumbered meanwhile: once more
             compactions = self._owner_compactions
             for i in with_init:
                 senders[i] = self._owner_index_of(records[i][3])

@@ -11,7 +11,7 @@ permissions (``reliable-kafka acls --apply``).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
@@ -124,8 +124,14 @@ def apply_acls(admin, acls, *, timeout: float = 60.0) -> None:
     cluster (creating ACLs needs it), :class:`~reliable_kafka.errors.DeliveryError` on a timeout."""
     import time
 
-    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
-                                       ResourcePatternType, ResourceType)
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
 
     from reliable_kafka.errors import DeliveryError
 

@@ -15,7 +15,8 @@ from reliable_kafka.kafka.authorization import guard_delivery, principal_of
 from reliable_kafka.kafka.config import consumer_settings, producer_settings
 from reliable_kafka.kafka.factory import KafkaClients, clients_or_default
 
-__all__ = ["new_producer", "new_consumer", "check_ack_sender_config", "message_coordinates", "coordinates", "ERRORS_ONLY"]
+__all__ = ["new_producer", "new_consumer", "check_ack_sender_config", "message_coordinates", "coordinates",
+           "ERRORS_ONLY"]
 
 _PRODUCER_DEFAULTS = {
     "enable.idempotence": True,

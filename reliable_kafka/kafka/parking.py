@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 

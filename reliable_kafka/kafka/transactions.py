@@ -4,7 +4,7 @@ the old one is fenced or stuck. The transactional spout and transactional bolts 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from confluent_kafka import KafkaException, Producer
 

@@ -34,6 +34,7 @@ from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker, Redelivery
 from reliable_kafka.errors import ConfigError, StateError
 from reliable_kafka.ids import new_id
+from reliable_kafka.kafka.clients import new_consumer
 from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.spark.checkpoint import read_resume_point
 from reliable_kafka.spark.derive import edge_column, root_column
@@ -43,7 +44,6 @@ from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
 from reliable_kafka.spout.spout import _source_record
 from reliable_kafka.topology import admin_client, partition_count
-from reliable_kafka.kafka.clients import new_consumer
 
 __all__ = ["SparkSpout"]
 
@@ -173,7 +173,8 @@ class SparkSpout(SparkJob):
         self._roots.use_producer(self._producer)
         self._roots.listen(self.task_id)  # before any INIT: no outcome of this incarnation can be missed
         # an older topology has no root index topic (an acker of this version creates it)
-        if partition_count(admin_client(self.bootstrap_servers, self.kafka_config, component=self.name), self.topics.roots):
+        admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
+        if partition_count(admin, self.topics.roots):
             self._roots.index_roots(self.task_id)  # so that `reliable-kafka trace` finds a record's trees
         self._recover()
         self._loop = threading.Thread(target=self._drive, name=f"{self.name}-driver", daemon=True)
@@ -287,7 +288,7 @@ class SparkSpout(SparkJob):
             self._requeue(redeliveries)
             cause = exc.__cause__ or exc
             log.error("%s: %s failed before its records were tracked: %s", self.name, what, cause)
-            raise cause
+            raise cause  # noqa: B904 (the original error itself, keeping its own cause)
         except Exception as exc:
             self._fail_locally(roots, exc)
             self._batch_failed(what, exc)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterable, cast
+from collections.abc import Callable, Iterable
+from typing import cast
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -94,7 +95,8 @@ class SourceRereader:
             self.gone(key, offset, "is not a committed record of the source")
         if missing:
             raise RereadFailed(f"{self.component}: {len(missing)} in-flight records of {key[0]}[{key[1]}] from offset "
-                               f"{min(missing)} could not be read again within {self.timeout_s:.0f}s; is the broker up?")
+                               f"{min(missing)} could not be read again within {self.timeout_s:.0f}s; "
+                               f"is the broker up?")
 
     def close(self) -> None:
         if self._consumer is not None:

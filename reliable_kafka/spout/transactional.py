@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Iterable
+from collections.abc import Iterable
 
 from confluent_kafka import KafkaException, TopicPartition
 
@@ -28,10 +28,11 @@ from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, decode_done_a
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ArgumentError, ConfigError, DecodeError
 from reliable_kafka.ids import to_signed
-from reliable_kafka.spout.reread import RereadFailed, SourceRereader, clusters as _clusters  # noqa: F401 (its old name)
-from reliable_kafka.spout.spout import SourceRecord, SpoutShell, TopicPartitionKey, _source_record
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
+from reliable_kafka.spout.reread import RereadFailed, SourceRereader
+from reliable_kafka.spout.reread import clusters as _clusters  # noqa: F401 (its old name)
+from reliable_kafka.spout.spout import SourceRecord, SpoutShell, TopicPartitionKey, _source_record
 
 __all__ = ["TransactionalSpout", "encode_spout_state", "decode_spout_state", "owner_id"]
 
