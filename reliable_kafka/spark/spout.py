@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import asdict
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker, Redelivery
@@ -133,8 +133,8 @@ class SparkSpout(SparkJob):
         self.commits = 0
         self.throttled = 0  # micro-batches held back by max_pending
         self._not_redelivered = 0  # redeliveries Kafka no longer had (retention)
-        self._group = None  # commits the job's consumer group
-        self._watermarks = None
+        self._group: Consumer | None = None  # commits the job's consumer group (made by start())
+        self._watermarks: Consumer | None = None
         self._watermarks_lock = threading.Lock()
         self._starting: str | None = None
         self._loop: threading.Thread | None = None
@@ -183,6 +183,7 @@ class SparkSpout(SparkJob):
     def _recover(self) -> None:
         """Track from the group's commit; process again what Spark will not re-read."""
         resume = read_resume_point(self.checkpoint_dir, spark=self.spark)  # any Hadoop file system
+        assert self._group is not None  # start() made it just before
         committed = self._group.committed([TopicPartition(t, p) for t, p in self.partitions], timeout=30)
         ranges: dict[TP, tuple[int, int]] = {}
         starting: dict[TP, int] = {}
@@ -418,6 +419,7 @@ class SparkSpout(SparkJob):
     def end_offsets(self) -> dict[TP, int]:
         """High watermarks of the source partitions now."""
         with self._watermarks_lock:
+            assert self._watermarks is not None, "SparkSpout.start() was not called"
             return {(t, p): self._watermarks.get_watermark_offsets(TopicPartition(t, p), timeout=10,
                                                                    cached=False)[1]
                     for t, p in self.partitions}

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka.core.anchors import Anchored, spout_root
 from reliable_kafka.core.kinds import EventKind
@@ -211,8 +211,8 @@ class SpoutShell:
         self._derive_root: Callable[[SourceRecord], int] | None = None  # None: a random root per attempt
         self._senders: dict[TopicPartitionKey, AckSender] | None = None  # None: INITs go through _acks
         self._last_commit = 0.0
-        self._consumer = None
-        self._producer = None
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
         self._acks: AckSender | None = None
 
     @property
