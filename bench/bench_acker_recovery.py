@@ -13,7 +13,7 @@ consumer group (so it replays from the start), from ``run()`` until all M roots 
 Prints figures, asserts nothing. The default (1M roots) runs in well under two minutes on a
 shared 2-core machine, broker start included. Usage:
 ``python bench/bench_acker_recovery.py [--roots N] [--bootstrap-servers HOST:PORT]`` (without
-``--bootstrap`` an embedded broker is started and stopped).
+``--bootstrap-servers`` an embedded broker is started and stopped).
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def rebuild(name: str, bootstrap: str, topology: str, roots: int) -> Rebuild:
 def in_memory(values: list[bytes], *, group: int) -> Rebuild:
     """Decode + fold of the same record values into one table, ``group`` records per fold call,
     no Kafka: the CPU floor of a rebuild."""
-    table = AckerTable(timeout_ms=TIMEOUT_MS)
+    table = AckerTable(message_timeout_ms=TIMEOUT_MS)
     gc.collect()
     started, cpu_started = time.perf_counter(), time.process_time()
     for start in range(0, len(values), group):

@@ -25,7 +25,7 @@ source timestamp -> the spout learns COMPLETED (tracked). The curve is written a
 Also: CPU seconds per 1,000 sentences at each offered rate, and each process's CPU at idle.
 
 Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--configs off,tracked]
-[--no-throughput] [--kafka-config JSON] [--bootstrap H:P [--broker-pid PID]]``.
+[--no-throughput] [--kafka-config JSON] [--bootstrap-servers H:P [--broker-pid PID]]``.
 Sized for a 2-core machine: the default run takes a few minutes, ``--quick`` about two.
 """
 
@@ -40,9 +40,9 @@ import random
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 WORDS_PER_SENTENCE = 8
 VOCABULARY = [f"w{i:03d}" for i in range(1000)]
@@ -266,7 +266,7 @@ class Pipeline:
     written: int = 0
     phase: int = 0
 
-    def start(self, ctx, pool: list[str]) -> "Pipeline":
+    def start(self, ctx, pool: list[str]) -> Pipeline:
         from confluent_kafka import Producer
 
         from reliable_kafka.testing.topics import create_topics, unique_name
@@ -461,7 +461,8 @@ def _throughput(ctx, bootstrap, broker_pids, pool, configs, *, rounds, sentences
             clients[config] = pipeline.client_totals()
             b = bursts[config][-1]
             print(f"  {config:<8}{' threads' if threads else ''}: {b.rate:>8,.0f} sentences/s "
-                  f"({b.seconds:.1f} s{'' if b.completed_seconds is None else f', completed in {b.completed_seconds:.1f} s'})",
+                  f"({b.seconds:.1f} s"
+                  f"{'' if b.completed_seconds is None else f', completed in {b.completed_seconds:.1f} s'})",
                   flush=True)
     return bursts, clients
 
@@ -504,7 +505,8 @@ def _latency_curve(ctx, bootstrap, broker_pids, pool, configs, rates, *, seconds
             pipeline.burst(500, timeout=300)  # warm-up
             idle_before, idle_seconds = pipeline.cpu(), 3.0
             pipeline.wait(lambda: False, idle_seconds)  # nothing offered: what the loops cost at rest
-            idle = {name: (seconds - idle_before[name]) / idle_seconds * 100 for name, seconds in pipeline.cpu().items()}
+            idle = {name: (seconds - idle_before[name]) / idle_seconds * 100
+                    for name, seconds in pipeline.cpu().items()}
             print(f"  {config:<8} idle, % of a core: " + "  ".join(f"{n} {v:.1f}" for n, v in idle.items()), flush=True)
             for rate in rates:
                 phase, achieved, drained, cpu = pipeline.offer(rate, seconds, drain_timeout=max(10.0, 2 * seconds))
@@ -585,9 +587,10 @@ def main() -> None:
     parser.add_argument("--kafka-config", type=json.loads, default=None,
                         help='librdkafka settings for reliable-kafka\'s components (JSON), e.g. \'{"linger.ms": 0}\'')
     parser.add_argument("--plot", type=Path, default=Path("docs/img/pipeline-latency.png"))
-    parser.add_argument("--bootstrap", help="an existing broker (else an embedded one is started)")
+    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap",  # --bootstrap: its old name
+                        help="an existing broker (else an embedded one is started)")
     parser.add_argument("--broker-pid", type=int, action="append", default=[],
-                        help="with --bootstrap: the broker's pid, for its CPU figures")
+                        help="with --bootstrap-servers: the broker's pid, for its CPU figures")
     args = parser.parse_args()
     sentences = args.sentences or (6000 if args.quick else 20000)
     rounds = args.rounds or (1 if args.quick else 2)
@@ -614,8 +617,8 @@ def main() -> None:
             print(f"\nlatency against offered rate ({seconds:.0f} s per point):", flush=True)
             points = _latency_curve(ctx, bootstrap, broker_pids, pool, [c for c in CONFIGS if c in configs], rates,
                                     seconds=seconds, kafka_config=args.kafka_config)
-    rates_by_config, cpu_by_config = _report_throughput(bursts, clients, title="throughput, one process per component") \
-        if bursts else ({}, {})
+    rates_by_config, cpu_by_config = (
+        _report_throughput(bursts, clients, title="throughput, one process per component") if bursts else ({}, {}))
     if thread_bursts:
         _report_throughput(thread_bursts, thread_clients, title="throughput, LocalCluster (threads); ratios to the "
                            "plain multi-process loop", plain_rate=rates_by_config.get("plain"),

@@ -15,6 +15,7 @@ Names are those of confluent-kafka's ``ResourceType``, ``AclOperation`` and ``Re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 from reliable_kafka.errors import ConfigError
 from reliable_kafka.topology import TopologyTopics
@@ -180,7 +181,7 @@ def role_acls(
         elif row.name == GROUP:
             resolved = [group]
         elif row.name == TRANSACTIONAL_ID:
-            resolved = [transactional_id]
+            resolved = [cast(str, transactional_id)]  # its rows apply only when one is given
         elif row.name in _GROUPS:
             resolved = [_GROUPS[row.name].format(topology=topology, group=group)]
         else:

@@ -15,17 +15,17 @@ import os
 import struct
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import fastavro
 import numpy as np
 
 from reliable_kafka.core.kinds import OutcomeKind
-from reliable_kafka.errors import ConfigError, DecodeError
+from reliable_kafka.errors import ArgumentError, ConfigError, DecodeError
 
 __all__ = [
     "FORMAT_VERSION",
@@ -149,7 +149,7 @@ def encode_anchors(anchors: Mapping[int, int] | Iterable[tuple[int, int]]) -> by
             return _PREFIXES[n] + _PAIRS[n].pack(*values)
         body = struct.pack(f">{2 * n}q", *values)
     except struct.error as exc:
-        raise ValueError(f"rk-anchors: root and edge ids must be 64-bit signed ints: {exc}") from exc
+        raise ArgumentError(f"rk-anchors: root and edge ids must be 64-bit signed ints: {exc}") from exc
     return bytes([_ANCHORS_V2]) + _zigzag_varint(len(body)) + body
 
 
@@ -219,12 +219,12 @@ def _decode_anchors_v2(raw: bytes) -> dict[int, int]:
 def _read_varint(raw: bytes, pos: int) -> tuple[int, int]:
     """The unsigned varint at ``pos`` and the position after it."""
     value = shift = 0
-    for pos in range(pos, min(len(raw), pos + _MAX_VARINT_BYTES)):
-        byte = raw[pos]
+    for at in range(pos, min(len(raw), pos + _MAX_VARINT_BYTES)):
+        byte = raw[at]
         value |= (byte & 0x7F) << shift
         shift += 7
         if not byte & 0x80:
-            return value, pos + 1
+            return value, at + 1
     raise DecodeError("anchors", "the length prefix of the v2 pairs is cut short or too long", raw)
 
 
@@ -262,7 +262,7 @@ def encode_ack_batch(sender: int, kinds, roots, vals) -> bytes:
     roots = np.ascontiguousarray(roots, dtype="<i8")
     vals = np.ascontiguousarray(vals, dtype="<i8")
     if not (len(kinds) == len(roots) == len(vals)):
-        raise ValueError(f"columns differ in length: {len(kinds)}, {len(roots)}, {len(vals)}")
+        raise ArgumentError(f"columns differ in length: {len(kinds)}, {len(roots)}, {len(vals)}")
     datum = {
         "sender": int(sender),
         "count": len(kinds),
@@ -311,16 +311,16 @@ def _ack_batch_in_place(raw: bytes) -> AckBatch:
     sender, pos = _zigzag_at(raw, 1)
     count, pos = _zigzag_at(raw, pos)
     if not 0 <= count < 2**31:
-        raise ValueError("count")
+        raise ArgumentError("count")
     starts = []
     for width in (1, 8, 8):
         length, pos = _zigzag_at(raw, pos)
         if length != width * count:
-            raise ValueError("column length")
+            raise ArgumentError("column length")
         starts.append(pos)
         pos += length
     if pos != len(raw):
-        raise ValueError("trailing or missing bytes")
+        raise ArgumentError("trailing or missing bytes")
     return AckBatch(sender=sender, kinds=np.frombuffer(raw, np.uint8, count, starts[0]),
                     roots=_int64_column(raw, count, starts[1]),
                     vals=_int64_column(raw, count, starts[2]))
@@ -338,13 +338,13 @@ def _zigzag_at(raw: bytes, pos: int) -> tuple[int, int]:
     value, shift = byte & 0x7F, 7
     while byte & 0x80:
         if shift > 63:
-            raise ValueError("varint too long")
+            raise ArgumentError("varint too long")
         pos += 1
         byte = raw[pos]
         value |= (byte & 0x7F) << shift
         shift += 7
     if value >> 64:
-        raise ValueError("varint beyond 64 bits")
+        raise ArgumentError("varint beyond 64 bits")
     return (value >> 1) ^ -(value & 1), pos + 1
 
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from reliable_kafka.acker import AckerWorker
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.local import LocalCluster
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.spout import Spout
@@ -150,13 +151,16 @@ def _generate(bootstrap: str, topic: str, count: int, rng: random.Random) -> lis
     return written
 
 
-def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spark", bootstrap: str | None = None,
-        timeout_s: float = 600.0, out=sys.stdout) -> DemoSummary:
-    """Run the demo end to end and return its checked summary (also printed to ``out``)."""
+@renamed_keywords(bootstrap="bootstrap_servers")
+def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spark",
+        bootstrap_servers: str | None = None, timeout_s: float = 600.0, out=sys.stdout) -> DemoSummary:
+    """Run the demo end to end and return its checked summary (also printed to ``out``).
+
+    Without ``bootstrap_servers`` (old name ``bootstrap``, deprecated) an embedded broker is started."""
     started = time.monotonic()
     rng = random.Random(7)
-    given_bootstrap = bootstrap is not None
-    with _kafka(bootstrap) as bootstrap:
+    given_bootstrap = bootstrap_servers is not None
+    with _kafka(bootstrap_servers) as bootstrap:
         topology = unique_name("demo")
         sentence_topic, word_topic = f"{topology}-sentences", f"{topology}-words"
         create_topics(bootstrap, {sentence_topic: 2, word_topic: 2})

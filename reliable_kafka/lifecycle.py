@@ -14,7 +14,8 @@ Stats = TypeVar("Stats")
 
 
 class Pollable(Protocol):
-    stats: object
+    @property
+    def stats(self) -> object: ...  # read-only here, so any stats class fits
 
     def start(self) -> None: ...
 

@@ -13,9 +13,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka import codec
 from reliable_kafka.core.acker_table import AckerTable, Outcomes
@@ -23,6 +24,12 @@ from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.errors import ConfigError, DecodeError, DeliveryError, TopologyError
 from reliable_kafka.ids import new_id, partitions_for_roots
+from reliable_kafka.kafka.authorization import check_consumed, check_delivery
+from reliable_kafka.kafka.clients import new_consumer, new_producer
+from reliable_kafka.kafka.config import client_config, consumer_settings, producer_settings
+from reliable_kafka.kafka.factory import KafkaClients
+from reliable_kafka.kafka.parking import Quarantine
+from reliable_kafka.kafka.produce import flush_or_raise
 from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.polling import consume_batch
 from reliable_kafka.topology import (
@@ -32,12 +39,6 @@ from reliable_kafka.topology import (
     partition_count,
     warn_if_create_time,
 )
-from reliable_kafka.kafka.authorization import check_consumed, check_delivery
-from reliable_kafka.kafka.clients import new_consumer, new_producer
-from reliable_kafka.kafka.config import client_config, consumer_settings, producer_settings
-from reliable_kafka.kafka.factory import KafkaClients
-from reliable_kafka.kafka.parking import Quarantine
-from reliable_kafka.kafka.produce import flush_or_raise
 
 __all__ = ["AckerWorker", "AckerStats"]
 
@@ -170,8 +171,8 @@ class AckerWorker:
         self._partitions: dict[int, _Partition] = {}
         self._outcome_partitions = 0
         self._retry_outcomes: list[tuple[int, bytes]] = []
-        self._consumer = None
-        self._producer = None
+        self._consumer: Consumer | None = None  # these three are made by start()
+        self._producer: Producer | None = None
         self._quarantine: Quarantine | None = None
         self._last_commit = 0.0
         self._ack_partitions = 0
@@ -240,7 +241,7 @@ class AckerWorker:
     def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
         committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
         for tp in partitions:
-            table = AckerTable(timeout_ms=self.message_timeout_ms, buckets=self.timeout_buckets)
+            table = AckerTable(message_timeout_ms=self.message_timeout_ms, buckets=self.timeout_buckets)
             offset = committed.get(tp.partition)
             self._partitions[tp.partition] = _Partition(table, offset if offset is not None and offset >= 0 else None)
         log.info("%s: assigned %s (replaying from %s)", self.name, [tp.partition for tp in partitions], committed)
@@ -275,17 +276,20 @@ class AckerWorker:
             raise
 
     def _poll_once(self, timeout: float) -> None:
+        assert self._consumer is not None and self._producer is not None and self._quarantine is not None
         self._retry_failed_outcomes()
         self._quarantine.retry_unsent()
         by_partition: dict[int, list] = {}
         for message in consume_batch(self._consumer, self.batch_size, timeout):
-            if message.error() is not None:
+            error = message.error()
+            if error is not None:
                 check_consumed(message, self._consumer, component=self.name)
-                if message.error().code() != KafkaError._PARTITION_EOF:
-                    log.warning("%s: consumer error: %s", self.name, message.error())
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("%s: consumer error: %s", self.name, error)
                 continue
-            if message.partition() in self._partitions:  # else revoked in this very poll
-                by_partition.setdefault(message.partition(), []).append((message.offset(), self._decode(message)))
+            partition = cast(int, message.partition())  # a consumed record's, never None
+            if partition in self._partitions:  # else revoked in this very poll
+                by_partition.setdefault(partition, []).append((message.offset(), self._decode(message)))
         decided: list[Outcomes] = []
         for partition, records in by_partition.items():
             decided.extend(self._fold(self._partitions[partition], records))
@@ -319,7 +323,8 @@ class AckerWorker:
 
     def _decode(self, message: Message) -> tuple | None:
         """The record as ``fold_records`` takes it (its valid entries), or None when it is quarantined."""
-        state = self._partitions[message.partition()]
+        assert self._quarantine is not None
+        state = self._partitions[cast(int, message.partition())]
         self.stats.records += 1
         try:
             batch = codec.decode_ack_batch(message.value())
@@ -425,6 +430,7 @@ class AckerWorker:
                         self._send_outcome(partition, value)
 
     def _send_outcome(self, partition: int, value: bytes) -> None:
+        assert self._producer is not None
         while True:
             try:
                 self._producer.produce(
@@ -460,6 +466,7 @@ class AckerWorker:
                 offsets.append((partition, state, offset))
         if not offsets:
             return
+        assert self._consumer is not None and self._producer is not None and self._quarantine is not None
         try:
             # outcomes decided below the new low points must be delivered first (DESIGN section 4)
             flush_or_raise(self._producer, what=f"{self.name} outcomes")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -23,10 +23,6 @@ from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import AuthorizationError, ConfigError, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
-from reliable_kafka.lifecycle import run_until_stopped
-from reliable_kafka.polling import consume_batch
-from reliable_kafka.ops.failures import FailureLog, FailureRecord
-from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
@@ -35,6 +31,10 @@ from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import ProducerUnusable, flush_or_raise, produce_tuple
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
+from reliable_kafka.lifecycle import run_until_stopped
+from reliable_kafka.ops.failures import FailureLog, FailureRecord
+from reliable_kafka.polling import consume_batch
+from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 
 __all__ = ["Tuple", "BoltCollector", "Bolt", "BasicBolt", "BoltStats"]
 
@@ -105,7 +105,7 @@ def _child_anchors(anchors: Tuple | Sequence[Tuple] | None) -> dict[int, int]:
 class BoltCollector:
     """Emits tuples and acks, fails or resets the timeout of inputs; entries are packed per batch."""
 
-    def __init__(self, bolt: "Bolt") -> None:
+    def __init__(self, bolt: Bolt) -> None:
         self._bolt = bolt
 
     def emit(

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import argparse
 
-from reliable_kafka.cli.arguments import Subparsers, bootstrap_argument, client_arguments, client_settings
-from reliable_kafka.cli.arguments import topology_arguments
+from reliable_kafka.cli.arguments import (
+    Subparsers,
+    bootstrap_argument,
+    client_arguments,
+    client_settings,
+    topology_arguments,
+)
 
 __all__ = ["register"]
 

@@ -53,7 +53,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     setup_logging(args.log_level)
     summary = demo.run(sentences=args.sentences, fail_rate=args.fail_rate, engine=args.engine,
-                       bootstrap=args.bootstrap_servers, timeout_s=args.timeout)
+                       bootstrap_servers=args.bootstrap_servers, timeout_s=args.timeout)
     return 0 if summary.ok else 1
 
 

@@ -185,10 +185,12 @@ def _is_in(indices: np.ndarray, members: np.ndarray, size: int) -> np.ndarray:
     """Which of ``indices`` (all below ``size``) are among ``members``."""
     mark = np.zeros(size, bool)
     mark[members] = True
-    return mark[indices]
+    among: np.ndarray = mark[indices]
+    return among
 
 
-def _fold_once(val, owner, failed, xor, bits, sender, record) -> Folded:
+def _fold_once(val: np.ndarray, owner: np.ndarray, failed: np.ndarray, xor: np.ndarray, bits: np.ndarray,
+               sender: np.ndarray, record: np.ndarray) -> Folded:
     """Each root's one segment: the rule's update, then its decision."""
     val, owner, failed = rule.update(val, owner, failed, xor, bits, sender)
     decision = rule.decide(val, owner, failed, bits)
@@ -197,7 +199,9 @@ def _fold_once(val, owner, failed, xor, bits, sender, record) -> Folded:
                   owner[notices], _EMPTY, _EMPTY, np.empty(0, np.uint8))
 
 
-def _scan(folded: Folded, multi, val0, owner0, failed0, seg_first, xor, bits, sender, record):
+def _scan(folded: Folded, multi: np.ndarray, val0: np.ndarray, owner0: np.ndarray, failed0: np.ndarray,
+          seg_first: np.ndarray, xor: np.ndarray, bits: np.ndarray, sender: np.ndarray, record: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """The rule applied record by record to the roots ``multi`` (their state before and their
     segments, in order) up to each root's first decision; writes their results into
     ``folded``. Returns the notices (root indices, owners), which segments come after their
@@ -232,6 +236,6 @@ def _scan(folded: Folded, multi, val0, owner0, failed0, seg_first, xor, bits, se
 
 def _final(decision: np.ndarray) -> np.ndarray:
     """Decisions that end an entry (COMPLETED, FAILED); NOTHING for the rest."""
-    final = decision.copy()
+    final: np.ndarray = decision.copy()
     final[decision == _RESET] = rule.NOTHING
     return final

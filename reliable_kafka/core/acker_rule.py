@@ -51,6 +51,7 @@ def decide(val: np.ndarray, owner: np.ndarray, failed: np.ndarray, bits: np.ndar
            ) -> np.ndarray:
     """Each root's decision after a record: an OutcomeKind value, or NOTHING."""
     known = owner != 0
-    return np.where(known & failed, _FAILED,
-                    np.where(known & (val == 0), _COMPLETED,
-                             np.where(known & ((bits & RESET_BIT) != 0), _RESET, NOTHING)))
+    decision: np.ndarray = np.where(known & failed, _FAILED,
+                                    np.where(known & (val == 0), _COMPLETED,
+                                             np.where(known & ((bits & RESET_BIT) != 0), _RESET, NOTHING)))
+    return decision

@@ -40,13 +40,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from reliable_kafka.core.acker_fold import MIX, Group, run_starts
 from reliable_kafka.core.acker_rule import FAIL_BIT, INIT_BIT, KIND_BITS, NOTHING, RESET_BIT
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
-from reliable_kafka.errors import ConfigError, ReliableKafkaError
+from reliable_kafka.deprecation import renamed_keywords
+from reliable_kafka.errors import ArgumentError, ConfigError, ReliableKafkaError
 
 __all__ = ["AckerTable", "AckerStats", "Outcomes"]
 
@@ -93,12 +96,12 @@ def _prime_at_least(n: int) -> int:
         n += 1
 
 
-def _columns(kinds, roots, vals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _columns(kinds: ArrayLike, roots: ArrayLike, vals: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     kinds = np.asarray(kinds)
     roots = np.asarray(roots, dtype=np.int64)
     vals = np.asarray(vals, dtype=np.int64)
     if kinds.ndim != 1 or kinds.shape != roots.shape or kinds.shape != vals.shape:
-        raise ValueError("AckerTable.fold: kinds, roots and vals must be 1-d arrays of one "
+        raise ArgumentError("AckerTable.fold: kinds, roots and vals must be 1-d arrays of one "
                          f"length, got shapes {kinds.shape}, {roots.shape}, {vals.shape}")
     return kinds, roots, vals
 
@@ -127,12 +130,12 @@ class Outcomes:
         return {int(owners[s]): (roots[s:e], kinds[s:e]) for s, e in zip(starts, ends)}
 
     @staticmethod
-    def empty() -> "Outcomes":
+    def empty() -> Outcomes:
         """No decisions."""
         return _NO_OUTCOMES
 
     @staticmethod
-    def concat(parts: list["Outcomes"]) -> "Outcomes":
+    def concat(parts: list[Outcomes]) -> Outcomes:
         """The decisions of several calls, in order."""
         parts = [p for p in parts if len(p)]
         if not parts:
@@ -172,18 +175,21 @@ class AckerTable:
 
     Keyword-only configuration:
 
-    * ``timeout_ms`` (default 30_000, Storm's message timeout): how long a root may stay pending
-      after it was first seen, its INIT, or its last RESET_TIMEOUT, in event time.
-    * ``buckets`` (default 4, 1 to 30): timeout buckets; expiry comes at most ``timeout_ms /
+    * ``message_timeout_ms`` (default 30_000, Storm's message timeout): how long a root may stay
+      pending after it was first seen, its INIT, or its last RESET_TIMEOUT, in event time. Its old
+      name ``timeout_ms`` still works, with a DeprecationWarning.
+    * ``buckets`` (default 4, 1 to 30): timeout buckets; expiry comes at most ``message_timeout_ms /
       buckets`` late, and the commit low point moves in steps of about that much.
     * ``initial_capacity`` (default 1024): slots allocated up front (rounded up to a prime number
       of groups of 8). The table grows and shrinks by itself; this only saves early rebuilds.
     """
 
-    def __init__(self, *, timeout_ms: int = 30_000, buckets: int = 4,
+    @renamed_keywords(timeout_ms="message_timeout_ms")
+    def __init__(self, *, message_timeout_ms: int = 30_000, buckets: int = 4,
                  initial_capacity: int = 1024) -> None:
+        timeout_ms = message_timeout_ms
         if not isinstance(timeout_ms, int) or timeout_ms < 1:
-            raise ConfigError(f"AckerTable: timeout_ms must be a positive int, got {timeout_ms!r}")
+            raise ConfigError(f"AckerTable: message_timeout_ms must be a positive int, got {timeout_ms!r}")
         if not isinstance(buckets, int) or not 1 <= buckets <= _MAX_BUCKETS:
             raise ConfigError(f"AckerTable: buckets must be an int from 1 to {_MAX_BUCKETS}, "
                               f"got {buckets!r}")
@@ -208,7 +214,12 @@ class AckerTable:
     # ----------------------------------------------------------------------------- public API
 
     @property
+    def message_timeout_ms(self) -> int:
+        return self._timeout
+
+    @property
     def timeout_ms(self) -> int:
+        """The old name of :attr:`message_timeout_ms`."""
         return self._timeout
 
     @property
@@ -279,6 +290,7 @@ class AckerTable:
         i = 0
         while i < len(records):
             parts.append(self._advance_clock(records[i][4]))
+            assert self._clock is not None  # the call above set it
             # Later records join while they move the clock neither past a bucket boundary (no
             # expiry due) nor to a new newest deadline (one head bucket for all).
             base, head = self._clock // self._width, (self._clock + self._timeout) // self._width
@@ -305,7 +317,7 @@ class AckerTable:
         valid = ~invalid
         return tuple(column[valid] for column in (kinds, *columns))
 
-    def _fold_group(self, records: list) -> Outcomes:
+    def _fold_group(self, records: list[tuple[Any, ...]]) -> Outcomes:
         """Fold records that share one clock bucket and one head bucket (no expiry between)."""
         if len(records) == 1:
             kinds, roots, vals, sender, _, offset = records[0]
@@ -322,7 +334,7 @@ class AckerTable:
         offsets = np.array([r[5] for r in records], np.int64)
         return self._apply(Group(kinds, roots, vals, record, senders), offsets)
 
-    def _senders(self, records: list, kinds: np.ndarray, record: np.ndarray | None
+    def _senders(self, records: list[tuple[Any, ...]], kinds: np.ndarray, record: np.ndarray | None
                  ) -> np.ndarray:
         """The owner index of each record's sender (0 for records without an INIT)."""
         init = kinds == _INIT
@@ -330,7 +342,7 @@ class AckerTable:
                      else np.zeros(int(init.any()), np.intp))
         senders = np.zeros(len(records), np.uint16)
         with_init = np.flatnonzero(np.bincount(with_init, minlength=len(records))).tolist()
-        for attempt in range(2):  # owner indices renumbered meanwhile: once more
+        for _attempt in range(2):  # owner indices renumbered meanwhile: once more
             compactions = self._owner_compactions
             for i in with_init:
                 senders[i] = self._owner_index_of(records[i][3])
@@ -404,6 +416,7 @@ class AckerTable:
 
     def _head_bucket(self) -> int:
         """Ring index of the deadline a root touched now gets."""
+        assert self._clock is not None  # a fold sets it first
         return ((self._clock + self._timeout) // self._width) % self._ring
 
     def _advance_clock(self, now: int) -> Outcomes:
@@ -459,7 +472,7 @@ class AckerTable:
         slots = groups * _GROUP
         self._keys = np.zeros(slots, np.int64)
         self._vals = np.zeros(slots, np.int64)
-        self._owner = np.zeros(slots, self._owner_dtype)
+        self._owner: np.ndarray = np.zeros(slots, self._owner_dtype)
         self._meta = np.zeros(slots, np.uint8)
         self._overflow = np.zeros(groups, np.uint8)  # far roots that have the group as a choice
         self._max_probe = 0                           # furthest probe position of any root
@@ -468,12 +481,14 @@ class AckerTable:
 
     def _home(self, mixed: np.ndarray) -> np.ndarray:
         """Home group of each mixed key: its high 32 bits scaled to the group count."""
-        return (((mixed >> _SHIFT32) * np.uint64(self._groups)) >> _SHIFT32).astype(np.intp)
+        home: np.ndarray = (((mixed >> _SHIFT32) * np.uint64(self._groups)) >> _SHIFT32).astype(np.intp)
+        return home
 
     def _step(self, mixed: np.ndarray) -> np.ndarray:
         """Probe step of each mixed key (double hashing), from its low bits. The group count is
         prime, so every step visits every group."""
-        return (((mixed & _LOW32) * np.uint64(self._groups - 1)) >> _SHIFT32).astype(np.intp) + 1
+        step: np.ndarray = (((mixed & _LOW32) * np.uint64(self._groups - 1)) >> _SHIFT32).astype(np.intp) + 1
+        return step
 
     def _choices(self, home: np.ndarray, step: np.ndarray) -> np.ndarray:
         """The two groups (probe positions 0 and 1) each key may sit in; one row per key."""
@@ -680,7 +695,7 @@ class AckerTable:
 
     # ----------------------------------------------------------------------------- checks
 
-    def _state_of(self, root: int) -> dict | None:
+    def _state_of(self, root: int) -> dict[str, Any] | None:
         """One root's entry (for tests and debugging): val, owner, failed, bucket."""
         if root == 0:  # 0 marks free slots; no root has it
             return None

@@ -11,7 +11,7 @@ permissions (``reliable-kafka acls --apply``).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
@@ -57,7 +57,9 @@ def refusal(failure, *, component: str, principal: str, operation: str = "WRITE"
     implied by WRITE on any topic).
     """
     error = _error_of(failure)
-    resource_type = REFUSED.get(error.code()) if error is not None else None
+    if error is None:
+        return None
+    resource_type = REFUSED.get(error.code())
     if resource_type is None:
         return None
     resource, asked = {
@@ -122,8 +124,14 @@ def apply_acls(admin, acls, *, timeout: float = 60.0) -> None:
     cluster (creating ACLs needs it), :class:`~reliable_kafka.errors.DeliveryError` on a timeout."""
     import time
 
-    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
-                                       ResourcePatternType, ResourceType)
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
 
     from reliable_kafka.errors import DeliveryError
 
@@ -144,8 +152,8 @@ def apply_acls(admin, acls, *, timeout: float = 60.0) -> None:
     for binding in bindings:
         wanted.setdefault(binding.principal, set()).add(str(binding))
     for principal, theirs in wanted.items():
-        match = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, principal, None,
-                                 AclOperation.ANY, AclPermissionType.ANY)
+        match = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, principal, None,  # type: ignore[arg-type]
+                                 AclOperation.ANY, AclPermissionType.ANY)  # None: any name or host (its docs)
         while True:
             found = set(map(str, admin.describe_acls(match, request_timeout=timeout).result(timeout)))
             if theirs <= found:

@@ -6,6 +6,8 @@ duplicated ACK would break a tree's XOR).
 
 from __future__ import annotations
 
+from typing import cast
+
 from confluent_kafka import Consumer, Message, Producer
 
 from reliable_kafka.errors import ConfigError
@@ -13,7 +15,8 @@ from reliable_kafka.kafka.authorization import guard_delivery, principal_of
 from reliable_kafka.kafka.config import consumer_settings, producer_settings
 from reliable_kafka.kafka.factory import KafkaClients, clients_or_default
 
-__all__ = ["new_producer", "new_consumer", "check_ack_sender_config", "message_coordinates", "ERRORS_ONLY"]
+__all__ = ["new_producer", "new_consumer", "check_ack_sender_config", "message_coordinates", "coordinates",
+           "ERRORS_ONLY"]
 
 _PRODUCER_DEFAULTS = {
     "enable.idempotence": True,
@@ -56,9 +59,9 @@ def check_ack_sender_config(config: dict | None, *, component: str) -> None:
             f"{_DUPLICATES_WHY}. Remove enable.idempotence (the library sets it to true)")
     rules = (
         (("acks", "request.required.acks"), lambda v: str(v).lower() in ("all", "-1"), "all"),
-        (("retries", "message.send.max.retries"), lambda v: _int(v) is None or _int(v) >= 1, ">= 1"),
+        (("retries", "message.send.max.retries"), lambda v: (n := _int(v)) is None or n >= 1, ">= 1"),
         (("max.in.flight", "max.in.flight.requests.per.connection"),
-         lambda v: _int(v) is None or _int(v) <= 5, "<= 5"),
+         lambda v: (n := _int(v)) is None or n <= 5, "<= 5"),
         (("queuing.strategy",), lambda v: str(v).lower() == "fifo", "fifo"),
     )
     for names, allowed, needed in rules:
@@ -121,6 +124,12 @@ def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | Non
 
 def message_coordinates(message: Message) -> str:
     return f"{message.topic()}[{message.partition()}]@{message.offset()}"
+
+
+def coordinates(message: Message) -> tuple[str, int, int]:
+    """A consumed record's topic, partition and offset, typed: confluent-kafka's accessors may
+    return None only for messages that were never read (a producer's, before delivery)."""
+    return cast(str, message.topic()), cast(int, message.partition()), cast(int, message.offset())
 
 
 # Producer settings of spouts and bolts: delivery reports only for failed messages, to the

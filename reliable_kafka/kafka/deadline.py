@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
+
+from reliable_kafka.errors import ReliableKafkaError
 
 __all__ = ["StuckCall", "with_deadline"]
 
-class StuckCall(Exception):
+class StuckCall(ReliableKafkaError):
     """A client call did not return within its deadline (the client is abandoned, not reused)."""
 
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka import codec
 from reliable_kafka.core.kinds import OutcomeKind
-from reliable_kafka.errors import ConfigError, DecodeError
+from reliable_kafka.errors import ConfigError, DecodeError, StateError
 from reliable_kafka.kafka.authorization import check_consumed
-from reliable_kafka.kafka.clients import new_consumer
+from reliable_kafka.kafka.clients import coordinates, new_consumer
 from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
@@ -80,6 +81,7 @@ class OutcomeListener:
         """Also deliver outcomes for ``owner``: from ``from_offset`` of its partition, else from now."""
         partition = self.partition_of(owner)
         self._owners.add(owner)
+        assert self._consumer is not None, "OutcomeListener.start() was not called"
         assigned = {tp.partition for tp in self._consumer.assignment()}
         if partition not in assigned:
             if from_offset is None:
@@ -97,6 +99,7 @@ class OutcomeListener:
         Right after an acker created the topic, the broker may answer NOT_LEADER_FOR_PARTITION for
         a moment (seen on a loaded machine): a spout must not die of that at start.
         """
+        assert self._consumer is not None
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -121,7 +124,7 @@ class OutcomeListener:
     def poll(self, timeout: float = 0.0, *, max_records: int = 500) -> list[tuple[int, OutcomeKind]]:
         """Outcomes for the followed owners that arrived since the last call."""
         if self._consumer is None:
-            raise RuntimeError("OutcomeListener.start() was not called")
+            raise StateError("OutcomeListener.start() was not called")
         outcomes: list[tuple[int, OutcomeKind]] = []
         if self.quarantine is not None and self.quarantine.unsent:
             self.quarantine.retry_unsent()
@@ -130,7 +133,7 @@ class OutcomeListener:
                 check_consumed(message, self._consumer, component=f"outcome reader of {self.topics.topology}")
                 log.warning("outcome consumer: %s", message.error())
                 continue
-            self._next[message.partition()] = message.offset() + 1
+            self._next[cast(int, message.partition())] = cast(int, message.offset()) + 1  # never None here
             try:
                 batch = codec.decode_outcomes(message.value())
             except DecodeError as error:
@@ -138,7 +141,7 @@ class OutcomeListener:
                 if self.quarantine is not None:
                     self.quarantine.decode_error(message, error)
                 else:
-                    log.warning("%s", error.at(message.topic(), message.partition(), message.offset()))
+                    log.warning("%s", error.at(*coordinates(message)))
                 continue
             if batch.spout not in self._owners:
                 continue

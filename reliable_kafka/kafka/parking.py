@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -17,7 +17,7 @@ from reliable_kafka import codec
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.errors import DecodeError
 from reliable_kafka.kafka.authorization import check_delivery
-from reliable_kafka.kafka.clients import message_coordinates
+from reliable_kafka.kafka.clients import coordinates, message_coordinates
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_waiting
 
 __all__ = ["Quarantine", "park"]
@@ -48,21 +48,22 @@ class Quarantine:
             self.component, reason, message_coordinates(message), self.topic,
         )
         timestamp = message.timestamp()[1] if message.timestamp() else -1
+        topic, partition, offset = coordinates(message)
         self._write(
             {"key": message.key(), "value": message.value(), "headers": message.headers()},
             ParkedRecord(
                 reason=reason,
                 attempts=0,
-                source_topic=message.topic(),
-                source_partition=message.partition(),
-                source_offset=message.offset(),
+                source_topic=topic,
+                source_partition=partition,
+                source_offset=offset,
                 source_timestamp_ms=timestamp,
                 component=self.component,
             ),
         )
 
     def decode_error(self, message: Message, error: DecodeError) -> None:
-        self.park(message, str(error.at(message.topic(), message.partition(), message.offset())))
+        self.park(message, str(error.at(*coordinates(message))))
 
     def retry_unsent(self) -> None:
         """Write again the copies that failed (call it from the worker's loop, not a callback)."""

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from reliable_kafka import codec
-from reliable_kafka.errors import DeliveryError
+from reliable_kafka.errors import DeliveryError, ReliableKafkaError
 
 __all__ = ["produce_tuple", "produce_waiting", "ProducerUnusable", "flush_or_raise"]
 
@@ -39,7 +39,7 @@ def produce_tuple(producer: Producer, topic: str, value: bytes | None, *, key: b
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner picks one
 
 
-class ProducerUnusable(KafkaException):
+class ProducerUnusable(KafkaException, ReliableKafkaError):
     """The producer itself failed (fenced, fatal, or not in a transaction), not the record.
 
     Raised from ``produce``; spouts and bolts let it pass through a handler's error path (it is
@@ -51,7 +51,7 @@ class ProducerUnusable(KafkaException):
 _PRODUCER_STATE_ERRORS = (KafkaError._STATE, KafkaError._FENCED, KafkaError._FATAL)
 
 
-def produce_waiting(producer: Producer, topic: str, value: bytes, **kwargs) -> None:
+def produce_waiting(producer: Producer, topic: str, value: bytes | None, **kwargs) -> None:
     """produce(), waiting for room when librdkafka's local queue is full instead of failing."""
     while True:
         try:

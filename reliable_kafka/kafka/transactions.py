@@ -4,7 +4,7 @@ the old one is fenced or stuck. The transactional spout and transactional bolts 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from confluent_kafka import KafkaException, Producer
 
@@ -60,11 +60,13 @@ class Transactions:
         return producer
 
     def begin(self) -> None:
+        assert self.producer is not None, "Transactions.start() makes the producer"
         self.producer.begin_transaction()
 
     def commit(self, offsets, group_metadata) -> None:
         """Add ``offsets`` (consumer group ``group_metadata``) and commit, each call under a hard
         deadline: raises :class:`KafkaException` or :class:`StuckCall`; then call :meth:`abort`."""
+        assert self.producer is not None
         with_deadline(self.producer.send_offsets_to_transaction, offsets, group_metadata, TXN_TIMEOUT_S,
                       seconds=self.deadline_s)
         with_deadline(self.producer.commit_transaction, TXN_TIMEOUT_S, seconds=self.deadline_s)
@@ -86,6 +88,7 @@ class Transactions:
         if isinstance(exc, StuckCall) or (error is not None and error.fatal()) or self._failed_in_a_row >= 2:
             self._replace()
             return True
+        assert self.producer is not None
         try:
             self.producer.abort_transaction(TXN_TIMEOUT_S)
         except KafkaException as again:

@@ -116,8 +116,8 @@ def _text(raw: bytes | None) -> str | None:
 def _consumer(bootstrap_servers: str, topology: str, kafka_config: dict | None):
     from reliable_kafka.kafka.clients import new_consumer
 
-    return new_consumer(bootstrap_servers, f"{topology}.dlq-reader", kafka_config,
-                        **{"isolation.level": "read_committed"})
+    overrides: dict[str, Any] = {"isolation.level": "read_committed"}  # not a Python name: passed as a dict
+    return new_consumer(bootstrap_servers, f"{topology}.dlq-reader", kafka_config, **overrides)
 
 
 def _read_all(consumer, topic: str, timeout: float) -> list:
@@ -312,7 +312,8 @@ def replay(bootstrap_servers: str, topology: str, letters: list[DeadLetter], *, 
         report.sent = [{"dlq": w, "to": t, "partition": p} for _, w, t, p in todo]
         return report
     _ensure_replayed_topic(admin, topics)
-    producer = new_producer(bootstrap_servers, kafka_config, **{"transactional.id": f"{topology}.dlq-replay"})
+    overrides: dict[str, Any] = {"transactional.id": f"{topology}.dlq-replay"}
+    producer = new_producer(bootstrap_servers, kafka_config, **overrides)
     producer.init_transactions(30)  # fences another replay of this topology still running
     started = time.monotonic()
     for start in range(0, len(todo), batch):

@@ -304,7 +304,7 @@ class FailureIndex:
                 self._by_root.popitem(last=False)
             # a transaction marker (failure records of transactional bolts) takes the last offset
             # and is never a message: the consumer's position passes it
-            for tp in self._consumer.position([TopicPartition(self.topic, p) for p in self._next]):
+            for tp in consumer.position([TopicPartition(self.topic, p) for p in self._next]):
                 if tp.offset > self._next[tp.partition]:
                     self._next[tp.partition] = tp.offset
 

@@ -5,7 +5,7 @@ offsets, with their attempt numbers). The data stays in the JVM; only offsets pa
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from collections.abc import Iterator
 
 from reliable_kafka.core.tracker import Redelivery
 from reliable_kafka.spark.job import SOURCE_COLUMNS, offsets_json

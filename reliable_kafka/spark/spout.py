@@ -30,12 +30,13 @@ import time
 from dataclasses import asdict
 
 import numpy as np
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker, Redelivery
-from reliable_kafka.errors import ConfigError
+from reliable_kafka.errors import ConfigError, StateError
 from reliable_kafka.ids import new_id
+from reliable_kafka.kafka.clients import new_consumer
 from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.spark.checkpoint import read_resume_point
 from reliable_kafka.spark.derive import edge_column, root_column
@@ -136,8 +137,8 @@ class SparkSpout(SparkJob):
         self.commits = 0
         self.throttled = 0  # micro-batches held back by max_pending
         self._not_redelivered = 0  # redeliveries Kafka no longer had (retention)
-        self._group = None  # commits the job's consumer group
-        self._watermarks = None
+        self._group: Consumer | None = None  # commits the job's consumer group (made by start())
+        self._watermarks: Consumer | None = None
         self._watermarks_lock = threading.Lock()
         self._starting: str | None = None
         self._loop: threading.Thread | None = None
@@ -176,7 +177,8 @@ class SparkSpout(SparkJob):
         self._roots.use_producer(self._producer)
         self._roots.listen(self.task_id)  # before any INIT: no outcome of this incarnation can be missed
         # an older topology has no root index topic (an acker of this version creates it)
-        if partition_count(admin_client(self.bootstrap_servers, self.kafka_config, component=self.name), self.topics.roots):
+        admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
+        if partition_count(admin, self.topics.roots):
             self._roots.index_roots(self.task_id)  # so that `reliable-kafka trace` finds a record's trees
         self._recover()
         self._loop = threading.Thread(target=self._drive, name=f"{self.name}-driver", daemon=True)
@@ -185,6 +187,7 @@ class SparkSpout(SparkJob):
     def _recover(self) -> None:
         """Track from the group's commit; process again what Spark will not re-read."""
         resume = read_resume_point(self.checkpoint_dir, spark=self.spark)  # any Hadoop file system
+        assert self._group is not None  # start() made it just before
         committed = self._group.committed([TopicPartition(t, p) for t, p in self.partitions], timeout=30)
         ranges: dict[TP, tuple[int, int]] = {}
         starting: dict[TP, int] = {}
@@ -227,7 +230,7 @@ class SparkSpout(SparkJob):
         self._roots.raise_if_guard_tripped()  # fails the query: a bad deploy must not divert the stream
         self._wait_below_max_pending()
         if self._stopping.is_set():
-            raise RuntimeError(f"{self.name}: stopping; batch {batch_id} is left to the next run")
+            raise StateError(f"{self.name}: stopping; batch {batch_id} is left to the next run")
         with self._batch_lock:
             self.stats.batches += 1
             with self._lock:
@@ -294,7 +297,7 @@ class SparkSpout(SparkJob):
             self._requeue(redeliveries)
             cause = exc.__cause__ or exc
             log.error("%s: %s failed before its records were tracked: %s", self.name, what, cause)
-            raise cause
+            raise cause  # noqa: B904 (the original error itself, keeping its own cause)
         except Exception as exc:
             self._fail_locally(roots, exc)
             self._batch_failed(what, exc)
@@ -426,6 +429,7 @@ class SparkSpout(SparkJob):
     def end_offsets(self) -> dict[TP, int]:
         """High watermarks of the source partitions now."""
         with self._watermarks_lock:
+            assert self._watermarks is not None, "SparkSpout.start() was not called"
             return {(t, p): self._watermarks.get_watermark_offsets(TopicPartition(t, p), timeout=10,
                                                                    cached=False)[1]
                     for t, p in self.partitions}

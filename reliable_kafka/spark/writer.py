@@ -17,8 +17,9 @@ Producers are cached per Python worker process (Spark reuses workers), never sha
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -26,11 +27,11 @@ from reliable_kafka import codec
 from reliable_kafka.core.anchors import anchor_to_pairs
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import ConfigError, DeliveryError
-from reliable_kafka.ops.failures import FailureLog, FailureRecord
-from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN, FAIL_REASON_COLUMN, FAIL_RETRY_COLUMN
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.clients import new_producer
 from reliable_kafka.kafka.produce import flush_or_raise
+from reliable_kafka.ops.failures import FailureLog, FailureRecord
+from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN, FAIL_REASON_COLUMN, FAIL_RETRY_COLUMN
 
 __all__ = ["OutputWriter", "to_bytes"]
 

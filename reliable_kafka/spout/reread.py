@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import cast
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from reliable_kafka.errors import ReliableKafkaError
 from reliable_kafka.kafka.clients import new_consumer
@@ -49,7 +50,7 @@ class SourceRereader:
         self.gone = gone
         self.batch_size = batch_size
         self.timeout_s = timeout_s
-        self._consumer = None
+        self._consumer: Consumer | None = None  # made on the first read again
 
     def __call__(self, wanted: Iterable[tuple[TopicPartitionKey, int]]) -> None:
         by_partition: dict[TopicPartitionKey, set[int]] = {}
@@ -82,10 +83,11 @@ class SourceRereader:
                 for message in self._consumer.consume(num_messages=self.batch_size, timeout=0.5):
                     if message.error() is not None:
                         continue
-                    position = message.offset() + 1
-                    if message.offset() in missing:
-                        missing.discard(message.offset())
-                        self.records[(key, message.offset())] = self.to_record(message)
+                    offset = cast(int, message.offset())  # a consumed record's, never None
+                    position = offset + 1
+                    if offset in missing:
+                        missing.discard(offset)
+                        self.records[(key, offset)] = self.to_record(message)
         finally:
             self._consumer.unassign()
         for offset in sorted(o for o in missing if o < position):  # read past: not a record
@@ -93,7 +95,8 @@ class SourceRereader:
             self.gone(key, offset, "is not a committed record of the source")
         if missing:
             raise RereadFailed(f"{self.component}: {len(missing)} in-flight records of {key[0]}[{key[1]}] from offset "
-                               f"{min(missing)} could not be read again within {self.timeout_s:.0f}s; is the broker up?")
+                               f"{min(missing)} could not be read again within {self.timeout_s:.0f}s; "
+                               f"is the broker up?")
 
     def close(self) -> None:
         if self._consumer is not None:

@@ -19,8 +19,8 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable
 
 from confluent_kafka import TopicPartition
 
@@ -29,11 +29,11 @@ from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_a
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import ActionKind, InFlightTracker, OutcomeAction
 from reliable_kafka.errors import ConfigError, DeadLetterGuardTripped, DecodeError
+from reliable_kafka.kafka.outcomes import OutcomeListener
+from reliable_kafka.kafka.parking import Quarantine, park
 from reliable_kafka.ops.failures import Attempt, FailureIndex, FailureRecord, attempt_headers
 from reliable_kafka.ops.trace import RootIndex
 from reliable_kafka.topology import TopologyTopics
-from reliable_kafka.kafka.outcomes import OutcomeListener
-from reliable_kafka.kafka.parking import Quarantine, park
 
 __all__ = ["RootOwner", "RootStats", "POISON_PILL", "check_guard_config"]
 
@@ -203,7 +203,8 @@ class RootOwner:
             if given_up is not None:
                 self.act(given_up)
                 return
-        if action.kind is ActionKind.DEAD_LETTER and (self.max_dead_letter_ratio is None or self._dead_letter_allowed()):
+        if action.kind is ActionKind.DEAD_LETTER and (
+                self.max_dead_letter_ratio is None or self._dead_letter_allowed()):
             self._bound.append(action)
 
     def _note_attempt(self, action: OutcomeAction) -> OutcomeAction | None:

@@ -11,29 +11,31 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Literal
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka.core.anchors import Anchored, spout_root
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker
 from reliable_kafka.errors import AuthorizationError, ConfigError, TopologyError
 from reliable_kafka.ids import new_id
-from reliable_kafka.lifecycle import run_until_stopped
-from reliable_kafka.ops.failures import FailureRecord
-from reliable_kafka.polling import consume_batch
-from reliable_kafka.spout.roots import POISON_PILL, RootOwner, check_guard_config
-from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_tuple
+from reliable_kafka.lifecycle import run_until_stopped
+from reliable_kafka.ops.failures import FailureRecord
+from reliable_kafka.polling import consume_batch
+from reliable_kafka.spout.roots import POISON_PILL, RootOwner, check_guard_config
+from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 
-__all__ = ["Spout", "SpoutShell", "SpoutCollector", "SourceRecord", "SpoutStats", "Guarantee", "forward_to", "POISON_PILL"]
+__all__ = ["Spout", "SpoutShell", "SpoutCollector", "SourceRecord", "SpoutStats", "Guarantee", "forward_to",
+           "POISON_PILL"]
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ class SpoutStats:
 class SpoutCollector:
     """What a spout handler emits with: every tuple is anchored to the current record's root."""
 
-    def __init__(self, spout: "SpoutShell") -> None:
+    def __init__(self, spout: SpoutShell) -> None:
         self._spout = spout
         self._root: int | None = None
         self._parent: Anchored | None = None
@@ -209,8 +211,8 @@ class SpoutShell:
         self._derive_root: Callable[[SourceRecord], int] | None = None  # None: a random root per attempt
         self._senders: dict[TopicPartitionKey, AckSender] | None = None  # None: INITs go through _acks
         self._last_commit = 0.0
-        self._consumer = None
-        self._producer = None
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
         self._acks: AckSender | None = None
 
     @property

@@ -20,18 +20,21 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Iterable
+from collections.abc import Iterable
+from typing import cast
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import OutcomeKind
-from reliable_kafka.errors import ConfigError, DecodeError
+from reliable_kafka.errors import ArgumentError, ConfigError, DecodeError
 from reliable_kafka.ids import to_signed
-from reliable_kafka.spout.reread import RereadFailed, SourceRereader, clusters as _clusters  # noqa: F401 (its old name)
-from reliable_kafka.spout.spout import SourceRecord, SpoutShell, TopicPartitionKey, _source_record
 from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.clients import coordinates
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
+from reliable_kafka.spout.reread import RereadFailed, SourceRereader
+from reliable_kafka.spout.reread import clusters as _clusters  # noqa: F401 (its old name)
+from reliable_kafka.spout.spout import SourceRecord, SpoutShell, TopicPartitionKey, _source_record
 
 __all__ = ["TransactionalSpout", "encode_spout_state", "decode_spout_state", "owner_id"]
 
@@ -103,7 +106,7 @@ def decode_spout_state(commit_point: int, metadata: str) -> tuple[list[int], int
         for field in fields[2:]:
             parts = field.split(":")
             if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "f"):
-                raise ValueError(f"entry {field!r} is not offset[+n]:attempt[:f]")
+                raise ArgumentError(f"entry {field!r} is not offset[+n]:attempt[:f]")
             start, _, count = parts[0].partition("+")
             for offset in range(int(start), int(start) + (int(count) if count else 1)):
                 attempts[offset] = int(parts[1])
@@ -132,7 +135,7 @@ class TransactionalSpout(SpoutShell):
             raise ConfigError("TransactionalSpout tracks trees: guarantee must be at_least_once, with ackers")
         super().__init__(name=name, **options)
         self._owners: dict[TopicPartitionKey, int] = {}
-        self._senders = {}  # one INIT sender per source partition, named by its stable owner id
+        self._senders: dict[TopicPartitionKey, AckSender] = {}  # one INIT sender per source partition, by owner id
         self._derive_root = self._root_of
         self._emitted_upto: dict[TopicPartitionKey, int] = {}
         self._ack_partitions = 0
@@ -185,9 +188,13 @@ class TransactionalSpout(SpoutShell):
     def _adopt(self, key: TopicPartitionKey, committed_tp: TopicPartition) -> int:
         owner = owner_id(self.group_id, *key)
         self._owners[key] = owner
+        assert self._producer is not None and self._roots.listener is not None  # start() made them
         self._senders[key] = AckSender(self._producer, acks_topic=self.topics.acks,
                                        ack_partitions=self._ack_partitions, sender=owner)
         committed = committed_tp.offset if committed_tp.offset >= 0 else None
+        done_above: list[int]
+        attempts: dict[int, int]
+        failed: set[int]
         done_above, emitted_upto, outcome_position, attempts, failed = [], committed, None, {}, set()
         if committed is not None and committed_tp.metadata:
             try:
@@ -218,6 +225,7 @@ class TransactionalSpout(SpoutShell):
         self._roots.forget(key)
         owner = self._owners.pop(key, None)
         if owner is not None and owner not in self._owners.values():
+            assert self._roots.listener is not None  # a key is known only after start()
             self._roots.listener.unfollow(owner)
         self._senders.pop(key, None)
         self._emitted_upto.pop(key, None)
@@ -243,6 +251,7 @@ class TransactionalSpout(SpoutShell):
     def poll_once(self, timeout: float = 0.1) -> None:
         """One transaction: redeliveries, new records, their INITs, dead letters and the state."""
         roots = self._roots
+        assert self._consumer is not None, "start() was not called"
         roots.raise_if_guard_tripped()
         roots.take_outcomes()  # dead letters bound here are written inside the transaction
         messages = [m for m in self._consumer.consume(num_messages=self.batch_size, timeout=timeout)
@@ -258,12 +267,12 @@ class TransactionalSpout(SpoutShell):
                 record = roots.records.get((redelivery.tp, redelivery.offset))
                 if record is not None:
                     self.stats.replayed += 1
-                    self._process(_with_attempt(record, redelivery.attempt))
+                    self._process(_with_attempt(cast(SourceRecord, record), redelivery.attempt))
             for message in messages:
                 self.stats.read += 1
                 self._process(_source_record(message))
-                key = (message.topic(), message.partition())
-                self._emitted_upto[key] = max(self._emitted_upto.get(key, 0), message.offset() + 1)
+                topic, partition, offset = coordinates(message)
+                self._emitted_upto[(topic, partition)] = max(self._emitted_upto.get((topic, partition), 0), offset + 1)
             roots.write_dead_letters()
             for sender in self._senders.values():
                 sender.send()
@@ -283,6 +292,7 @@ class TransactionalSpout(SpoutShell):
         """The commit metadata of ``key``: done above ``point``, where emission stopped, where its
         outcomes were read up to, and the attempts of records retried or failed."""
         unsettled = self.tracker.unsettled(key)
+        assert self._roots.listener is not None  # a key is known only after start()
         return encode_spout_state(
             point, self.tracker.done_above(key), emitted_upto=max(self._emitted_upto.get(key, point), point),
             outcome_position=self._roots.listener.position(self._owners[key]),
@@ -296,6 +306,7 @@ class TransactionalSpout(SpoutShell):
                     exc if error is None else error)
         self._transactions.abort(exc)  # a new producer reaches the senders through _use_producer
         self._roots.drop_dead_letters()
+        assert self._consumer is not None
         assignment = self._consumer.assignment()
         for tp in assignment:
             self._forget((tp.topic, tp.partition))

@@ -10,7 +10,7 @@ difference. Waits are bounded (a real broker answers asynchronously); nothing is
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TopicPartition
 from confluent_kafka.admin import NewTopic
@@ -26,8 +26,8 @@ WAIT_S = 30.0
 
 def _topic(clients: KafkaClients, bootstrap: str, name: str, partitions: int = 1, config: dict | None = None) -> str:
     admin = clients.admin({"bootstrap.servers": bootstrap})
-    for topic, future in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
-                                                       config=dict(config or {}))]).items():
+    for future in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+                                                config=dict(config or {}))]).values():
         future.result(timeout=WAIT_S)
     deadline = time.monotonic() + WAIT_S
     while True:  # a real broker may need a moment to elect the new partitions' leader

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaError, KafkaException, Message
 
@@ -247,7 +247,7 @@ class MemoryKafka:
         """The records of ``topic`` (one partition, or all in partition order) as a consumer sees them."""
         found = self.topic(topic)
         chosen = range(len(found.partitions)) if partition is None else [partition]
-        result = []
+        result: list[Message] = []
         for p in chosen:
             log = found.partitions[p]
             end = log.stable_end() if read_committed else log.end
@@ -287,7 +287,7 @@ class MemoryKafka:
             self.groups[group_id] = Group(self, group_id)
         return self.groups[group_id]
 
-    def committed(self, group_id: str, topic: str, partition: int) -> tuple[int, str] | None:
+    def committed(self, group_id: str, topic: str, partition: int) -> tuple[int, str | None] | None:
         """The group's committed (offset, metadata) of a partition, or None."""
         group = self.groups.get(group_id)
         return None if group is None else group.offsets.get((topic, partition))

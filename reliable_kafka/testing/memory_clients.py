@@ -8,8 +8,9 @@ in the log at delivery but hidden from ``read_committed`` readers until the tran
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ClusterMetadata, PartitionMetadata, TopicMetadata
@@ -25,7 +26,7 @@ __all__ = ["MemoryProducer", "MemoryAdmin", "cluster_metadata"]
 def cluster_metadata(kafka: MemoryKafka, topic: str | None = None) -> ClusterMetadata:
     """What ``list_topics`` answers: every topic, or the one asked for (with an error when missing)."""
     metadata = ClusterMetadata()
-    metadata.cluster_id, metadata.controller_id, metadata.orig_broker_id = "memory", 0, 0
+    metadata.cluster_id, metadata.controller_id, metadata.orig_broker_id = "memory", 0, 0  # type: ignore[assignment]
     names = [topic] if topic is not None else list(kafka.topics)
     for name in names:
         described = TopicMetadata()
@@ -176,6 +177,7 @@ class MemoryProducer:
         self._check_transactional(contact=False)  # local in librdkafka: a fencing is not noticed here
         if self._transaction is not None:
             raise KafkaException(KafkaError(KafkaError._STATE, "a transaction is already open"))
+        assert self._transactional_id is not None  # _check_transactional raised otherwise
         self._transaction = self._kafka.begin(self._transactional_id)
 
     def send_offsets_to_transaction(self, positions, group_metadata, timeout: float | None = None) -> None:
@@ -187,6 +189,7 @@ class MemoryProducer:
         if member is not None and not member.alive:  # KIP-447: a zombie consumer cannot commit
             raise KafkaException(KafkaError(KafkaError.UNKNOWN_MEMBER_ID, "the consumer left its group",
                                             txn_requires_abort=True))
+        assert self._transaction is not None  # _check_in_transaction raised otherwise
         self._transaction.offsets.setdefault(group, []).extend(tp for tp in positions if tp.offset >= 0)
 
     def commit_transaction(self, timeout: float | None = None) -> None:
@@ -195,6 +198,7 @@ class MemoryProducer:
         fault = self._kafka.take_fault("commit_transaction")
         if fault is not None:
             raise KafkaException(fault)
+        assert self._transactional_id is not None  # _check_in_transaction raised otherwise
         self._kafka.commit_transaction(self._transactional_id)
         self._transaction = None
 
@@ -203,6 +207,7 @@ class MemoryProducer:
         if self._transaction is None:
             return
         self._fail_queued(KafkaError(KafkaError._PURGE_QUEUE, "Local: Purged in queue (transaction aborted)"))
+        assert self._transactional_id is not None  # _check_transactional raised otherwise
         self._kafka.abort_transaction(self._transactional_id)
         self._transaction = None
 

@@ -8,10 +8,12 @@ start offsets (else the consumer assigns what it was given, resuming at the comm
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, Message, TopicPartition
 
+from reliable_kafka.kafka.clients import coordinates
 from reliable_kafka.testing.memory_clients import cluster_metadata
 
 if TYPE_CHECKING:
@@ -187,7 +189,8 @@ class MemoryConsumer:
         if self._auto_commit and self._member is not None and self._stored:
             self._group().commit(self._member, list(self._stored.values()))
         if not messages and timeout and timeout > 0 and self._kafka.idle_waits_advance_clock:
-            self._kafka.clock.advance(int(timeout * 1000))  # the wait for records that did not come
+            # the wait for records that did not come (this option requires a clock with advance())
+            self._kafka.clock.advance(int(timeout * 1000))  # type: ignore[attr-defined]
         return messages
 
     def _read(self, key: TopicPartitionKey, limit: int, into: list[Message]) -> None:
@@ -267,7 +270,8 @@ class MemoryConsumer:
     def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
         self._check()
         if message is not None:
-            offsets = [TopicPartition(message.topic(), message.partition(), message.offset() + 1)]
+            topic, partition, offset = coordinates(message)
+            offsets = [TopicPartition(topic, partition, offset + 1)]
         for tp in offsets or []:
             key = (tp.topic, tp.partition)
             if key not in self._assignment:
@@ -278,7 +282,8 @@ class MemoryConsumer:
                asynchronous: bool = True):
         self._check()
         if message is not None:
-            offsets = [TopicPartition(message.topic(), message.partition(), message.offset() + 1)]
+            topic, partition, offset = coordinates(message)
+            offsets = [TopicPartition(topic, partition, offset + 1)]
         elif offsets is None:
             offsets = [self._stored[k] for k in self._assignment if k in self._stored]
             if not offsets:

@@ -17,6 +17,7 @@ import numpy as np
 
 from reliable_kafka.core.acker_table import AckerStats
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.deprecation import renamed_keywords
 
 __all__ = ["Decision", "ReferenceAcker", "ReferenceEntry"]
 
@@ -44,9 +45,10 @@ class ReferenceEntry:
 class ReferenceAcker:
     """Storm's acker over a dict, with the table's timeout buckets and counters."""
 
-    def __init__(self, *, timeout_ms: int, buckets: int) -> None:
-        self.timeout_ms = timeout_ms
-        self.width = -(-timeout_ms // buckets)
+    @renamed_keywords(timeout_ms="message_timeout_ms")
+    def __init__(self, *, message_timeout_ms: int, buckets: int) -> None:
+        self.timeout_ms = message_timeout_ms
+        self.width = -(-message_timeout_ms // buckets)
         self.clock: int | None = None
         self.entries: dict[int, ReferenceEntry] = {}
         self.stats = AckerStats()

@@ -7,7 +7,7 @@ from reliable_kafka import demo
 
 def test_demo_prints_progress_its_status_and_how_to_watch_it(kafka_bootstrap):
     out = io.StringIO()
-    summary = demo.run(sentences=300, fail_rate=0.05, engine="python", bootstrap=kafka_bootstrap, timeout_s=240,
+    summary = demo.run(sentences=300, fail_rate=0.05, engine="python", bootstrap_servers=kafka_bootstrap, timeout_s=240,
                        out=out)
     text = out.getvalue()
     print(text)

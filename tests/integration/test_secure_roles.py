@@ -10,8 +10,16 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic,
-                                   ResourcePatternType, ResourceType)
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+from spark_helpers import wait_for
 
 from reliable_kafka import codec
 from reliable_kafka.acker import AckerWorker
@@ -22,7 +30,6 @@ from reliable_kafka.errors import AuthorizationError
 from reliable_kafka.spout import Spout, TransactionalSpout
 from reliable_kafka.testing.topics import unique_name
 from reliable_kafka.topology import TopologyTopics
-from spark_helpers import wait_for
 
 RECORDS = 20
 

@@ -9,18 +9,18 @@ import json
 
 import pytest
 from pyspark.sql import functions as F
+from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running
 
 from reliable_kafka import codec
 from reliable_kafka.cli import main
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.errors import DeadLetterGuardTripped
 from reliable_kafka.offsets import committed_offsets, end_offsets
-from reliable_kafka.ops.failures import REASON_HEADER, decode_attempts, ATTEMPTS_HEADER
+from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER, decode_attempts
 from reliable_kafka.spark import SparkSpout, spark_session
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
-from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running
 
 pytestmark = pytest.mark.spark
 

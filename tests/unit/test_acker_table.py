@@ -178,7 +178,7 @@ def test_fold_rejects_columns_of_different_lengths():
 
 
 def test_config_is_checked_by_name():
-    for kwargs, name in (({"timeout_ms": 0}, "timeout_ms"), ({"buckets": 0}, "buckets"),
+    for kwargs, name in (({"message_timeout_ms": 0}, "message_timeout_ms"), ({"buckets": 0}, "buckets"),
                          ({"buckets": 31}, "buckets"), ({"initial_capacity": 0},
                                                         "initial_capacity")):
         with pytest.raises(ConfigError, match=name):
@@ -230,7 +230,7 @@ def test_fold_records_matches_folding_one_by_one_even_for_a_late_stray_ack():
 
 
 def test_fold_records_expires_between_records_across_a_bucket_boundary():
-    table = AckerTable(timeout_ms=1000, buckets=1)
+    table = AckerTable(message_timeout_ms=1000, buckets=1)
     records = records_of([([(INIT, 1, 5)], SPOUT)], 0, t=0) + records_of(
         [([(ACK, 1, 5)], BOLT)], 1, t=2000) + records_of([([(INIT, 2, 5)], SPOUT)], 2, t=2500)
     assert as_set(table.fold_records(records)) == {(1, SPOUT, TIMED_OUT)}
@@ -242,7 +242,7 @@ def test_fold_records_expires_between_records_across_a_bucket_boundary():
 
 
 def test_reset_timeout_pushes_the_deadline():
-    table = AckerTable(timeout_ms=30_000, buckets=4)  # buckets of 7.5 s
+    table = AckerTable(message_timeout_ms=30_000, buckets=4)  # buckets of 7.5 s
     fold(table, [(INIT, 1, 5), (INIT, 2, 5)], t=0)
     # Touched at 0: deadline bucket (0 + 30000) // 7500 = 4, expires once the clock is 37_500.
     # The owner hears of it (issue 9 item 5), so that its own backstop timer moves too.
@@ -257,7 +257,7 @@ def test_reset_timeout_pushes_the_deadline():
 
 
 def test_timeout_without_owner_expires_silently():
-    table = AckerTable(timeout_ms=1000, buckets=2)
+    table = AckerTable(message_timeout_ms=1000, buckets=2)
     fold(table, [(ACK, 1, 5)], sender=BOLT, t=0)
     fold(table, [(FAIL, 2, 0)], sender=BOLT, t=0)
     fold(table, [(INIT, 3, 5)], sender=SPOUT, t=0)
@@ -267,7 +267,7 @@ def test_timeout_without_owner_expires_silently():
 
 
 def test_late_init_moves_the_deadline():
-    table = AckerTable(timeout_ms=1000, buckets=1)
+    table = AckerTable(message_timeout_ms=1000, buckets=1)
     fold(table, [(ACK, 1, 5)], sender=BOLT, t=0)      # created at 0: expires at 2000
     fold(table, [(INIT, 1, 6)], t=1500)                # INIT at 1500: expires at 3000
     assert as_set(table.advance(2999)) == set()
@@ -275,7 +275,7 @@ def test_late_init_moves_the_deadline():
 
 
 def test_expiry_comes_before_the_batch_that_moved_the_clock():
-    table = AckerTable(timeout_ms=1000, buckets=1)
+    table = AckerTable(message_timeout_ms=1000, buckets=1)
     fold(table, [(INIT, 1, 5)], t=0)
     # The ack arrives at 2000, when the deadline has passed: TIMED_OUT, and the ack starts a
     # new, ownerless entry that expires silently later.
@@ -285,7 +285,7 @@ def test_expiry_comes_before_the_batch_that_moved_the_clock():
 
 
 def test_clock_never_moves_back():
-    table = AckerTable(timeout_ms=1000, buckets=1)
+    table = AckerTable(message_timeout_ms=1000, buckets=1)
     fold(table, [(INIT, 1, 5)], t=5000)
     assert as_set(table.advance(100)) == set() and table.clock_ms == 5000
     # A record with an older timestamp is folded at the partition clock: deadline from 5000.
@@ -297,7 +297,7 @@ def test_clock_never_moves_back():
 @given(timeout=st.integers(1, 100_000), buckets=st.integers(1, 30),
        start=st.integers(-10**12, 10**12), touch=st.sampled_from([INIT, ACK, RESET, FAIL]))
 def test_expiry_bound_is_timeout_to_timeout_plus_one_bucket(timeout, buckets, start, touch):
-    table = AckerTable(timeout_ms=timeout, buckets=buckets)
+    table = AckerTable(message_timeout_ms=timeout, buckets=buckets)
     width = table.bucket_width_ms
     assert width * buckets >= timeout > (width - 1) * buckets  # ceil(timeout / buckets)
     fold(table, [(touch, 1, 5)], sender=SPOUT, t=start)
@@ -313,7 +313,7 @@ def test_expiry_bound_is_timeout_to_timeout_plus_one_bucket(timeout, buckets, st
 
 
 def test_low_offset_tracks_the_oldest_pending_bucket():
-    table = AckerTable(timeout_ms=30_000, buckets=4)
+    table = AckerTable(message_timeout_ms=30_000, buckets=4)
     assert table.low_offset() is None
     fold(table, [(INIT, 1, 5)], t=0, offset=10)
     fold(table, [(INIT, 2, 5)], t=100, offset=20)       # same bucket as root 1
@@ -328,7 +328,7 @@ def test_low_offset_tracks_the_oldest_pending_bucket():
 
 
 def test_reset_carries_the_low_offset_to_the_new_bucket():
-    table = AckerTable(timeout_ms=30_000, buckets=4)
+    table = AckerTable(message_timeout_ms=30_000, buckets=4)
     fold(table, [(INIT, 1, 5)], t=0, offset=10)
     fold(table, [(INIT, 2, 5)], t=0, offset=11)
     fold(table, [(RESET, 1, 0)], sender=BOLT, t=9000, offset=50)
@@ -538,8 +538,8 @@ operation = st.one_of(
        records_per_call=st.sampled_from([1, 1, 2, 5, 40]))
 def test_equivalent_to_the_reference_model(timeout, buckets, start, ops, seed, records_per_call):
     rng = np.random.default_rng(seed)
-    table = AckerTable(timeout_ms=timeout, buckets=buckets, initial_capacity=8)
-    ref = ReferenceAcker(timeout_ms=timeout, buckets=buckets)
+    table = AckerTable(message_timeout_ms=timeout, buckets=buckets, initial_capacity=8)
+    ref = ReferenceAcker(message_timeout_ms=timeout, buckets=buckets)
     now = start
     calls = []  # consecutive folds go to fold_records together, up to records_per_call
     for offset, op in enumerate(ops):
@@ -622,9 +622,9 @@ def test_table_stays_sound_under_churn_near_its_fill_limit(groups, seed, counts)
                         max_size=12),
        timeout=st.sampled_from([5, 1000]))
 def test_fold_records_decides_as_folding_one_by_one(records, timeout):
-    one_by_one = AckerTable(timeout_ms=timeout, buckets=2, initial_capacity=8)
-    together = AckerTable(timeout_ms=timeout, buckets=2, initial_capacity=8)
-    ref = ReferenceAcker(timeout_ms=timeout, buckets=2)
+    one_by_one = AckerTable(message_timeout_ms=timeout, buckets=2, initial_capacity=8)
+    together = AckerTable(message_timeout_ms=timeout, buckets=2, initial_capacity=8)
+    ref = ReferenceAcker(message_timeout_ms=timeout, buckets=2)
     want, t = [], 0
     calls = []
     for offset, (entries, sender, dt) in enumerate(records):
@@ -682,8 +682,8 @@ def traffic(rnd: random.Random, n_roots: int):
 def test_grouped_traffic_with_fails_resets_duplicates_and_timeouts_matches_the_model(
         seed, n_roots, per_call, timeout, buckets, capacity):
     rnd = random.Random(seed)
-    table = AckerTable(timeout_ms=timeout, buckets=buckets, initial_capacity=capacity)
-    ref = ReferenceAcker(timeout_ms=timeout, buckets=buckets)
+    table = AckerTable(message_timeout_ms=timeout, buckets=buckets, initial_capacity=capacity)
+    ref = ReferenceAcker(message_timeout_ms=timeout, buckets=buckets)
     records, t = [], 0
     for offset, (entries, sender, dt) in enumerate(traffic(rnd, n_roots)):
         t += dt
@@ -728,7 +728,7 @@ def test_fail_then_a_siblings_ack_in_one_group_is_folded_in_one_pass(monkeypatch
     batches += [([(ACK, 100 + i, i + 1)], BOLT) for i in range(10)]
     batches += [([(ACK, r, c2)], BOLT)]                       # the sibling's ack comes after
     table = AckerTable()
-    ref = ReferenceAcker(timeout_ms=30_000, buckets=4)
+    ref = ReferenceAcker(message_timeout_ms=30_000, buckets=4)
     records = records_of(batches, 0)
     decided = as_set(table.fold_records(records))
     assert decided == set(ref.fold_records(records))
@@ -751,7 +751,7 @@ def test_a_root_decided_twice_in_one_group_is_decided_twice_in_one_pass(monkeypa
     batches = [([(INIT, r, e), (INIT, 5, 6)], SPOUT), ([(FAIL, r, 0), (RESET, 5, 0)], BOLT),
                ([(INIT, r, e)], OTHER_SPOUT), ([(ACK, r, e), (RESET, r, 0)], BOLT)]
     table = AckerTable()
-    ref = ReferenceAcker(timeout_ms=30_000, buckets=4)
+    ref = ReferenceAcker(message_timeout_ms=30_000, buckets=4)
     records = records_of(batches, 0)
     got = sorted(zip(*(c.tolist() for c in astuple(table.fold_records(records)))))
     assert got == sorted(ref.fold_records(records))
@@ -788,7 +788,7 @@ def test_same_root_names_one_representative_per_root(keys, scratch_bits):
 
 
 def test_reference_acker_decides_as_documented():
-    model = ReferenceAcker(timeout_ms=100, buckets=2)  # buckets of 50 ms
+    model = ReferenceAcker(message_timeout_ms=100, buckets=2)  # buckets of 50 ms
     init, ack, fail = 0, 1, 2
     assert model.fold([ack], [7], [5], sender=1, event_time_ms=0, offset=0) == []
     assert model.fold([init], [7], [5], sender=9, event_time_ms=10, offset=1) == [(7, 9, 0)]
@@ -803,3 +803,18 @@ def test_reference_acker_decides_as_documented():
     assert model.fold([init, reset], [5, 5], [4, 0], sender=9, event_time_ms=200,
                       offset=5) == [(5, 9, 3)]
     assert model.stats.reset_notices == 1 and model.pending == 1
+
+
+def test_message_timeout_ms_is_the_name_and_timeout_ms_its_deprecated_alias():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new name warns about nothing
+        assert AckerTable(message_timeout_ms=1234).message_timeout_ms == 1234
+        assert ReferenceAcker(message_timeout_ms=1234, buckets=2).timeout_ms == 1234
+    with pytest.warns(DeprecationWarning, match=r"AckerTable: timeout_ms= is deprecated; use message_timeout_ms="):
+        assert AckerTable(timeout_ms=99).message_timeout_ms == 99
+    with pytest.warns(DeprecationWarning, match=r"ReferenceAcker: timeout_ms= is deprecated"):
+        assert ReferenceAcker(timeout_ms=99, buckets=2).timeout_ms == 99
+    with pytest.raises(ConfigError, match="give message_timeout_ms only"):
+        AckerTable(timeout_ms=1, message_timeout_ms=2)

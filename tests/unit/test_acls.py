@@ -105,8 +105,8 @@ def test_every_name_is_one_confluent_kafka_knows():
 names = st.text(alphabet="abcdefghij-_.0123456789", min_size=1, max_size=12)
 
 
-@given(role=st.sampled_from(["spout", "bolt", "spark"]), topology=names, sources=st.lists(names, min_size=1, max_size=3),
-       outputs=st.lists(names, max_size=3), group=names)
+@given(role=st.sampled_from(["spout", "bolt", "spark"]), topology=names,
+       sources=st.lists(names, min_size=1, max_size=3), outputs=st.lists(names, max_size=3), group=names)
 def test_grants_only_the_given_names_and_the_topologys_own(role, topology, sources, outputs, group):
     acls = role_acls(role, topology, principal="User:p", source_topics=sources, output_topics=outputs, group=group)
     assert acls == sorted(set(acls))

@@ -6,8 +6,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from reliable_kafka.errors import AuthorizationError, ReliableKafkaError
-from reliable_kafka.kafka.authorization import (check_consumed, check_delivery, guard_delivery, principal_of,
-                                                refusal)
+from reliable_kafka.kafka.authorization import check_consumed, check_delivery, guard_delivery, principal_of, refusal
 
 
 class FakeMessage:

@@ -116,3 +116,13 @@ def test_acker_worker_takes_timeout_ms_under_its_old_name_with_a_warning():
         AckerWorker(topology="t", bootstrap_servers=CLOSED, timeout_ms=1, message_timeout_ms=2)
     with pytest.raises(ConfigError, match="message_timeout_ms must be positive"), pytest.warns(DeprecationWarning):
         AckerWorker(topology="t", bootstrap_servers=CLOSED, timeout_ms=0)
+
+
+def test_demo_run_takes_bootstrap_servers_and_its_old_name_bootstrap():
+    import inspect
+
+    from reliable_kafka import demo
+
+    assert "bootstrap_servers" in inspect.signature(demo.run).parameters
+    with pytest.raises(ConfigError, match="give bootstrap_servers only"):  # checked before any broker starts
+        demo.run(bootstrap="127.0.0.1:1", bootstrap_servers="127.0.0.1:1")

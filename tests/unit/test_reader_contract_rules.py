@@ -51,7 +51,7 @@ def test_trailing_bytes_after_the_avro_body_make_the_record_bad(encoded, decode,
 def test_an_empty_ack_batch_is_valid_and_decides_nothing():
     batch = codec.decode_ack_batch(codec.encode_ack_batch(SPOUT, [], [], []))
     assert batch.sender == SPOUT and len(batch) == 0
-    table = AckerTable(timeout_ms=1000, buckets=1)
+    table = AckerTable(message_timeout_ms=1000, buckets=1)
     _fold(table, [(INIT, 1, 5)], t=0)
     assert _fold(table, [], t=500, offset=1) == set()
     assert table.pending == 1 and table.stats.invalid_entries == 0
@@ -92,7 +92,7 @@ def test_the_oversize_threshold_default_is_100000_entries():
 # --- deadlines -----------------------------------------------------------------------------------
 
 def test_the_deadline_starts_at_the_partition_clock_not_the_records_own_timestamp():
-    table = AckerTable(timeout_ms=1000, buckets=1)
+    table = AckerTable(message_timeout_ms=1000, buckets=1)
     _fold(table, [(INIT, 1, 5)], t=10_000)
     _fold(table, [(INIT, 2, 5)], t=0, offset=1)  # an older timestamp: the clock stays at 10_000
     assert _expire(table, 11_999) == set()
@@ -100,7 +100,7 @@ def test_the_deadline_starts_at_the_partition_clock_not_the_records_own_timestam
 
 
 def test_reset_timeout_restarts_the_whole_timeout_from_its_own_time_and_does_not_add_up():
-    table = AckerTable(timeout_ms=1000, buckets=1)
+    table = AckerTable(message_timeout_ms=1000, buckets=1)
     _fold(table, [(INIT, 1, 5), (INIT, 2, 5)], t=0)
     _fold(table, [(RESET, 1, 0), (RESET, 1, 0), (RESET, 2, 0)], sender=BOLT, t=900, offset=1)
     _fold(table, [(RESET, 2, 0)], sender=BOLT, t=900, offset=2)  # a second one at the same time
@@ -110,7 +110,7 @@ def test_reset_timeout_restarts_the_whole_timeout_from_its_own_time_and_does_not
 
 
 def test_ack_and_fail_entries_do_not_move_the_deadline():
-    table = AckerTable(timeout_ms=1000, buckets=1)
+    table = AckerTable(message_timeout_ms=1000, buckets=1)
     _fold(table, [(INIT, 1, 5), (INIT, 2, 7)], t=0)
     _fold(table, [(ACK, 1, 3)], sender=BOLT, t=900, offset=1)
     assert _expire(table, 2000) == {(1, OutcomeKind.TIMED_OUT), (2, OutcomeKind.TIMED_OUT)}
@@ -119,14 +119,14 @@ def test_ack_and_fail_entries_do_not_move_the_deadline():
 # --- duplicated records --------------------------------------------------------------------------
 
 def test_a_duplicated_init_record_completes_its_tree_before_any_ack():
-    table = AckerTable(timeout_ms=1000, buckets=1)
+    table = AckerTable(message_timeout_ms=1000, buckets=1)
     init = [(INIT, 1, 0b1010)]
     assert _fold(table, init, t=0, offset=0) == set()
     assert _fold(table, init, t=0, offset=1) == {(1, OutcomeKind.COMPLETED)}  # no bolt acked
 
 
 def test_a_duplicated_ack_record_makes_its_tree_time_out():
-    table = AckerTable(timeout_ms=1000, buckets=1)
+    table = AckerTable(message_timeout_ms=1000, buckets=1)
     _fold(table, [(INIT, 1, 0b1010)], t=0)
     ack = [(ACK, 1, 0b1010)]
     assert _fold(table, ack, sender=BOLT, t=1, offset=1) == {(1, OutcomeKind.COMPLETED)}
@@ -138,7 +138,7 @@ def test_a_duplicated_ack_record_makes_its_tree_time_out():
 
 
 def test_a_duplicated_fail_record_is_harmless():
-    table = AckerTable(timeout_ms=1000, buckets=1)
+    table = AckerTable(message_timeout_ms=1000, buckets=1)
     _fold(table, [(INIT, 1, 5)], t=0)
     fail = [(FAIL, 1, 0)]
     assert _fold(table, fail, sender=BOLT, t=1, offset=1) == {(1, OutcomeKind.FAILED)}
