@@ -125,8 +125,8 @@ class Deployment:
     def spout(self, *, principal: str = "spout", name: str = "spout", **options) -> Spout:
         kind = TransactionalSpout if self.transactional else Spout
         return kind(topology=self.topology, bootstrap_servers=self.kafka.bootstrap, source_topics=self.source,
-                    group_id=f"{self.topology}-spout", emit_to=self.middle, message_timeout_ms=20_000,
-                    kafka_config=self.kafka.config(principal), name=name, **options)
+                    group_id=f"{self.topology}-spout", emit_to=self.middle,
+                    kafka_config=self.kafka.config(principal), name=name, **{"message_timeout_ms": 20_000, **options})
 
     def bolt(self, *, principal: str = "bolt") -> BasicBolt:
         failed_once: set[bytes] = set()
