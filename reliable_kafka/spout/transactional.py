@@ -28,6 +28,7 @@ from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, decode_done_a
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.ids import to_signed
+from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader, clusters as _clusters  # noqa: F401 (its old name)
 from reliable_kafka.spout.spout import SourceRecord, SpoutShell, TopicPartitionKey, _source_record
 from reliable_kafka.kafka.ack_sender import AckSender
@@ -245,8 +246,13 @@ class TransactionalSpout(SpoutShell):
         roots = self._roots
         roots.raise_if_guard_tripped()
         roots.take_outcomes()  # dead letters bound here are written inside the transaction
-        messages = [m for m in self._consumer.consume(num_messages=self.batch_size, timeout=timeout)
-                    if m.error() is None]
+        messages = []
+        for message in self._consumer.consume(num_messages=self.batch_size, timeout=timeout):
+            if message.error() is None:
+                messages.append(message)
+            else:  # a refusal stops the spout (it would otherwise read nothing, forever)
+                check_consumed(message, self._consumer, component=self.name)
+                log.warning("%s: consumer error: %s", self.name, message.error())
         due = self.tracker.due_redeliveries(limit=self.batch_size)  # keeps each transaction short
         if not messages and not due and not roots.dead_letters_waiting and not self._state_changed():
             self._apply_backpressure()

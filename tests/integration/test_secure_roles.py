@@ -322,6 +322,15 @@ def test_bolt_refused_read_on_its_source_stops(deployment):
                    resource=deployment.middle)
 
 
+def test_transactional_spout_refused_read_on_its_source_stops(secure_kafka, tmp_path):
+    deployment = Deployment(secure_kafka, tmp_path, transactional=True)
+    deployment.grant_all()
+    deployment.revoke("User:spout", ResourceType.TOPIC, deployment.source, AclOperation.READ)
+    spout = Running(deployment.spout())
+    assert_refused(spout.stopped_by(), principal="User:spout", operation="READ", resource_type="TOPIC",
+                   resource=deployment.source)
+
+
 def test_acker_refused_its_group_stops(deployment):
     deployment.grant_all()
     deployment.revoke("User:acker", ResourceType.GROUP, f"{deployment.topology}.ackers", AclOperation.READ)
