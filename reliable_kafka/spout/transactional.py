@@ -30,6 +30,7 @@ from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ArgumentError, ConfigError, DecodeError
 from reliable_kafka.ids import to_signed
 from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import coordinates
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
@@ -254,8 +255,13 @@ class TransactionalSpout(SpoutShell):
         assert self._consumer is not None, "start() was not called"
         roots.raise_if_guard_tripped()
         roots.take_outcomes()  # dead letters bound here are written inside the transaction
-        messages = [m for m in self._consumer.consume(num_messages=self.batch_size, timeout=timeout)
-                    if m.error() is None]
+        messages = []
+        for message in self._consumer.consume(num_messages=self.batch_size, timeout=timeout):
+            if message.error() is None:
+                messages.append(message)
+            else:  # a refusal stops the spout (it would otherwise read nothing, forever)
+                check_consumed(message, self._consumer, component=self.name)
+                log.warning("%s: consumer error: %s", self.name, message.error())
         due = self.tracker.due_redeliveries(limit=self.batch_size)  # keeps each transaction short
         if not messages and not due and not roots.dead_letters_waiting and not self._state_changed():
             self._apply_backpressure()

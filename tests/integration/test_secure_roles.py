@@ -28,6 +28,7 @@ from reliable_kafka.cli import main
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import AuthorizationError
 from reliable_kafka.spout import Spout, TransactionalSpout
+from reliable_kafka.spout.transactional import decode_spout_state
 from reliable_kafka.testing.topics import unique_name
 from reliable_kafka.topology import TopologyTopics
 
@@ -112,15 +113,27 @@ class Deployment:
         finally:
             consumer.close()
 
-    def acker(self) -> AckerWorker:
-        return AckerWorker(topology=self.topology, bootstrap_servers=self.kafka.bootstrap, create_topics=False,
-                           timeout_ms=20_000, kafka_config=self.kafka.config("acker"), name="acker")
+    def emitted_upto(self) -> int | None:
+        """Where the transactional spouts' committed state says emission stopped (None: no state yet)."""
+        consumer = Consumer({**self.kafka.config("admin"), "bootstrap.servers": self.kafka.bootstrap,
+                             "group.id": f"{self.topology}-spout"})
+        try:
+            committed = consumer.committed([TopicPartition(self.source, 0)], timeout=30)[0]
+        finally:
+            consumer.close()
+        if committed.offset < 0 or not committed.metadata:
+            return None
+        return decode_spout_state(committed.offset, committed.metadata)[1]
 
-    def spout(self, *, principal: str = "spout") -> Spout:
+    def acker(self, *, timeout_ms: int = 20_000) -> AckerWorker:
+        return AckerWorker(topology=self.topology, bootstrap_servers=self.kafka.bootstrap, create_topics=False,
+                           message_timeout_ms=timeout_ms, kafka_config=self.kafka.config("acker"), name="acker")
+
+    def spout(self, *, principal: str = "spout", name: str = "spout", **options) -> Spout:
         kind = TransactionalSpout if self.transactional else Spout
         return kind(topology=self.topology, bootstrap_servers=self.kafka.bootstrap, source_topics=self.source,
-                    group_id=f"{self.topology}-spout", emit_to=self.middle, message_timeout_ms=20_000,
-                    kafka_config=self.kafka.config(principal), name="spout")
+                    group_id=f"{self.topology}-spout", emit_to=self.middle,
+                    kafka_config=self.kafka.config(principal), name=name, **{"message_timeout_ms": 20_000, **options})
 
     def bolt(self, *, principal: str = "bolt") -> BasicBolt:
         failed_once: set[bytes] = set()
@@ -196,6 +209,45 @@ def test_least_privilege_topology_completes_without_a_denial(secure_kafka, tmp_p
     assert deployment.end_offset(deployment.topics.acks) == acks_end
 
 
+def test_least_privilege_takeover_reads_in_flight_records_again_without_a_denial(secure_kafka, tmp_path):
+    """A second TransactionalSpout (its own transactional id, the spout role's ACLs only) adopts
+    the records a first one left in flight, reads the one whose tree failed again through the
+    `<group>.refetch` group, and completes every tree with no denial in the broker log."""
+    deployment = Deployment(secure_kafka, tmp_path, transactional=True)
+    group = f"{deployment.topology}-spout"
+    since = secure_kafka.log_path.stat().st_size
+    deployment.grant_all()
+    deployment.grant("spout", "User:spout", "--source", deployment.source, "--output", deployment.middle,
+                     "--group", group, "--transactional-id", f"{group}.spout-b")
+    deployment.produce_source()
+    # static members do not leave the group on close: a short session hands the partition over
+    # soon; trees are given a minute, so that none times out while the partition changes hands
+    options = {"consumer_config": {"session.timeout.ms": 6000}, "message_timeout_ms": 60_000}
+    acker = Running(deployment.acker(timeout_ms=60_000))
+    first = Running(deployment.spout(**options))
+    bolt = second = None
+    try:
+        wait_for(lambda: first.error or deployment.emitted_upto() == RECORDS, timeout=120,
+                 what=f"the first spout to commit the emission of {RECORDS} records")
+        first.finish()  # no bolt runs yet: every record is left in flight
+        assert first.error is None and first.component.stats.completed == 0
+        bolt = Running(deployment.bolt())  # fails record 0's first attempt
+        second = Running(deployment.spout(name="spout-b", **options))
+        wait_for(lambda: second.error or bolt.error or acker.error
+                 or second.component.stats.committed.get((deployment.source, 0)) == RECORDS, timeout=180,
+                 what="the second spout to complete the adopted trees")
+        assert (second.error, bolt.error, acker.error) == (None, None, None)
+    finally:
+        for running in (second, bolt, acker):
+            if running is not None:
+                running.finish()
+    stats = second.component.stats
+    assert stats.read == 0  # every record was adopted, none read anew
+    assert stats.replayed == 1  # record 0: never held by this spout, read again by offset (refetch)
+    assert stats.dead_lettered == 0 and deployment.end_offset(deployment.topics.dlq) == 0
+    assert denials(secure_kafka.log_path, since) == []
+
+
 def assert_refused(error, *, principal, operation, resource_type, resource):
     assert isinstance(error, AuthorizationError), f"expected an AuthorizationError, got {error!r}"
     assert (error.principal, error.operation, error.resource_type, error.resource) == (
@@ -245,12 +297,45 @@ def test_spout_refused_write_on_its_output_stops_and_dead_letters_nothing(deploy
     assert deployment.end_offset(deployment.topics.dlq) == 0
 
 
+@pytest.mark.parametrize("describe", [False, True], ids=["nothing", "describe-only"])
+@pytest.mark.parametrize("role", ["spout", "bolt"])
+def test_refused_transactional_id_stops_the_transactional_component_naming_it(secure_kafka, tmp_path, role,
+                                                                               describe):
+    """A TransactionalSpout or transactional bolt whose principal may not use its transactional id
+    stops at init_transactions, naming the id: refused either when finding the transaction
+    coordinator (no DESCRIBE) or when asking for a producer id (DESCRIBE without WRITE)."""
+    deployment = Deployment(secure_kafka, tmp_path, transactional=True)
+    deployment.grant_all()
+    transactional_id = f"{deployment.topology}-{role}.{role}"  # <group>.<name>
+    deployment.revoke(f"User:{role}", ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.WRITE)
+    if describe:
+        deployment.allow(f"User:{role}", ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.DESCRIBE)
+    deployment.produce_source()
+    acker = Running(deployment.acker())
+    try:
+        running = Running(deployment.spout() if role == "spout" else deployment.bolt())
+        assert_refused(running.stopped_by(), principal=f"User:{role}", operation="WRITE",
+                       resource_type="TRANSACTIONAL_ID", resource=transactional_id)
+    finally:
+        acker.finish()
+    assert deployment.end_offset(deployment.topics.dlq) == 0
+
+
 def test_bolt_refused_read_on_its_source_stops(deployment):
     deployment.grant_all()
     deployment.revoke("User:bolt", ResourceType.TOPIC, deployment.middle, AclOperation.READ)
     bolt = Running(deployment.bolt())
     assert_refused(bolt.stopped_by(), principal="User:bolt", operation="READ", resource_type="TOPIC",
                    resource=deployment.middle)
+
+
+def test_transactional_spout_refused_read_on_its_source_stops(secure_kafka, tmp_path):
+    deployment = Deployment(secure_kafka, tmp_path, transactional=True)
+    deployment.grant_all()
+    deployment.revoke("User:spout", ResourceType.TOPIC, deployment.source, AclOperation.READ)
+    spout = Running(deployment.spout())
+    assert_refused(spout.stopped_by(), principal="User:spout", operation="READ", resource_type="TOPIC",
+                   resource=deployment.source)
 
 
 def test_acker_refused_its_group_stops(deployment):
@@ -321,3 +406,46 @@ def test_least_privilege_spark_spout_completes_without_a_denial(deployment, secu
     assert (bolt.error, acker.error) == (None, None)
     assert deployment.end_offset(deployment.topics.dlq) == 0
     assert denials(secure_kafka.log_path, since, principals=("User:spark", "User:bolt", "User:acker")) == []
+
+
+@pytest.mark.spark
+def test_least_privilege_spark_bolt_completes_without_a_denial(deployment, secure_kafka, tmp_path):
+    """A SparkBolt needs exactly a bolt's ACLs: here it runs as User:spark granted the bolt role,
+    ends the trees of a Python spout (its outputs are not anchored) and acks their inputs."""
+    from pyspark.sql import functions as F
+
+    from reliable_kafka.spark import SparkBolt, spark_session
+
+    since = secure_kafka.log_path.stat().st_size
+    group = f"{deployment.topology}-spark-bolt"
+    deployment.grant("acker", "User:acker")
+    deployment.grant("spout", "User:spout", "--source", deployment.source, "--output", deployment.middle,
+                     "--group", f"{deployment.topology}-spout")
+    deployment.grant("bolt", "User:spark", "--source", deployment.middle, "--output", deployment.sink,
+                     "--group", group)
+    deployment.produce_source()
+    spark = spark_session("rk-test-secure-spark-bolt", master="local[2]")
+    # a slow first Spark batch must not time the trees out (then they replay: more work, same result)
+    acker = Running(deployment.acker(timeout_ms=120_000))
+    spout = Running(deployment.spout(message_timeout_ms=120_000))
+    try:
+        job = SparkBolt(spark, topology=deployment.topology, bootstrap_servers=secure_kafka.bootstrap,
+                        source_topics=deployment.middle, group_id=group, checkpoint_dir=str(tmp_path / "ckpt"),
+                        transform=lambda df: df.select("key", "value", F.expr("filter(anchors, a -> false)")
+                                                       .alias("anchors")),
+                        output_topic=deployment.sink, kafka_config=secure_kafka.config("spark"))
+        job.start()
+        try:
+            wait_for(lambda: spout.error or acker.error or job.raise_if_failed()
+                     or spout.component.stats.committed.get((deployment.source, 0)) == RECORDS, timeout=300,
+                     what=f"{RECORDS} trees to complete through the Spark bolt")
+        finally:
+            job.stop()
+    finally:
+        spout.finish()
+        acker.finish()
+        spark.stop()
+    assert (spout.error, acker.error) == (None, None)
+    assert spout.component.stats.dead_lettered == 0 and deployment.end_offset(deployment.topics.dlq) == 0
+    assert deployment.end_offset(deployment.sink) >= RECORDS
+    assert denials(secure_kafka.log_path, since, principals=("User:spark", "User:spout", "User:acker")) == []
