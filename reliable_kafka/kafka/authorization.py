@@ -12,6 +12,7 @@ permissions (``reliable-kafka acls --apply``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
@@ -152,8 +153,9 @@ def apply_acls(admin, acls, *, timeout: float = 60.0) -> None:
     for binding in bindings:
         wanted.setdefault(binding.principal, set()).add(str(binding))
     for principal, theirs in wanted.items():
-        match = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, principal, None,  # type: ignore[arg-type]
-                                 AclOperation.ANY, AclPermissionType.ANY)  # None: any name or host (its docs)
+        anything: Any = None  # any name or host (AclBindingFilter's docs); its stubs say str
+        match = AclBindingFilter(ResourceType.ANY, anything, ResourcePatternType.ANY, principal, anything,
+                                 AclOperation.ANY, AclPermissionType.ANY)
         while True:
             found = set(map(str, admin.describe_acls(match, request_timeout=timeout).result(timeout)))
             if theirs <= found:

@@ -301,7 +301,7 @@ class SparkJob:
     def _on_stream_batch(self, df, batch_id: int) -> None:
         raise NotImplementedError
 
-    def _write(self, inputs, salt: int | None = None) -> tuple[int, int, object]:
+    def _write(self, inputs, salt: int | None = None) -> tuple[int, int, tuple[Any, Any] | None]:
         """Run the transform and write its outputs; (outputs, failed rows, children).
 
         With a ``salt`` and no ``rk_fail`` column, the outputs go through Spark's Kafka sink
