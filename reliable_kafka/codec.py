@@ -179,6 +179,11 @@ def decode_anchors(raw: bytes | None) -> dict[int, int]:
     A root 0, a repeated root, a length that is not whole pairs, a short body or trailing bytes
     raise :class:`DecodeError`.
     """
+    if type(raw) is bytes and len(raw) == 18 and raw[1] == 32 and raw[0] == _ANCHORS_V2:
+        # one pair in plain bytes, as consumed (once per received tuple): no conversions, one struct call
+        root, edge = _PAIR.unpack_from(raw, 2)
+        if root:
+            return {root: edge}
     if isinstance(raw, (bytes, bytearray, memoryview)) and len(raw) and raw[0] == _ANCHORS_V2:
         raw = bytes(raw)
         if len(raw) == 18 and raw[1] == 32:  # one pair: the common case, one struct call

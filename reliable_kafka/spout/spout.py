@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 Guarantee = Literal["at_least_once", "at_most_once", "none"]
 TopicPartitionKey = tuple[str, int]
 
+_INIT = EventKind.INIT  # an enum member read through its class costs ~0.17 us: once per root
 OUTCOME_WAIT_S = 0.005  # longest wait for source records while trees are in flight: outcomes come first
 DEAD_LETTER_FLUSH_S = 1.0  # how long a round waits to learn that its dead letters were written
 
@@ -302,7 +303,7 @@ class SpoutShell:
             return
         self._roots.track(key, record.offset, root, record.attempt, record)
         sender = self._acks if self._senders is None else self._senders[key]
-        sender.add(EventKind.INIT, root, parent.ack_val)  # = ack_entries(parent)
+        sender.add(_INIT, root, parent.ack_val)  # = ack_entries(parent)
 
     def _produce_output(self, topic, value, key, headers, partition, anchors) -> None:
         produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
