@@ -70,11 +70,11 @@ def main() -> None:
     for tracked in (False, True):
         messages = _messages(tracked)
 
-        def bare() -> None:
+        def bare(messages=messages) -> None:
             for message in messages:
                 counts[message.key()] += 1
 
-        def ours() -> None:
+        def ours(messages=messages) -> None:
             if process is not None:
                 process(messages)
             else:  # a checkout from before _process_batch
