@@ -217,10 +217,27 @@ def _process_tree(pid: int) -> list[int]:
 
         root = psutil.Process(pid)
         return [root.pid] + [child.pid for child in root.children(recursive=True)]
-    except ImportError:
-        return [pid]
+    except ImportError:  # without psutil the broker's JVM (a child of its watchdog) was not counted
+        return _process_tree_from_proc(pid)
     except Exception:
         return []
+
+
+def _process_tree_from_proc(pid: int) -> list[int]:
+    """``pid`` and its descendants, from the parent pid in each /proc/<pid>/stat (field 4)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
+            children.setdefault(parent, []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo.extend(children.get(tree[-1], []))
+    return tree
 
 
 @dataclass

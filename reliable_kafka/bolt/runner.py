@@ -41,6 +41,7 @@ __all__ = ["Tuple", "BoltCollector", "Bolt", "BasicBolt", "BoltStats"]
 log = logging.getLogger(__name__)
 
 _ANCHORS = codec.ANCHORS_HEADER
+_ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per acked tuple
 
 
 class Tuple:
@@ -126,7 +127,7 @@ class BoltCollector:
         if anchored.anchors:
             add, ack_val = self._bolt._acks.add, anchored.ack_val
             for root, edge in anchored.anchors.items():  # ack_entries(anchored)
-                add(EventKind.ACK, root, edge ^ ack_val)
+                add(_ACK, root, edge ^ ack_val)
         self._bolt.stats.acked += 1
 
     def fail(self, tuple_: Tuple, reason: str | None = None, error: BaseException | None = None,
@@ -316,9 +317,8 @@ class Bolt:
             if messages:
                 self._process_in_transaction(messages)
             return
-        ends = self._ends = {}  # _process notes each partition's next offset (it reads the coordinates anyway)
-        for message in messages:
-            self._process(message)
+        ends = self._ends = {}  # _process_batch notes each partition's next offset (it reads the coordinates anyway)
+        self._process_batch(messages)
         if ends:  # one store per batch: the offset after each partition's last processed message
             self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()])
             self._uncommitted = True
@@ -340,35 +340,46 @@ class Bolt:
         return False
 
     def _process(self, message: Message) -> None:
-        self.stats.received += 1
-        topic, partition, offset = message.topic(), message.partition(), message.offset()
-        self._ends[(topic, partition)] = offset + 1
-        headers = message.headers() or []  # read only: a new list is made when one is removed
-        raw = None
-        if len(headers) == 1:  # the common case: rk-anchors alone, or one header of the user's
-            if headers[0][0] == _ANCHORS:
-                raw, headers = headers[0][1], []
-        elif headers:
-            found = [v for k, v in headers if k == _ANCHORS]
-            if found:
-                raw, headers = found[-1], [(k, v) for k, v in headers if k != _ANCHORS]
-        if raw is not None:
-            try:
-                anchors = codec.decode_anchors(raw)
-            except DecodeError as error:
-                # its tree cannot be acked: upstream times it out and replays it; the copy keeps it
-                self._quarantine.decode_error(message, error)
-                self.stats.quarantined += 1
-                return
-        else:
-            anchors = {}
-            self.stats.untracked += 1
-        timestamp = message.timestamp()
-        tuple_ = Tuple(topic, partition, offset, message.key(), message.value(), headers,
-                       timestamp[1] if timestamp else -1, Anchored(anchors))
-        started = time.perf_counter()
-        self._call(tuple_)
-        self.process_latency.observe(time.perf_counter() - started)
+        self._process_batch((message,))
+
+    def _process_batch(self, messages) -> None:
+        """Each message through the handler, in order; ``_ends`` gets each partition's next offset.
+
+        One loop with its lookups hoisted: this runs once per received tuple.
+        """
+        stats, ends, call = self.stats, self._ends, self._call
+        observe, clock = self.process_latency.observe, time.perf_counter
+        decode = codec.decode_anchors
+        for message in messages:
+            stats.received += 1
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            ends[(topic, partition)] = offset + 1
+            headers = message.headers() or []  # read only: a new list is made when one is removed
+            raw = None
+            if len(headers) == 1:  # the common case: rk-anchors alone, or one header of the user's
+                if headers[0][0] == _ANCHORS:
+                    raw, headers = headers[0][1], []
+            elif headers:
+                found = [v for k, v in headers if k == _ANCHORS]
+                if found:
+                    raw, headers = found[-1], [(k, v) for k, v in headers if k != _ANCHORS]
+            if raw is not None:
+                try:
+                    anchors = decode(raw)
+                except DecodeError as error:
+                    # its tree cannot be acked: upstream times it out and replays it; the copy keeps it
+                    self._quarantine.decode_error(message, error)
+                    stats.quarantined += 1
+                    continue
+            else:
+                anchors = {}
+                stats.untracked += 1
+            timestamp = message.timestamp()
+            tuple_ = Tuple(topic, partition, offset, message.key(), message.value(), headers,
+                           timestamp[1] if timestamp else -1, Anchored(anchors))
+            started = clock()
+            call(tuple_)
+            observe(clock() - started)
 
     def _call(self, tuple_: Tuple) -> None:
         try:
@@ -421,8 +432,7 @@ class Bolt:
         consumer = self._consumer
         self._transactions.begin()
         try:
-            for message in messages:
-                self._process(message)
+            self._process_batch(messages)
             self._acks.send()
             self._transactions.commit(consumer.position(consumer.assignment()), consumer.consumer_group_metadata())
             self.stats.transactions += 1

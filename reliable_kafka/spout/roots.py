@@ -38,6 +38,7 @@ from reliable_kafka.topology import TopologyTopics
 __all__ = ["RootOwner", "RootStats", "POISON_PILL", "check_guard_config"]
 
 log = logging.getLogger(__name__)
+_DONE = ActionKind.DONE  # an enum member read through its class is ~0.17 us on 3.11: once per root
 
 POISON_PILL = "POISON_PILL"  # the dead-letter reason of a record a component failed with retry=False
 TopicPartitionKey = tuple[str, int]
@@ -190,7 +191,7 @@ class RootOwner:
         if action is None:
             return
         record_key = (action.tp, action.offset)
-        if action.kind is ActionKind.DONE:
+        if action.kind is _DONE:
             self.stats.completed += 1
             record = self.records.pop(record_key, None)
             if record is not None and self._on_completed is not None:

@@ -149,6 +149,27 @@ def test_outcomes_round_trip(spout, entries):
     assert batch.kinds.tolist() == [int(k) for _, k in entries]
 
 
+@given(spout=any_long, entries=st.lists(st.tuples(any_long, st.sampled_from(list(OutcomeKind))), max_size=300))
+def test_outcomes_bytes_are_fastavros(spout, entries):
+    # the NumPy writer must write exactly the Avro bytes (readers of any version decode them)
+    roots, kinds = [r for r, _ in entries], [int(k) for _, k in entries]
+    expected = codec._encode_outcomes_fastavro(spout, roots, kinds)
+    assert codec.encode_outcomes(spout, roots, kinds) == expected
+    assert codec.encode_outcomes(spout, np.array(roots, dtype=np.int64), np.array(kinds, dtype=np.uint8)) == expected
+
+
+@pytest.mark.parametrize("root", [0, 1, -1, 63, 64, -64, -65, 2**63 - 1, -(2**63), 2**56, -(2**56) - 1])
+def test_outcomes_bytes_at_varint_edges(root):
+    assert codec.encode_outcomes(root, [root], [3]) == codec._encode_outcomes_fastavro(root, [root], [3])
+
+
+def test_outcomes_refuse_unknown_kinds():
+    with pytest.raises(ValueError, match="outcome kinds"):
+        codec.encode_outcomes(1, [5], [4])
+    with pytest.raises(ValueError, match="differ in length"):
+        codec.encode_outcomes(1, [5, 6], [0])
+
+
 @given(
     st.builds(
         codec.ParkedRecord,
