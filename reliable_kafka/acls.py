@@ -94,6 +94,9 @@ TABLE: dict[str, tuple[Row, ...]] = {
         ("TOPIC", "dlq", "WRITE", "park records that ran out of retries"),
         ("TOPIC", "quarantine", "WRITE", "copy outcome records that do not decode"),
         ("TOPIC", "failures", "WRITE", "record why rows failed (rk_fail)"),
+        ("TOPIC", "failures", "READ", "read why its trees failed (on failures only)"),
+        ("GROUP", "failure-reader", "DESCRIBE", "the failure reader's group (assigns, never commits)"),
+        ("TOPIC", "roots", "WRITE", "index (offset, root) pairs for `reliable-kafka trace`", "root_index"),
         _STATUS,
     ),
     "acker": _rows(
