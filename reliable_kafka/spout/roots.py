@@ -147,7 +147,8 @@ class RootOwner:
         self.listener = OutcomeListener(
             bootstrap_servers=self.bootstrap_servers, topics=self.topics, spout_id=spout_id,
             kafka_config=self.kafka_config, clients=self.clients,
-            quarantine=Quarantine(cast("Producer", self.producer), topic=self.topics.quarantine, component=self.component))
+            quarantine=Quarantine(cast("Producer", self.producer),  # set by use_producer
+                                  topic=self.topics.quarantine, component=self.component))
         self.listener.start()
         return self.listener
 
