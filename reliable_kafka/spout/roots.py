@@ -134,7 +134,7 @@ class RootOwner:
 
     # --- clients --------------------------------------------------------------------------------
 
-    def use_producer(self, producer: Producer) -> None:
+    def use_producer(self, producer: Producer | None) -> None:
         """The producer for dead letters, quarantine copies and the root index (also a replacement)."""
         self.producer = producer
         if self.listener is not None and self.listener.quarantine is not None:
