@@ -138,7 +138,7 @@ class RootOwner:
         """The producer for dead letters, quarantine copies and the root index (also a replacement)."""
         self.producer = producer
         if self.listener is not None and self.listener.quarantine is not None:
-            self.listener.quarantine.producer = producer
+            self.listener.quarantine.producer = cast("Producer", producer)
         if self.root_index is not None:
             self.root_index.producer = producer
 
