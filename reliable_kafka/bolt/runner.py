@@ -14,8 +14,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka import codec
 from reliable_kafka.core.anchors import Anchored, anchor_child, fail_roots
@@ -125,7 +126,9 @@ class BoltCollector:
     def ack(self, tuple_: Tuple) -> None:
         anchored = tuple_.anchored
         if anchored.anchors:
-            add, ack_val = self._bolt._acks.add, anchored.ack_val
+            acks = self._bolt._acks
+            assert acks is not None  # made by start()
+            add, ack_val = acks.add, anchored.ack_val
             for root, edge in anchored.anchors.items():  # ack_entries(anchored)
                 add(_ACK, root, edge ^ ack_val)
         self._bolt.stats.acked += 1
@@ -137,12 +140,14 @@ class BoltCollector:
         if tuple_.tracked:
             self._bolt._record_failure(tuple_, reason, error, retry)
         for root in fail_roots(tuple_.anchored):
+            assert self._bolt._acks is not None  # made by start()
             self._bolt._acks.add(EventKind.FAIL, root)
         self._bolt.stats.failed += 1
 
     def reset_timeout(self, tuple_: Tuple) -> None:
         """Push the deadline of ``tuple_``'s trees (for long work on one tuple)."""
         for root in tuple_.anchored.anchors:
+            assert self._bolt._acks is not None  # made by start()
             self._bolt._acks.add(EventKind.RESET_TIMEOUT, root)
 
 
@@ -216,8 +221,8 @@ class Bolt:
         self.process_latency = LatencyHistogram()  # handler calls; its count is the tuples handled
         self.output_topics: set[str] = set()  # for the status page's graph
         self.collector = self._collector_class(self)
-        self._consumer = None
-        self._producer = None
+        self._consumer: Consumer | None = None  # the clients and their helpers are made by start()
+        self._producer: Producer | None = None
         self._acks: AckSender | None = None
         self._quarantine: Quarantine | None = None
         self._failures: FailureLog | None = None
@@ -312,6 +317,7 @@ class Bolt:
     # --- the loop -------------------------------------------------------------------------------
 
     def poll_once(self, timeout: float = 0.1) -> None:
+        assert self._consumer is not None  # made by start()
         messages = [m for m in consume_batch(self._consumer, self.batch_size, timeout) if self._usable(m)]
         if self.transactional:
             if messages:
@@ -326,8 +332,11 @@ class Bolt:
             # failure path only: the reasons are in the log before their FAIL entries are sent, so
             # the spout finds them when the FAILED outcome arrives
             self._failures.unflushed = False
+            assert self._producer is not None
             self._producer.flush(10)
+        assert self._acks is not None
         self._acks.send()
+        assert self._producer is not None
         self._producer.poll(0)
         self._flush_and_commit()
 
@@ -335,7 +344,7 @@ class Bolt:
         if message.error() is None:
             return True
         check_consumed(message, self._consumer, component=self.name)
-        if message.error().code() != KafkaError._PARTITION_EOF:
+        if cast(KafkaError, message.error()).code() != KafkaError._PARTITION_EOF:
             log.warning("%s: consumer error: %s", self.name, message.error())
         return False
 
@@ -368,6 +377,7 @@ class Bolt:
                     anchors = decode(raw)
                 except DecodeError as error:
                     # its tree cannot be acked: upstream times it out and replays it; the copy keeps it
+                    assert self._quarantine is not None  # made by start()
                     self._quarantine.decode_error(message, error)
                     stats.quarantined += 1
                     continue
@@ -393,6 +403,7 @@ class Bolt:
             self.collector.fail(tuple_, error=exc)
 
     def _produce(self, topic, value, key, headers, partition, anchors: dict[int, int]) -> None:
+        assert self._producer is not None  # made by start()
         produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
         self.stats.emitted += 1
         self.output_topics.add(topic)
@@ -410,13 +421,15 @@ class Bolt:
         self._last_commit = now
         try:
             # inputs are committed after their outputs and acks were delivered: fewer replays
+            assert self._producer is not None and self._quarantine is not None
             flush_or_raise(self._producer, what=f"{self.name} outputs and acks")
             if self._quarantine.unsent:  # a quarantine copy failed: not past its record until written
                 self._quarantine.retry_unsent()
                 return
             # on the loop's own cadence the commit does not hold up tuples (a failed one only means
             # replays); on close and revoke it must be done before the partitions go
-            self._consumer.commit(asynchronous=not force)
+            assert self._consumer is not None
+            self._consumer.commit(asynchronous=not force)  # type: ignore[call-overload]  # stubs: Literal bools only
             self._uncommitted = False
         except KafkaException as exc:
             if exc.args and exc.args[0].code() == KafkaError._NO_OFFSET:
@@ -429,31 +442,36 @@ class Bolt:
             log.warning("%s: commit postponed: %s", self.name, exc)
 
     def _process_in_transaction(self, messages: list[Message]) -> None:
-        consumer = self._consumer
-        self._transactions.begin()
+        consumer, transactions = self._consumer, self._transactions
+        assert transactions is not None  # made by start() for a transactional bolt
+        transactions.begin()
         try:
             self._process_batch(messages)
+            assert self._acks is not None and consumer is not None
             self._acks.send()
-            self._transactions.commit(consumer.position(consumer.assignment()), consumer.consumer_group_metadata())
+            transactions.commit(consumer.position(consumer.assignment()), consumer.consumer_group_metadata())
             self.stats.transactions += 1
         except (KafkaException, StuckCall) as exc:
             self.stats.aborted_transactions += 1
             log.warning("%s: transaction aborted (%s); the batch will be processed again", self.name,
                         exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc)
-            self._transactions.abort(exc)  # a new producer, if needed, comes through _use_producer
+            transactions.abort(exc)  # a new producer, if needed, comes through _use_producer
             self._rewind()
 
     def _rewind(self) -> None:
         """Seek every assigned partition back to its committed offset (the aborted batch repeats)."""
-        assignment = self._consumer.assignment()
-        for tp in self._consumer.committed(assignment, timeout=30):
-            self._consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+        consumer = self._consumer
+        assert consumer is not None
+        assignment = consumer.assignment()
+        for tp in consumer.committed(assignment, timeout=30):
+            consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
 
 
 class BasicBolt(Bolt):
     """Storm's basic bolt: outputs are anchored to the input; ack on return, fail on raise."""
 
     _collector_class = _BasicCollector
+    collector: _BasicCollector
 
     def _call(self, tuple_: Tuple) -> None:
         self.collector.current = tuple_

@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from confluent_kafka import TopicPartition
 
@@ -34,6 +35,9 @@ from reliable_kafka.kafka.parking import Quarantine, park
 from reliable_kafka.ops.failures import Attempt, FailureIndex, FailureRecord, attempt_headers
 from reliable_kafka.ops.trace import RootIndex
 from reliable_kafka.topology import TopologyTopics
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
 
 __all__ = ["RootOwner", "RootStats", "POISON_PILL", "check_guard_config"]
 
@@ -104,7 +108,7 @@ class RootOwner:
         self.clients = clients  # the component's client factory (None: confluent-kafka)
         self.stats = stats if stats is not None else RootStats()
         self.records: dict[RecordKey, object] = {}
-        self.producer = None
+        self.producer: Producer | None = None  # set by use_producer before anything is written
         self.listener: OutcomeListener | None = None
         self.root_index: RootIndex | None = None
         self.max_dead_letter_ratio = max_dead_letter_ratio
@@ -130,11 +134,11 @@ class RootOwner:
 
     # --- clients --------------------------------------------------------------------------------
 
-    def use_producer(self, producer) -> None:
+    def use_producer(self, producer: Producer | None) -> None:
         """The producer for dead letters, quarantine copies and the root index (also a replacement)."""
         self.producer = producer
         if self.listener is not None and self.listener.quarantine is not None:
-            self.listener.quarantine.producer = producer
+            self.listener.quarantine.producer = cast("Producer", producer)
         if self.root_index is not None:
             self.root_index.producer = producer
 
@@ -143,7 +147,8 @@ class RootOwner:
         self.listener = OutcomeListener(
             bootstrap_servers=self.bootstrap_servers, topics=self.topics, spout_id=spout_id,
             kafka_config=self.kafka_config, clients=self.clients,
-            quarantine=Quarantine(self.producer, topic=self.topics.quarantine, component=self.component))
+            quarantine=Quarantine(cast("Producer", self.producer),  # set by use_producer
+                                  topic=self.topics.quarantine, component=self.component))
         self.listener.start()
         return self.listener
 
@@ -249,7 +254,8 @@ class RootOwner:
         marks.append(settled)
         while marks[0] <= settled - self.dead_letter_window:
             marks.popleft()
-        if len(marks) <= self.max_dead_letter_ratio * self.dead_letter_window:
+        ratio = cast(float, self.max_dead_letter_ratio)  # only called when a ratio is set
+        if len(marks) <= ratio * self.dead_letter_window:
             return True
         self.guard_tripped = DeadLetterGuardTripped(
             f"{self.component}: {len(marks)} of the last {self.dead_letter_window} settled records were bound for "
@@ -305,7 +311,7 @@ class RootOwner:
         log.warning("%s: %s[%s]@%s %s; parked in %s", self.component, record.topic, record.partition, record.offset,
                     reason, self.topics.dlq)
         park(
-            self.producer, self.topics.dlq, key=record.key, value=record.value,
+            cast("Producer", self.producer), self.topics.dlq, key=record.key, value=record.value,
             headers=list(record.headers or []) + why,
             parked=ParkedRecord(reason=reason, attempts=action.attempt, source_topic=record.topic,
                                 source_partition=record.partition, source_offset=record.offset,
@@ -321,7 +327,7 @@ class RootOwner:
         queued means every earlier write was delivered or reported failed. Dead letters are rare,
         so the flush costs nothing on the hot path; until it succeeds they stay pending.
         """
-        if not self._unconfirmed or self.producer.flush(timeout) > 0:
+        if not self._unconfirmed or cast("Producer", self.producer).flush(timeout) > 0:
             return not self._unconfirmed
         self.dead_letters_delivered()
         return True

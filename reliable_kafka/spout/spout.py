@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -24,11 +24,11 @@ from reliable_kafka.errors import AuthorizationError, ConfigError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.authorization import check_consumed
-from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
+from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, coordinates, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_tuple
-from reliable_kafka.lifecycle import run_until_stopped
+from reliable_kafka.lifecycle import Pollable, run_until_stopped
 from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.polling import consume_batch
 from reliable_kafka.spout.roots import POISON_PILL, RootOwner, check_guard_config
@@ -176,7 +176,7 @@ class SpoutShell:
         self.bootstrap_servers = bootstrap_servers
         self.source_topics = [source_topics] if isinstance(source_topics, str) else list(source_topics)
         self.group_id = group_id
-        self.handler = handler or forward_to(emit_to)
+        self.handler = handler or forward_to(cast(str, emit_to))  # checked above: one of the two is given
         self.guarantee = guarantee
         self.ackers = ackers
         self.commit_interval_ms = commit_interval_ms
@@ -207,7 +207,7 @@ class SpoutShell:
             component=self.name, topics=self.topics, tracker=self.tracker, stats=self.stats,
             bootstrap_servers=bootstrap_servers, kafka_config=self.kafka_config, clients=clients,
             max_dead_letter_ratio=max_dead_letter_ratio, dead_letter_window=dead_letter_window,
-            on_completed=lambda record: self._completed(record))
+            on_completed=cast("Callable[[object], None]", lambda record: self._completed(record)))  # a SourceRecord
         self._collector = SpoutCollector(self)
         self._derive_root: Callable[[SourceRecord], int] | None = None  # None: a random root per attempt
         self._senders: dict[TopicPartitionKey, AckSender] | None = None  # None: INITs go through _acks
@@ -222,7 +222,7 @@ class SpoutShell:
 
     def run(self, stop: threading.Event | None = None, *, handle_signals: bool = False) -> SpoutStats:
         """Read, emit and commit until ``stop`` is set (or SIGTERM/SIGINT with ``handle_signals``)."""
-        return run_until_stopped(self, stop, handle_signals=handle_signals)
+        return run_until_stopped(cast(Pollable, self), stop, handle_signals=handle_signals)  # subclasses add start etc.
 
     # --- clients (made here only) ---------------------------------------------------------------
 
@@ -305,9 +305,11 @@ class SpoutShell:
             return
         self._roots.track(key, record.offset, root, record.attempt, record)
         sender = self._acks if self._senders is None else self._senders[key]
+        assert sender is not None and parent is not None  # tracking: start() made the senders; _begin(root) the parent
         sender.add(_INIT, root, parent.ack_val)  # = ack_entries(parent)
 
     def _produce_output(self, topic, value, key, headers, partition, anchors) -> None:
+        assert self._producer is not None  # made by start()
         produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
         if anchors:
             self.stats.emitted += 1
@@ -331,12 +333,14 @@ class SpoutShell:
         over = self.tracker.over_max_pending()
         if over == self.stats.paused:
             return  # nothing to change; assignment() is a round trip to librdkafka's thread (ms)
-        assignment = self._consumer.assignment()
+        consumer = self._consumer
+        assert consumer is not None  # made by start()
+        assignment = consumer.assignment()
         if over and not self.stats.paused and assignment:
-            self._consumer.pause(assignment)
+            consumer.pause(assignment)
             self.stats.paused = True
         elif not over and self.stats.paused:
-            self._consumer.resume(assignment)
+            consumer.resume(assignment)
             self.stats.paused = False
 
 
@@ -422,20 +426,23 @@ class Spout(SpoutShell):
         self._apply_backpressure()
         if self.tracker.pending_roots():
             timeout = min(timeout, OUTCOME_WAIT_S)  # outcomes are read on the next round
+        assert self._consumer is not None  # made by start()
         messages = consume_batch(self._consumer, self.batch_size, timeout)
         if self.guarantee == "at_most_once":
             self._commit_before_emit(messages)
         for message in messages:
             if message.error() is not None:
                 check_consumed(message, self._consumer, component=self.name)  # refused: stop
-                if message.error().code() != KafkaError._PARTITION_EOF:
+                if cast(KafkaError, message.error()).code() != KafkaError._PARTITION_EOF:
                     log.warning("%s: consumer error: %s", self.name, message.error())
                 continue
             self.stats.read += 1
             self._process(_source_record(message))
+        assert self._acks is not None  # made by start()
         self._acks.send()
         if roots.root_index is not None:
             roots.root_index.send()
+        assert self._producer is not None
         self._producer.poll(0)
         self._commit()
 
@@ -445,7 +452,7 @@ class Spout(SpoutShell):
             if record is None:  # its partition was revoked meanwhile: the next owner replays it
                 continue
             self.stats.replayed += 1
-            self._process(_replace_attempt(record, redelivery.attempt))
+            self._process(_replace_attempt(cast(SourceRecord, record), redelivery.attempt))
 
     # --- commits --------------------------------------------------------------------------------
 
@@ -453,8 +460,10 @@ class Spout(SpoutShell):
         ends: dict[TopicPartitionKey, int] = {}
         for message in messages:
             if message.error() is None:
-                ends[(message.topic(), message.partition())] = message.offset() + 1
+                topic, partition, offset = coordinates(message)
+                ends[(topic, partition)] = offset + 1
         if ends:
+            assert self._consumer is not None  # made by start()
             self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()],
                                   asynchronous=False)
 
@@ -469,6 +478,7 @@ class Spout(SpoutShell):
         if not offsets:
             return
         try:
+            assert self._consumer is not None  # made by start()
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             log.warning("%s: commit postponed: %s", self.name, exc)
