@@ -377,9 +377,9 @@ def encode_outcomes(spout: int, roots, kinds) -> bytes:
     roots = np.asarray(roots, dtype=np.int64).ravel()
     kinds = np.asarray(kinds).ravel()
     if len(roots) != len(kinds):
-        raise ValueError(f"columns differ in length: {len(roots)} roots, {len(kinds)} kinds")
+        raise ArgumentError(f"columns differ in length: {len(roots)} roots, {len(kinds)} kinds")
     if len(kinds) and (kinds.min() < 0 or kinds.max() >= len(_OUTCOME_SYMBOLS)):
-        raise ValueError(f"outcome kinds must be 0..{len(_OUTCOME_SYMBOLS) - 1}, got {kinds.min()}..{kinds.max()}")
+        raise ArgumentError(f"outcome kinds must be 0..{len(_OUTCOME_SYMBOLS) - 1}, got {kinds.min()}..{kinds.max()}")
     head = _VERSION_BYTE + _zigzag_varint(int(spout))
     if not len(roots):
         return head + b"\x00"  # an empty array: its end marker alone
