@@ -51,13 +51,27 @@ WAIT_S = 120.0
 
 
 class Worker:
-    def __init__(self, *, topology: str, bootstrap: str, name: str, named: bool, settings: list[str],
-                 log_dir: Path) -> None:
+    def __init__(
+        self, *, topology: str, bootstrap: str, name: str, named: bool, settings: list[str], log_dir: Path
+    ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}-{time.monotonic_ns()}.log"
-        command = [sys.executable, "-m", "reliable_kafka", "acker", "--topology", topology,
-                   "--bootstrap-servers", bootstrap, "--ackers", "2", "--message-timeout-ms", "120000",
-                   "--commit-interval-ms", "200"]
+        command = [
+            sys.executable,
+            "-m",
+            "reliable_kafka",
+            "acker",
+            "--topology",
+            topology,
+            "--bootstrap-servers",
+            bootstrap,
+            "--ackers",
+            "2",
+            "--message-timeout-ms",
+            "120000",
+            "--commit-interval-ms",
+            "200",
+        ]
         if named:
             command += ["--name", name]
         for setting in settings:
@@ -67,8 +81,9 @@ class Worker:
 
     def owned(self) -> set[int]:
         owned: set[int] = set()
-        for verb, listed in re.findall(r"acker[-\w.]*: (assigned|revoked|lost) \[([\d, ]*)\]",
-                                       self.log_path.read_text(errors="replace")):
+        for verb, listed in re.findall(
+            r"acker[-\w.]*: (assigned|revoked|lost) \[([\d, ]*)\]", self.log_path.read_text(errors="replace")
+        ):
             partitions = {int(p) for p in listed.split(",") if p.strip()}
             owned = owned | partitions if verb == "assigned" else owned - partitions
         return owned
@@ -96,16 +111,29 @@ def one_run(bootstrap: str, case: str, settings: list[str], log_dir: Path) -> fl
     admin = admin_client(bootstrap)
     ensure_topics(admin, topics)
     named = case == "kill+restart"
-    workers = [Worker(topology=topics.topology, bootstrap=bootstrap, name=f"acker-{i}", named=named,
-                      settings=settings, log_dir=log_dir) for i in range(2)]
+    workers = [
+        Worker(
+            topology=topics.topology,
+            bootstrap=bootstrap,
+            name=f"acker-{i}",
+            named=named,
+            settings=settings,
+            log_dir=log_dir,
+        )
+        for i in range(2)
+    ]
     outcomes = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
     try:
         wait(lambda: all(len(w.owned()) == 1 for w in workers), "both workers own one partition")
         victim = workers[0]
         partition = next(iter(victim.owned()))
-        ends = [TopicPartition(topics.outcomes, p, outcomes.get_watermark_offsets(
-            TopicPartition(topics.outcomes, p), timeout=30)[1]) for p in range(2)]
+        ends = [
+            TopicPartition(
+                topics.outcomes, p, outcomes.get_watermark_offsets(TopicPartition(topics.outcomes, p), timeout=30)[1]
+            )
+            for p in range(2)
+        ]
         outcomes.assign(ends)
         root = next(r for r in iter(new_id, None) if partition_for_root(r, 2) == partition)
         edge, spout = new_id(), new_id()
@@ -118,8 +146,16 @@ def one_run(bootstrap: str, case: str, settings: list[str], log_dir: Path) -> fl
         producer.flush(30)
         if named:
             victim.process.wait()
-            workers.append(Worker(topology=topics.topology, bootstrap=bootstrap, name=victim.name, named=True,
-                                  settings=settings, log_dir=log_dir))
+            workers.append(
+                Worker(
+                    topology=topics.topology,
+                    bootstrap=bootstrap,
+                    name=victim.name,
+                    named=True,
+                    settings=settings,
+                    log_dir=log_dir,
+                )
+            )
         deadline = started + WAIT_S
         while time.monotonic() < deadline:
             for message in outcomes.consume(100, timeout=0.05):
@@ -145,12 +181,25 @@ def kafka(bootstrap: str | None, broker_config: dict[str, str]) -> Iterator[str]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap",
-                        default=None, help="use this Kafka (default: start an embedded broker)")
-    parser.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
-                        help="embedded broker setting (e.g. group.consumer.session.timeout.ms=6000)")
-    parser.add_argument("--settings", default="classic-10s,classic-6s,consumer",
-                        help=f"consumer settings to compare, of {', '.join(SETTINGS)}")
+    parser.add_argument(
+        "--bootstrap-servers",
+        "--bootstrap",
+        dest="bootstrap",
+        default=None,
+        help="use this Kafka (default: start an embedded broker)",
+    )
+    parser.add_argument(
+        "--broker-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="embedded broker setting (e.g. group.consumer.session.timeout.ms=6000)",
+    )
+    parser.add_argument(
+        "--settings",
+        default="classic-10s,classic-6s,consumer",
+        help=f"consumer settings to compare, of {', '.join(SETTINGS)}",
+    )
     parser.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
@@ -161,8 +210,10 @@ def main() -> None:
         for name in args.settings.split(","):
             for case in args.cases.split(","):
                 figures = [one_run(bootstrap, case, SETTINGS[name], Path(logs)) for _ in range(args.repeat)]
-                print(f"{name:<18} {case:<14} {' '.join(f'{f:5.1f}' for f in figures)}; "
-                      f"{statistics.median(figures):.1f}", flush=True)
+                print(
+                    f"{name:<18} {case:<14} {' '.join(f'{f:5.1f}' for f in figures)}; {statistics.median(figures):.1f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

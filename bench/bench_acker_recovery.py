@@ -36,10 +36,10 @@ from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.testing.topics import unique_name
 from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
 
-ENTRIES_PER_RECORD = 2000       # as reliable_kafka.kafka.ack_sender.MAX_ENTRIES_PER_RECORD
-SPOUT_TASK = 0x5EED             # the INITs' sender (owner)
-TIMEOUT_MS = 3_600_000          # nothing may expire during the bench
-REBUILD_LIMIT_S = 600.0         # give up on a rebuild after this long
+ENTRIES_PER_RECORD = 2000  # as reliable_kafka.kafka.ack_sender.MAX_ENTRIES_PER_RECORD
+SPOUT_TASK = 0x5EED  # the INITs' sender (owner)
+TIMEOUT_MS = 3_600_000  # nothing may expire during the bench
+REBUILD_LIMIT_S = 600.0  # give up on a rebuild after this long
 
 
 @dataclass
@@ -82,20 +82,24 @@ def init_records(count: int, seed: int) -> list[bytes]:
     roots = distinct_roots(count, seed)
     edges = np.random.default_rng(seed + 1).integers(1, 2**63 - 1, size=count, dtype=np.int64)
     kinds = np.full(ENTRIES_PER_RECORD, EventKind.INIT, np.uint8)
-    return [codec.encode_ack_batch(SPOUT_TASK, kinds[: len(roots[s:s + ENTRIES_PER_RECORD])],
-                                   roots[s:s + ENTRIES_PER_RECORD], edges[s:s + ENTRIES_PER_RECORD])
-            for s in range(0, count, ENTRIES_PER_RECORD)]
+    return [
+        codec.encode_ack_batch(
+            SPOUT_TASK,
+            kinds[: len(roots[s : s + ENTRIES_PER_RECORD])],
+            roots[s : s + ENTRIES_PER_RECORD],
+            edges[s : s + ENTRIES_PER_RECORD],
+        )
+        for s in range(0, count, ENTRIES_PER_RECORD)
+    ]
 
 
 def write_log(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 20})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 20})
     errors: list = []
     for value in values:
         while True:
             try:
-                producer.produce(topic, value, partition=0,
-                                 on_delivery=lambda e, m: errors.append(e) if e else None)
+                producer.produce(topic, value, partition=0, on_delivery=lambda e, m: errors.append(e) if e else None)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -106,9 +110,14 @@ def write_log(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 def rebuild(name: str, bootstrap: str, topology: str, roots: int) -> Rebuild:
     """Time a fresh worker (new group: it replays the whole partition) until ``roots`` are pending."""
-    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=1, message_timeout_ms=TIMEOUT_MS,
-                         group_id=unique_name(f"{topology}.rebuild"), create_topics=False,
-                         )
+    worker = AckerWorker(
+        topology=topology,
+        bootstrap_servers=bootstrap,
+        ackers=1,
+        message_timeout_ms=TIMEOUT_MS,
+        group_id=unique_name(f"{topology}.rebuild"),
+        create_topics=False,
+    )
     stop = threading.Event()
     gc.collect()
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -121,8 +130,10 @@ def rebuild(name: str, bootstrap: str, topology: str, roots: int) -> Rebuild:
             if assigned_s is None and worker.ready.is_set():
                 assigned_s = now
             if now > REBUILD_LIMIT_S or not thread.is_alive():
-                raise RuntimeError(f"{name}: {worker.stats.pending:,} of {roots:,} roots pending after "
-                                   f"{now:.0f}s (worker alive: {thread.is_alive()}); stats {worker.stats}")
+                raise RuntimeError(
+                    f"{name}: {worker.stats.pending:,} of {roots:,} roots pending after "
+                    f"{now:.0f}s (worker alive: {thread.is_alive()}); stats {worker.stats}"
+                )
             time.sleep(0.002)
         total_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
         table_bytes, pending = worker.stats.table_bytes, worker.stats.pending
@@ -144,15 +155,26 @@ def in_memory(values: list[bytes], *, group: int) -> Rebuild:
             batch = codec.decode_ack_batch(values[offset])
             records.append((batch.kinds, batch.roots, batch.vals, batch.sender, 0, offset))
         table.fold_records(records)
-    return Rebuild(f"in memory, {group}/fold", None, time.perf_counter() - started,
-                   time.process_time() - cpu_started, table.pending, table.nbytes)
+    return Rebuild(
+        f"in memory, {group}/fold",
+        None,
+        time.perf_counter() - started,
+        time.process_time() - cpu_started,
+        table.pending,
+        table.nbytes,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--roots", type=int, default=1_000_000, help="pending roots to rebuild (default 1M)")
-    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap",
-                        default=None, help="use this Kafka (default: start an embedded broker)")
+    parser.add_argument(
+        "--bootstrap-servers",
+        "--bootstrap",
+        dest="bootstrap",
+        default=None,
+        help="use this Kafka (default: start an embedded broker)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 
@@ -163,25 +185,35 @@ def main() -> None:
         ensure_topics(admin_client(bootstrap), topics)
         started = time.perf_counter()
         write_log(bootstrap, topics.acks, values)
-        print(f"log: {args.roots:,} INIT entries in {len(values):,} records of {ENTRIES_PER_RECORD} "
-              f"({size_mb:.1f} MB) on {topics.acks}, written in {time.perf_counter() - started:.1f}s (not timed)")
-        runs = [rebuild("cold", bootstrap, topics.topology, args.roots),
-                rebuild("warm", bootstrap, topics.topology, args.roots)]
+        print(
+            f"log: {args.roots:,} INIT entries in {len(values):,} records of {ENTRIES_PER_RECORD} "
+            f"({size_mb:.1f} MB) on {topics.acks}, written in {time.perf_counter() - started:.1f}s (not timed)"
+        )
+        runs = [
+            rebuild("cold", bootstrap, topics.topology, args.roots),
+            rebuild("warm", bootstrap, topics.topology, args.roots),
+        ]
     runs += [in_memory(values, group=1), in_memory(values, group=FOLD_GROUP)]
 
     print()
     millions = args.roots / 1e6
-    print(f"{'rebuild':<20}{'to assigned s':>14}{'replay+fold s':>15}{'total s':>9}{'cpu s':>7}"
-          f"{'M entries/s':>13}{'s per M pending':>17}{'bytes/root':>12}")
+    print(
+        f"{'rebuild':<20}{'to assigned s':>14}{'replay+fold s':>15}{'total s':>9}{'cpu s':>7}"
+        f"{'M entries/s':>13}{'s per M pending':>17}{'bytes/root':>12}"
+    )
     for run in runs:
         fold_s = run.total_s - (run.assigned_s or 0.0)
         assigned = f"{run.assigned_s:.2f}" if run.assigned_s is not None else "-"
-        print(f"{run.name:<20}{assigned:>14}{fold_s:>15.2f}{run.total_s:>9.2f}{run.cpu_s:>7.2f}"
-              f"{millions / run.total_s:>13.2f}{run.total_s / millions:>17.2f}"
-              f"{run.table_bytes / max(run.pending, 1):>12.1f}")
-    print(f"total: wall seconds from AckerWorker.run() to {args.roots:,} roots pending (connect, join the "
-          f"group, fetch, decode, fold); 'to assigned' is the part before the partition was assigned; "
-          f"cpu: this process's CPU seconds (the machine is shared: wall can exceed cpu)")
+        print(
+            f"{run.name:<20}{assigned:>14}{fold_s:>15.2f}{run.total_s:>9.2f}{run.cpu_s:>7.2f}"
+            f"{millions / run.total_s:>13.2f}{run.total_s / millions:>17.2f}"
+            f"{run.table_bytes / max(run.pending, 1):>12.1f}"
+        )
+    print(
+        f"total: wall seconds from AckerWorker.run() to {args.roots:,} roots pending (connect, join the "
+        f"group, fetch, decode, fold); 'to assigned' is the part before the partition was assigned; "
+        f"cpu: this process's CPU seconds (the machine is shared: wall can exceed cpu)"
+    )
 
 
 if __name__ == "__main__":

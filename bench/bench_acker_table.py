@@ -42,8 +42,8 @@ from reliable_kafka.core.acker_table import AckerTable
 from reliable_kafka.core.kinds import EventKind
 
 BATCH = 500
-PER_ROOT = BATCH // 3       # roots started (and finished) per steady batch
-LAG = 16                    # batches between a root's bolt ACK and its child's ACK
+PER_ROOT = BATCH // 3  # roots started (and finished) per steady batch
+LAG = 16  # batches between a root's bolt ACK and its child's ACK
 SPOUT, BOLT = 11, 42
 
 
@@ -58,7 +58,7 @@ def with_fails(steady, rate: float, seed: int):
         kinds, roots, vals, sender = out[b]
         # The completing child ACKs of this batch are the roots acked by the bolt LAG ago.
         bolt_acked = steady[b - LAG][1][steady[b - LAG][0] == EventKind.ACK]
-        child = np.flatnonzero(np.isin(roots[:len(steady[b][1])], bolt_acked))
+        child = np.flatnonzero(np.isin(roots[: len(steady[b][1])], bolt_acked))
         fail = child[rng.random(len(child)) < rate]
         if not len(fail):
             continue
@@ -67,16 +67,18 @@ def with_fails(steady, rate: float, seed: int):
         vals = np.where(np.isin(np.arange(len(vals)), fail), 0, vals)
         out[b][0], out[b][2] = kinds, vals
         nk, nr, nv, ns = out[b + 1]
-        out[b + 1] = [np.append(nk, np.full(len(fail), EventKind.ACK, np.uint8)),
-                      np.append(nr, roots[fail]),
-                      np.append(nv, rng.integers(1, 2**62, len(fail), dtype=np.int64)), ns]
+        out[b + 1] = [
+            np.append(nk, np.full(len(fail), EventKind.ACK, np.uint8)),
+            np.append(nr, roots[fail]),
+            np.append(nv, rng.integers(1, 2**62, len(fail), dtype=np.int64)),
+            ns,
+        ]
     return [tuple(batch) for batch in out]
 
 
 def encoded(batches) -> list[bytes]:
     """Each batch as the ack-topic record value a sender writes."""
-    return [codec.encode_ack_batch(sender, kinds, roots, vals)
-            for kinds, roots, vals, sender in batches]
+    return [codec.encode_ack_batch(sender, kinds, roots, vals) for kinds, roots, vals, sender in batches]
 
 
 def build_workload(roots: int, steady_batches: int, seed: int):
@@ -95,8 +97,7 @@ def build_workload(roots: int, steady_batches: int, seed: int):
     for b in range(steady_batches):
         new = slice(roots + b * PER_ROOT, roots + (b + 1) * PER_ROOT)
         bolt = slice(b * PER_ROOT, (b + 1) * PER_ROOT)
-        parts_k = [np.full(PER_ROOT, EventKind.INIT, np.uint8),
-                   np.full(PER_ROOT, EventKind.ACK, np.uint8)]
+        parts_k = [np.full(PER_ROOT, EventKind.INIT, np.uint8), np.full(PER_ROOT, EventKind.ACK, np.uint8)]
         parts_r = [ids[new], ids[bolt]]
         parts_v = [edges[new], edges[bolt] ^ children[bolt]]
         if b >= LAG:
@@ -151,23 +152,25 @@ def run(table, batches, *, t0: int = 0, off0: int = 0, on_batch=None) -> tuple[f
     return time.process_time() - start, entries, decided
 
 
-def run_grouped(table: AckerTable, batches, per_call: int, *, t0: int = 0, off0: int = 0
-                ) -> tuple[float, int, int]:
+def run_grouped(table: AckerTable, batches, per_call: int, *, t0: int = 0, off0: int = 0) -> tuple[float, int, int]:
     """The same through AckerTable.fold_records, ``per_call`` records a call."""
     entries = decided = 0
     gc.collect()
     start = time.process_time()
     for first in range(0, len(batches), per_call):
-        chunk = batches[first:first + per_call]
-        records = [(kinds, roots, vals, sender, t0 + first + j, off0 + first + j)
-                   for j, (kinds, roots, vals, sender) in enumerate(chunk)]
+        chunk = batches[first : first + per_call]
+        records = [
+            (kinds, roots, vals, sender, t0 + first + j, off0 + first + j)
+            for j, (kinds, roots, vals, sender) in enumerate(chunk)
+        ]
         decided += len(table.fold_records(records))
         entries += sum(len(r[1]) for r in records)
     return time.process_time() - start, entries, decided
 
 
-def run_decoded(table, raw_records, per_call: int, *, t0: int = 0, off0: int = 0,
-                codec_module=codec) -> tuple[float, int, int]:
+def run_decoded(
+    table, raw_records, per_call: int, *, t0: int = 0, off0: int = 0, codec_module=codec
+) -> tuple[float, int, int]:
     """Decode each record value (codec.decode_ack_batch), then fold ``per_call`` records a call
     (``fold_records``; the dict folds them one by one), as the acker worker does."""
     entries = decided = 0
@@ -175,17 +178,15 @@ def run_decoded(table, raw_records, per_call: int, *, t0: int = 0, off0: int = 0
     start = time.process_time()
     for first in range(0, len(raw_records), per_call):
         records = []
-        for j, raw in enumerate(raw_records[first:first + per_call]):
+        for j, raw in enumerate(raw_records[first : first + per_call]):
             batch = codec_module.decode_ack_batch(raw)
-            records.append((batch.kinds, batch.roots, batch.vals, batch.sender, t0 + first + j,
-                            off0 + first + j))
+            records.append((batch.kinds, batch.roots, batch.vals, batch.sender, t0 + first + j, off0 + first + j))
             entries += len(batch)
         if not isinstance(table, DictAcker):
             decided += len(table.fold_records(records))
         else:
             for kinds, roots, vals, sender, t, offset in records:
-                decided += len(table.fold(kinds, roots, vals, sender=sender, event_time_ms=t,
-                                          offset=offset))
+                decided += len(table.fold(kinds, roots, vals, sender=sender, event_time_ms=t, offset=offset))
     return time.process_time() - start, entries, decided
 
 
@@ -207,8 +208,7 @@ class PassCounter:
             return apply(table, *args)
 
         table_class._fold_group, table_class._apply = counted_group, counted_apply
-        self._restore = lambda: (setattr(table_class, "_fold_group", group),
-                                 setattr(table_class, "_apply", apply))
+        self._restore = lambda: (setattr(table_class, "_fold_group", group), setattr(table_class, "_apply", apply))
 
     def fallbacks(self) -> int:
         return self.passes - self.groups
@@ -222,8 +222,9 @@ def load_revision(revision: str):
     its package renamed ``rk_rev``, beside this code."""
     root = pathlib.Path(__file__).resolve().parent.parent
     where = pathlib.Path(tempfile.mkdtemp(prefix="rk-bench-rev-"))
-    archive = subprocess.run(["git", "-C", str(root), "archive", revision, "reliable_kafka"],
-                             check=True, capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", revision, "reliable_kafka"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
     package = where / "rk_rev"
     (where / "reliable_kafka").rename(package)
@@ -244,11 +245,11 @@ def fold_figures(table_class, codec_module, fill, failing, raw_failing, per_call
         counter = PassCounter(table_class)
         try:
             if what == "fold":
-                seconds, entries, _ = run_grouped(table, failing, per_call, t0=len(fill),
-                                                  off0=len(fill))
+                seconds, entries, _ = run_grouped(table, failing, per_call, t0=len(fill), off0=len(fill))
             else:
-                seconds, entries, _ = run_decoded(table, raw_failing, per_call, t0=len(fill),
-                                                  off0=len(fill), codec_module=codec_module)
+                seconds, entries, _ = run_decoded(
+                    table, raw_failing, per_call, t0=len(fill), off0=len(fill), codec_module=codec_module
+                )
         finally:
             counter.close()
         figures[what] = entries / seconds / 1e6
@@ -262,17 +263,17 @@ def fold_figures(table_class, codec_module, fill, failing, raw_failing, per_call
 
 def compare(revision: str, rounds: int, fill, failing, raw_failing, per_call: int) -> None:
     """This code against ``revision``, alternating, on the FAIL trace; CPU-second rates."""
-    implementations = {"this code": (AckerTable, codec),
-                       f"git {revision}": load_revision(revision)}
+    implementations = {"this code": (AckerTable, codec), f"git {revision}": load_revision(revision)}
     results: dict[str, list[dict]] = {name: [] for name in implementations}
     for r in range(rounds):
         names = list(implementations)
-        for name in (names if r % 2 == 0 else names[::-1]):
-            results[name].append(fold_figures(*implementations[name], fill, failing,
-                                              raw_failing, per_call))
+        for name in names if r % 2 == 0 else names[::-1]:
+            results[name].append(fold_figures(*implementations[name], fill, failing, raw_failing, per_call))
     print()
-    print(f"FAIL trace, {per_call} records a call, {rounds} alternating rounds "
-          "(median [min to max], M entries per CPU-second):")
+    print(
+        f"FAIL trace, {per_call} records a call, {rounds} alternating rounds "
+        "(median [min to max], M entries per CPU-second):"
+    )
     print(f"{'':<22}{'decode+fold':>26}{'fold alone':>26}{'fallbacks':>11}{'bytes/root':>12}")
     for name, rows in results.items():
         cells = []
@@ -280,13 +281,17 @@ def compare(revision: str, rounds: int, fill, failing, raw_failing, per_call: in
             values = sorted(row[key] for row in rows)
             cells.append(f"{np.median(values):.2f} [{values[0]:.2f} to {values[-1]:.2f}]")
         fallbacks = max(max(row["decode+fold fallbacks"], row["fold fallbacks"]) for row in rows)
-        print(f"{name:<22}{cells[0]:>26}{cells[1]:>26}"
-              f"{fallbacks:>5} / {rows[0]['groups']:<4}{rows[-1]['bytes/root']:>9.1f}")
+        print(
+            f"{name:<22}{cells[0]:>26}{cells[1]:>26}"
+            f"{fallbacks:>5} / {rows[0]['groups']:<4}{rows[-1]['bytes/root']:>9.1f}"
+        )
     base, this = results[f"git {revision}"], results["this code"]
     for key in ("decode+fold", "fold"):
         ratios = sorted(a[key] / b[key] for a, b in zip(this, base))
-        print(f"  this code / git {revision}, {key}: {np.median(ratios):.2f}x "
-              f"[{ratios[0]:.2f} to {ratios[-1]:.2f}] (per round)")
+        print(
+            f"  this code / git {revision}, {key}: {np.median(ratios):.2f}x "
+            f"[{ratios[0]:.2f} to {ratios[-1]:.2f}] (per round)"
+        )
 
 
 def dict_bytes_per_root(fill_batches) -> float:
@@ -305,43 +310,55 @@ def dict_bytes_per_root(fill_batches) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--roots", type=int, default=1_000_000, help="pending roots (default 1M)")
-    parser.add_argument("--steady-batches", type=int, default=None,
-                        help="steady-phase batches (default: 2 * roots / 500, at most 4000)")
-    parser.add_argument("--records-per-call", type=int, default=16,
-                        help="records per AckerTable.fold_records call (default 16)")
-    parser.add_argument("--dict-memory-roots", type=int, default=200_000,
-                        help="roots for the dict's tracemalloc measurement (default 200k)")
-    parser.add_argument("--fail-rate", type=float, default=0.001,
-                        help="share of completing child ACKs turned into FAIL + sibling ACK "
-                             "(default 0.001)")
+    parser.add_argument(
+        "--steady-batches", type=int, default=None, help="steady-phase batches (default: 2 * roots / 500, at most 4000)"
+    )
+    parser.add_argument(
+        "--records-per-call", type=int, default=16, help="records per AckerTable.fold_records call (default 16)"
+    )
+    parser.add_argument(
+        "--dict-memory-roots",
+        type=int,
+        default=200_000,
+        help="roots for the dict's tracemalloc measurement (default 200k)",
+    )
+    parser.add_argument(
+        "--fail-rate",
+        type=float,
+        default=0.001,
+        help="share of completing child ACKs turned into FAIL + sibling ACK (default 0.001)",
+    )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--baseline", metavar="REV",
-                        help="also fold the FAIL trace with git revision REV's table and codec, "
-                             "alternating with this code")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="alternating rounds with --baseline (default 3)")
-    parser.add_argument("--only-fail-trace", action="store_true",
-                        help="skip the fill, steady and dict figures")
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also fold the FAIL trace with git revision REV's table and codec, alternating with this code",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds with --baseline (default 3)")
+    parser.add_argument("--only-fail-trace", action="store_true", help="skip the fill, steady and dict figures")
     args = parser.parse_args()
     steady_batches = args.steady_batches or max(LAG + 10, min(4000, 2 * args.roots // BATCH))
     per_call = args.records_per_call
 
     fill, steady = build_workload(args.roots, steady_batches, args.seed)
-    print(f"workload: fill {args.roots:,} roots in {len(fill):,} INIT records of {BATCH}; "
-          f"steady {len(steady):,} mixed records (~{PER_ROOT} roots started and finished each)")
+    print(
+        f"workload: fill {args.roots:,} roots in {len(fill):,} INIT records of {BATCH}; "
+        f"steady {len(steady):,} mixed records (~{PER_ROOT} roots started and finished each)"
+    )
     print("rates are entries per CPU second of this process (the machine is shared)")
     failing = with_fails(steady, args.fail_rate, args.seed)
     raw_failing = encoded(failing)
     n_fails = sum(int(np.count_nonzero(k == EventKind.FAIL)) for k, _, _, _ in failing)
-    print(f"FAIL trace: {n_fails:,} of the steady trace's child ACKs ({args.fail_rate:.1%}) are a "
-          "FAIL, a sibling's ACK for the root follows in the next record")
+    print(
+        f"FAIL trace: {n_fails:,} of the steady trace's child ACKs ({args.fail_rate:.1%}) are a "
+        "FAIL, a sibling's ACK for the root follows in the next record"
+    )
     if args.only_fail_trace:
         if args.baseline:
             compare(args.baseline, args.rounds, fill, failing, raw_failing, per_call)
         else:
             figures = fold_figures(AckerTable, codec, fill, failing, raw_failing, per_call)
-            print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
-                            for k, v in figures.items()))
+            print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
         return
 
     # --- NumPy table: bytes per root while it grows (untimed), then timed runs.
@@ -388,7 +405,7 @@ def main() -> None:
     on_fail: dict[str, tuple] = {}
     fallbacks = {}
     for name, make in (("dict", DictAcker), ("fold", AckerTable), ("grouped", AckerTable)):
-        for decode in ((False, True) if name != "fold" else (False,)):
+        for decode in (False, True) if name != "fold" else (False,):
             impl = make()
             if isinstance(impl, AckerTable):
                 run_grouped(impl, fill, per_call)
@@ -412,40 +429,60 @@ def main() -> None:
         return r[1] / r[0] / 1e6
 
     print()
-    print(f"{'M entries/s (CPU)':<44}{'fill (INIT)':>12}{'steady':>10}{'with FAILs':>12}"
-          f"{'decode+fold':>13}")
-    rows = (("dict, Storm's loop (XOR + owner only)", d_fill, d_steady, on_fail["dict", False],
-             on_fail["dict", True]),
-            ("AckerTable.fold, one record a call", np_fill, np_steady, on_fail["fold", False],
-             None),
-            (f"AckerTable.fold_records, {per_call} records a call", np_fill_grouped,
-             np_steady_grouped, on_fail["grouped", False], on_fail["grouped", True]))
+    print(f"{'M entries/s (CPU)':<44}{'fill (INIT)':>12}{'steady':>10}{'with FAILs':>12}{'decode+fold':>13}")
+    rows = (
+        ("dict, Storm's loop (XOR + owner only)", d_fill, d_steady, on_fail["dict", False], on_fail["dict", True]),
+        ("AckerTable.fold, one record a call", np_fill, np_steady, on_fail["fold", False], None),
+        (
+            f"AckerTable.fold_records, {per_call} records a call",
+            np_fill_grouped,
+            np_steady_grouped,
+            on_fail["grouped", False],
+            on_fail["grouped", True],
+        ),
+    )
     for name, *figures in rows:
-        print(f"{name:<44}" + "".join(f"{rate(f) if f else float('nan'):>{w}.2f}"
-                                      for f, w in zip(figures, (12, 10, 12, 13))))
+        print(
+            f"{name:<44}"
+            + "".join(f"{rate(f) if f else float('nan'):>{w}.2f}" for f, w in zip(figures, (12, 10, 12, 13)))
+        )
     for name, *figures in rows[1:]:
-        print(f"{'  ratio to dict: ' + name.split(',')[0]:<44}" + "".join(
-            f"{rate(f) / rate(d) if f else float('nan'):>{w - 1}.1f}x"
-            for f, d, w in zip(figures, rows[0][1:], (12, 10, 12, 13))))
-    print(f"decided in the steady phase: {np_steady[2]:,} / {np_steady_grouped[2]:,} / "
-          f"dict {d_steady[2]:,}; pending after: {steady_pending:,} / {grouped_pending:,} / "
-          f"dict {d_pending:,}")
-    print("fallbacks (extra passes over the table) on the FAIL trace: "
-          + ", ".join(f"{name}{' decode+fold' if decode else ''} {n} of {groups} groups"
-                      for (name, decode), (n, groups) in fallbacks.items() if name != "dict"))
+        print(
+            f"{'  ratio to dict: ' + name.split(',')[0]:<44}"
+            + "".join(
+                f"{rate(f) / rate(d) if f else float('nan'):>{w - 1}.1f}x"
+                for f, d, w in zip(figures, rows[0][1:], (12, 10, 12, 13))
+            )
+        )
+    print(
+        f"decided in the steady phase: {np_steady[2]:,} / {np_steady_grouped[2]:,} / "
+        f"dict {d_steady[2]:,}; pending after: {steady_pending:,} / {grouped_pending:,} / "
+        f"dict {d_pending:,}"
+    )
+    print(
+        "fallbacks (extra passes over the table) on the FAIL trace: "
+        + ", ".join(
+            f"{name}{' decode+fold' if decode else ''} {n} of {groups} groups"
+            for (name, decode), (n, groups) in fallbacks.items()
+            if name != "dict"
+        )
+    )
     print(f"expire all {len(expired):,} pending roots in one advance(): {expire_s * 1e3:.0f} ms")
     print()
     print(f"{'pending roots':>14}{'slots':>12}{'bytes/root':>12}   (AckerTable while filling)")
     for pending, capacity, per_root in fill_levels:
         print(f"{pending:>14,}{capacity:>12,}{per_root:>12.1f}")
     if working:
-        print(f"working range (>= 16,384 pending, after every record): bytes/root "
-              f"min {min(working):.1f}, max {max(working):.1f}, mean {np.mean(working):.1f}")
-    print(f"steady phase end: {steady_bytes:.1f} bytes/root at {steady_pending:,} pending "
-          f"({rebuilds} rebuilds in all)")
-    print(f"dict implementation: {d_bytes:.0f} bytes/root (tracemalloc, "
-          f"{min(args.dict_memory_roots, args.roots):,} roots); "
-          f"{d_bytes / steady_bytes:.1f}x the table's")
+        print(
+            f"working range (>= 16,384 pending, after every record): bytes/root "
+            f"min {min(working):.1f}, max {max(working):.1f}, mean {np.mean(working):.1f}"
+        )
+    print(f"steady phase end: {steady_bytes:.1f} bytes/root at {steady_pending:,} pending ({rebuilds} rebuilds in all)")
+    print(
+        f"dict implementation: {d_bytes:.0f} bytes/root (tracemalloc, "
+        f"{min(args.dict_memory_roots, args.roots):,} roots); "
+        f"{d_bytes / steady_bytes:.1f}x the table's"
+    )
     if args.baseline:
         compare(args.baseline, args.rounds, fill, failing, raw_failing, per_call)
 

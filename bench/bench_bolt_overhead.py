@@ -32,17 +32,27 @@ class _NullProducer:
 
 def _messages(tracked: bool) -> list:
     words = [b"w%d" % (i % 50) for i in range(BATCH)]
-    return [new_message(topic="words", partition=0, offset=i, key=word, value=b"0 1.0",
-                        headers=[(codec.ANCHORS_HEADER, codec.encode_anchors({new_id(): new_id()}))]
-                        if tracked else None, timestamp=(1, 1)) for i, word in enumerate(words)]
+    return [
+        new_message(
+            topic="words",
+            partition=0,
+            offset=i,
+            key=word,
+            value=b"0 1.0",
+            headers=[(codec.ANCHORS_HEADER, codec.encode_anchors({new_id(): new_id()}))] if tracked else None,
+            timestamp=(1, 1),
+        )
+        for i, word in enumerate(words)
+    ]
 
 
 def _bolt(counts) -> BasicBolt:
     def count(word, collector) -> None:
         counts[word.key] += 1
 
-    bolt = BasicBolt(topology="bench", bootstrap_servers="unused:9092", source_topics="words",
-                     group_id="bench", handler=count)
+    bolt = BasicBolt(
+        topology="bench", bootstrap_servers="unused:9092", source_topics="words", group_id="bench", handler=count
+    )
     bolt._acks = AckSender(_NullProducer(), acks_topic="bench.acks", ack_partitions=1, sender=1)
     bolt._ends = {}
     return bolt
@@ -83,8 +93,10 @@ def main() -> None:
             bolt._acks.send()
 
         label = "tracked" if tracked else "untracked"
-        print(f"{label:>10}: bolt {per_tuple_us(ours, args.batches, args.repeat):6.2f}"
-              f"   bare loop {per_tuple_us(bare, args.batches, args.repeat):6.2f}")
+        print(
+            f"{label:>10}: bolt {per_tuple_us(ours, args.batches, args.repeat):6.2f}"
+            f"   bare loop {per_tuple_us(bare, args.batches, args.repeat):6.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ CONFIGS = ("plain", "off", "tracked")
 
 # --- what every component process does ----------------------------------------------------------
 
+
 def _now_ms() -> float:
     return time.time() * 1000.0
 
@@ -142,26 +143,39 @@ def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
     from reliable_kafka import AckerWorker
     from reliable_kafka.bolt import BasicBolt
 
-    on = {"topology": topics["topology"], "bootstrap_servers": bootstrap,
-          "kafka_config": _client_config(probe, topics.get("kafka_config"))}
+    on = {
+        "topology": topics["topology"],
+        "bootstrap_servers": bootstrap,
+        "kafka_config": _client_config(probe, topics.get("kafka_config")),
+    }
     if role == "acker":
         acker = AckerWorker(**on, ackers=1, name="acker")
         return acker
     if role == "spout":
-        options = {"guarantee": "at_least_once"} if config.startswith("tracked") else \
-            {"guarantee": "at_least_once", "ackers": 0} if config == "ackers0" else {"guarantee": "none"}
-        spout = _tracked_spout_class()(**on, source_topics=topics["source"], group_id=f"{topics['topology']}-spout",
-                                       emit_to=topics["sentences"], **options)
+        options = (
+            {"guarantee": "at_least_once"}
+            if config.startswith("tracked")
+            else {"guarantee": "at_least_once", "ackers": 0}
+            if config == "ackers0"
+            else {"guarantee": "none"}
+        )
+        spout = _tracked_spout_class()(
+            **on,
+            source_topics=topics["source"],
+            group_id=f"{topics['topology']}-spout",
+            emit_to=topics["sentences"],
+            **options,
+        )
         spout.probe = probe
         return spout
     if role == "split":
+
         def split(sentence, collector):
             prefix, words = _split_words(sentence.value)
             for word in words:
                 collector.emit(topics["words"], prefix, key=word)
 
-        return BasicBolt(**on, source_topics=topics["sentences"], group_id=f"{topics['topology']}-split",
-                         handler=split)
+        return BasicBolt(**on, source_topics=topics["sentences"], group_id=f"{topics['topology']}-split", handler=split)
     counts: dict[bytes, int] = defaultdict(int)
 
     def count(word, collector):
@@ -171,8 +185,9 @@ def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
     return BasicBolt(**on, source_topics=topics["words"], group_id=f"{topics['topology']}-count", handler=count)
 
 
-def component_main(roles: list[str], config: str, topics: dict, bootstrap: str, counter, completed,
-                   ready, stop, results) -> None:
+def component_main(
+    roles: list[str], config: str, topics: dict, bootstrap: str, counter, completed, ready, stop, results
+) -> None:
     """One component process (or, with several roles, a LocalCluster of threads)."""
     import logging
 
@@ -189,11 +204,18 @@ def component_main(roles: list[str], config: str, topics: dict, bootstrap: str, 
         while not stop.wait(0.2):
             cluster.check()
         cluster.stop()
-    results.put({"roles": roles, "latencies": dict(probe.latencies), "completion": dict(probe.completion),
-                 "client_stats": probe.client_stats})
+    results.put(
+        {
+            "roles": roles,
+            "latencies": dict(probe.latencies),
+            "completion": dict(probe.completion),
+            "client_stats": probe.client_stats,
+        }
+    )
 
 
 # --- the parent: topics, feeding, measuring -----------------------------------------------------
+
 
 def _sentence_pool(size: int = 1000) -> list[str]:
     rng = random.Random(11)
@@ -290,8 +312,13 @@ class Pipeline:
         from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
 
         topology = unique_name(f"bench-{self.config}")
-        self.topics = {"topology": topology, "source": f"{topology}-source", "sentences": f"{topology}-sentences",
-                       "words": f"{topology}-words", "kafka_config": self.kafka_config}
+        self.topics = {
+            "topology": topology,
+            "source": f"{topology}-source",
+            "sentences": f"{topology}-sentences",
+            "words": f"{topology}-words",
+            "kafka_config": self.kafka_config,
+        }
         create_topics(self.bootstrap, {self.topics[t]: PARTITIONS for t in ("source", "sentences", "words")})
         ensure_topics(admin_client(self.bootstrap), TopologyTopics(topology, ackers=1))
         roles = ["spout", "split", "count"] + (["acker"] if self.config.startswith("tracked") else [])
@@ -301,9 +328,22 @@ class Pipeline:
         readies = []
         for group in groups:
             ready = ctx.Event()
-            process = ctx.Process(target=component_main, name="+".join(group), daemon=True, args=(
-                group, self.config, self.topics, self.bootstrap, self.counter, self.completed, ready,
-                self._stop, self._results))
+            process = ctx.Process(
+                target=component_main,
+                name="+".join(group),
+                daemon=True,
+                args=(
+                    group,
+                    self.config,
+                    self.topics,
+                    self.bootstrap,
+                    self.counter,
+                    self.completed,
+                    ready,
+                    self._stop,
+                    self._results,
+                ),
+            )
             process.start()
             self.processes["+".join(group) if self.threads else group[0]] = process
             readies.append((group, ready, process))
@@ -336,8 +376,9 @@ class Pipeline:
         self._producer.poll(0)
 
     def drained(self) -> bool:
-        return self.counter.value >= self.written * WORDS_PER_SENTENCE and \
-            (not self.config.startswith("tracked") or self.completed.value >= self.written)
+        return self.counter.value >= self.written * WORDS_PER_SENTENCE and (
+            not self.config.startswith("tracked") or self.completed.value >= self.written
+        )
 
     def wait(self, condition, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -361,8 +402,10 @@ class Pipeline:
         self._producer.flush(30)
         target = words_before + sentences * WORDS_PER_SENTENCE
         if not self.wait(lambda: self.counter.value >= target, timeout):
-            raise RuntimeError(f"{self.config}: burst not counted within {timeout:.0f}s "
-                               f"({self.counter.value - words_before} of {target - words_before} words)")
+            raise RuntimeError(
+                f"{self.config}: burst not counted within {timeout:.0f}s "
+                f"({self.counter.value - words_before} of {target - words_before} words)"
+            )
         counted = time.perf_counter() - started
         completed = None
         if self.config.startswith("tracked"):
@@ -370,8 +413,9 @@ class Pipeline:
                 raise RuntimeError(f"{self.config}: burst not completed within {timeout:.0f}s")
             completed = time.perf_counter() - started
         cpu_after = self.cpu()
-        return Burst(self.config, sentences, counted, completed,
-                     {name: cpu_after[name] - cpu_before[name] for name in cpu_after})
+        return Burst(
+            self.config, sentences, counted, completed, {name: cpu_after[name] - cpu_before[name] for name in cpu_after}
+        )
 
     def offer(self, rate: float, seconds: float, drain_timeout: float) -> tuple[int, float, bool, dict]:
         """Write at ``rate`` sentences/s for ``seconds``; returns (phase, achieved rate, drained, CPU
@@ -435,8 +479,14 @@ class Pipeline:
                     if sent:
                         by_topic[topic_name.rsplit("-", 1)[-1].rsplit(".", 1)[-1]] = sent
                         records += sent
-            totals[name] = {"requests": tx, "produce": produce, "fetch": fetch, "commit": commit,
-                            "per_request": records / produce if produce else 0.0, "records": by_topic}
+            totals[name] = {
+                "requests": tx,
+                "produce": produce,
+                "fetch": fetch,
+                "commit": commit,
+                "per_request": records / produce if produce else 0.0,
+                "records": by_topic,
+            }
         return totals
 
 
@@ -456,20 +506,24 @@ def kafka(bootstrap: str | None, broker_pids: list[int]) -> Iterator[tuple[str, 
 
     started = time.perf_counter()
     with EmbeddedKafka() as broker:
-        print(f"embedded broker at {broker.bootstrap_servers} (started in {time.perf_counter() - started:.1f}s)",
-              flush=True)
+        print(
+            f"embedded broker at {broker.bootstrap_servers} (started in {time.perf_counter() - started:.1f}s)",
+            flush=True,
+        )
         yield broker.bootstrap_servers, _process_tree(broker.pid)
 
 
 # --- the run ------------------------------------------------------------------------------------
+
 
 def _throughput(ctx, bootstrap, broker_pids, pool, configs, *, rounds, sentences, threads=False, kafka_config=None):
     bursts: dict[str, list[Burst]] = defaultdict(list)
     clients: dict[str, dict] = {}
     for _ in range(rounds):
         for config in configs:
-            pipeline = Pipeline(config, bootstrap, broker_pids, threads=threads,
-                                kafka_config=kafka_config).start(ctx, pool)
+            pipeline = Pipeline(config, bootstrap, broker_pids, threads=threads, kafka_config=kafka_config).start(
+                ctx, pool
+            )
             try:
                 pipeline.burst(min(2000, sentences), timeout=300)  # warm-up: caches, JIT, batches
                 bursts[config].append(pipeline.burst(sentences, timeout=600))
@@ -477,15 +531,23 @@ def _throughput(ctx, bootstrap, broker_pids, pool, configs, *, rounds, sentences
                 pipeline.stop()
             clients[config] = pipeline.client_totals()
             b = bursts[config][-1]
-            print(f"  {config:<8}{' threads' if threads else ''}: {b.rate:>8,.0f} sentences/s "
-                  f"({b.seconds:.1f} s"
-                  f"{'' if b.completed_seconds is None else f', completed in {b.completed_seconds:.1f} s'})",
-                  flush=True)
+            print(
+                f"  {config:<8}{' threads' if threads else ''}: {b.rate:>8,.0f} sentences/s "
+                f"({b.seconds:.1f} s"
+                f"{'' if b.completed_seconds is None else f', completed in {b.completed_seconds:.1f} s'})",
+                flush=True,
+            )
     return bursts, clients
 
 
-def _report_throughput(bursts: dict[str, list[Burst]], clients: dict, *, title: str,
-                       plain_rate: float | None = None, plain_cpu: float | None = None) -> tuple[dict, dict]:
+def _report_throughput(
+    bursts: dict[str, list[Burst]],
+    clients: dict,
+    *,
+    title: str,
+    plain_rate: float | None = None,
+    plain_cpu: float | None = None,
+) -> tuple[dict, dict]:
     """Prints the table; returns (sentences/s, total CPU s per 1,000 sentences) per configuration."""
     print(f"\n{title}")
     rates = {config: statistics.median(b.rate for b in runs) for config, runs in bursts.items()}
@@ -493,8 +555,10 @@ def _report_throughput(bursts: dict[str, list[Burst]], clients: dict, *, title: 
     # On a shared machine wall time measures the neighbours too; CPU seconds per sentence do not:
     # "CPU ratio" is plain's total (Python + broker) over this configuration's, the throughput
     # ratio a CPU-bound run would show.
-    print(f"{'pipeline':<10}{'sentences/s':>12}{'ratio':>7}{'CPU ratio':>10}   CPU s per 1,000 sentences "
-          f"(median of rounds)")
+    print(
+        f"{'pipeline':<10}{'sentences/s':>12}{'ratio':>7}{'CPU ratio':>10}   CPU s per 1,000 sentences "
+        f"(median of rounds)"
+    )
     totals = {}
     for config, runs in bursts.items():
         names = list(runs[0].cpu)
@@ -507,9 +571,11 @@ def _report_throughput(bursts: dict[str, list[Burst]], clients: dict, *, title: 
     print("\nclient requests to the broker, last round, whole pipeline life (librdkafka statistics):")
     for config, per_process in clients.items():
         for name, t in per_process.items():
-            print(f"  {config:<8} {name:<22} requests {t['requests']:>7}  produce {t['produce']:>6}  "
-                  f"fetch {t['fetch']:>6}  commit {t['commit']:>5}  records/produce request {t['per_request']:.1f}  "
-                  f"records sent {t['records']}")
+            print(
+                f"  {config:<8} {name:<22} requests {t['requests']:>7}  produce {t['produce']:>6}  "
+                f"fetch {t['fetch']:>6}  commit {t['commit']:>5}  records/produce request {t['per_request']:.1f}  "
+                f"records sent {t['records']}"
+            )
     return rates, totals
 
 
@@ -522,8 +588,9 @@ def _latency_curve(ctx, bootstrap, broker_pids, pool, configs, rates, *, seconds
             pipeline.burst(500, timeout=300)  # warm-up
             idle_before, idle_seconds = pipeline.cpu(), 3.0
             pipeline.wait(lambda: False, idle_seconds)  # nothing offered: what the loops cost at rest
-            idle = {name: (seconds - idle_before[name]) / idle_seconds * 100
-                    for name, seconds in pipeline.cpu().items()}
+            idle = {
+                name: (seconds - idle_before[name]) / idle_seconds * 100 for name, seconds in pipeline.cpu().items()
+            }
             print(f"  {config:<8} idle, % of a core: " + "  ".join(f"{n} {v:.1f}" for n, v in idle.items()), flush=True)
             for rate in rates:
                 phase, achieved, drained, cpu = pipeline.offer(rate, seconds, drain_timeout=max(10.0, 2 * seconds))
@@ -542,12 +609,18 @@ def _latency_curve(ctx, bootstrap, broker_pids, pool, configs, rates, *, seconds
             worst = point.completed_p99 if point.completed_p99 is not None else point.counted_p99
             point.saturated = not drained or worst > SATURATED_P99_MS or achieved < 0.8 * rate
             points.append(point)
-            extra = "" if point.completed_p50 is None else \
-                f" | completed p50 {point.completed_p50:7.1f} p99 {point.completed_p99:7.1f}"
-            print(f"  {config:<8} offered {rate:>7,.0f}/s achieved {achieved:>7,.0f}/s | counted p50 "
-                  f"{point.counted_p50:7.1f} ms p99 {point.counted_p99:7.1f} ms{extra}"
-                  f"{'  (saturated)' if point.saturated else ''}\n"
-                  f"           CPU s per 1,000 sentences: {_cpu_line(cpu)}", flush=True)
+            extra = (
+                ""
+                if point.completed_p50 is None
+                else f" | completed p50 {point.completed_p50:7.1f} p99 {point.completed_p99:7.1f}"
+            )
+            print(
+                f"  {config:<8} offered {rate:>7,.0f}/s achieved {achieved:>7,.0f}/s | counted p50 "
+                f"{point.counted_p50:7.1f} ms p99 {point.counted_p99:7.1f} ms{extra}"
+                f"{'  (saturated)' if point.saturated else ''}\n"
+                f"           CPU s per 1,000 sentences: {_cpu_line(cpu)}",
+                flush=True,
+            )
     return points
 
 
@@ -566,10 +639,12 @@ def _plot(points: list[RatePoint], path: Path) -> None:
         print(f"matplotlib is not installed (pip install 'reliable-kafka[bench]'): no plot written to {path}")
         return
     figure, axis = plt.subplots(figsize=(8, 5))
-    series = [("plain", "counted", "plain: source -> counted"),
-              ("off", "counted", "tracking off: source -> counted"),
-              ("tracked", "counted", "tracked: source -> counted"),
-              ("tracked", "completed", "tracked: source -> spout learns COMPLETED")]
+    series = [
+        ("plain", "counted", "plain: source -> counted"),
+        ("off", "counted", "tracking off: source -> counted"),
+        ("tracked", "counted", "tracked: source -> counted"),
+        ("tracked", "completed", "tracked: source -> spout learns COMPLETED"),
+    ]
     for color, (config, kind, label) in enumerate(series):
         chosen = [p for p in points if p.config == config]
         if not chosen:
@@ -601,51 +676,102 @@ def main() -> None:
     parser.add_argument("--no-latency", action="store_true", help="skip the latency curve")
     parser.add_argument("--no-throughput", action="store_true", help="skip the throughput bursts")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="which of plain,off,tracked to measure")
-    parser.add_argument("--kafka-config", type=json.loads, default=None,
-                        help='librdkafka settings for reliable-kafka\'s components (JSON), e.g. \'{"linger.ms": 0}\'')
+    parser.add_argument(
+        "--kafka-config",
+        type=json.loads,
+        default=None,
+        help="librdkafka settings for reliable-kafka's components (JSON), e.g. '{\"linger.ms\": 0}'",
+    )
     parser.add_argument("--plot", type=Path, default=Path("docs/img/pipeline-latency.png"))
-    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap",  # --bootstrap: its old name
-                        help="an existing broker (else an embedded one is started)")
-    parser.add_argument("--broker-pid", type=int, action="append", default=[],
-                        help="with --bootstrap-servers: the broker's pid, for its CPU figures")
+    parser.add_argument(
+        "--bootstrap-servers",
+        "--bootstrap",
+        dest="bootstrap",  # --bootstrap: its old name
+        help="an existing broker (else an embedded one is started)",
+    )
+    parser.add_argument(
+        "--broker-pid",
+        type=int,
+        action="append",
+        default=[],
+        help="with --bootstrap-servers: the broker's pid, for its CPU figures",
+    )
     args = parser.parse_args()
     sentences = args.sentences or (6000 if args.quick else 20000)
     rounds = args.rounds or (1 if args.quick else 2)
-    rates = [float(r) for r in (args.rates or ("250,1000,4000,16000" if args.quick else
-                                                "250,500,1000,2000,4000,8000,16000,32000")).split(",")]
+    rates = [
+        float(r)
+        for r in (
+            args.rates or ("250,1000,4000,16000" if args.quick else "250,500,1000,2000,4000,8000,16000,32000")
+        ).split(",")
+    ]
     seconds = 2.0 if args.quick else 3.0
     configs = [c for c in args.configs.split(",") if c] + (["ackers0"] if args.with_ackers0 else [])
     ctx = mp.get_context("spawn")
     pool = _sentence_pool()
-    print(f"word count bench: {sentences} sentences x {rounds} rounds, {os.cpu_count()} CPUs, "
-          f"load {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+    print(
+        f"word count bench: {sentences} sentences x {rounds} rounds, {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        flush=True,
+    )
     bursts, clients, thread_bursts, thread_clients, points = {}, {}, {}, {}, []
     with kafka(args.bootstrap, args.broker_pid) as (bootstrap, broker_pids):
         if not args.no_throughput:
             print("\nthroughput, one process per component, alternating:", flush=True)
-            bursts, clients = _throughput(ctx, bootstrap, broker_pids, pool, configs, rounds=rounds,
-                                          sentences=sentences, kafka_config=args.kafka_config)
+            bursts, clients = _throughput(
+                ctx,
+                bootstrap,
+                broker_pids,
+                pool,
+                configs,
+                rounds=rounds,
+                sentences=sentences,
+                kafka_config=args.kafka_config,
+            )
             if not args.no_threads:
                 print("\nthroughput, LocalCluster (all components as threads of one process):", flush=True)
                 thread_bursts, thread_clients = _throughput(
-                    ctx, bootstrap, broker_pids, pool, [c for c in configs if c != "plain"], rounds=1,
-                    sentences=sentences, threads=True, kafka_config=args.kafka_config)
+                    ctx,
+                    bootstrap,
+                    broker_pids,
+                    pool,
+                    [c for c in configs if c != "plain"],
+                    rounds=1,
+                    sentences=sentences,
+                    threads=True,
+                    kafka_config=args.kafka_config,
+                )
         if not args.no_latency:
             print(f"\nlatency against offered rate ({seconds:.0f} s per point):", flush=True)
-            points = _latency_curve(ctx, bootstrap, broker_pids, pool, [c for c in CONFIGS if c in configs], rates,
-                                    seconds=seconds, kafka_config=args.kafka_config)
+            points = _latency_curve(
+                ctx,
+                bootstrap,
+                broker_pids,
+                pool,
+                [c for c in CONFIGS if c in configs],
+                rates,
+                seconds=seconds,
+                kafka_config=args.kafka_config,
+            )
     rates_by_config, cpu_by_config = (
-        _report_throughput(bursts, clients, title="throughput, one process per component") if bursts else ({}, {}))
+        _report_throughput(bursts, clients, title="throughput, one process per component") if bursts else ({}, {})
+    )
     if thread_bursts:
-        _report_throughput(thread_bursts, thread_clients, title="throughput, LocalCluster (threads); ratios to the "
-                           "plain multi-process loop", plain_rate=rates_by_config.get("plain"),
-                           plain_cpu=cpu_by_config.get("plain"))
+        _report_throughput(
+            thread_bursts,
+            thread_clients,
+            title="throughput, LocalCluster (threads); ratios to the plain multi-process loop",
+            plain_rate=rates_by_config.get("plain"),
+            plain_cpu=cpu_by_config.get("plain"),
+        )
     if points:
         at_1000 = [p for p in points if p.config == "tracked" and p.offered == 1000]
         if at_1000:
             p = at_1000[0]
-            print(f"\ntracked at 1,000 sentences/s: completion latency p50 {p.completed_p50:.1f} ms, "
-                  f"p99 {p.completed_p99:.1f} ms (targets 30 / 100)")
+            print(
+                f"\ntracked at 1,000 sentences/s: completion latency p50 {p.completed_p50:.1f} ms, "
+                f"p99 {p.completed_p99:.1f} ms (targets 30 / 100)"
+            )
         _plot(points, args.plot)
 
 

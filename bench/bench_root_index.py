@@ -29,8 +29,10 @@ def main(rounds: int = 2000, batch: int = 500) -> None:
             index.add(tp, base + i, root)
         index.send()
     cpu = time.process_time() - started
-    print(f"root index: {cpu / (rounds * batch) * 1e6:.3f} CPU us per root "
-          f"({rounds} rounds of {batch}; {stub.bytes} bytes a record, {stub.bytes / batch:.1f} bytes a root)")
+    print(
+        f"root index: {cpu / (rounds * batch) * 1e6:.3f} CPU us per root "
+        f"({rounds} rounds of {batch}; {stub.bytes} bytes a record, {stub.bytes / batch:.1f} bytes a root)"
+    )
 
 
 if __name__ == "__main__":

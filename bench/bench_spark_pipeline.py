@@ -28,9 +28,9 @@ import argparse
 import contextlib
 import cProfile
 import io
-import pstats
 import multiprocessing
 import os
+import pstats
 import statistics
 import tempfile
 import time
@@ -61,8 +61,13 @@ def _acker(bootstrap: str, topology: str, ready, stop) -> None:
 def _bolt(bootstrap: str, topology: str, topic: str, stop) -> None:
     from reliable_kafka.bolt import BasicBolt
 
-    BasicBolt(topology=topology, bootstrap_servers=bootstrap, source_topics=topic, group_id=f"{topic}.count",
-              handler=lambda tuple_, collector: None).run(stop)
+    BasicBolt(
+        topology=topology,
+        bootstrap_servers=bootstrap,
+        source_topics=topic,
+        group_id=f"{topic}.count",
+        handler=lambda tuple_, collector: None,
+    ).run(stop)
 
 
 def _stat(pid: int) -> list[str]:
@@ -107,6 +112,7 @@ def _profiled(function):
             return function(*args, **kwargs)
         finally:
             PROFILE.disable()
+
     return run
 
 
@@ -152,12 +158,23 @@ def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int) -> d
     output = unique_name("bench-plain-words")
     create_topics(bootstrap, {output: 2})
     with tempfile.TemporaryDirectory(prefix="rk-bench-plain-") as checkpoint, Meter(jvm_pid) as meter:
-        reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                  .option("subscribe", source).option("startingOffsets", "earliest")
-                  .option("maxOffsetsPerTrigger", str(batch)).load())
-        query = (split_words(reader).writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                 .option("topic", output).option("checkpointLocation", checkpoint)
-                 .trigger(availableNow=True).start())
+        reader = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", source)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(batch))
+            .load()
+        )
+        query = (
+            split_words(reader)
+            .writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", output)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination()
     return {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "workers": meter.workers}
 
@@ -172,17 +189,29 @@ def run_tracked(spark, bootstrap: str, source: str, batch: int, sentences: int, 
     ensure_topics(admin_client(bootstrap), TopologyTopics(topology, ackers=2))
     context = multiprocessing.get_context("spawn")
     stop, ready = context.Event(), context.Event()
-    helpers = [context.Process(target=_acker, args=(bootstrap, topology, ready, stop), daemon=True),
-               context.Process(target=_bolt, args=(bootstrap, topology, output, stop), daemon=True)]
+    helpers = [
+        context.Process(target=_acker, args=(bootstrap, topology, ready, stop), daemon=True),
+        context.Process(target=_bolt, args=(bootstrap, topology, output, stop), daemon=True),
+    ]
     for process in helpers:
         process.start()
     ready.wait(120)
     try:
         with tempfile.TemporaryDirectory(prefix="rk-bench-tracked-") as checkpoint:
-            job = SparkSpout(spark, topology=topology, bootstrap_servers=bootstrap, source_topics=source,
-                             group_id=f"{topology}.spark", checkpoint_dir=checkpoint, transform=split_words,
-                             output_topic=output, available_now=True, max_offsets_per_trigger=batch,
-                             max_pending=sentences + batch, message_timeout_ms=600_000)
+            job = SparkSpout(
+                spark,
+                topology=topology,
+                bootstrap_servers=bootstrap,
+                source_topics=source,
+                group_id=f"{topology}.spark",
+                checkpoint_dir=checkpoint,
+                transform=split_words,
+                output_topic=output,
+                available_now=True,
+                max_offsets_per_trigger=batch,
+                max_pending=sentences + batch,
+                message_timeout_ms=600_000,
+            )
             if PROFILE is not None:
                 job._on_stream_batch = _profiled(job._on_stream_batch)
             started = time.monotonic()
@@ -200,8 +229,14 @@ def run_tracked(spark, bootstrap: str, source: str, batch: int, sentences: int, 
             if process.is_alive():
                 process.terminate()
     assert progress["inputs"] == sentences, progress
-    return {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "workers": meter.workers, "completed": completed if done else None,
-            "trees": progress["tracker"]["completed"]}
+    return {
+        "wall": meter.wall,
+        "py": meter.py,
+        "jvm": meter.jvm,
+        "workers": meter.workers,
+        "completed": completed if done else None,
+        "trees": progress["tracker"]["completed"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,8 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=25_000, help="maxOffsetsPerTrigger")
-    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap",
-                        help="Kafka bootstrap servers (default: start an embedded broker)")
+    parser.add_argument(
+        "--bootstrap-servers",
+        "--bootstrap",
+        dest="bootstrap",
+        help="Kafka bootstrap servers (default: start an embedded broker)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the tracked job's batches")
     args = parser.parse_args(argv)
     global PROFILE
@@ -226,15 +265,20 @@ def main(argv: list[str] | None = None) -> int:
 
         source = unique_name("bench-sentences")
         create_topics(bootstrap, {source: 2})
-        lines = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(WORDS_PER_SENTENCE)).encode()
-                 for i in range(args.sentences)]
+        lines = [
+            " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(WORDS_PER_SENTENCE)).encode()
+            for i in range(args.sentences)
+        ]
         produce_values(bootstrap, source, lines, timeout=300)
         _wait_for_group_coordinator(bootstrap, source)
         spark = spark_session("rk-bench-spark-pipeline", master="local[2]")
         jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
         n = args.sentences
-        print(f"{n} sentences of {WORDS_PER_SENTENCE} words, local[2], batches of {args.batch}, "
-              f"{args.rounds} rounds alternating (after one warm-up of each)", flush=True)
+        print(
+            f"{n} sentences of {WORDS_PER_SENTENCE} words, local[2], batches of {args.batch}, "
+            f"{args.rounds} rounds alternating (after one warm-up of each)",
+            flush=True,
+        )
         results: dict[str, list[dict]] = {"plain": [], "tracked": []}
         try:
             for round_ in range(args.rounds + 1):
@@ -246,22 +290,32 @@ def main(argv: list[str] | None = None) -> int:
                     label = "warm-up" if round_ == 0 else f"round {round_}"
                     extra = ""
                     if name == "tracked":
-                        extra = (f", all {figures['trees']} trees completed and committed after "
-                                 f"{figures['completed']:.1f} s" if figures["completed"] else ", NOT caught up")
-                    print(f"{label:8} {name:8} {n / figures['wall']:9,.0f} sentences/s  "
-                          f"driver CPU {1000 * figures['py'] / n:.3f} s/1k  JVM CPU {1000 * figures['jvm'] / n:.3f} "
-                          f"s/1k  Python workers CPU {1000 * figures['workers'] / n:.3f} s/1k{extra}", flush=True)
+                        extra = (
+                            f", all {figures['trees']} trees completed and committed after {figures['completed']:.1f} s"
+                            if figures["completed"]
+                            else ", NOT caught up"
+                        )
+                    print(
+                        f"{label:8} {name:8} {n / figures['wall']:9,.0f} sentences/s  "
+                        f"driver CPU {1000 * figures['py'] / n:.3f} s/1k  JVM CPU {1000 * figures['jvm'] / n:.3f} "
+                        f"s/1k  Python workers CPU {1000 * figures['workers'] / n:.3f} s/1k{extra}",
+                        flush=True,
+                    )
                     if round_:
                         results[name].append(figures)
         finally:
             spark.stop()
     rate = {name: n / statistics.median(f["wall"] for f in runs) for name, runs in results.items()}
-    print(f"\nmedian sentences/s: plain {rate['plain']:,.0f}, tracked {rate['tracked']:,.0f}; "
-          f"ratio tracked/plain {rate['tracked'] / rate['plain']:.2f} (target >= 0.7)")
+    print(
+        f"\nmedian sentences/s: plain {rate['plain']:,.0f}, tracked {rate['tracked']:,.0f}; "
+        f"ratio tracked/plain {rate['tracked'] / rate['plain']:.2f} (target >= 0.7)"
+    )
     for name, runs in results.items():
-        print(f"{name:8} driver CPU {1000 * statistics.median(f['py'] for f in runs) / n:.3f} s per 1,000 sentences, "
-              f"JVM CPU {1000 * statistics.median(f['jvm'] for f in runs) / n:.3f}, "
-              f"Python workers CPU {1000 * statistics.median(f['workers'] for f in runs) / n:.3f}")
+        print(
+            f"{name:8} driver CPU {1000 * statistics.median(f['py'] for f in runs) / n:.3f} s per 1,000 sentences, "
+            f"JVM CPU {1000 * statistics.median(f['jvm'] for f in runs) / n:.3f}, "
+            f"Python workers CPU {1000 * statistics.median(f['workers'] for f in runs) / n:.3f}"
+        )
     if PROFILE is not None:
         out = io.StringIO()
         pstats.Stats(PROFILE, stream=out).sort_stats("cumulative").print_stats(25)

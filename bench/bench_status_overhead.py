@@ -58,9 +58,11 @@ def main() -> None:
     for round_ in range(3):
         with_hook, without = _trees(args.n, observe=True), _trees(args.n, observe=False)
         timed, bare = _calls(args.n, timed=True), _calls(args.n, timed=False)
-        print(f"round {round_ + 1}: spout tree (emit + COMPLETED) {1e6 * without / args.n:.2f} us, "
-              f"+{1e6 * (with_hook - without) / args.n:.2f} us for complete latency | bolt handler call "
-              f"+{1e6 * (timed - bare) / args.n:.2f} us for process latency")
+        print(
+            f"round {round_ + 1}: spout tree (emit + COMPLETED) {1e6 * without / args.n:.2f} us, "
+            f"+{1e6 * (with_hook - without) / args.n:.2f} us for complete latency | bolt handler call "
+            f"+{1e6 * (timed - bare) / args.n:.2f} us for process latency"
+        )
 
 
 if __name__ == "__main__":

@@ -45,14 +45,26 @@ def run(bootstrap: str, *, sentences: int = 500, timeout: float = 180.0) -> dict
         totals[tuple_.key.decode()] += int(tuple_.value)
 
     on = {"topology": topology, "bootstrap_servers": bootstrap}
-    with LocalCluster(AckerWorker(**on, ackers=2, message_timeout_ms=20_000),
-                      BasicBolt(**on, source_topics=counts_topic, group_id=f"{topology}.sum", handler=add_count)), \
-            tempfile.TemporaryDirectory(prefix="rk-wordcount-ckpt-") as checkpoint:
+    with (
+        LocalCluster(
+            AckerWorker(**on, ackers=2, message_timeout_ms=20_000),
+            BasicBolt(**on, source_topics=counts_topic, group_id=f"{topology}.sum", handler=add_count),
+        ),
+        tempfile.TemporaryDirectory(prefix="rk-wordcount-ckpt-") as checkpoint,
+    ):
         spark = spark_session("spark-word-count")
         try:
-            job = SparkSpout(spark, **on, source_topics=source, group_id=f"{topology}.spark", checkpoint_dir=checkpoint,
-                             transform=count_words, output_topic=counts_topic, available_now=True,
-                             message_timeout_ms=20_000)
+            job = SparkSpout(
+                spark,
+                **on,
+                source_topics=source,
+                group_id=f"{topology}.spark",
+                checkpoint_dir=checkpoint,
+                transform=count_words,
+                output_topic=counts_topic,
+                available_now=True,
+                message_timeout_ms=20_000,
+            )
             job.start()
             try:
                 done = job.run_until(lambda j: j.caught_up(), timeout=timeout)
@@ -61,15 +73,24 @@ def run(bootstrap: str, *, sentences: int = 500, timeout: float = 180.0) -> dict
                 job.stop()
         finally:
             spark.stop()
-    return {"caught_up": done, "expected": dict(expected), "counted": dict(totals),
-            "at_least_once": all(totals[w] >= n for w, n in expected.items()),
-            "exact": totals == expected, "progress": progress}
+    return {
+        "caught_up": done,
+        "expected": dict(expected),
+        "counted": dict(totals),
+        "at_least_once": all(totals[w] >= n for w, n in expected.items()),
+        "exact": totals == expected,
+        "progress": progress,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap",
-                        help="Kafka bootstrap servers (default: start an embedded broker)")
+    parser.add_argument(
+        "--bootstrap-servers",
+        "--bootstrap",
+        dest="bootstrap",
+        help="Kafka bootstrap servers (default: start an embedded broker)",
+    )
     parser.add_argument("--sentences", type=int, default=500)
     args = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:
@@ -80,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap = stack.enter_context(EmbeddedKafka()).bootstrap_servers
         summary = run(bootstrap, sentences=args.sentences)
     progress = summary["progress"]
-    print(f"counted {sum(summary['counted'].values())} words in {args.sentences} sentences "
-          f"({'exact' if summary['exact'] else 'at least once'}): {dict(sorted(summary['counted'].items()))}")
+    print(
+        f"counted {sum(summary['counted'].values())} words in {args.sentences} sentences "
+        f"({'exact' if summary['exact'] else 'at least once'}): {dict(sorted(summary['counted'].items()))}"
+    )
     print(f"trees completed: {progress['tracker']['completed']}, commit points: {progress['commit_points']}")
     return 0 if summary["caught_up"] and summary["at_least_once"] else 1
 

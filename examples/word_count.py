@@ -23,8 +23,14 @@ def build(bootstrap, *, topology="wordcount", sentences="sentences", words="word
     on = {"topology": topology, "bootstrap_servers": bootstrap}
     return counts, [
         AckerWorker(**on, ackers=2, message_timeout_ms=timeout_ms),
-        Spout(**on, source_topics=sentences, group_id=f"{topology}-spout", emit_to=f"{topology}.sentences",
-              message_timeout_ms=timeout_ms, **spout_options),
+        Spout(
+            **on,
+            source_topics=sentences,
+            group_id=f"{topology}-spout",
+            emit_to=f"{topology}.sentences",
+            message_timeout_ms=timeout_ms,
+            **spout_options,
+        ),
         BasicBolt(**on, source_topics=f"{topology}.sentences", group_id=f"{topology}-split", handler=split),
         BasicBolt(**on, source_topics=words, group_id=f"{topology}-count", handler=count),
     ]
@@ -44,6 +50,11 @@ if __name__ == "__main__":
         produce_values(bootstrap, "sentences", [SENTENCES[i % 5].encode() for i in range(1000)])
         counts, components = build(bootstrap)
         with LocalCluster(*components) as cluster:
-            cluster.wait_until(lambda: committed_offsets(bootstrap, "wordcount-spout", "sentences")
-                               == end_offsets(bootstrap, "sentences"), timeout=120, what="all sentences done")
+            cluster.wait_until(
+                lambda: (
+                    committed_offsets(bootstrap, "wordcount-spout", "sentences") == end_offsets(bootstrap, "sentences")
+                ),
+                timeout=120,
+                what="all sentences done",
+            )
         print(dict(counts.most_common()))

@@ -29,8 +29,12 @@ SOURCE, OUTPUT, GROUP, TRANSACTIONAL_ID = "SOURCE", "OUTPUT", "GROUP", "TRANSACT
 _TOPOLOGY_TOPICS = ("acks", "outcomes", "dlq", "quarantine", "failures", "roots", "status")
 # Internal consumer groups: their consumers assign partitions and never commit, but librdkafka
 # still looks up the coordinator of any group.id it is given (FindCoordinator: DESCRIBE).
-_GROUPS = {"outcome-reader": "{topology}.outcome-reader", "failure-reader": "{topology}.failure-reader",
-           "refetch": "{group}.refetch", "rk-fetch": "{group}.rk-fetch"}
+_GROUPS = {
+    "outcome-reader": "{topology}.outcome-reader",
+    "failure-reader": "{topology}.failure-reader",
+    "refetch": "{group}.refetch",
+    "rk-fetch": "{group}.rk-fetch",
+}
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,13 @@ def _rows(*rows: tuple) -> tuple[Row, ...]:
 
 
 _STATUS = ("TOPIC", "status", "WRITE", "publish status snapshots (`reliable-kafka status`)")
-_TRANSACTIONS = ("TRANSACTIONAL_ID", TRANSACTIONAL_ID, "WRITE",
-                 "commit outputs, ack entries and offsets in one transaction", "transactional")
+_TRANSACTIONS = (
+    "TRANSACTIONAL_ID",
+    TRANSACTIONAL_ID,
+    "WRITE",
+    "commit outputs, ack entries and offsets in one transaction",
+    "transactional",
+)
 
 TABLE: dict[str, tuple[Row, ...]] = {
     "spout": _rows(
@@ -106,10 +115,14 @@ TABLE: dict[str, tuple[Row, ...]] = {
         ("TOPIC", "outcomes", "WRITE", "publish outcomes to the owning spouts"),
         ("TOPIC", "quarantine", "WRITE", "copy ack records that do not decode"),
         _STATUS,
-        *(("TOPIC", topic, "CREATE", "create the topology's topics", "create_topics") for topic in
-          ("acks", "outcomes", "dlq", "quarantine", "failures", "roots", "status")),
-        *(("TOPIC", topic, "DESCRIBE", "see whether the topology's topics exist", "create_topics") for topic in
-          ("dlq", "failures", "roots")),
+        *(
+            ("TOPIC", topic, "CREATE", "create the topology's topics", "create_topics")
+            for topic in ("acks", "outcomes", "dlq", "quarantine", "failures", "roots", "status")
+        ),
+        *(
+            ("TOPIC", topic, "DESCRIBE", "see whether the topology's topics exist", "create_topics")
+            for topic in ("dlq", "failures", "roots")
+        ),
     ),
 }
 """Role -> permissions. Symbolic names: SOURCE, OUTPUT (each of the role's topics), GROUP (its
@@ -131,8 +144,7 @@ class Acl:
     why: str = field(default="", compare=False)
 
     def __str__(self) -> str:
-        return (f"ALLOW {self.principal:<16} {self.operation:<16} {self.resource_type:<16} {self.name}"
-                f"  # {self.why}")
+        return f"ALLOW {self.principal:<16} {self.operation:<16} {self.resource_type:<16} {self.name}  # {self.why}"
 
 
 def role_acls(
@@ -159,14 +171,20 @@ def role_acls(
     topics = TopologyTopics(topology)
     rows = TABLE[role]
     # a transactional spout derives its roots: `trace` needs no index of them
-    options = {"transactional": transactional_id is not None,
-               "root_index": root_index and transactional_id is None, "create_topics": create_topics}
+    options = {
+        "transactional": transactional_id is not None,
+        "root_index": root_index and transactional_id is None,
+        "create_topics": create_topics,
+    }
     names = {SOURCE: list(source_topics), OUTPUT: list(output_topics)}
     used = {row.name for row in rows}
     if role == "acker":
         group = group or f"{topology}.ackers"  # AckerWorker's default
-    for given, what, flag in ((source_topics, SOURCE, "--source"), (output_topics, OUTPUT, "--output"),
-                              (transactional_id, TRANSACTIONAL_ID, "--transactional-id")):
+    for given, what, flag in (
+        (source_topics, SOURCE, "--source"),
+        (output_topics, OUTPUT, "--output"),
+        (transactional_id, TRANSACTIONAL_ID, "--transactional-id"),
+    ):
         if given and what not in used:
             raise ConfigError(f"acls: {flag} is not an option of the {role} role")
     if role != "acker" and not source_topics:
@@ -198,8 +216,12 @@ def _symbol(name: str) -> str:
         return f"`<topology>.{name}`"
     if name in _GROUPS:
         return "`" + _GROUPS[name].format(topology="<topology>", group="<group>") + "`"
-    return {SOURCE: "`<source>` (each)", OUTPUT: "`<output>` (each)", GROUP: "`<group>`",
-            TRANSACTIONAL_ID: "`<transactional.id>`"}[name]
+    return {
+        SOURCE: "`<source>` (each)",
+        OUTPUT: "`<output>` (each)",
+        GROUP: "`<group>`",
+        TRANSACTIONAL_ID: "`<transactional.id>`",
+    }[name]
 
 
 def markdown_table() -> str:
@@ -207,8 +229,13 @@ def markdown_table() -> str:
     lines = ["| role | operation | resource | why |", "|---|---|---|---|"]
     for role in ROLES:
         for row in TABLE[role]:
-            when = {"transactional": " (transactional only)", "root_index": " (unless root_index=False)",
-                    "create_topics": " (`--create-topics` only)"}.get(row.when or "", "")
-            lines.append(f"| {role} | {row.operation} | {row.resource_type.lower().replace('_', ' ')} "
-                         f"{_symbol(row.name)} | {row.why}{when} |")
+            when = {
+                "transactional": " (transactional only)",
+                "root_index": " (unless root_index=False)",
+                "create_topics": " (`--create-topics` only)",
+            }.get(row.when or "", "")
+            lines.append(
+                f"| {role} | {row.operation} | {row.resource_type.lower().replace('_', ' ')} "
+                f"{_symbol(row.name)} | {row.why}{when} |"
+            )
     return "\n".join(lines) + "\n"

@@ -35,8 +35,13 @@ _SECURITY_WORDS = ("SSL", "SASL", "uthenticat")
 class LibrdkafkaLog:
     """The ``logger`` object handed to confluent-kafka (it needs only a ``log`` method)."""
 
-    def __init__(self, logger: logging.Logger | None = None, *, interval_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger | None = None,
+        *,
+        interval_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.logger = logger or logging.getLogger(LOGGER_NAME)
         self.interval_s = interval_s
         self.clock = clock
@@ -49,8 +54,11 @@ class LibrdkafkaLog:
             self.logger.log(level, msg, *args)
             return
         facility, client, text = args
-        if (facility in CONNECTION_FACILITIES and level > logging.INFO
-                and not any(word in text for word in _SECURITY_WORDS)):
+        if (
+            facility in CONNECTION_FACILITIES
+            and level > logging.INFO
+            and not any(word in text for word in _SECURITY_WORDS)
+        ):
             key = (client, facility)
             now = self.clock()
             with self._lock:

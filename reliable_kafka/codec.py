@@ -85,10 +85,14 @@ def _schema_text(name: str) -> str:
     try:
         return source.joinpath(_SCHEMA_FILES[name]).read_text(encoding="utf-8")
     except OSError as exc:
-        fix = ("point RK_SCHEMA_DIR at a folder holding the .avsc files, or unset it" if explicit
-               else "reinstall reliable-kafka (its wheel carries reliable_kafka/schemas/*.avsc)")
-        raise ConfigError(f"reliable-kafka: Avro schema {_SCHEMA_FILES[name]} not found in {source} "
-                          f"({exc.strerror or exc}); {fix}") from exc
+        fix = (
+            "point RK_SCHEMA_DIR at a folder holding the .avsc files, or unset it"
+            if explicit
+            else "reinstall reliable-kafka (its wheel carries reliable_kafka/schemas/*.avsc)"
+        )
+        raise ConfigError(
+            f"reliable-kafka: Avro schema {_SCHEMA_FILES[name]} not found in {source} ({exc.strerror or exc}); {fix}"
+        ) from exc
 
 
 def _encode(name: str, datum) -> bytes:
@@ -205,11 +209,9 @@ def _decode_anchors_v2(raw: bytes) -> dict[int, int]:
     if length < 0 or length % 16:
         raise DecodeError("anchors", f"v2 pairs length {length} is not a multiple of 16", raw)
     if pos + length > len(raw):
-        raise DecodeError("anchors", f"truncated: {length} bytes of pairs announced, "
-                          f"{len(raw) - pos} present", raw)
+        raise DecodeError("anchors", f"truncated: {length} bytes of pairs announced, {len(raw) - pos} present", raw)
     if pos + length < len(raw):
-        raise DecodeError("anchors", f"{len(raw) - pos - length} trailing bytes after the pairs",
-                          raw)
+        raise DecodeError("anchors", f"{len(raw) - pos - length} trailing bytes after the pairs", raw)
     n = length // 16
     if n >= _NUMPY_PAIRS:
         values = np.frombuffer(raw, dtype=">i8", count=2 * n, offset=pos).tolist()
@@ -326,9 +328,12 @@ def _ack_batch_in_place(raw: bytes) -> AckBatch:
         pos += length
     if pos != len(raw):
         raise ArgumentError("trailing or missing bytes")
-    return AckBatch(sender=sender, kinds=np.frombuffer(raw, np.uint8, count, starts[0]),
-                    roots=_int64_column(raw, count, starts[1]),
-                    vals=_int64_column(raw, count, starts[2]))
+    return AckBatch(
+        sender=sender,
+        kinds=np.frombuffer(raw, np.uint8, count, starts[0]),
+        roots=_int64_column(raw, count, starts[1]),
+        vals=_int64_column(raw, count, starts[2]),
+    )
 
 
 def _int64_column(raw: bytes, count: int, start: int) -> np.ndarray:
@@ -403,9 +408,7 @@ def encode_outcomes(spout: int, roots, kinds) -> bytes:
 
 def _encode_outcomes_fastavro(spout: int, roots, kinds) -> bytes:
     """What :func:`encode_outcomes` writes, through fastavro (the reference for tests)."""
-    entries = [
-        {"root": int(root), "kind": _OUTCOME_SYMBOLS[int(kind)]} for root, kind in zip(roots, kinds)
-    ]
+    entries = [{"root": int(root), "kind": _OUTCOME_SYMBOLS[int(kind)]} for root, kind in zip(roots, kinds)]
     return _encode("outcome_batch", {"spout": int(spout), "entries": entries})
 
 
@@ -415,9 +418,7 @@ def decode_outcomes(raw: bytes | None) -> OutcomeBatch:
     return OutcomeBatch(
         spout=datum["spout"],
         roots=np.fromiter((e["root"] for e in entries), dtype=np.int64, count=len(entries)),
-        kinds=np.fromiter(
-            (_OUTCOME_BY_SYMBOL[e["kind"]] for e in entries), dtype=np.uint8, count=len(entries)
-        ),
+        kinds=np.fromiter((_OUTCOME_BY_SYMBOL[e["kind"]] for e in entries), dtype=np.uint8, count=len(entries)),
     )
 
 

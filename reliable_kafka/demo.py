@@ -119,10 +119,18 @@ class _PythonJob:
             for word in sentence.value.decode().split():
                 collector.emit(words, b"1", key=word.encode())  # (word, count) like the Spark job
 
-        self.spout = Spout(**on, source_topics=sentences, group_id=self.group_id, emit_to=f"{topology}.sentences",
-                           max_retries=10, backoff=Backoff(initial_ms=50, max_ms=1000))
-        self.components = [self.spout, BasicBolt(**on, source_topics=f"{topology}.sentences",
-                                                 group_id=f"{topology}-split", handler=split)]
+        self.spout = Spout(
+            **on,
+            source_topics=sentences,
+            group_id=self.group_id,
+            emit_to=f"{topology}.sentences",
+            max_retries=10,
+            backoff=Backoff(initial_ms=50, max_ms=1000),
+        )
+        self.components = [
+            self.spout,
+            BasicBolt(**on, source_topics=f"{topology}.sentences", group_id=f"{topology}-split", handler=split),
+        ]
 
     def start(self) -> None:
         pass  # its components run in the demo's LocalCluster
@@ -132,8 +140,13 @@ class _PythonJob:
 
     def stats(self) -> dict:
         s = self.spout.stats
-        return {"read": s.read, "completed": s.completed, "replayed": s.replayed,
-                "dead_lettered": s.dead_lettered, "pending": self.spout.tracker.pending_roots()}
+        return {
+            "read": s.read,
+            "completed": s.completed,
+            "replayed": s.replayed,
+            "dead_lettered": s.dead_lettered,
+            "pending": self.spout.tracker.pending_roots(),
+        }
 
 
 def _spark_job(bootstrap: str, topology: str, sentences: str, words: str) -> _Job:
@@ -146,14 +159,21 @@ def _generate(bootstrap: str, topic: str, count: int, rng: random.Random) -> lis
     written = [rng.choice(SENTENCES) for _ in range(count)]
     chunk = max(1, count // 10)
     for start in range(0, count, chunk):  # a stream, not one burst: ten slices over a few seconds
-        produce_values(bootstrap, topic, [s.encode() for s in written[start:start + chunk]])
+        produce_values(bootstrap, topic, [s.encode() for s in written[start : start + chunk]])
         time.sleep(0.3)
     return written
 
 
 @renamed_keywords(bootstrap="bootstrap_servers")
-def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spark",
-        bootstrap_servers: str | None = None, timeout_s: float = 600.0, out=sys.stdout) -> DemoSummary:
+def run(
+    *,
+    sentences: int = 20_000,
+    fail_rate: float = 0.03,
+    engine: str = "spark",
+    bootstrap_servers: str | None = None,
+    timeout_s: float = 600.0,
+    out=sys.stdout,
+) -> DemoSummary:
     """Run the demo end to end and return its checked summary (also printed to ``out``).
 
     Without ``bootstrap_servers`` (old name ``bootstrap``, deprecated) an embedded broker is started."""
@@ -180,11 +200,17 @@ def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spar
         for component in (*ackers, counter):
             # an optional attribute that ops.reporter reads (getattr with a default)
             component.status_interval_s = STATUS_INTERVAL_S  # type: ignore[attr-defined]
-        print(f"demo: topology {topology}, engine {engine}, {sentences} sentences, "
-              f"count bolt fails {fail_rate:.0%} of tuples", flush=True)
+        print(
+            f"demo: topology {topology}, engine {engine}, {sentences} sentences, "
+            f"count bolt fails {fail_rate:.0%} of tuples",
+            flush=True,
+        )
         with LocalCluster(*ackers, counter) as cluster:
-            job = _spark_job(bootstrap, topology, sentence_topic, word_topic) if engine == "spark" \
+            job = (
+                _spark_job(bootstrap, topology, sentence_topic, word_topic)
+                if engine == "spark"
                 else _PythonJob(bootstrap, topology, sentence_topic, word_topic)
+            )
             for component in [*job.components, getattr(job, "job", None)]:
                 if component is not None:
                     component.status_interval_s = STATUS_INTERVAL_S
@@ -223,9 +249,16 @@ def run(*, sentences: int = 20_000, fail_rate: float = 0.03, engine: str = "spar
         duplicates = sum(max(0, counted[w] - max(n, 0)) for w, n in expected.items())
         committed = committed_offsets(bootstrap, job.group_id, sentence_topic)
         summary = DemoSummary(
-            sentences=len(written), completed=stats["completed"], replayed=stats["replayed"],
-            dead_lettered=len(dead), lost_words=lost, duplicate_words=duplicates, committed=committed,
-            end=ends, pending=stats["pending"], seconds=time.monotonic() - started,
+            sentences=len(written),
+            completed=stats["completed"],
+            replayed=stats["replayed"],
+            dead_lettered=len(dead),
+            lost_words=lost,
+            duplicate_words=duplicates,
+            committed=committed,
+            end=ends,
+            pending=stats["pending"],
+            seconds=time.monotonic() - started,
         )
         summary.checks = {
             "lost = 0 (every word of every sentence not dead-lettered was counted)": lost == 0,
@@ -246,9 +279,11 @@ def _progress(job: _Job, bootstrap: str, topic: str, ends: dict[int, int], out, 
     done, total = sum(max(0, committed.get(p, 0)) for p in ends), max(1, sum(ends.values()))
     width = 24
     filled = int(width * done / total)
-    line = (f"  [{'#' * filled}{'.' * (width - filled)}] {100 * done / total:5.1f}% committed {done}/{total} | "
-            f"in {s['read']} | completed {s['completed']} | replayed {s['replayed']} | "
-            f"dead-lettered {s['dead_lettered']} | pending {s['pending']}")
+    line = (
+        f"  [{'#' * filled}{'.' * (width - filled)}] {100 * done / total:5.1f}% committed {done}/{total} | "
+        f"in {s['read']} | completed {s['completed']} | replayed {s['replayed']} | "
+        f"dead-lettered {s['dead_lettered']} | pending {s['pending']}"
+    )
     if getattr(out, "isatty", lambda: False)():
         print("\r\x1b[2K" + line, end="\n" if final else "", file=out, flush=True)
     else:
@@ -270,14 +305,21 @@ def _show_status(bootstrap: str, topology: str, out) -> None:
 
 def _how_to_watch(topology: str, bootstrap: str | None, out) -> None:
     if bootstrap:
-        print(f"\nthis run's components have stopped; their last snapshots stay in {topology}.status:\n"
-              f"  reliable-kafka status --topology {topology} --bootstrap-servers {bootstrap} [--json] [--watch]\n"
-              f"  reliable-kafka ui --topology {topology} --bootstrap-servers {bootstrap} --port 8080\n"
-              f"  (run them while a demo runs to watch it live)", file=out, flush=True)
+        print(
+            f"\nthis run's components have stopped; their last snapshots stay in {topology}.status:\n"
+            f"  reliable-kafka status --topology {topology} --bootstrap-servers {bootstrap} [--json] [--watch]\n"
+            f"  reliable-kafka ui --topology {topology} --bootstrap-servers {bootstrap} --port 8080\n"
+            f"  (run them while a demo runs to watch it live)",
+            file=out,
+            flush=True,
+        )
     else:
-        print("\nto watch a run live, keep a broker and point the demo at it, then in a second terminal:\n"
-              "  reliable-kafka kafka up                      # prints the broker's address, B\n"
-              "  reliable-kafka demo --bootstrap-servers B    # prints its topology name, T\n"
-              "  reliable-kafka status --topology T --bootstrap-servers B --watch\n"
-              "  reliable-kafka ui --topology T --bootstrap-servers B --port 8080   # http://127.0.0.1:8080/",
-              file=out, flush=True)
+        print(
+            "\nto watch a run live, keep a broker and point the demo at it, then in a second terminal:\n"
+            "  reliable-kafka kafka up                      # prints the broker's address, B\n"
+            "  reliable-kafka demo --bootstrap-servers B    # prints its topology name, T\n"
+            "  reliable-kafka status --topology T --bootstrap-servers B --watch\n"
+            "  reliable-kafka ui --topology T --bootstrap-servers B --port 8080   # http://127.0.0.1:8080/",
+            file=out,
+            flush=True,
+        )

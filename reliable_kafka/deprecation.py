@@ -31,8 +31,11 @@ def renamed_keywords(**renamed: str) -> Callable[[Callable[P, R]], Callable[P, R
                 if old in kwargs:
                     if new in kwargs:
                         raise ConfigError(f"{owner}: give {new} only ({old} is its old, deprecated name)")
-                    warnings.warn(f"{owner}: {old}= is deprecated; use {new}= (the same setting)",
-                                  DeprecationWarning, stacklevel=2)
+                    warnings.warn(
+                        f"{owner}: {old}= is deprecated; use {new}= (the same setting)",
+                        DeprecationWarning,
+                        stacklevel=2,
+                    )
                     kwargs[new] = kwargs.pop(old)
             return function(*args, **kwargs)
 

@@ -72,9 +72,7 @@ class DecodeError(ReliableKafkaError, ValueError):
 
     def at(self, topic: str, partition: int, offset: int) -> DecodeError:
         """The same error, placed at a record's coordinates."""
-        return DecodeError(
-            self.what, self.reason, self.raw, topic=topic, partition=partition, offset=offset
-        )
+        return DecodeError(self.what, self.reason, self.raw, topic=topic, partition=partition, offset=offset)
 
 
 class BrokerStartError(ReliableKafkaError):
@@ -134,22 +132,30 @@ class AuthorizationError(ReliableKafkaError):
     diverting records to the dead-letter topic would lose nothing but hide the cause.
     ``component`` names who was refused; ``error`` is Kafka's error name."""
 
-    def __init__(self, *, component: str, principal: str, operation: str, resource_type: str, resource: str,
-                 error: str) -> None:
+    def __init__(
+        self, *, component: str, principal: str, operation: str, resource_type: str, resource: str, error: str
+    ) -> None:
         self.component = component
         self.principal = principal
         self.operation = operation
         self.resource_type = resource_type
         self.resource = resource
         self.error = error
-        option = {"TOPIC": "--topic", "GROUP": "--group", "TRANSACTIONAL_ID": "--transactional-id",
-                  "CLUSTER": "--cluster"}.get(resource_type, "--topic")
+        option = {
+            "TOPIC": "--topic",
+            "GROUP": "--group",
+            "TRANSACTIONAL_ID": "--transactional-id",
+            "CLUSTER": "--cluster",
+        }.get(resource_type, "--topic")
         target = option if resource_type == "CLUSTER" else f"{option} {resource}"
         super().__init__(
             f"{component}: {principal} is not allowed {operation} on {resource_type.lower().replace('_', ' ')} "
             f"{resource} (Kafka: {error}); stopped. Grant it, e.g. `kafka-acls.sh --bootstrap-server ... --add "
             f"--allow-principal {principal} --operation {operation.title().replace('_', '')} {target}`, "
-            f"or apply the role's ACLs with `reliable-kafka acls --apply` (docs/security.md)")
+            f"or apply the role's ACLs with `reliable-kafka acls --apply` (docs/security.md)"
+        )
+
+
 class ArgumentError(ReliableKafkaError, ValueError):
     """A call's argument is outside what the function accepts (a negative offset, a zero root id).
 

@@ -52,12 +52,10 @@ def new_id() -> int:
 
 def new_ids(count: int) -> np.ndarray:
     """``count`` fresh random non-zero ids as an int64 array."""
-    ids = _np_rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=count,
-                           dtype=np.int64, endpoint=True)
+    ids = _np_rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=count, dtype=np.int64, endpoint=True)
     zeros = ids == 0
     while zeros.any():
-        ids[zeros] = _np_rng.integers(1, np.iinfo(np.int64).max, size=int(zeros.sum()),
-                                      dtype=np.int64)
+        ids[zeros] = _np_rng.integers(1, np.iinfo(np.int64).max, size=int(zeros.sum()), dtype=np.int64)
         zeros = ids == 0
     return ids
 

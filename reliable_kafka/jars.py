@@ -141,9 +141,7 @@ def _jars_in(target: Path) -> list[Path]:
 def _parse_coordinate(artifact: str) -> tuple[str, str, str]:
     parts = artifact.strip().split(":")
     if len(parts) != 3 or not all(parts):
-        raise JarResolutionError(
-            f"bad Maven coordinate {artifact!r}: expected 'group:artifact:version'"
-        )
+        raise JarResolutionError(f"bad Maven coordinate {artifact!r}: expected 'group:artifact:version'")
     return parts[0], parts[1], parts[2]
 
 
@@ -151,8 +149,7 @@ def _pom(coordinates: Sequence[tuple[str, str, str]], *, transitive: bool = True
     """A throwaway project: the artifacts as dependencies, or (intransitive) as the items of
     ``dependency:copy``, which reads no dependency graph at all."""
     gav = [
-        f"<groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId>"
-        f"<version>{escape(v)}</version>"
+        f"<groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId><version>{escape(v)}</version>"
         for g, a, v in coordinates
     ]
     if transitive:
@@ -161,10 +158,7 @@ def _pom(coordinates: Sequence[tuple[str, str, str]], *, transitive: bool = True
     else:
         dependencies = ""
         items = "".join(f"\n        <artifactItem>{x}</artifactItem>" for x in gav)
-        configuration = (
-            f"\n      <configuration><artifactItems>{items}"
-            "\n      </artifactItems></configuration>"
-        )
+        configuration = f"\n      <configuration><artifactItems>{items}\n      </artifactItems></configuration>"
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -185,15 +179,9 @@ def _pom(coordinates: Sequence[tuple[str, str, str]], *, transitive: bool = True
 """
 
 
-def _maven_command(
-    pom: Path, output_dir: Path, repo_local: Path, *, transitive: bool = True
-) -> list[str]:
+def _maven_command(pom: Path, output_dir: Path, repo_local: Path, *, transitive: bool = True) -> list[str]:
     """The Maven invocation that copies the project's jars into ``output_dir``."""
-    goal = (
-        ["dependency:copy-dependencies", "-DincludeScope=runtime"]
-        if transitive
-        else ["dependency:copy"]
-    )
+    goal = ["dependency:copy-dependencies", "-DincludeScope=runtime"] if transitive else ["dependency:copy"]
     return [
         "mvn",
         "-B",
@@ -228,8 +216,7 @@ def _run_maven(
     repo_local = root / "m2"
     described = ", ".join(artifacts)
     print(
-        f"reliable-kafka: resolving {_label(name)} jars with Maven (first run only; "
-        f"may take a few minutes)...",
+        f"reliable-kafka: resolving {_label(name)} jars with Maven (first run only; may take a few minutes)...",
         file=sys.stderr,
         flush=True,
     )
@@ -254,8 +241,11 @@ def _run_maven(
             shutil.rmtree(staging, ignore_errors=True)
             raise JarResolutionError(
                 _failure_message(
-                    name, described, f"Maven did not finish within {_MVN_TIMEOUT_S:.0f} s",
-                    _text(exc.output), repo_local,
+                    name,
+                    described,
+                    f"Maven did not finish within {_MVN_TIMEOUT_S:.0f} s",
+                    _text(exc.output),
+                    repo_local,
                 )
             ) from None
         if done.returncode != 0 or not any(staging.glob("*.jar")):
@@ -265,9 +255,7 @@ def _run_maven(
                 if done.returncode != 0
                 else "Maven succeeded but copied no jars"
             )
-            raise JarResolutionError(
-                _failure_message(name, described, reason, done.stdout or "", repo_local)
-            )
+            raise JarResolutionError(_failure_message(name, described, reason, done.stdout or "", repo_local))
         (staging / _STAMP).write_text(_stamp(artifacts, transitive) + "\n")
         if target.exists():
             shutil.rmtree(target)
@@ -278,7 +266,7 @@ def _run_maven(
 def _label(name: str) -> str:
     # "kafka-4.1.1" reads as "Kafka 4.1.1" in progress lines; other names stay as given.
     if name.startswith("kafka-"):
-        return "Kafka " + name[len("kafka-"):]
+        return "Kafka " + name[len("kafka-") :]
     return name
 
 

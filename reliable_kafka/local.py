@@ -55,8 +55,10 @@ class LocalCluster:
             while not component.ready.wait(0.2):
                 self.check()
                 if time.monotonic() > deadline:
-                    raise WaitTimeoutError(f"LocalCluster: {component.name} got no partitions within "
-                                           f"{ready_timeout:.0f}s; is the broker up and are its topics created?")
+                    raise WaitTimeoutError(
+                        f"LocalCluster: {component.name} got no partitions within "
+                        f"{ready_timeout:.0f}s; is the broker up and are its topics created?"
+                    )
         return self
 
     def _run(self, component: Component) -> None:
@@ -72,8 +74,15 @@ class LocalCluster:
             name, error = next(iter(self.errors.items()))
             raise ComponentDiedError(f"component {name} died: {error!r}", component=name) from error
 
-    def wait_until(self, condition: Callable[[], bool], *, timeout: float, what: str,
-                   progress: Callable[[], str] | None = None, interval: float = 0.2) -> None:
+    def wait_until(
+        self,
+        condition: Callable[[], bool],
+        *,
+        timeout: float,
+        what: str,
+        progress: Callable[[], str] | None = None,
+        interval: float = 0.2,
+    ) -> None:
         """Poll ``condition`` until true; raise with ``what`` and the last progress line on timeout."""
         deadline = time.monotonic() + timeout
         while not condition():

@@ -19,8 +19,9 @@ __all__ = ["end_offsets", "committed_offsets", "lag", "PartitionLag", "true_lag"
 
 
 def _consumer(bootstrap_servers: str, group_id: str) -> Consumer:
-    return Consumer(with_log({"bootstrap.servers": bootstrap_servers, "group.id": group_id,
-                              "enable.auto.commit": False}))
+    return Consumer(
+        with_log({"bootstrap.servers": bootstrap_servers, "group.id": group_id, "enable.auto.commit": False})
+    )
 
 
 def _partitions(consumer: Consumer, topic: str, timeout: float) -> list[int]:
@@ -85,20 +86,26 @@ class PartitionLag:
         return self.kafka_lag - (self.done_above or 0)
 
 
-def true_lag(bootstrap_servers: str, group_id: str, topic: str, *, kafka_config: dict | None = None,
-             timeout: float = 10.0) -> list[PartitionLag]:
+def true_lag(
+    bootstrap_servers: str, group_id: str, topic: str, *, kafka_config: dict | None = None, timeout: float = 10.0
+) -> list[PartitionLag]:
     """Per partition of ``topic``: ``group_id``'s commit point, the records done above it (from
     the commit metadata) and what is left. Reads only; joins no group."""
-    config = {**(kafka_config or {}), "bootstrap.servers": bootstrap_servers, "group.id": group_id,
-              "enable.auto.commit": False}
+    config = {
+        **(kafka_config or {}),
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+    }
     consumer = Consumer(with_log(config))
     try:
         partitions = [TopicPartition(topic, p) for p in _partitions(consumer, topic, timeout)]
         committed = consumer.committed(partitions, timeout=timeout) if partitions else []
         result = []
         for tp in committed:
-            start, end = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=timeout,
-                                                        cached=False)
+            start, end = consumer.get_watermark_offsets(
+                TopicPartition(topic, tp.partition), timeout=timeout, cached=False
+            )
             point = tp.offset if tp.offset >= 0 else None
             done: int | None = 0
             note = ""
@@ -107,8 +114,9 @@ def true_lag(bootstrap_servers: str, group_id: str, topic: str, *, kafka_config:
                     done = sum(len(run) for run in decode_done_ranges(point, tp.metadata))
                 except DecodeError as error:
                     done, note = None, str(error)
-            result.append(PartitionLag(partition=tp.partition, start=start, end=end, committed=point,
-                                       done_above=done, note=note))
+            result.append(
+                PartitionLag(partition=tp.partition, start=start, end=end, committed=point, done_above=done, note=note)
+            )
         return result
     finally:
         consumer.close()

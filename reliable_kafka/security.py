@@ -25,14 +25,28 @@ _LOGIN_MODULES = {
 }
 
 # librdkafka settings whose Java name and meaning are the same.
-_SAME_NAME = ("ssl.key.password", "ssl.cipher.suites", "ssl.keystore.location", "ssl.keystore.password",
-              "sasl.kerberos.service.name")
+_SAME_NAME = (
+    "ssl.key.password",
+    "ssl.cipher.suites",
+    "ssl.keystore.location",
+    "ssl.keystore.password",
+    "sasl.kerberos.service.name",
+)
 
-SECURITY_KEYS = frozenset({
-    "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
-    "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.endpoint.identification.algorithm",
-    *_SAME_NAME,
-})
+SECURITY_KEYS = frozenset(
+    {
+        "security.protocol",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "sasl.username",
+        "sasl.password",
+        "ssl.ca.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "ssl.endpoint.identification.algorithm",
+        *_SAME_NAME,
+    }
+)
 """The librdkafka settings :func:`spark_kafka_options` translates; others are not Spark's concern."""
 
 
@@ -62,11 +76,13 @@ def spark_kafka_options(kafka_config: dict | None) -> dict[str, str]:
             raise ConfigError(
                 f"security: sasl.username/sasl.password need sasl.mechanism PLAIN, SCRAM-SHA-256 or "
                 f"SCRAM-SHA-512 (got {mechanism or 'none'}); for other mechanisms pass "
-                f"kafka.sasl.jaas.config in spark_kafka_options yourself")
+                f"kafka.sasl.jaas.config in spark_kafka_options yourself"
+            )
         if username is None or password is None:
             raise ConfigError("security: sasl.username and sasl.password go together; one is missing")
-        options["sasl.jaas.config"] = (f"{module} required username={_jaas_quote(username)} "
-                                       f"password={_jaas_quote(password)};")
+        options["sasl.jaas.config"] = (
+            f"{module} required username={_jaas_quote(username)} password={_jaas_quote(password)};"
+        )
     if "ssl.ca.location" in config:
         # Java reads a PEM CA file as a truststore of type PEM (Kafka 2.7+).
         options["ssl.truststore.type"] = "PEM"
@@ -102,13 +118,15 @@ _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;"]+)')
 def _jaas_credentials(jaas: str) -> tuple[str, str]:
     module = next((m for m in set(_LOGIN_MODULES.values()) if m in jaas), None)
     if module is None:
-        raise ConfigError(f"security: sasl.jaas.config {jaas.split()[0] if jaas.split() else ''!r}: only "
-                          f"PlainLoginModule and ScramLoginModule translate to librdkafka")
+        raise ConfigError(
+            f"security: sasl.jaas.config {jaas.split()[0] if jaas.split() else ''!r}: only "
+            f"PlainLoginModule and ScramLoginModule translate to librdkafka"
+        )
     values = {}
     for key, raw in _JAAS_OPTION.findall(jaas.split(module, 1)[1]):
         values[key] = re.sub(r"\\(.)", r"\1", raw[1:-1]) if raw.startswith('"') else raw
     if "username" not in values or "password" not in values:
-        raise ConfigError("security: sasl.jaas.config needs username=\"...\" and password=\"...\"")
+        raise ConfigError('security: sasl.jaas.config needs username="..." and password="..."')
     return values["username"], values["password"]
 
 
@@ -128,14 +146,18 @@ def command_config_to_librdkafka(properties: dict[str, str]) -> dict[str, str]:
     truststore_type = config.pop("ssl.truststore.type", "JKS").upper()
     if "ssl.truststore.location" in config:
         if truststore_type != "PEM":
-            raise ConfigError(f"security: ssl.truststore.type {truststore_type} cannot be read by librdkafka; "
-                              f"use a PEM file (ssl.truststore.type=PEM)")
+            raise ConfigError(
+                f"security: ssl.truststore.type {truststore_type} cannot be read by librdkafka; "
+                f"use a PEM file (ssl.truststore.type=PEM)"
+            )
         out["ssl.ca.location"] = config.pop("ssl.truststore.location")
     config.pop("ssl.truststore.password", None)  # a PEM truststore has none
     keystore_type = config.pop("ssl.keystore.type", "JKS").upper()
     if "ssl.keystore.location" in config and keystore_type != "PKCS12":
-        raise ConfigError(f"security: ssl.keystore.type {keystore_type} cannot be read by librdkafka; "
-                          f"use PKCS12 (ssl.keystore.type=PKCS12)")
+        raise ConfigError(
+            f"security: ssl.keystore.type {keystore_type} cannot be read by librdkafka; "
+            f"use PKCS12 (ssl.keystore.type=PKCS12)"
+        )
     algorithm = config.pop("ssl.endpoint.identification.algorithm", None)
     if algorithm is not None:
         out["ssl.endpoint.identification.algorithm"] = algorithm or "none"

@@ -20,8 +20,14 @@ from reliable_kafka.errors import ConfigError, TopologyError
 from reliable_kafka.kafka.authorization import principal_of, raise_if_refused, refusal
 from reliable_kafka.kafka.factory import KafkaClients, clients_or_default
 
-__all__ = ["TopologyTopics", "ensure_topics", "ensure_status_topic", "partition_count", "admin_client",
-           "warn_if_create_time"]
+__all__ = [
+    "TopologyTopics",
+    "ensure_topics",
+    "ensure_status_topic",
+    "partition_count",
+    "admin_client",
+    "warn_if_create_time",
+]
 
 log = logging.getLogger(__name__)
 
@@ -99,16 +105,23 @@ class TopologyTopics:
         return shapes
 
 
-def admin_client(bootstrap_servers: str, kafka_config: dict | None = None, *,
-                 component: str | None = None, clients: KafkaClients | None = None) -> AdminClient:
+def admin_client(
+    bootstrap_servers: str,
+    kafka_config: dict | None = None,
+    *,
+    component: str | None = None,
+    clients: KafkaClients | None = None,
+) -> AdminClient:
     admin = clients_or_default(clients).admin({**(kafka_config or {}), "bootstrap.servers": bootstrap_servers})
     admin.component, admin.principal = component, principal_of(kafka_config)
     return admin
 
 
 def _who(admin: AdminClient) -> dict:
-    return {"component": getattr(admin, "component", None) or "admin client",
-            "principal": getattr(admin, "principal", None) or principal_of(None)}
+    return {
+        "component": getattr(admin, "component", None) or "admin client",
+        "principal": getattr(admin, "principal", None) or principal_of(None),
+    }
 
 
 def partition_count(admin: AdminClient, topic: str, *, timeout: float = 10.0, wait: float = 0.0) -> int | None:
@@ -164,8 +177,9 @@ def ensure_topics(
                 )
         else:
             config = ACK_TOPIC_CONFIG if topic == topics.acks else {}
-            missing.append(NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
-                                    config=dict(config)))
+            missing.append(
+                NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
+            )
     hidden = []
     if missing:
         for topic, future in admin.create_topics(missing, operation_timeout=timeout).items():
@@ -180,22 +194,31 @@ def ensure_topics(
                     raise_if_refused(exc, **_who(admin), operation="CREATE", topic=topic)
                 hidden.append(topic)
     if hidden:
-        log.warning("%s: %s may neither see nor create %s (no DESCRIBE or CREATE); assuming an administrator "
-                    "created them (this worker does not use them)", _who(admin)["component"],
-                    _who(admin)["principal"], ", ".join(sorted(hidden)))
+        log.warning(
+            "%s: %s may neither see nor create %s (no DESCRIBE or CREATE); assuming an administrator "
+            "created them (this worker does not use them)",
+            _who(admin)["component"],
+            _who(admin)["principal"],
+            ", ".join(sorted(hidden)),
+        )
     _wait_for_leaders(admin, [topic for topic in topics.shapes() if topic not in hidden], timeout)
     ensure_status_topic(admin, topics, replication_factor=replication_factor, timeout=timeout)
 
 
-def ensure_status_topic(admin: AdminClient, topics: TopologyTopics, *, replication_factor: int = 1,
-                        timeout: float = 30.0) -> None:
+def ensure_status_topic(
+    admin: AdminClient, topics: TopologyTopics, *, replication_factor: int = 1, timeout: float = 30.0
+) -> None:
     """Create ``<topology>.status`` (1 partition, compacted, 10-minute segments) when it is missing."""
     if topics.status in admin.list_topics(timeout=timeout).topics:
         return
-    new = NewTopic(topics.status, num_partitions=1, replication_factor=replication_factor,
-                   # small segments: snapshots every few seconds would otherwise pile up until the
-                   # default week-long segment rolls, since only closed segments are compacted
-                   config={"cleanup.policy": "compact", "segment.ms": "600000"})
+    new = NewTopic(
+        topics.status,
+        num_partitions=1,
+        replication_factor=replication_factor,
+        # small segments: snapshots every few seconds would otherwise pile up until the
+        # default week-long segment rolls, since only closed segments are compacted
+        config={"cleanup.policy": "compact", "segment.ms": "600000"},
+    )
     for topic, future in admin.create_topics([new], operation_timeout=timeout).items():
         try:
             future.result(timeout=timeout)
@@ -216,8 +239,12 @@ def warn_if_create_time(admin: AdminClient, topics: TopologyTopics, *, timeout: 
         described = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout=timeout)
     except KafkaException as exc:
         if refusal(exc, **_who(admin)) is not None:  # optional: say which ACL would allow the check
-            log.warning("%s: %s may not DESCRIBE_CONFIGS on %s; its timestamp type is not checked",
-                        _who(admin)["component"], _who(admin)["principal"], topics.acks)
+            log.warning(
+                "%s: %s may not DESCRIBE_CONFIGS on %s; its timestamp type is not checked",
+                _who(admin)["component"],
+                _who(admin)["principal"],
+                topics.acks,
+            )
         log.debug("cannot read the configuration of %s: %s", topics.acks, exc)
         return False
     entry = described.get("message.timestamp.type")
@@ -231,7 +258,8 @@ def warn_if_create_time(admin: AdminClient, topics: TopologyTopics, *, timeout: 
             "from the live one (earlier or later by up to a timeout bucket; never an early completion; "
             "see docs/guarantees.md). Fix: kafka-configs.sh --bootstrap-server HOST:PORT --alter "
             "--entity-type topics --entity-name %s --add-config message.timestamp.type=LogAppendTime",
-            topics.acks, topics.acks,
+            topics.acks,
+            topics.acks,
         )
     return True
 

@@ -162,8 +162,9 @@ class AckerWorker:
         self.create_topics = create_topics
         self.replication_factor = replication_factor
         self.max_entries_per_record = max_entries_per_record
-        self.kafka_config = client_config(kafka_config, consumer_config=consumer_config,
-                                          producer_config=producer_config)
+        self.kafka_config = client_config(
+            kafka_config, consumer_config=consumer_config, producer_config=producer_config
+        )
         self._stable_name = name is not None
         self.name = name or f"acker-{new_id() & 0xFFFF:04x}"
         self.stats = AckerStats()
@@ -189,8 +190,12 @@ class AckerWorker:
     def start(self) -> None:
         admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name, clients=self.clients)
         if self.create_topics:  # the topics it uses must be there; the others may be an admin's business
-            ensure_topics(admin, self.topics, replication_factor=self.replication_factor,
-                          needed={self.topics.acks, self.topics.outcomes, self.topics.quarantine})
+            ensure_topics(
+                admin,
+                self.topics,
+                replication_factor=self.replication_factor,
+                needed={self.topics.acks, self.topics.outcomes, self.topics.quarantine},
+            )
         self._ack_partitions = partition_count(admin, self.topics.acks) or 0
         if not self._ack_partitions:
             raise TopologyError(
@@ -201,8 +206,9 @@ class AckerWorker:
         self._outcome_partitions = partition_count(admin, self.topics.outcomes) or 0
         if not self._outcome_partitions:
             raise TopologyError(f"{self.name}: outcome topic {self.topics.outcomes} does not exist")
-        self._producer = new_producer(self.bootstrap_servers, self.producer_config(), component=self.name,
-                                      clients=self.clients)
+        self._producer = new_producer(
+            self.bootstrap_servers, self.producer_config(), component=self.name, clients=self.clients
+        )
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
         overrides = {"isolation.level": "read_committed"}
         config = consumer_settings(self.kafka_config)
@@ -334,8 +340,9 @@ class AckerWorker:
             return None
         if len(batch) > self.max_entries_per_record:
             self._quarantine.park(
-                message, f"ack record holds {len(batch)} entries, more than max_entries_per_record="
-                f"{self.max_entries_per_record}; not folded"
+                message,
+                f"ack record holds {len(batch)} entries, more than max_entries_per_record="
+                f"{self.max_entries_per_record}; not folded",
             )
             self.stats.quarantined += 1
             return None
@@ -350,10 +357,11 @@ class AckerWorker:
             invalid = int(np.count_nonzero(bad))
             self.stats.invalid_entries += invalid
             self._quarantine.park(
-                message, f"{invalid} of {len(batch)} entries invalid ({int(np.count_nonzero(malformed))} with "
+                message,
+                f"{invalid} of {len(batch)} entries invalid ({int(np.count_nonzero(malformed))} with "
                 f"root 0 or an unknown kind, {int(np.count_nonzero(elsewhere))} whose root belongs to another "
                 f"of the {self._ack_partitions} ack partitions: root mod {self._ack_partitions}, read unsigned); "
-                f"the valid ones were folded"
+                f"the valid ones were folded",
             )
             self.stats.quarantined += 1
             valid = ~bad

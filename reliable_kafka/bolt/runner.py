@@ -133,8 +133,9 @@ class BoltCollector:
                 add(_ACK, root, edge ^ ack_val)
         self._bolt.stats.acked += 1
 
-    def fail(self, tuple_: Tuple, reason: str | None = None, error: BaseException | None = None,
-             retry: bool = True) -> None:
+    def fail(
+        self, tuple_: Tuple, reason: str | None = None, error: BaseException | None = None, retry: bool = True
+    ) -> None:
         """Fail ``tuple_``'s trees; ``reason``/``error`` go to ``<topology>.failures`` (only on
         failure), ``retry=False`` asks the spout to dead-letter the source record at once."""
         if tuple_.tracked:
@@ -158,8 +159,9 @@ class _BasicCollector(BoltCollector):
 
     def emit(self, topic, value, *, key=None, anchors=None, headers=None, partition=None) -> None:
         # BoltCollector.emit, inlined: this runs once per output tuple
-        self._bolt._produce(topic, value, key, headers, partition,
-                            _child_anchors(self.current if anchors is None else anchors))
+        self._bolt._produce(
+            topic, value, key, headers, partition, _child_anchors(self.current if anchors is None else anchors)
+        )
 
 
 class Bolt:
@@ -210,8 +212,9 @@ class Bolt:
         self.transactional = transactional
         self.batch_size = batch_size
         self.commit_interval_ms = commit_interval_ms
-        self.kafka_config = client_config(kafka_config, consumer_config=consumer_config,
-                                          producer_config=producer_config)
+        self.kafka_config = client_config(
+            kafka_config, consumer_config=consumer_config, producer_config=producer_config
+        )
         self.task_id = new_id()
         self._stable_name = name is not None
         self.name = name or f"bolt-{self.task_id & 0xFFFF:04x}"
@@ -256,13 +259,17 @@ class Bolt:
         # the producer's queue and hold up every flush, so reasons are then not recorded
         self._failures_topic = self.topics.failures if partition_count(admin, self.topics.failures) else None
         if self._failures_topic is None:
-            log.warning("%s: %s does not exist; failure reasons are not recorded (an acker worker of this "
-                        "version creates it)", self.name, self.topics.failures)
+            log.warning(
+                "%s: %s does not exist; failure reasons are not recorded (an acker worker of this version creates it)",
+                self.name,
+                self.topics.failures,
+            )
         self._producer_overrides = overrides
         self._producer_overrides.update(ERRORS_ONLY, on_delivery=self._delivered)
         if self.transactional:
-            self._transactions = Transactions(self._new_producer, component=self.name,
-                                              on_new_producer=self._use_producer)
+            self._transactions = Transactions(
+                self._new_producer, component=self.name, on_new_producer=self._use_producer
+            )
             self._transactions.start()
         else:
             self._use_producer(self._new_producer())
@@ -271,32 +278,56 @@ class Bolt:
             # static membership: a restarted bolt (same name, hence same transactional.id) gets
             # its partitions back without a rebalance of the whole group
             consumer_overrides["group.instance.id"] = f"{self.group_id}.{self.name}"
-        self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, clients=self.clients,
-                                      **consumer_overrides)
-        self._consumer.subscribe(self.source_topics, on_assign=lambda c, p: self.ready.set(),
-                                 on_revoke=self._on_revoke)
-        log.info("%s: reading %s as group %s%s", self.name, self.source_topics, self.group_id,
-                 " (transactional)" if self.transactional else "")
+        self._consumer = new_consumer(
+            self.bootstrap_servers, self.group_id, self.kafka_config, clients=self.clients, **consumer_overrides
+        )
+        self._consumer.subscribe(self.source_topics, on_assign=lambda c, p: self.ready.set(), on_revoke=self._on_revoke)
+        log.info(
+            "%s: reading %s as group %s%s",
+            self.name,
+            self.source_topics,
+            self.group_id,
+            " (transactional)" if self.transactional else "",
+        )
 
     def _new_producer(self):
-        return new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name, clients=self.clients,
-                            **self._producer_overrides)
+        return new_producer(
+            self.bootstrap_servers,
+            self.kafka_config,
+            ack_sender=self.name,
+            clients=self.clients,
+            **self._producer_overrides,
+        )
 
     def _use_producer(self, producer) -> None:
         """``producer`` sends outputs, acks, quarantine copies and failure records (also a replacement)."""
         self._producer = producer
-        self._acks = AckSender(self._producer, acks_topic=self.topics.acks, ack_partitions=self._ack_partitions,
-                               sender=self.task_id)
+        self._acks = AckSender(
+            self._producer, acks_topic=self.topics.acks, ack_partitions=self._ack_partitions, sender=self.task_id
+        )
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
-        self._failures = None if self._failures_topic is None else FailureLog(
-            self._producer, topic=self._failures_topic, component=self.name, task_id=self.task_id)
+        self._failures = (
+            None
+            if self._failures_topic is None
+            else FailureLog(self._producer, topic=self._failures_topic, component=self.name, task_id=self.task_id)
+        )
 
     def _record_failure(self, tuple_: Tuple, reason, error, retry: bool) -> None:
         if self._failures is None:
             return
-        self._failures.write(FailureRecord.of(
-            roots=tuple_.anchored.anchors, component=self.name, task_id=self.task_id, reason=reason,
-            error=error, retry=retry, topic=tuple_.topic, partition=tuple_.partition, offset=tuple_.offset))
+        self._failures.write(
+            FailureRecord.of(
+                roots=tuple_.anchored.anchors,
+                component=self.name,
+                task_id=self.task_id,
+                reason=reason,
+                error=error,
+                retry=retry,
+                topic=tuple_.topic,
+                partition=tuple_.partition,
+                offset=tuple_.offset,
+            )
+        )
 
     def close(self) -> None:
         try:
@@ -385,8 +416,16 @@ class Bolt:
                 anchors = {}
                 stats.untracked += 1
             timestamp = message.timestamp()
-            tuple_ = Tuple(topic, partition, offset, message.key(), message.value(), headers,
-                           timestamp[1] if timestamp else -1, Anchored(anchors))
+            tuple_ = Tuple(
+                topic,
+                partition,
+                offset,
+                message.key(),
+                message.value(),
+                headers,
+                timestamp[1] if timestamp else -1,
+                Anchored(anchors),
+            )
             started = clock()
             call(tuple_)
             observe(clock() - started)
@@ -398,8 +437,12 @@ class Bolt:
             raise  # not the tuple's fault: the transaction aborts, or the process restarts or stops
         except Exception as exc:
             self.stats.handler_errors += 1
-            log.exception("%s: handler %s raised on %s; failing the tuple", self.name,
-                          getattr(self.handler, "__name__", self.handler), tuple_.coordinates)
+            log.exception(
+                "%s: handler %s raised on %s; failing the tuple",
+                self.name,
+                getattr(self.handler, "__name__", self.handler),
+                tuple_.coordinates,
+            )
             self.collector.fail(tuple_, error=exc)
 
     def _produce(self, topic, value, key, headers, partition, anchors: dict[int, int]) -> None:
@@ -453,8 +496,11 @@ class Bolt:
             self.stats.transactions += 1
         except (KafkaException, StuckCall) as exc:
             self.stats.aborted_transactions += 1
-            log.warning("%s: transaction aborted (%s); the batch will be processed again", self.name,
-                        exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc)
+            log.warning(
+                "%s: transaction aborted (%s); the batch will be processed again",
+                self.name,
+                exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc,
+            )
             transactions.abort(exc)  # a new producer, if needed, comes through _use_producer
             self._rewind()
 
@@ -481,8 +527,13 @@ class BasicBolt(Bolt):
             raise  # not the tuple's fault: the transaction aborts, or the process restarts or stops
         except Exception as exc:  # the basic bolt's contract: a raise fails the input (and replays it)
             self.stats.handler_errors += 1
-            log.warning("%s: handler %s raised on %s, failing the tuple: %r", self.name,
-                        getattr(self.handler, "__name__", self.handler), tuple_.coordinates, exc)
+            log.warning(
+                "%s: handler %s raised on %s, failing the tuple: %r",
+                self.name,
+                getattr(self.handler, "__name__", self.handler),
+                tuple_.coordinates,
+                exc,
+            )
             self.collector.fail(tuple_, error=exc)
         else:
             self.collector.ack(tuple_)

@@ -53,11 +53,7 @@ class DaemonStatus:
     @property
     def running(self) -> bool:
         """Every recorded node runs and the cluster answers metadata requests."""
-        return (
-            self.state is not None
-            and len(self.alive_pids) == len(self.state["nodes"])
-            and self.answering
-        )
+        return self.state is not None and len(self.alive_pids) == len(self.state["nodes"]) and self.answering
 
     @property
     def bootstrap(self) -> str | None:
@@ -73,8 +69,10 @@ class DaemonStatus:
             f"pid {', '.join(str(n['pid']) for n in nodes)}, data {self.state['data_dir']})"
         )
         if self.state.get("client_properties"):
-            where += ("; secured (SASL/SCRAM-SHA-256, ACLs), client properties: "
-                      f"{self.state['data_dir']}/client-<user>.properties")
+            where += (
+                "; secured (SASL/SCRAM-SHA-256, ACLs), client properties: "
+                f"{self.state['data_dir']}/client-<user>.properties"
+            )
         if self.running:
             return f"Kafka {self.state['version']} is running: {where}"
         if not self.alive_pids:
@@ -110,11 +108,14 @@ def up(
         kafka: EmbeddedKafka | EmbeddedCluster
         security = BrokerSecurity.generate(SECURE_ROLES) if secure else None
         if brokers == 1:
-            kafka = EmbeddedKafka(port=port, data_dir=data_dir, keep_data=keep_data, detach=True,
-                                  security=security)
+            kafka = EmbeddedKafka(port=port, data_dir=data_dir, keep_data=keep_data, detach=True, security=security)
         else:
             kafka = EmbeddedCluster(
-                brokers=brokers, port=port, data_dir=data_dir, keep_data=keep_data, detach=True,
+                brokers=brokers,
+                port=port,
+                data_dir=data_dir,
+                keep_data=keep_data,
+                detach=True,
                 security=security,
             )
         kafka.start()
@@ -176,8 +177,9 @@ def _status_of(state: dict | None, *, timeout: float = 3.0) -> DaemonStatus:
     answering = False
     if alive:
         admin = (state.get("client_properties") or {}).get(ADMIN)
-        seen = probe_broker_ids(str(state["bootstrap"]), timeout=timeout,
-                                client_config=read_command_config(admin) if admin else None)
+        seen = probe_broker_ids(
+            str(state["bootstrap"]), timeout=timeout, client_config=read_command_config(admin) if admin else None
+        )
         answering = seen is not None and len(seen) >= len(alive)
     return DaemonStatus(state, alive, answering)
 

@@ -273,8 +273,7 @@ class _KraftNodes:
                 self._given_data_dir.mkdir(parents=True, exist_ok=True)
                 self._data_dir = self._given_data_dir
         self._nodes = [
-            KraftNode(i, self._data_dir / f"node-{i}", ports[i], controller_ports[i])
-            for i in range(self._count)
+            KraftNode(i, self._data_dir / f"node-{i}", ports[i], controller_ports[i]) for i in range(self._count)
         ]
 
     def _start_nodes(self, java: str, classpath: str, nodes: list[KraftNode]) -> None:
@@ -294,13 +293,17 @@ class _KraftNodes:
         for node in nodes:
             out = open(node.directory / "format.log", "wb")
             command = node.jvm_command(
-                java, classpath, "kafka.tools.StorageTool",
-                "format", "-t", cluster_id, "-c", str(node.properties_path),
+                java,
+                classpath,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(node.properties_path),
                 *(self.security.format_arguments() if self.security else []),
             )
-            process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
-            )
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
             running.append((node, process, out))
         failures = []
         for node, process, out in running:
@@ -349,8 +352,11 @@ class _KraftNodes:
                     nodes,
                 )
             node = pending[0]
-            seen = probe_broker_ids(node.bootstrap, timeout=min(3.0, max(0.5, remaining)),
-                                    client_config=self.security.client_config(ADMIN) if self.security else None)
+            seen = probe_broker_ids(
+                node.bootstrap,
+                timeout=min(3.0, max(0.5, remaining)),
+                client_config=self.security.client_config(ADMIN) if self.security else None,
+            )
             if seen is not None and expected <= seen:
                 pending.pop(0)
             else:

@@ -85,8 +85,7 @@ def find_java() -> str:
         raise BrokerStartError(
             "cannot start the embedded Kafka broker: Java ('java') is not on PATH"
             + (f" and not in JAVA_HOME={java_home}" if java_home else ""),
-            hint="install a Java 17+ runtime (e.g. 'apt-get install openjdk-17-jre-headless') "
-            "or set JAVA_HOME to one",
+            hint="install a Java 17+ runtime (e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME to one",
         )
     return found
 
@@ -163,8 +162,7 @@ def _quiet_logger() -> logging.Logger:
     return logger
 
 
-def probe_broker_ids(bootstrap: str, timeout: float, client_config: Mapping[str, str] | None = None
-                     ) -> set[int] | None:
+def probe_broker_ids(bootstrap: str, timeout: float, client_config: Mapping[str, str] | None = None) -> set[int] | None:
     """The broker ids a fresh client bootstrapped at ``bootstrap`` sees, or None if no answer."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
@@ -229,9 +227,7 @@ class KraftNode:
     def write_config(self, properties: Mapping[str, str]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.kafka_data.mkdir(exist_ok=True)
-        self.properties_path.write_text(
-            "".join(f"{key}={value}\n" for key, value in properties.items())
-        )
+        self.properties_path.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
         (self.directory / "log4j2.properties").write_text(_log4j2_properties(self.log_path))
         # Kafka 3.x distributions (KAFKA_HOME) still log through log4j 1 (reload4j).
         (self.directory / "log4j.properties").write_text(_log4j1_properties(self.log_path))
@@ -381,7 +377,6 @@ def node_properties(
         "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
     }
     if security is not None:  # a BrokerSecurity: SASL listeners and the authorizer
-        properties.update(security.broker_properties(port=node.port, controller_port=node.controller_port,
-                                                     host=HOST))
+        properties.update(security.broker_properties(port=node.port, controller_port=node.controller_port, host=HOST))
     properties.update(extra)
     return properties

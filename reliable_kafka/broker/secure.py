@@ -42,8 +42,10 @@ class BrokerSecurity:
         for name, password in self.users.items():
             # Names and passwords go into JAAS lines and StorageTool's [name=..,password=..].
             if not name or not password or any(c in name + password for c in '"\\,=[] '):
-                raise ConfigError(f"BrokerSecurity: user {name!r}: names and passwords must be non-empty and "
-                                  f"free of quotes, backslashes, commas, '=', brackets and spaces")
+                raise ConfigError(
+                    f"BrokerSecurity: user {name!r}: names and passwords must be non-empty and "
+                    f"free of quotes, backslashes, commas, '=', brackets and spaces"
+                )
 
     @classmethod
     def generate(cls, names=()) -> BrokerSecurity:
@@ -52,15 +54,21 @@ class BrokerSecurity:
     def client_config(self, user: str) -> dict[str, str]:
         if user not in self.users:
             raise ConfigError(f"BrokerSecurity: no user {user!r}; known: {sorted(self.users)}")
-        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM,
-                "sasl.username": user, "sasl.password": self.users[user]}
+        return {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": MECHANISM,
+            "sasl.username": user,
+            "sasl.password": self.users[user],
+        }
 
     def client_properties(self, user: str) -> str:
         """A Java client properties file for ``user`` (Kafka's tools, ``--command-config``)."""
         config = self.client_config(user)
-        return (f"security.protocol={config['security.protocol']}\n"
-                f"sasl.mechanism={MECHANISM}\n"
-                f"sasl.jaas.config={_jaas('scram.ScramLoginModule', user, config['sasl.password'])}\n")
+        return (
+            f"security.protocol={config['security.protocol']}\n"
+            f"sasl.mechanism={MECHANISM}\n"
+            f"sasl.jaas.config={_jaas('scram.ScramLoginModule', user, config['sasl.password'])}\n"
+        )
 
     def broker_properties(self, *, port: int, controller_port: int, host: str) -> dict[str, str]:
         password = self.users[ADMIN]
@@ -73,10 +81,12 @@ class BrokerSecurity:
             "sasl.mechanism.inter.broker.protocol": MECHANISM,
             "sasl.mechanism.controller.protocol": "PLAIN",
             "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
-            "listener.name.controller.plain.sasl.jaas.config":
-                _jaas("plain.PlainLoginModule", ADMIN, password, f' user_{ADMIN}="{password}"'),
-            f"listener.name.{_CLIENT_LISTENER.lower()}.{MECHANISM.lower()}.sasl.jaas.config":
-                _jaas("scram.ScramLoginModule", ADMIN, password),
+            "listener.name.controller.plain.sasl.jaas.config": _jaas(
+                "plain.PlainLoginModule", ADMIN, password, f' user_{ADMIN}="{password}"'
+            ),
+            f"listener.name.{_CLIENT_LISTENER.lower()}.{MECHANISM.lower()}.sasl.jaas.config": _jaas(
+                "scram.ScramLoginModule", ADMIN, password
+            ),
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": f"User:{ADMIN}",
             "allow.everyone.if.no.acl.found": "false",

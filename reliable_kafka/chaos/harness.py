@@ -88,8 +88,13 @@ class ChaosReport:
 
     @property
     def ok(self) -> bool:
-        return (self.lost == 0 and not self.early_commits and self.caught_up and self.samples > 0
-                and self.exactly_once is not False)
+        return (
+            self.lost == 0
+            and not self.early_commits
+            and self.caught_up
+            and self.samples > 0
+            and self.exactly_once is not False
+        )
 
     def render(self) -> str:
         kills = ", ".join(f"{kind} {n}" for kind, n in sorted(self.kills.items())) or "none"
@@ -111,8 +116,10 @@ class ChaosReport:
         for kind, times in sorted(self.recovery_s.items()):
             if times:
                 times = sorted(times)
-                lines.append(f"  recovery after {kind:<7}median {times[len(times) // 2]:.1f} s, max {times[-1]:.1f} s "
-                             f"({len(times)} kills)")
+                lines.append(
+                    f"  recovery after {kind:<7}median {times[len(times) // 2]:.1f} s, max {times[-1]:.1f} s "
+                    f"({len(times)} kills)"
+                )
         lines.append(f"  time                  {self.seconds:.0f} s")
         checks = [
             ("lost = 0", self.lost == 0),
@@ -137,8 +144,9 @@ class _Process:
 
     def start(self) -> None:
         log = open(self.log_path, "ab")
-        self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                      preexec_fn=_die_with_parent)
+        self.popen = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent
+        )
         log.close()
 
     def kill(self) -> None:
@@ -238,18 +246,22 @@ def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
     return report
 
 
-def _run_topology(config: ChaosConfig, broker: _Broker, bootstrap: str, rng: random.Random, started: float,
-                  log) -> tuple[ChaosReport, Path]:
+def _run_topology(
+    config: ChaosConfig, broker: _Broker, bootstrap: str, rng: random.Random, started: float, log
+) -> tuple[ChaosReport, Path]:
     topology = unique_name("chaos")
     topics = topic_names(topology)
     replication = min(3, config.brokers)
     topic_config = {"min.insync.replicas": "2"} if replication == 3 else {}
-    create_topics(bootstrap, {name: PARTITIONS for name in topics.values()}, replication_factor=replication,
-                  config=topic_config)
+    create_topics(
+        bootstrap, {name: PARTITIONS for name in topics.values()}, replication_factor=replication, config=topic_config
+    )
     ensure_topics(admin_client(bootstrap), TopologyTopics(topology, ackers=4), replication_factor=replication)
-    log(f"topology {topology} on {bootstrap}: {config.records} records, "
+    log(
+        f"topology {topology} on {bootstrap}: {config.records} records, "
         f"{'transactional' if config.transactional else 'at-least-once'}, {config.brokers} broker(s)"
-        f"{', split stage on PySpark' if config.spark else ''}")
+        f"{', split stage on PySpark' if config.spark else ''}"
+    )
     log_dir = Path(tempfile.mkdtemp(prefix=f"{topology}-logs-"))
     processes = _processes(config, topology, bootstrap, log_dir)
     for process in processes:
@@ -286,8 +298,9 @@ def _run_topology(config: ChaosConfig, broker: _Broker, bootstrap: str, rng: ran
             log(f"killed and restarted {victim.name} (kills so far: {sum(kills.values())})")
         producer.join()
         log("faults over; waiting for the topology to finish")
-        caught_up = _wait_caught_up(bootstrap, topology, config.settle_timeout, log,
-                                    lambda: _restart_crashed(processes, crashes, log))
+        caught_up = _wait_caught_up(
+            bootstrap, topology, config.settle_timeout, log, lambda: _restart_crashed(processes, crashes, log)
+        )
         time.sleep(2.0)  # one more commit round of every bolt, then stop
     finally:
         stop_sampling.set()
@@ -297,8 +310,11 @@ def _run_topology(config: ChaosConfig, broker: _Broker, bootstrap: str, rng: ran
         deadline = time.monotonic() + 20.0
         for process in processes:
             process.stop(deadline)
-    dead = [(p, p.popen.returncode) for p in processes
-            if p.popen is not None and p.popen.returncode not in (0, -signal.SIGTERM)]
+    dead = [
+        (p, p.popen.returncode)
+        for p in processes
+        if p.popen is not None and p.popen.returncode not in (0, -signal.SIGTERM)
+    ]
     report = _check(bootstrap, topology, config, samples, kills, kill_times, caught_up, started)
     for process, returncode in dead:
         report.notes.append(f"{process.name} exited with {returncode}: {process.tail(5)}")
@@ -309,15 +325,32 @@ def _run_topology(config: ChaosConfig, broker: _Broker, bootstrap: str, rng: ran
 
 
 def _processes(config: ChaosConfig, topology: str, bootstrap: str, log_dir: Path) -> list[_Process]:
-    counts = {"acker": config.ackers, "spout": config.spouts, "split": 0 if config.spark else config.splits,
-              "spark": 1 if config.spark else 0, "sink": config.sinks}
+    counts = {
+        "acker": config.ackers,
+        "spout": config.spouts,
+        "split": 0 if config.spark else config.splits,
+        "spark": 1 if config.spark else 0,
+        "sink": config.sinks,
+    }
     processes = []
     for role, count in counts.items():
         for index in range(count):
             name = f"{role}-{index}"
-            argv = [sys.executable, "-m", "reliable_kafka.chaos.worker", "--role", role, "--topology", topology,
-                    "--bootstrap-servers", bootstrap, "--name", name,
-                    "--message-timeout-ms", str(config.message_timeout_ms)]
+            argv = [
+                sys.executable,
+                "-m",
+                "reliable_kafka.chaos.worker",
+                "--role",
+                role,
+                "--topology",
+                topology,
+                "--bootstrap-servers",
+                bootstrap,
+                "--name",
+                name,
+                "--message-timeout-ms",
+                str(config.message_timeout_ms),
+            ]
             if role == "spark":
                 argv += ["--checkpoint-dir", str(log_dir / f"{name}-checkpoint")]
             if role == "spout" and (config.spark or config.transactional):
@@ -363,8 +396,7 @@ def _restart_crashed(processes, crashes: Counter, log) -> None:
     for process in processes:
         if process.popen is not None and process.popen.poll() is not None:
             crashes[process.name] += 1
-            log(f"{process.name} died on its own (exit {process.popen.returncode}); restarting it:\n"
-                f"{process.tail(3)}")
+            log(f"{process.name} died on its own (exit {process.popen.returncode}); restarting it:\n{process.tail(3)}")
             process.start()
 
 
@@ -419,9 +451,17 @@ def _check(bootstrap, topology, config, samples, kills, kill_times, caught_up, s
     stage1 = sum(1 for _ in read_topic(bootstrap, topics["stage1"]))
     effects = sum(copies.values())
     report = ChaosReport(
-        records=config.records, kills=kills, lost=lost, early_commits=early, samples=len(samples),
-        effects=effects, duplicates=effects - len(copies), replays=stage1 - len(position),
-        dead_lettered=len(dead), recovery_s=_recovery_times(samples, kill_times), seconds=time.monotonic() - started,
+        records=config.records,
+        kills=kills,
+        lost=lost,
+        early_commits=early,
+        samples=len(samples),
+        effects=effects,
+        duplicates=effects - len(copies),
+        replays=stage1 - len(position),
+        dead_lettered=len(dead),
+        recovery_s=_recovery_times(samples, kill_times),
+        seconds=time.monotonic() - started,
         caught_up=caught_up,
     )
     for message in read_topic(bootstrap, TopologyTopics(topology).outcomes):

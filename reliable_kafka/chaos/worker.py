@@ -26,19 +26,40 @@ def topic_names(topology: str) -> dict[str, str]:
     return {name: f"{topology}.{name}" for name in ("source", "stage1", "stage2", "sink")}
 
 
-def build(role: str, *, topology: str, bootstrap: str, name: str, transactional: bool, message_timeout_ms: int,
-          ackers: int, max_pending: int = 10_000):
+def build(
+    role: str,
+    *,
+    topology: str,
+    bootstrap: str,
+    name: str,
+    transactional: bool,
+    message_timeout_ms: int,
+    ackers: int,
+    max_pending: int = 10_000,
+):
     topics = topic_names(topology)
-    on: dict[str, Any] = {"topology": topology, "bootstrap_servers": bootstrap, "kafka_config": dict(CLIENT_CONFIG),
-                          "name": name}
+    on: dict[str, Any] = {
+        "topology": topology,
+        "bootstrap_servers": bootstrap,
+        "kafka_config": dict(CLIENT_CONFIG),
+        "name": name,
+    }
     if role == "acker":
         return AckerWorker(**on, ackers=ackers, message_timeout_ms=message_timeout_ms, commit_interval_ms=500)
     if role == "spout":
         spout_class = TransactionalSpout if transactional else Spout
-        return spout_class(**on, source_topics=topics["source"], group_id=f"{topology}-spout", emit_to=topics["stage1"],
-                     message_timeout_ms=message_timeout_ms, backstop_grace_ms=message_timeout_ms, max_retries=50,
-                     max_pending=max_pending,
-                     backoff=Backoff(initial_ms=100, max_ms=2000), commit_interval_ms=250)
+        return spout_class(
+            **on,
+            source_topics=topics["source"],
+            group_id=f"{topology}-spout",
+            emit_to=topics["stage1"],
+            message_timeout_ms=message_timeout_ms,
+            backstop_grace_ms=message_timeout_ms,
+            max_retries=50,
+            max_pending=max_pending,
+            backoff=Backoff(initial_ms=100, max_ms=2000),
+            commit_interval_ms=250,
+        )
 
     def split(tuple_, collector):
         for j in range(FANOUT):
@@ -48,8 +69,14 @@ def build(role: str, *, topology: str, bootstrap: str, name: str, transactional:
         collector.emit(topics["sink"], tuple_.value, key=tuple_.key, anchors=())  # the effect, untracked
 
     handler, source = (split, topics["stage1"]) if role == "split" else (sink, topics["stage2"])
-    return BasicBolt(**on, source_topics=source, group_id=f"{topology}-{role}", handler=handler,
-                     transactional=transactional, commit_interval_ms=250)
+    return BasicBolt(
+        **on,
+        source_topics=source,
+        group_id=f"{topology}-{role}",
+        handler=handler,
+        transactional=transactional,
+        commit_interval_ms=250,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-pending", type=int, default=10_000, help="for --role spout")
     parser.add_argument("--checkpoint-dir", help="for --role spark: the Spark checkpoint (stable across restarts)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format=f"%(asctime)s {args.name} %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format=f"%(asctime)s {args.name} %(levelname)s %(name)s: %(message)s"
+    )
     if args.role == "spark":
         import signal
         import threading
@@ -75,12 +103,26 @@ def main(argv: list[str] | None = None) -> int:
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
-        run_spark_split(topology=args.topology, bootstrap=args.bootstrap, name=args.name,
-                        checkpoint_dir=args.checkpoint_dir, fanout=FANOUT, kafka_config={}, stop=stop)
+        run_spark_split(
+            topology=args.topology,
+            bootstrap=args.bootstrap,
+            name=args.name,
+            checkpoint_dir=args.checkpoint_dir,
+            fanout=FANOUT,
+            kafka_config={},
+            stop=stop,
+        )
         return 0
-    component = build(args.role, topology=args.topology, bootstrap=args.bootstrap, name=args.name,
-                      transactional=args.transactional, message_timeout_ms=args.message_timeout_ms, ackers=args.ackers,
-                      max_pending=args.max_pending)
+    component = build(
+        args.role,
+        topology=args.topology,
+        bootstrap=args.bootstrap,
+        name=args.name,
+        transactional=args.transactional,
+        message_timeout_ms=args.message_timeout_ms,
+        ackers=args.ackers,
+        max_pending=args.max_pending,
+    )
     component.run(handle_signals=True)
     return 0
 

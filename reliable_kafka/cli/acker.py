@@ -23,25 +23,46 @@ def register(subparsers: Subparsers) -> None:
         "Run several with the same --topology to share the ack partitions.",
     )
     topology_arguments(acker)
-    acker.add_argument("--ackers", type=int, default=1,
-                       help="ack topic partitions when this worker creates the topics (default: 1)")
+    acker.add_argument(
+        "--ackers", type=int, default=1, help="ack topic partitions when this worker creates the topics (default: 1)"
+    )
     message_timeout_argument(acker, default=30_000, help="message timeout (default: 30000)")
-    acker.add_argument("--timeout-buckets", type=int, default=4,
-                       help="rotating timeout buckets; expiry comes within timeout*(1+1/buckets) (default: 4)")
-    acker.add_argument("--commit-interval-ms", type=int, default=1000,
-                       help="how often the low point is committed (default: 1000)")
+    acker.add_argument(
+        "--timeout-buckets",
+        type=int,
+        default=4,
+        help="rotating timeout buckets; expiry comes within timeout*(1+1/buckets) (default: 4)",
+    )
+    acker.add_argument(
+        "--commit-interval-ms", type=int, default=1000, help="how often the low point is committed (default: 1000)"
+    )
     acker.add_argument("--group", default=None, help="consumer group (default: <topology>.ackers)")
-    acker.add_argument("--name", default=None,
-                       help="stable worker name: logs, and static group membership across restarts "
-                       "(default: random, dynamic membership)")
-    acker.add_argument("--replication-factor", type=int, default=1,
-                       help="replication factor of topics this worker creates (default: 1)")
-    acker.add_argument("--no-create-topics", dest="create_topics", action="store_false",
-                       help="do not create the topology's topics (a secured deployment: an administrator "
-                       "runs `reliable-kafka topics`; the acker then needs no CREATE)")
+    acker.add_argument(
+        "--name",
+        default=None,
+        help="stable worker name: logs, and static group membership across restarts "
+        "(default: random, dynamic membership)",
+    )
+    acker.add_argument(
+        "--replication-factor",
+        type=int,
+        default=1,
+        help="replication factor of topics this worker creates (default: 1)",
+    )
+    acker.add_argument(
+        "--no-create-topics",
+        dest="create_topics",
+        action="store_false",
+        help="do not create the topology's topics (a secured deployment: an administrator "
+        "runs `reliable-kafka topics`; the acker then needs no CREATE)",
+    )
     acker.add_argument("--log-level", default="info", help="logging level (default: info)")
-    acker.add_argument("--metrics-port", type=int, default=None,
-                       help="serve Prometheus /metrics on this port (docs/operations.md; default: off)")
+    acker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus /metrics on this port (docs/operations.md; default: off)",
+    )
     acker.set_defaults(handler=_acker)
 
 
@@ -50,10 +71,16 @@ def _acker(args: argparse.Namespace) -> int:
 
     setup_logging(args.log_level)
     worker = AckerWorker(
-        topology=args.topology, bootstrap_servers=args.bootstrap_servers, ackers=args.ackers,
-        message_timeout_ms=args.message_timeout_ms, timeout_buckets=args.timeout_buckets,
-        commit_interval_ms=args.commit_interval_ms, group_id=args.group, name=args.name,
-        replication_factor=args.replication_factor, create_topics=args.create_topics,
+        topology=args.topology,
+        bootstrap_servers=args.bootstrap_servers,
+        ackers=args.ackers,
+        message_timeout_ms=args.message_timeout_ms,
+        timeout_buckets=args.timeout_buckets,
+        commit_interval_ms=args.commit_interval_ms,
+        group_id=args.group,
+        name=args.name,
+        replication_factor=args.replication_factor,
+        create_topics=args.create_topics,
         kafka_config=client_settings(args),
         metrics_port=args.metrics_port,
     )

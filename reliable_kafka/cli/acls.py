@@ -30,19 +30,35 @@ def register(subparsers: Subparsers) -> None:
     acls.add_argument("--topology", required=True, help="topology name (topic prefix)")
     acls.add_argument("--role", required=True, choices=["spout", "bolt", "spark", "acker"])
     acls.add_argument("--principal", required=True, help="the role's principal, e.g. User:wordcount-bolt")
-    acls.add_argument("--source", action="append", default=[], metavar="TOPIC",
-                      help="a topic the role reads (spout, bolt, spark; repeatable)")
-    acls.add_argument("--output", action="append", default=[], metavar="TOPIC",
-                      help="a topic the role emits to (repeatable)")
-    acls.add_argument("--group", default=None,
-                      help="the role's consumer group (an acker's default: <topology>.ackers)")
-    acls.add_argument("--transactional-id", default=None, metavar="ID",
-                      help="a transactional spout's or bolt's transactional.id (<group>.<name>)")
-    acls.add_argument("--no-root-index", dest="root_index", action="store_false",
-                      help="a spout run with root_index=False (it writes no <topology>.roots)")
-    acls.add_argument("--create-topics", action="store_true",
-                      help="an acker that creates the topology's topics (default: an administrator "
-                      "creates them with `reliable-kafka topics`)")
+    acls.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="TOPIC",
+        help="a topic the role reads (spout, bolt, spark; repeatable)",
+    )
+    acls.add_argument(
+        "--output", action="append", default=[], metavar="TOPIC", help="a topic the role emits to (repeatable)"
+    )
+    acls.add_argument("--group", default=None, help="the role's consumer group (an acker's default: <topology>.ackers)")
+    acls.add_argument(
+        "--transactional-id",
+        default=None,
+        metavar="ID",
+        help="a transactional spout's or bolt's transactional.id (<group>.<name>)",
+    )
+    acls.add_argument(
+        "--no-root-index",
+        dest="root_index",
+        action="store_false",
+        help="a spout run with root_index=False (it writes no <topology>.roots)",
+    )
+    acls.add_argument(
+        "--create-topics",
+        action="store_true",
+        help="an acker that creates the topology's topics (default: an administrator "
+        "creates them with `reliable-kafka topics`)",
+    )
     acls.add_argument("--apply", action="store_true", help="create the ACLs (needs --bootstrap-servers)")
     bootstrap_argument(acls, required=False, help="Kafka bootstrap servers, host:port[,...] (with --apply)")
     client_arguments(acls)
@@ -63,9 +79,17 @@ def register(subparsers: Subparsers) -> None:
 def _acls(args: argparse.Namespace) -> int:
     from reliable_kafka.acls import role_acls
 
-    wanted = role_acls(args.role, args.topology, principal=args.principal, source_topics=args.source,
-                       output_topics=args.output, group=args.group, transactional_id=args.transactional_id,
-                       root_index=args.root_index, create_topics=args.create_topics)
+    wanted = role_acls(
+        args.role,
+        args.topology,
+        principal=args.principal,
+        source_topics=args.source,
+        output_topics=args.output,
+        group=args.group,
+        transactional_id=args.transactional_id,
+        root_index=args.root_index,
+        create_topics=args.create_topics,
+    )
     for acl in wanted:
         print(acl)
     if args.apply:
@@ -74,10 +98,11 @@ def _acls(args: argparse.Namespace) -> int:
         from reliable_kafka.topology import admin_client
 
         if not args.bootstrap_servers:
-            raise ConfigError("acls --apply needs --bootstrap-servers (and --command-config of a principal "
-                              "allowed to ALTER the cluster)")
-        apply_acls(admin_client(args.bootstrap_servers, client_settings(args), component="reliable-kafka acls"),
-                   wanted)
+            raise ConfigError(
+                "acls --apply needs --bootstrap-servers (and --command-config of a principal "
+                "allowed to ALTER the cluster)"
+            )
+        apply_acls(admin_client(args.bootstrap_servers, client_settings(args), component="reliable-kafka acls"), wanted)
         print(f"applied {len(wanted)} ACLs for {args.principal}")
     return 0
 

@@ -27,11 +27,18 @@ __all__ = [
 Subparsers = argparse._SubParsersAction
 
 
-def bootstrap_argument(parser: argparse.ArgumentParser, *, required: bool = True,
-                       help: str = "Kafka bootstrap servers, host:port[,...]") -> None:
+def bootstrap_argument(
+    parser: argparse.ArgumentParser, *, required: bool = True, help: str = "Kafka bootstrap servers, host:port[,...]"
+) -> None:
     """``--bootstrap-servers`` (Kafka's name; ``--bootstrap`` is the same) into ``args.bootstrap_servers``."""
-    parser.add_argument("--bootstrap-servers", "--bootstrap", dest="bootstrap_servers", required=required,
-                        metavar="HOST:PORT[,...]", help=help)
+    parser.add_argument(
+        "--bootstrap-servers",
+        "--bootstrap",
+        dest="bootstrap_servers",
+        required=required,
+        metavar="HOST:PORT[,...]",
+        help=help,
+    )
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -43,11 +50,22 @@ def _key_value(text: str) -> tuple[str, str]:
 
 def client_arguments(parser: argparse.ArgumentParser) -> None:
     """``--kafka-config KEY=VALUE`` (repeatable) and ``--command-config FILE``; read with :func:`client_settings`."""
-    parser.add_argument("--kafka-config", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                        help="librdkafka setting passed through (repeatable; e.g. security settings)")
-    parser.add_argument("--command-config", type=Path, default=None, metavar="FILE",
-                        help="Kafka client properties (Java names, as Kafka's tools take them), e.g. "
-                        "security.protocol, sasl.mechanism, sasl.jaas.config; translated for librdkafka")
+    parser.add_argument(
+        "--kafka-config",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka setting passed through (repeatable; e.g. security settings)",
+    )
+    parser.add_argument(
+        "--command-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="Kafka client properties (Java names, as Kafka's tools take them), e.g. "
+        "security.protocol, sasl.mechanism, sasl.jaas.config; translated for librdkafka",
+    )
 
 
 def topology_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,18 +78,33 @@ def topology_arguments(parser: argparse.ArgumentParser) -> None:
 class _OldName(argparse.Action):
     """Stores the value; says on stderr when the option was given under its old name."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
         if option_string is not None and option_string != self.option_strings[0]:
-            print(f"{parser.prog}: {option_string} is deprecated; use {self.option_strings[0]} (the same)",
-                  file=sys.stderr)
+            print(
+                f"{parser.prog}: {option_string} is deprecated; use {self.option_strings[0]} (the same)",
+                file=sys.stderr,
+            )
         setattr(namespace, self.dest, values)
 
 
 def message_timeout_argument(parser: argparse.ArgumentParser, *, default: int | None, help: str) -> None:
     """``--message-timeout-ms`` (``--timeout-ms``, its old name, still works) into ``args.message_timeout_ms``."""
-    parser.add_argument("--message-timeout-ms", "--timeout-ms", dest="message_timeout_ms", type=int,
-                        default=default, metavar="MS", action=_OldName, help=help)
+    parser.add_argument(
+        "--message-timeout-ms",
+        "--timeout-ms",
+        dest="message_timeout_ms",
+        type=int,
+        default=default,
+        metavar="MS",
+        action=_OldName,
+        help=help,
+    )
 
 
 def command_config(args: argparse.Namespace) -> dict[str, str]:
@@ -89,5 +122,6 @@ def client_settings(args: argparse.Namespace) -> dict[str, str]:
 def setup_logging(level: str) -> None:
     import logging
 
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )

@@ -20,23 +20,31 @@ def register(subparsers: Subparsers) -> None:
 
     start = actions.add_parser("up", help="start a broker in the background")
     start.add_argument(
-        "--port", type=int, default=0,
+        "--port",
+        type=int,
+        default=0,
         help="client port of the (first) broker (default: a free port)",
     )
     start.add_argument(
-        "--data-dir", type=Path, default=None,
+        "--data-dir",
+        type=Path,
+        default=None,
         help="directory for config, logs and data (default: a new temp dir)",
     )
     start.add_argument(
-        "--keep-data", action="store_true",
+        "--keep-data",
+        action="store_true",
         help="keep the data directory when the broker is stopped with `kafka down`",
     )
     start.add_argument(
-        "--brokers", type=int, default=1,
+        "--brokers",
+        type=int,
+        default=1,
         help="number of brokers; more than 1 starts a cluster (replication factor up to 3)",
     )
     start.add_argument(
-        "--secure", action="store_true",
+        "--secure",
+        action="store_true",
         help="SASL/SCRAM-SHA-256 and ACLs (StandardAuthorizer); users admin, spout, bolt, acker, spark, "
         "outsider with client properties in the data directory",
     )
@@ -47,7 +55,9 @@ def register(subparsers: Subparsers) -> None:
 
     stop = actions.add_parser("down", help="stop the broker and remove its data")
     stop.add_argument(
-        "--timeout", type=float, default=30.0,
+        "--timeout",
+        type=float,
+        default=30.0,
         help="seconds to wait for a clean shutdown before killing (default: 30)",
     )
     stop.set_defaults(handler=_kafka_down)
@@ -57,7 +67,10 @@ def _kafka_up(args: argparse.Namespace) -> int:
     from reliable_kafka.broker import daemon
 
     current, started = daemon.up(
-        port=args.port, data_dir=args.data_dir, keep_data=args.keep_data, brokers=args.brokers,
+        port=args.port,
+        data_dir=args.data_dir,
+        keep_data=args.keep_data,
+        brokers=args.brokers,
         secure=args.secure,
     )
     if not started:

@@ -38,10 +38,15 @@ def _register_demo(subparsers: Subparsers) -> None:
         "checked (lost = 0, committed offsets = end of topic). Exits 1 if a check fails.",
     )
     demo.add_argument("--sentences", type=int, default=20_000, help="sentences to generate (default: 20000)")
-    demo.add_argument("--fail-rate", type=float, default=0.03,
-                      help="share of word tuples the downstream bolt fails (default: 0.03)")
-    demo.add_argument("--engine", choices=["spark", "python"], default="spark",
-                      help="word-count job: PySpark Structured Streaming or a Python bolt (default: spark)")
+    demo.add_argument(
+        "--fail-rate", type=float, default=0.03, help="share of word tuples the downstream bolt fails (default: 0.03)"
+    )
+    demo.add_argument(
+        "--engine",
+        choices=["spark", "python"],
+        default="spark",
+        help="word-count job: PySpark Structured Streaming or a Python bolt (default: spark)",
+    )
     bootstrap_argument(demo, required=False, help="use this Kafka instead of an embedded broker")
     demo.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     demo.add_argument("--log-level", default="error", help="logging level (default: error)")
@@ -52,8 +57,13 @@ def _demo(args: argparse.Namespace) -> int:
     from reliable_kafka import demo
 
     setup_logging(args.log_level)
-    summary = demo.run(sentences=args.sentences, fail_rate=args.fail_rate, engine=args.engine,
-                       bootstrap_servers=args.bootstrap_servers, timeout_s=args.timeout)
+    summary = demo.run(
+        sentences=args.sentences,
+        fail_rate=args.fail_rate,
+        engine=args.engine,
+        bootstrap_servers=args.bootstrap_servers,
+        timeout_s=args.timeout,
+    )
     return 0 if summary.ok else 1
 
 
@@ -70,36 +80,64 @@ def _register_chaos(subparsers: Subparsers) -> None:
         "Exits 1 if a check fails.",
     )
     chaos.add_argument("--records", type=int, default=50_000, help="source records (default: 50000)")
-    chaos.add_argument("--seconds", type=float, default=150.0,
-                       help="the records are written (and processes killed) over this long (default: 150)")
-    chaos.add_argument("--brokers", type=int, default=1, choices=[1, 3],
-                       help="1: restart the broker; 3: a cluster, kill one broker at a time (default: 1)")
+    chaos.add_argument(
+        "--seconds",
+        type=float,
+        default=150.0,
+        help="the records are written (and processes killed) over this long (default: 150)",
+    )
+    chaos.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        choices=[1, 3],
+        help="1: restart the broker; 3: a cluster, kill one broker at a time (default: 1)",
+    )
     chaos.add_argument("--broker-restarts", type=int, default=2, help="broker faults (default: 2)")
-    chaos.add_argument("--transactional", action="store_true",
-                       help="bolts in Kafka transactions; checks that the sink holds every effect once")
+    chaos.add_argument(
+        "--transactional",
+        action="store_true",
+        help="bolts in Kafka transactions; checks that the sink holds every effect once",
+    )
     chaos.add_argument("--spare-spouts", action="store_true", help="do not kill spout processes")
-    chaos.add_argument("--spark", action="store_true",
-                       help="run the split stage as a PySpark Structured Streaming job (killed like the rest)")
+    chaos.add_argument(
+        "--spark",
+        action="store_true",
+        help="run the split stage as a PySpark Structured Streaming job (killed like the rest)",
+    )
     message_timeout_argument(
-        chaos, default=None,
+        chaos,
+        default=None,
         help="message timeout (default: 10000; 30000 with --spark; 120000 with --transactional, above the "
-        "longest stall of a transactional worker, since a timeout replays)")
+        "longest stall of a transactional worker, since a timeout replays)",
+    )
     chaos.add_argument("--seed", type=int, default=1, help="random seed for the fault schedule (default: 1)")
-    chaos.add_argument("--settle", type=float, default=None,
-                       help="seconds the topology may take to finish after the faults (default: 240; 480 "
-                            "with --spark, whose restarted driver catches up slowly on 2 cores)")
+    chaos.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="seconds the topology may take to finish after the faults (default: 240; 480 "
+        "with --spark, whose restarted driver catches up slowly on 2 cores)",
+    )
     chaos.set_defaults(handler=_chaos)
 
 
 def _chaos(args: argparse.Namespace) -> int:
     from reliable_kafka.chaos.harness import ChaosConfig, run
 
-    report = run(ChaosConfig(
-        records=args.records, produce_seconds=args.seconds, brokers=args.brokers,
-        broker_restarts=args.broker_restarts, transactional=args.transactional,
-        kill_spouts=not args.spare_spouts, spark=args.spark, seed=args.seed,
-        message_timeout_ms=args.message_timeout_ms
-        or (120_000 if args.transactional else 30_000 if args.spark else 10_000),
-        settle_timeout=args.settle or (480.0 if args.spark else 240.0),
-    ))
+    report = run(
+        ChaosConfig(
+            records=args.records,
+            produce_seconds=args.seconds,
+            brokers=args.brokers,
+            broker_restarts=args.broker_restarts,
+            transactional=args.transactional,
+            kill_spouts=not args.spare_spouts,
+            spark=args.spark,
+            seed=args.seed,
+            message_timeout_ms=args.message_timeout_ms
+            or (120_000 if args.transactional else 30_000 if args.spark else 10_000),
+            settle_timeout=args.settle or (480.0 if args.spark else 240.0),
+        )
+    )
     return 0 if report.ok else 1

@@ -20,8 +20,9 @@ def _dlq_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source-topic", default=None, help="parked from this source topic")
     parser.add_argument("--source-partition", type=int, default=None, help="parked from this source partition")
     parser.add_argument("--component", default=None, help="failed or parked by a component whose name contains this")
-    parser.add_argument("--since", default=None,
-                        help="parked at or after: ms since the epoch, ISO 8601 (UTC) or an age (15m, 2h, 1d)")
+    parser.add_argument(
+        "--since", default=None, help="parked at or after: ms since the epoch, ISO 8601 (UTC) or an age (15m, 2h, 1d)"
+    )
     parser.add_argument("--until", default=None, help="parked at or before (same forms as --since)")
 
 
@@ -48,11 +49,20 @@ def _register_dlq(subparsers: Subparsers) -> None:
     again = actions.add_parser("replay", help="send dead letters back to their source (or --to), once each")
     topology_arguments(again)
     _dlq_filters(again)
-    again.add_argument("--offset", type=int, action="append", default=[], metavar="OFFSET",
-                       help="replay this DLQ offset (repeatable; partition from --partition)")
+    again.add_argument(
+        "--offset",
+        type=int,
+        action="append",
+        default=[],
+        metavar="OFFSET",
+        help="replay this DLQ offset (repeatable; partition from --partition)",
+    )
     again.add_argument("--partition", type=int, default=0, help="DLQ partition of --offset (default: 0)")
-    again.add_argument("--all", action="store_true", help="replay every dead letter that matches (needed "
-                       "when neither --offset nor a filter is given)")
+    again.add_argument(
+        "--all",
+        action="store_true",
+        help="replay every dead letter that matches (needed when neither --offset nor a filter is given)",
+    )
     again.add_argument("--to", default=None, help="send to this topic instead of each record's source topic")
     again.add_argument("--rate", type=float, default=100.0, help="records per second at most (default: 100)")
     again.add_argument("--dry-run", action="store_true", help="say what would be sent; send nothing")
@@ -66,9 +76,15 @@ def _dlq_selected(args: argparse.Namespace):
     letters = dlq.read_dead_letters(args.bootstrap_servers, args.topology, kafka_config=client_settings(args))
     offsets = [(args.partition, o) for o in getattr(args, "offset", None) or []] or None
     return dlq.select(
-        letters, reason=args.reason, source_topic=args.source_topic, source_partition=args.source_partition,
-        component=args.component, since_ms=dlq.parse_time(args.since) if args.since else None,
-        until_ms=dlq.parse_time(args.until) if args.until else None, offsets=offsets)
+        letters,
+        reason=args.reason,
+        source_topic=args.source_topic,
+        source_partition=args.source_partition,
+        component=args.component,
+        since_ms=dlq.parse_time(args.since) if args.since else None,
+        until_ms=dlq.parse_time(args.until) if args.until else None,
+        offsets=offsets,
+    )
 
 
 def _dlq_list(args: argparse.Namespace) -> int:
@@ -89,8 +105,10 @@ def _dlq_show(args: argparse.Namespace) -> int:
     letters = dlq.read_dead_letters(args.bootstrap_servers, args.topology, kafka_config=client_settings(args))
     found = [d for d in letters if (d.partition, d.offset) == (args.partition, args.offset)]
     if not found:
-        raise ReliableKafkaError(f"no dead letter at {args.topology}.dlq[{args.partition}]@{args.offset}; "
-                                 f"see `reliable-kafka dlq list --topology {args.topology}`")
+        raise ReliableKafkaError(
+            f"no dead letter at {args.topology}.dlq[{args.partition}]@{args.offset}; "
+            f"see `reliable-kafka dlq list --topology {args.topology}`"
+        )
     marks = dlq.replayed(args.bootstrap_servers, args.topology, kafka_config=client_settings(args))
     # where each timed-out attempt stopped: its tree's last ACK, read back from the ack log
     timed_out = {a.root: a.at_ms for a in found[0].attempts if a.root is not None and a.outcome != "FAILED"}
@@ -112,12 +130,21 @@ def _dlq_replay(args: argparse.Namespace) -> int:
 
     from reliable_kafka.ops import dlq
 
-    filtered = args.offset or any(getattr(args, n) is not None for n in
-                                  ("reason", "source_topic", "source_partition", "component", "since", "until"))
+    filtered = args.offset or any(
+        getattr(args, n) is not None
+        for n in ("reason", "source_topic", "source_partition", "component", "since", "until")
+    )
     if not filtered and not args.all:
         raise ReliableKafkaError("dlq replay: choose what to replay (--offset or a filter), or say --all")
-    report = dlq.replay(args.bootstrap_servers, args.topology, _dlq_selected(args), to=args.to, rate=args.rate,
-                        dry_run=args.dry_run, kafka_config=client_settings(args))
+    report = dlq.replay(
+        args.bootstrap_servers,
+        args.topology,
+        _dlq_selected(args),
+        to=args.to,
+        rate=args.rate,
+        dry_run=args.dry_run,
+        kafka_config=client_settings(args),
+    )
     if args.json:
         print(json.dumps(report.__dict__, indent=2))
     else:
@@ -140,13 +167,20 @@ def _register_trace(subparsers: Subparsers) -> None:
     )
     trace.add_argument("record", metavar="TOPIC:PARTITION@OFFSET", help="the source record")
     topology_arguments(trace)
-    trace.add_argument("--since", default=None,
-                       help="read the logs from this time (ms, ISO 8601 or an age such as 2h; default: a minute "
-                       "before the record was written)")
+    trace.add_argument(
+        "--since",
+        default=None,
+        help="read the logs from this time (ms, ISO 8601 or an age such as 2h; default: a minute "
+        "before the record was written)",
+    )
     trace.add_argument("--timeout", type=float, default=120.0, help="give up reading after this long (s)")
-    trace.add_argument("--transactional-group", default=None, metavar="GROUP",
-                       help="the record was read by a transactional spout of this consumer group: its roots "
-                       "are derived, not looked up in the root index")
+    trace.add_argument(
+        "--transactional-group",
+        default=None,
+        metavar="GROUP",
+        help="the record was read by a transactional spout of this consumer group: its roots "
+        "are derived, not looked up in the root index",
+    )
     trace.add_argument("--json", action="store_true", help="print JSON")
     trace.set_defaults(handler=_trace)
 
@@ -158,9 +192,16 @@ def _trace(args: argparse.Namespace) -> int:
     from reliable_kafka.ops.dlq import parse_time
 
     topic, partition, offset = trace.parse_coordinates(args.record)
-    document = trace.trace(args.bootstrap_servers, args.topology, topic, partition, offset,
-                           kafka_config=client_settings(args), timeout=args.timeout,
-                           transactional_group=args.transactional_group,
-                           since_ms=parse_time(args.since) if args.since else None)
+    document = trace.trace(
+        args.bootstrap_servers,
+        args.topology,
+        topic,
+        partition,
+        offset,
+        kafka_config=client_settings(args),
+        timeout=args.timeout,
+        transactional_group=args.transactional_group,
+        since_ms=parse_time(args.since) if args.since else None,
+    )
     print(json.dumps(document, indent=2) if args.json else trace.render(document))
     return 0

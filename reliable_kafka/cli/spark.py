@@ -13,14 +13,20 @@ __all__ = ["register"]
 def register(subparsers: Subparsers) -> None:
     # prefix_chars "+": every argument, --master included, is spark-submit's, passed on as given.
     submit = subparsers.add_parser(
-        "spark-submit", prefix_chars="+", add_help=False,
+        "spark-submit",
+        prefix_chars="+",
+        add_help=False,
         help="spark-submit with Spark's Kafka connector added to --jars (from the jar cache)",
         description="Runs pyspark's spark-submit (or $SPARK_HOME's) with the connector jars added to "
         "--jars; every argument is spark-submit's. `reliable-kafka spark-submit ++print-jars` prints "
         "the jars (comma-separated) instead.",
     )
-    submit.add_argument("++print-jars", dest="print_jars", action="store_true",
-                        help="print the connector jars, comma-separated, and exit")
+    submit.add_argument(
+        "++print-jars",
+        dest="print_jars",
+        action="store_true",
+        help="print the connector jars, comma-separated, and exit",
+    )
     submit.add_argument("submit_args", nargs=argparse.REMAINDER, metavar="ARGS")
     submit.set_defaults(handler=_spark_submit)
 

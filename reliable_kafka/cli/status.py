@@ -32,12 +32,21 @@ def _register_status(subparsers: Subparsers) -> None:
         "Exit code: 0 when all is OK, 1 for an error, 2 when something is not OK.",
     )
     topology_arguments(status)
-    status.add_argument("--json", action="store_true",
-                        help="print the report as JSON (stable schema, docs/operations.md)")
-    status.add_argument("--watch", type=float, nargs="?", const=5.0, default=None, metavar="SECONDS",
-                        help="print again every SECONDS (default 5) until interrupted")
-    status.add_argument("--all", action="store_true",
-                        help="also list components stopped or silent for more than an hour")
+    status.add_argument(
+        "--json", action="store_true", help="print the report as JSON (stable schema, docs/operations.md)"
+    )
+    status.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=5.0,
+        default=None,
+        metavar="SECONDS",
+        help="print again every SECONDS (default 5) until interrupted",
+    )
+    status.add_argument(
+        "--all", action="store_true", help="also list components stopped or silent for more than an hour"
+    )
     status.set_defaults(handler=_status)
 
 
@@ -48,8 +57,9 @@ def _status(args: argparse.Namespace) -> int:
     from reliable_kafka.ops.status import build_report, render
 
     while True:
-        report = build_report(args.bootstrap_servers, args.topology, kafka_config=client_settings(args),
-                              include_all=args.all)
+        report = build_report(
+            args.bootstrap_servers, args.topology, kafka_config=client_settings(args), include_all=args.all
+        )
         if args.json:
             print(json.dumps(report, indent=None if args.watch else 2), flush=True)
         else:
@@ -77,8 +87,13 @@ def _register_ui(subparsers: Subparsers) -> None:
 def _ui(args: argparse.Namespace) -> int:
     from reliable_kafka.ops.ui import StatusPage
 
-    page = StatusPage(bootstrap_servers=args.bootstrap_servers, topology=args.topology,
-                      kafka_config=client_settings(args), host=args.host, port=args.port)
+    page = StatusPage(
+        bootstrap_servers=args.bootstrap_servers,
+        topology=args.topology,
+        kafka_config=client_settings(args),
+        host=args.host,
+        port=args.port,
+    )
     print(f"reliable-kafka ui: topology {args.topology} at {page.url} (Ctrl-C stops)", flush=True)
     page.serve_forever()
     return 0
@@ -113,6 +128,8 @@ def _lag(args: argparse.Namespace) -> int:
         print(f"{row.partition:>9} {row.end:>12} {committed:>12} {done:>10} {row.kafka_lag:>10} {row.lag:>10}")
         if row.note:
             print(f"  partition {row.partition}: commit metadata ignored: {row.note}")
-    print(f"{'total':>9} {'':>12} {'':>12} {sum(r.done_above or 0 for r in rows):>10} "
-          f"{sum(r.kafka_lag for r in rows):>10} {sum(r.lag for r in rows):>10}")
+    print(
+        f"{'total':>9} {'':>12} {'':>12} {sum(r.done_above or 0 for r in rows):>10} "
+        f"{sum(r.kafka_lag for r in rows):>10} {sum(r.lag for r in rows):>10}"
+    )
     return 0

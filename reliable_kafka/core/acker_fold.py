@@ -30,8 +30,9 @@ from reliable_kafka.core.kinds import OutcomeKind
 __all__ = ["MIX", "Group", "Folded", "run_starts", "same_root"]
 
 MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying permutes uint64, equal roots stay equal
-_COMPLETED, _FAILED, _RESET = (np.uint8(k) for k in (OutcomeKind.COMPLETED, OutcomeKind.FAILED,
-                                                     OutcomeKind.RESET_TIMEOUT))
+_COMPLETED, _FAILED, _RESET = (
+    np.uint8(k) for k in (OutcomeKind.COMPLETED, OutcomeKind.FAILED, OutcomeKind.RESET_TIMEOUT)
+)
 _XOR_BITS = INIT_BIT | ACK_BIT
 _EMPTY = np.empty(0, np.intp)
 
@@ -80,25 +81,26 @@ class Folded:
     """A group's result per distinct root (parallel to :attr:`Group.roots`): the state of the
     root's last entry, and the decisions of entries that ended earlier in the group."""
 
-    val: np.ndarray        # int64, the state after the root's last folded segment
-    owner: np.ndarray      # owner index (0: no INIT yet)
-    failed: np.ndarray     # bool
-    bits: np.ndarray       # uint8, OR of the kind bits folded into this entry
-    decision: np.ndarray   # uint8: COMPLETED or FAILED (the root is gone), else NOTHING
+    val: np.ndarray  # int64, the state after the root's last folded segment
+    owner: np.ndarray  # owner index (0: no INIT yet)
+    failed: np.ndarray  # bool
+    bits: np.ndarray  # uint8, OR of the kind bits folded into this entry
+    decision: np.ndarray  # uint8: COMPLETED or FAILED (the root is gone), else NOTHING
     first_record: np.ndarray  # record number of the entry's first segment
     fresh: np.ndarray | None  # bool: the entry began in this group after an earlier decision
-    notices: np.ndarray    # indices of roots whose owner hears RESET_TIMEOUT ...
+    notices: np.ndarray  # indices of roots whose owner hears RESET_TIMEOUT ...
     notice_owner: np.ndarray  # ... and that owner index (one per record that reset the root)
-    ended: np.ndarray      # indices of roots whose earlier entry was decided in the group ...
-    ended_owner: np.ndarray   # ... its owner index ...
-    ended_kind: np.ndarray    # ... and the decision (uint8, COMPLETED or FAILED)
+    ended: np.ndarray  # indices of roots whose earlier entry was decided in the group ...
+    ended_owner: np.ndarray  # ... its owner index ...
+    ended_kind: np.ndarray  # ... and the decision (uint8, COMPLETED or FAILED)
 
 
 class Group:
     """Entries of records folded together (in record order), grouped by root and record."""
 
-    def __init__(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray,
-                 record: np.ndarray | None, sender: np.ndarray) -> None:
+    def __init__(
+        self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, record: np.ndarray | None, sender: np.ndarray
+    ) -> None:
         """``record``: each entry's record number (non-decreasing), None for a single record;
         ``sender``: the owner index each record names for its INITs (indexed by record)."""
         mixed = roots.view(np.uint64) * MIX
@@ -130,13 +132,15 @@ class Group:
         seg_starts = np.flatnonzero(segment)
         e_bits = KIND_BITS[kinds[entries]]
         e_xor = np.where(e_bits & _XOR_BITS, vals[entries], 0)
-        seg_record = (np.zeros(len(seg_starts), np.intp) if record is None
-                      else record[entries[seg_starts]])
-        self._multi = (position[rep[entries[root_first]]],   # their root indices
-                       root_first[seg_starts],
-                       np.bitwise_xor.reduceat(e_xor, seg_starts),
-                       np.bitwise_or.reduceat(e_bits, seg_starts),
-                       sender[seg_record], seg_record)
+        seg_record = np.zeros(len(seg_starts), np.intp) if record is None else record[entries[seg_starts]]
+        self._multi = (
+            position[rep[entries[root_first]]],  # their root indices
+            root_first[seg_starts],
+            np.bitwise_xor.reduceat(e_xor, seg_starts),
+            np.bitwise_or.reduceat(e_bits, seg_starts),
+            sender[seg_record],
+            seg_record,
+        )
 
     def fold(self, val: np.ndarray, owner: np.ndarray, failed: np.ndarray) -> Folded:
         """Apply the rule segment by segment to the roots' stored state (zeros where absent)."""
@@ -152,8 +156,9 @@ class Group:
         ended, ended_owner, ended_kind = [], [], []
         val0, owner0, failed0 = val[multi], owner[multi], failed[multi]
         while True:
-            n_notice, n_owner, tail, end = _scan(folded, multi, val0, owner0, failed0,
-                                                 seg_first, xor, bits, sender, record)
+            n_notice, n_owner, tail, end = _scan(
+                folded, multi, val0, owner0, failed0, seg_first, xor, bits, sender, record
+            )
             notices.append(n_notice)
             notice_owner.append(n_owner)
             if not tail.any():
@@ -189,19 +194,47 @@ def _is_in(indices: np.ndarray, members: np.ndarray, size: int) -> np.ndarray:
     return among
 
 
-def _fold_once(val: np.ndarray, owner: np.ndarray, failed: np.ndarray, xor: np.ndarray, bits: np.ndarray,
-               sender: np.ndarray, record: np.ndarray) -> Folded:
+def _fold_once(
+    val: np.ndarray,
+    owner: np.ndarray,
+    failed: np.ndarray,
+    xor: np.ndarray,
+    bits: np.ndarray,
+    sender: np.ndarray,
+    record: np.ndarray,
+) -> Folded:
     """Each root's one segment: the rule's update, then its decision."""
     val, owner, failed = rule.update(val, owner, failed, xor, bits, sender)
     decision = rule.decide(val, owner, failed, bits)
     notices = np.flatnonzero(decision == _RESET)
-    return Folded(val, owner, failed, bits, _final(decision), record.copy(), None, notices,
-                  owner[notices], _EMPTY, _EMPTY, np.empty(0, np.uint8))
+    return Folded(
+        val,
+        owner,
+        failed,
+        bits,
+        _final(decision),
+        record.copy(),
+        None,
+        notices,
+        owner[notices],
+        _EMPTY,
+        _EMPTY,
+        np.empty(0, np.uint8),
+    )
 
 
-def _scan(folded: Folded, multi: np.ndarray, val0: np.ndarray, owner0: np.ndarray, failed0: np.ndarray,
-          seg_first: np.ndarray, xor: np.ndarray, bits: np.ndarray, sender: np.ndarray, record: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+def _scan(
+    folded: Folded,
+    multi: np.ndarray,
+    val0: np.ndarray,
+    owner0: np.ndarray,
+    failed0: np.ndarray,
+    seg_first: np.ndarray,
+    xor: np.ndarray,
+    bits: np.ndarray,
+    sender: np.ndarray,
+    record: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """The rule applied record by record to the roots ``multi`` (their state before and their
     segments, in order) up to each root's first decision; writes their results into
     ``folded``. Returns the notices (root indices, owners), which segments come after their

@@ -22,36 +22,36 @@ import numpy as np
 
 from reliable_kafka.core.kinds import OutcomeKind
 
-__all__ = ["INIT_BIT", "ACK_BIT", "FAIL_BIT", "RESET_BIT", "KIND_BITS", "NOTHING", "update",
-           "decide"]
+__all__ = ["INIT_BIT", "ACK_BIT", "FAIL_BIT", "RESET_BIT", "KIND_BITS", "NOTHING", "update", "decide"]
 
 # The bit each EventKind (its value is the index) sets in a root's summary of one record.
 INIT_BIT, ACK_BIT, FAIL_BIT, RESET_BIT = 1, 2, 4, 8
 KIND_BITS = np.array([INIT_BIT, ACK_BIT, FAIL_BIT, RESET_BIT], dtype=np.uint8)
 NOTHING = np.uint8(255)  # decide(): the root stays pending and nobody is told
 
-_COMPLETED, _FAILED, _RESET = (np.uint8(k) for k in (OutcomeKind.COMPLETED, OutcomeKind.FAILED,
-                                                     OutcomeKind.RESET_TIMEOUT))
+_COMPLETED, _FAILED, _RESET = (
+    np.uint8(k) for k in (OutcomeKind.COMPLETED, OutcomeKind.FAILED, OutcomeKind.RESET_TIMEOUT)
+)
 
 
-def update(val: np.ndarray, owner: np.ndarray, failed: np.ndarray, xor: np.ndarray,
-           bits: np.ndarray, sender: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def update(
+    val: np.ndarray, owner: np.ndarray, failed: np.ndarray, xor: np.ndarray, bits: np.ndarray, sender: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fold one record's entries into each root's state.
 
     ``xor`` is the XOR of the root's INIT and ACK vals in the record (FAIL and RESET_TIMEOUT
     carry none), ``bits`` the OR of its kinds' bits, ``sender`` the record's sender: the owner,
     if the record holds the root's INIT.
     """
-    return (val ^ xor,
-            np.where(bits & INIT_BIT, sender, owner),
-            failed | ((bits & FAIL_BIT) != 0))
+    return (val ^ xor, np.where(bits & INIT_BIT, sender, owner), failed | ((bits & FAIL_BIT) != 0))
 
 
-def decide(val: np.ndarray, owner: np.ndarray, failed: np.ndarray, bits: np.ndarray
-           ) -> np.ndarray:
+def decide(val: np.ndarray, owner: np.ndarray, failed: np.ndarray, bits: np.ndarray) -> np.ndarray:
     """Each root's decision after a record: an OutcomeKind value, or NOTHING."""
     known = owner != 0
-    decision: np.ndarray = np.where(known & failed, _FAILED,
-                                    np.where(known & (val == 0), _COMPLETED,
-                                             np.where(known & ((bits & RESET_BIT) != 0), _RESET, NOTHING)))
+    decision: np.ndarray = np.where(
+        known & failed,
+        _FAILED,
+        np.where(known & (val == 0), _COMPLETED, np.where(known & ((bits & RESET_BIT) != 0), _RESET, NOTHING)),
+    )
     return decision

@@ -54,19 +54,19 @@ from reliable_kafka.errors import ArgumentError, ConfigError, ReliableKafkaError
 __all__ = ["AckerTable", "AckerStats", "Outcomes"]
 
 # Table geometry and sizing.
-_GROUP = 8                # slots a lookup compares at once (8 int64 keys: one cache line)
+_GROUP = 8  # slots a lookup compares at once (8 int64 keys: one cache line)
 _GROUP_BITS = 3
-_WIDE_PROBE = 8           # probe positions a second lookup round looks at, at least
+_WIDE_PROBE = 8  # probe positions a second lookup round looks at, at least
 _AHEAD = np.arange(1, _WIDE_PROBE + 1)
-_MAX_FILL = 0.90          # grow when the live roots would exceed this share of the slots ...
-_TARGET_LOAD = 0.68       # ... to a size where they fill this share
-_SHRINK_AT = 0.15         # shrink (to _TARGET_LOAD) when they fill less than this share
+_MAX_FILL = 0.90  # grow when the live roots would exceed this share of the slots ...
+_TARGET_LOAD = 0.68  # ... to a size where they fill this share
+_SHRINK_AT = 0.15  # shrink (to _TARGET_LOAD) when they fill less than this share
 
 # One meta byte per slot; 0 is a free slot.
 _LIVE = 0x80
-_FAILED = 0x40            # a FAIL was seen
-_FAR = 0x20               # the root sits past both its choices (it is in their overflow counts)
-_BUCKET = 0x1F            # ring index of the root's deadline bucket
+_FAILED = 0x40  # a FAIL was seen
+_FAR = 0x20  # the root sits past both its choices (it is in their overflow counts)
+_BUCKET = 0x1F  # ring index of the root's deadline bucket
 _MAX_BUCKETS = _BUCKET - 1  # the ring has buckets + 1 indices
 
 # Bit tricks on a group's 8 meta bytes read as one little-endian word (byte i = slot i).
@@ -75,10 +75,10 @@ _HIGH_BITS = np.uint64(0x8080808080808080)
 _ONE = np.uint64(1)
 _SHIFT32 = np.uint64(32)
 _LOW32 = np.uint64(0xFFFFFFFF)
-_STUCK = 255              # an overflow count that reached this stays there until a rebuild
+_STUCK = 255  # an overflow count that reached this stays there until a rebuild
 
 _MAX_OWNER_INDEX = 0xFFFF  # owner indices are uint16 at most; 0 means "INIT not seen yet"
-_NARROW_OWNERS = 192       # owners that one byte a slot keeps after a compaction, at most
+_NARROW_OWNERS = 192  # owners that one byte a slot keeps after a compaction, at most
 _NO_OFFSET = np.iinfo(np.int64).max
 
 _MAX_KIND = len(KIND_BITS) - 1
@@ -101,8 +101,10 @@ def _columns(kinds: ArrayLike, roots: ArrayLike, vals: ArrayLike) -> tuple[np.nd
     roots = np.asarray(roots, dtype=np.int64)
     vals = np.asarray(vals, dtype=np.int64)
     if kinds.ndim != 1 or kinds.shape != roots.shape or kinds.shape != vals.shape:
-        raise ArgumentError("AckerTable.fold: kinds, roots and vals must be 1-d arrays of one "
-                         f"length, got shapes {kinds.shape}, {roots.shape}, {vals.shape}")
+        raise ArgumentError(
+            "AckerTable.fold: kinds, roots and vals must be 1-d arrays of one "
+            f"length, got shapes {kinds.shape}, {roots.shape}, {vals.shape}"
+        )
     return kinds, roots, vals
 
 
@@ -111,9 +113,9 @@ class Outcomes:
     """The roots one call decided, in columns (parallel arrays), and the RESET_TIMEOUT notices
     for their owners (kind RESET_TIMEOUT: the root stays pending)."""
 
-    roots: np.ndarray   # int64 root ids
+    roots: np.ndarray  # int64 root ids
     owners: np.ndarray  # int64 spout task ids (the INIT's sender)
-    kinds: np.ndarray   # uint8 OutcomeKind values
+    kinds: np.ndarray  # uint8 OutcomeKind values
 
     def __len__(self) -> int:
         return len(self.roots)
@@ -142,9 +144,11 @@ class Outcomes:
             return Outcomes.empty()
         if len(parts) == 1:
             return parts[0]
-        return Outcomes(np.concatenate([p.roots for p in parts]),
-                        np.concatenate([p.owners for p in parts]),
-                        np.concatenate([p.kinds for p in parts]))
+        return Outcomes(
+            np.concatenate([p.roots for p in parts]),
+            np.concatenate([p.owners for p in parts]),
+            np.concatenate([p.kinds for p in parts]),
+        )
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -152,22 +156,21 @@ def _frozen(array: np.ndarray) -> np.ndarray:
     return array
 
 
-_NO_OUTCOMES = Outcomes(_frozen(np.empty(0, np.int64)), _frozen(np.empty(0, np.int64)),
-                        _frozen(np.empty(0, np.uint8)))
+_NO_OUTCOMES = Outcomes(_frozen(np.empty(0, np.int64)), _frozen(np.empty(0, np.int64)), _frozen(np.empty(0, np.uint8)))
 
 
 @dataclass
 class AckerStats:
     """Counters since the table was created (the shell exports them as metrics)."""
 
-    entries_folded: int = 0     # valid entries XORed in
+    entries_folded: int = 0  # valid entries XORed in
     completed: int = 0
     failed: int = 0
     timed_out: int = 0
     expired_ownerless: int = 0  # roots that timed out before their INIT arrived
-    invalid_entries: int = 0    # root 0 or unknown kind: skipped
-    reset_notices: int = 0      # RESET_TIMEOUT forwarded to a root's owner
-    rebuilds: int = 0           # rehashes into a larger or smaller table
+    invalid_entries: int = 0  # root 0 or unknown kind: skipped
+    reset_notices: int = 0  # RESET_TIMEOUT forwarded to a root's owner
+    rebuilds: int = 0  # rehashes into a larger or smaller table
 
 
 class AckerTable:
@@ -185,17 +188,14 @@ class AckerTable:
     """
 
     @renamed_keywords(timeout_ms="message_timeout_ms")
-    def __init__(self, *, message_timeout_ms: int = 30_000, buckets: int = 4,
-                 initial_capacity: int = 1024) -> None:
+    def __init__(self, *, message_timeout_ms: int = 30_000, buckets: int = 4, initial_capacity: int = 1024) -> None:
         timeout_ms = message_timeout_ms
         if not isinstance(timeout_ms, int) or timeout_ms < 1:
             raise ConfigError(f"AckerTable: message_timeout_ms must be a positive int, got {timeout_ms!r}")
         if not isinstance(buckets, int) or not 1 <= buckets <= _MAX_BUCKETS:
-            raise ConfigError(f"AckerTable: buckets must be an int from 1 to {_MAX_BUCKETS}, "
-                              f"got {buckets!r}")
+            raise ConfigError(f"AckerTable: buckets must be an int from 1 to {_MAX_BUCKETS}, got {buckets!r}")
         if not isinstance(initial_capacity, int) or initial_capacity < 1:
-            raise ConfigError("AckerTable: initial_capacity must be a positive int, "
-                              f"got {initial_capacity!r}")
+            raise ConfigError(f"AckerTable: initial_capacity must be a positive int, got {initial_capacity!r}")
         self._timeout = timeout_ms
         self._width = -(-timeout_ms // buckets)
         self._ring = buckets + 1
@@ -245,9 +245,19 @@ class AckerTable:
     @property
     def nbytes(self) -> int:
         """Bytes held by all of the table's arrays."""
-        return sum(a.nbytes for a in (self._keys, self._vals, self._owner, self._meta,
-                                      self._overflow, self._bucket_count, self._bucket_low,
-                                      self._owner_ids))
+        return sum(
+            a.nbytes
+            for a in (
+                self._keys,
+                self._vals,
+                self._owner,
+                self._meta,
+                self._overflow,
+                self._bucket_count,
+                self._bucket_low,
+                self._owner_ids,
+            )
+        )
 
     @property
     def stats(self) -> AckerStats:
@@ -265,8 +275,9 @@ class AckerTable:
         """Move the clock to ``now_ms`` (wall time, when the partition is idle) and expire."""
         return self._advance_clock(int(now_ms))
 
-    def fold(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, *, sender: int,
-             event_time_ms: int, offset: int) -> Outcomes:
+    def fold(
+        self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, *, sender: int, event_time_ms: int, offset: int
+    ) -> Outcomes:
         """Fold one ack record's entries; returns what this call decided (expiries first).
 
         ``kinds`` (EventKind values), ``roots`` and ``vals`` (int64) are parallel columns;
@@ -276,8 +287,7 @@ class AckerTable:
         """
         return self.fold_records([(kinds, roots, vals, sender, event_time_ms, offset)])
 
-    def fold_records(self, records: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                   int, int, int]]) -> Outcomes:
+    def fold_records(self, records: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int]]) -> Outcomes:
         """Fold several ack records in order; each is ``(kinds, roots, vals, sender,
         event_time_ms, offset)`` as for :meth:`fold`.
 
@@ -326,7 +336,8 @@ class AckerTable:
         else:
             kinds, roots, vals, record = self._valid(
                 *(np.concatenate([r[c] for r in records]) for c in range(3)),
-                np.repeat(np.arange(len(records)), [len(r[1]) for r in records]))
+                np.repeat(np.arange(len(records)), [len(r[1]) for r in records]),
+            )
         if not len(roots):
             return _NO_OUTCOMES
         self._stats.entries_folded += len(roots)
@@ -334,12 +345,10 @@ class AckerTable:
         offsets = np.array([r[5] for r in records], np.int64)
         return self._apply(Group(kinds, roots, vals, record, senders), offsets)
 
-    def _senders(self, records: list[tuple[Any, ...]], kinds: np.ndarray, record: np.ndarray | None
-                 ) -> np.ndarray:
+    def _senders(self, records: list[tuple[Any, ...]], kinds: np.ndarray, record: np.ndarray | None) -> np.ndarray:
         """The owner index of each record's sender (0 for records without an INIT)."""
         init = kinds == _INIT
-        with_init = (record[init] if record is not None
-                     else np.zeros(int(init.any()), np.intp))
+        with_init = record[init] if record is not None else np.zeros(int(init.any()), np.intp)
         senders = np.zeros(len(records), np.uint16)
         with_init = np.flatnonzero(np.bincount(with_init, minlength=len(records))).tolist()
         for _attempt in range(2):  # owner indices renumbered meanwhile: once more
@@ -360,9 +369,9 @@ class AckerTable:
         found = slots >= 0
         at = np.where(found, slots, 0)
         meta = self._meta[at]
-        folded = group.fold(np.where(found, self._vals[at], 0),
-                            np.where(found, self._owner[at], 0),
-                            found & ((meta & _FAILED) != 0))
+        folded = group.fold(
+            np.where(found, self._vals[at], 0), np.where(found, self._owner[at], 0), found & ((meta & _FAILED) != 0)
+        )
         decided = folded.decision != NOTHING
         keep = ~decided
         # A fresh entry began after an earlier decision in the group: the stored one is gone.
@@ -371,8 +380,7 @@ class AckerTable:
         n_new = int(np.count_nonzero(new))
         gone = np.flatnonzero(found & ~(keep & stale))
         need = self._live + n_new
-        if need > self._fill_limit or (need < self._shrink_limit
-                                       and self._groups > self._min_groups):
+        if need > self._fill_limit or (need < self._shrink_limit and self._groups > self._min_groups):
             self._rebuild(need)  # then look again: the groups changed
             step = self._step(mixed)
             pair = self._choices(self._home(mixed), step)
@@ -380,9 +388,15 @@ class AckerTable:
         if len(gone):
             self._remove(slots[gone], self._meta[slots[gone]])
         if n_new:  # where the new entries were first seen: their first records
-            self._insert(roots[new], pair[new], step[new],
-                         int(offsets[folded.first_record[new]].min()),
-                         folded.val[new], folded.owner[new], folded.failed[new])
+            self._insert(
+                roots[new],
+                pair[new],
+                step[new],
+                int(offsets[folded.first_record[new]].min()),
+                folded.val[new],
+                folded.owner[new],
+                folded.failed[new],
+            )
         # Roots that stay: write only what changed (each write is a random access).
         stay = np.flatnonzero(keep & stale)
         at, bits = slots[stay], folded.bits[stay]
@@ -407,10 +421,9 @@ class AckerTable:
             return _NO_OUTCOMES
         return Outcomes(
             np.concatenate([roots[decided], roots[ended], roots[folded.notices]]),
-            self._owner_ids[np.concatenate([folded.owner[decided], folded.ended_owner,
-                                            folded.notice_owner])],
-            np.concatenate([kinds, np.full(len(folded.notices), OutcomeKind.RESET_TIMEOUT,
-                                           np.uint8)]))
+            self._owner_ids[np.concatenate([folded.owner[decided], folded.ended_owner, folded.notice_owner])],
+            np.concatenate([kinds, np.full(len(folded.notices), OutcomeKind.RESET_TIMEOUT, np.uint8)]),
+        )
 
     # ----------------------------------------------------------------------------- time
 
@@ -442,13 +455,13 @@ class AckerTable:
         n_known = int(np.count_nonzero(known))
         self._stats.timed_out += n_known
         self._stats.expired_ownerless += len(slots) - n_known
-        timed_out = Outcomes(self._keys[slots[known]], self._owner_ids[owner[known]],
-                             np.full(n_known, OutcomeKind.TIMED_OUT, np.uint8))
+        timed_out = Outcomes(
+            self._keys[slots[known]], self._owner_ids[owner[known]], np.full(n_known, OutcomeKind.TIMED_OUT, np.uint8)
+        )
         self._remove(slots, self._meta[slots])
         return timed_out
 
-    def _move_to_head(self, slots: np.ndarray, meta: np.ndarray, touched: np.ndarray
-                      ) -> np.ndarray:
+    def _move_to_head(self, slots: np.ndarray, meta: np.ndarray, touched: np.ndarray) -> np.ndarray:
         """Give the ``touched`` ones of ``slots`` (whose meta bytes are ``meta``) the newest
         deadline, carrying their old buckets' low offsets along; returns the new meta."""
         head = self._head_bucket()
@@ -475,7 +488,7 @@ class AckerTable:
         self._owner: np.ndarray = np.zeros(slots, self._owner_dtype)
         self._meta = np.zeros(slots, np.uint8)
         self._overflow = np.zeros(groups, np.uint8)  # far roots that have the group as a choice
-        self._max_probe = 0                           # furthest probe position of any root
+        self._max_probe = 0  # furthest probe position of any root
         self._fill_limit = int(_MAX_FILL * slots)
         self._shrink_limit = int(_SHRINK_AT * slots)
 
@@ -507,8 +520,7 @@ class AckerTable:
         use, in one round).
         """
         groups = self._keys.reshape(-1, _GROUP)
-        slots = self._find_in(groups, keys, pair[:, 0], np.arange(len(keys)),
-                              np.full(len(keys), -1, np.intp))
+        slots = self._find_in(groups, keys, pair[:, 0], np.arange(len(keys)), np.full(len(keys), -1, np.intp))
         second = np.flatnonzero(slots < 0)  # roots found in their first choice: one row read
         if len(second):
             self._find_in(groups, keys[second], pair[second, 1], second, slots)
@@ -521,8 +533,9 @@ class AckerTable:
         return slots
 
     @staticmethod
-    def _find_in(groups: np.ndarray, keys: np.ndarray, group: np.ndarray, rows: np.ndarray,
-                 slots: np.ndarray) -> np.ndarray:
+    def _find_in(
+        groups: np.ndarray, keys: np.ndarray, group: np.ndarray, rows: np.ndarray, slots: np.ndarray
+    ) -> np.ndarray:
         """Sets ``slots[rows]`` for the ``keys`` found in their ``group``; returns ``slots``."""
         match = np.take(groups, group, axis=0) == keys[:, None]
         # 8 booleans are one little-endian uint64; True is bit 0 of its byte, so the bits up to
@@ -531,22 +544,32 @@ class AckerTable:
         hit = np.flatnonzero(word)
         if len(hit):
             word = word[hit]
-            slots[rows[hit]] = ((group[hit] << _GROUP_BITS)
-                                + (np.bitwise_count(word ^ (word - _ONE)) >> 3))
+            slots[rows[hit]] = (group[hit] << _GROUP_BITS) + (np.bitwise_count(word ^ (word - _ONE)) >> 3)
         return slots
 
-    def _find_further(self, keys: np.ndarray, home: np.ndarray, step: np.ndarray,
-                      todo: np.ndarray, slots: np.ndarray) -> None:
+    def _find_further(
+        self, keys: np.ndarray, home: np.ndarray, step: np.ndarray, todo: np.ndarray, slots: np.ndarray
+    ) -> None:
         """Look at probe positions 2 .. max(longest path, _WIDE_PROBE) of keys ``todo``."""
         reach = max(self._max_probe, _WIDE_PROBE)
         path = (home[:, None] + step[:, None] * np.arange(2, reach + 1)) % self._groups
-        hit = np.flatnonzero(np.take(self._keys.reshape(-1, _GROUP), path.ravel(), axis=0)
-                             .reshape(len(todo), -1) == keys[:, None])
-        slots[todo[hit // ((reach - 1) * _GROUP)]] = ((path.ravel()[hit >> _GROUP_BITS]
-                                                       << _GROUP_BITS) + (hit & (_GROUP - 1)))
+        hit = np.flatnonzero(
+            np.take(self._keys.reshape(-1, _GROUP), path.ravel(), axis=0).reshape(len(todo), -1) == keys[:, None]
+        )
+        slots[todo[hit // ((reach - 1) * _GROUP)]] = (path.ravel()[hit >> _GROUP_BITS] << _GROUP_BITS) + (
+            hit & (_GROUP - 1)
+        )
 
-    def _insert(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray, offset: int,
-                vals: np.ndarray, owner: np.ndarray, failed: np.ndarray) -> None:
+    def _insert(
+        self,
+        keys: np.ndarray,
+        pair: np.ndarray,
+        step: np.ndarray,
+        offset: int,
+        vals: np.ndarray,
+        owner: np.ndarray,
+        failed: np.ndarray,
+    ) -> None:
         """Store new roots with their state, in the newest bucket, first seen at ``offset``."""
         slots = self._place(keys, pair, step)
         head = self._head_bucket()
@@ -667,7 +690,8 @@ class AckerTable:
             if index > _MAX_OWNER_INDEX:
                 raise ReliableKafkaError(
                     f"AckerTable: more than {_MAX_OWNER_INDEX} spout tasks own pending roots in "
-                    "one ack partition; use more ack partitions")
+                    "one ack partition; use more ack partitions"
+                )
         if index > np.iinfo(self._owner.dtype).max:  # 255 owners in one byte: make room
             self._compact_owners()
             index = len(self._owner_index) + 1
@@ -689,7 +713,7 @@ class AckerTable:
         self._owner[:] = remap[self._owner]
         ids = self._owner_ids[used]
         self._owner_ids = np.zeros(max(16, 2 * (len(used) + 1)), np.int64)
-        self._owner_ids[1:len(used) + 1] = ids
+        self._owner_ids[1 : len(used) + 1] = ids
         self._owner_index = {int(t): i + 1 for i, t in enumerate(ids)}
         self._owner_compactions += 1
 
@@ -707,9 +731,12 @@ class AckerTable:
             return None
         meta = int(self._meta[slot])
         owner = int(self._owner[slot])
-        return {"val": int(self._vals[slot]),
-                "owner": int(self._owner_ids[owner]) if owner else None,
-                "failed": bool(meta & _FAILED), "bucket": meta & _BUCKET}
+        return {
+            "val": int(self._vals[slot]),
+            "owner": int(self._owner_ids[owner]) if owner else None,
+            "failed": bool(meta & _FAILED),
+            "bucket": meta & _BUCKET,
+        }
 
     def _audit(self) -> list[str]:
         """Internal invariants that do not hold; empty when the table is sound."""
@@ -741,15 +768,13 @@ class AckerTable:
         if np.any(~in_pair & ((self._meta[live] & _FAR) == 0)):
             problems.append("a root outside both its choices is not marked _FAR")
         if len(far):
-            path = (pair[far, :1] + step[far, None] * np.arange(self._max_probe + 1)
-                    ) % self._groups
+            path = (pair[far, :1] + step[far, None] * np.arange(self._max_probe + 1)) % self._groups
             if not (path == (live[far] >> _GROUP_BITS)[:, None]).any(axis=1).all():
                 problems.append("a root lies beyond the longest recorded probe path")
         expected = np.zeros(self._groups, np.int64)
         np.add.at(expected, pair[far].ravel(), 1)
         actual = self._overflow.astype(np.int64)
-        if np.any((actual != expected) & (actual != _STUCK)) or np.any(
-                actual < np.minimum(expected, _STUCK)):
+        if np.any((actual != expected) & (actual != _STUCK)) or np.any(actual < np.minimum(expected, _STUCK)):
             problems.append("overflow counts do not match the far roots")
         found = self._find(keys, pair, step)
         if not np.array_equal(found, live):

@@ -71,8 +71,9 @@ def _runs(commit_point: int, offsets: Iterable[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def encode_done_above(commit_point: int, offsets: Iterable[int], *,
-                      max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[str, bool]:
+def encode_done_above(
+    commit_point: int, offsets: Iterable[int], *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[str, bool]:
     """Encode the offsets done above ``commit_point`` into at most ``max_bytes`` characters.
 
     Returns ``(metadata, truncated)``. ``metadata`` is ``""`` when there is nothing to record (or
@@ -103,7 +104,7 @@ def encode_done_above(commit_point: int, offsets: Iterable[int], *,
         truncated = True
         room = budget - len(payload) - len(gap)
         if room >= 1:  # keep the front of this run: a varint of `room` bytes holds < 128**room
-            payload += gap + _varint(min(length, 128 ** room) - 1)
+            payload += gap + _varint(min(length, 128**room) - 1)
         break
     if len(payload) == header:
         return "", True
@@ -127,7 +128,7 @@ def decode_done_ranges(commit_point: int, metadata: str | None) -> list[range]:
         if _OTHER_VERSION.match(metadata):
             raise _fail(metadata, f"unsupported version (this reader knows {PREFIX!r})")
         raise _fail(metadata, f"not reliable-kafka metadata (no {PREFIX!r} prefix)")
-    body = metadata[len(PREFIX):]
+    body = metadata[len(PREFIX) :]
     if not _BASE64URL.fullmatch(body) or len(body) % 4 == 1:
         raise _fail(metadata, "payload is not unpadded urlsafe base64")
     try:
@@ -138,8 +139,7 @@ def decode_done_ranges(commit_point: int, metadata: str | None) -> list[range]:
     if not values:
         raise _fail(metadata, "empty payload")
     if values[0] != commit_point:
-        raise _fail(metadata, f"written for commit point {values[0]}, "
-                              f"but the committed offset is {commit_point}")
+        raise _fail(metadata, f"written for commit point {values[0]}, but the committed offset is {commit_point}")
     if len(values) % 2 != 1:
         raise _fail(metadata, "payload ends inside a run")
     ranges: list[range] = []
@@ -171,8 +171,7 @@ def _read_varints(metadata: str, payload: bytes) -> list[int]:
     return values
 
 
-def decode_done_above(commit_point: int, metadata: str | None, *,
-                      max_offsets: int = 1_000_000) -> list[int]:
+def decode_done_above(commit_point: int, metadata: str | None, *, max_offsets: int = 1_000_000) -> list[int]:
     """The offsets recorded done above ``commit_point``, ascending (see ``decode_done_ranges``).
 
     Raises :class:`DecodeError` also when the metadata names more than ``max_offsets`` offsets

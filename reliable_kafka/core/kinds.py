@@ -10,9 +10,9 @@ __all__ = ["EventKind", "OutcomeKind"]
 class EventKind(enum.IntEnum):
     """Kinds of ack-topic entries (one byte each in the packed ``kinds`` column)."""
 
-    INIT = 0           # spout emitted root ``root``; ``val`` = XOR of the edges it sent
-    ACK = 1            # a tuple of ``root`` was acked; ``val`` = its id XOR its children's edges
-    FAIL = 2           # a tuple of ``root`` failed; ``val`` unused (0)
+    INIT = 0  # spout emitted root ``root``; ``val`` = XOR of the edges it sent
+    ACK = 1  # a tuple of ``root`` was acked; ``val`` = its id XOR its children's edges
+    FAIL = 2  # a tuple of ``root`` failed; ``val`` unused (0)
     RESET_TIMEOUT = 3  # push the deadline of ``root``; ``val`` unused (0)
 
 

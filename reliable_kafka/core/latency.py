@@ -15,7 +15,22 @@ from reliable_kafka.errors import ArgumentError
 __all__ = ["BOUNDS_S", "LatencyHistogram", "quantile"]
 
 BOUNDS_S: tuple[float, ...] = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
 )
 """Upper bounds (seconds) of the buckets; one more bucket above the last holds everything else."""
 
@@ -38,8 +53,7 @@ class LatencyHistogram:
 
     def snapshot(self) -> dict[str, object]:
         """``{"bounds", "counts", "count", "sum_s"}``, a copy safe to keep while observing goes on."""
-        return {"bounds": list(self.bounds), "counts": list(self.counts), "count": self.count,
-                "sum_s": self.sum_s}
+        return {"bounds": list(self.bounds), "counts": list(self.counts), "count": self.count, "sum_s": self.sum_s}
 
 
 def quantile(bounds: Sequence[float], counts: Sequence[int], q: float) -> float | None:

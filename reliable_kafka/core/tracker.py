@@ -69,8 +69,8 @@ def _monotonic_ms() -> int:
 class ActionKind(enum.Enum):
     """What the shell must do after an outcome."""
 
-    DONE = "DONE"                # the offset is done; nothing to do
-    REDELIVER = "REDELIVER"      # due_redeliveries() will hand it out after the backoff
+    DONE = "DONE"  # the offset is done; nothing to do
+    REDELIVER = "REDELIVER"  # due_redeliveries() will hand it out after the backoff
     DEAD_LETTER = "DEAD_LETTER"  # write it to the DLQ, then call dead_lettered(tp, offset)
 
 
@@ -147,8 +147,7 @@ class Backoff:
         if not self.multiplier >= 1.0:
             raise ConfigError(f"Backoff: multiplier must be >= 1.0, got {self.multiplier}")
         if self.max_ms < self.initial_ms:
-            raise ConfigError(
-                f"Backoff: max_ms ({self.max_ms}) must be >= initial_ms ({self.initial_ms})")
+            raise ConfigError(f"Backoff: max_ms ({self.max_ms}) must be >= initial_ms ({self.initial_ms})")
         if not 0.0 <= self.jitter <= 1.0:
             raise ConfigError(f"Backoff: jitter must be within [0, 1], got {self.jitter}")
         if self.rng is None:
@@ -168,10 +167,10 @@ class Backoff:
 
 
 class _State(enum.Enum):
-    IN_FLIGHT = 1     # held under a root, waiting for its outcome
-    RETRY = 2         # failed; waiting for its backoff to elapse
+    IN_FLIGHT = 1  # held under a root, waiting for its outcome
+    RETRY = 2  # failed; waiting for its backoff to elapse
     REDELIVERING = 3  # handed out by due_redeliveries; waiting for emitted() again
-    DEAD_LETTER = 4   # retries exhausted; waiting for dead_lettered()
+    DEAD_LETTER = 4  # retries exhausted; waiting for dead_lettered()
 
 
 # Enum members read through their class cost ~0.17 us each on Python 3.11, and ``OutcomeKind(kind)``
@@ -181,7 +180,8 @@ _COMPLETED = OutcomeKind.COMPLETED
 _RESET_TIMEOUT = OutcomeKind.RESET_TIMEOUT
 _DONE = ActionKind.DONE
 _SET_KIND, _SET_TP, _SET_OFFSET, _SET_ATTEMPT, _SET_REASON, _SET_DUE_MS, _SET_ROOT = (
-    OutcomeAction.__dict__[f.name].__set__ for f in dataclasses.fields(OutcomeAction))
+    OutcomeAction.__dict__[f.name].__set__ for f in dataclasses.fields(OutcomeAction)
+)
 
 
 def _done_action(tp: TopicPartition, offset: int, attempt: int) -> OutcomeAction:
@@ -212,7 +212,7 @@ class _Entry:
         self.state = _IN_FLIGHT
         self.reason = ""
         self.token = 0
-        self.first_ms = 0    # first emit: the age of the oldest pending record (status)
+        self.first_ms = 0  # first emit: the age of the oldest pending record (status)
         self.emitted_ms = 0  # this attempt's emit: complete latency
 
 
@@ -223,8 +223,8 @@ class _Partition:
 
     def __init__(self, committed: int | None, done_above: Iterable[int] = ()) -> None:
         self.pending: dict[int, _Entry] = {}
-        self._pending_heap: list[int] = []   # min-heap over pending offsets, lazily cleaned
-        self.done: set[int] = set()          # offsets done above the commit point
+        self._pending_heap: list[int] = []  # min-heap over pending offsets, lazily cleaned
+        self.done: set[int] = set()  # offsets done above the commit point
         self._done_heap: list[int] = []
         # Next offset after everything seen (None: nothing seen, nothing committed).
         self.position = committed
@@ -314,15 +314,13 @@ class InFlightTracker:
         if max_retries is not None and max_retries < 0:
             raise ConfigError(f"{where}: max_retries must be >= 0 or None, got {max_retries}")
         if message_timeout_ms is not None and message_timeout_ms <= 0:
-            raise ConfigError(
-                f"{where}: message_timeout_ms must be > 0 or None, got {message_timeout_ms}")
+            raise ConfigError(f"{where}: message_timeout_ms must be > 0 or None, got {message_timeout_ms}")
         if backstop_grace_ms < 0:
             raise ConfigError(f"{where}: backstop_grace_ms must be >= 0, got {backstop_grace_ms}")
         self.max_pending = max_pending
         self.max_retries = max_retries
         self.backoff = backoff if backoff is not None else Backoff()
-        self._backstop_ms = (None if message_timeout_ms is None
-                             else message_timeout_ms + backstop_grace_ms)
+        self._backstop_ms = None if message_timeout_ms is None else message_timeout_ms + backstop_grace_ms
         self._clock = clock if clock is not None else _monotonic_ms
         self.stats = TrackerStats()
         self.complete_latency = LatencyHistogram()  # emit to COMPLETED of the attempt that completed
@@ -336,8 +334,7 @@ class InFlightTracker:
 
     # -- partitions --------------------------------------------------------------------------
 
-    def assign(self, tp: TopicPartition, *, committed: int | None,
-               done_above: Iterable[int] = ()) -> None:
+    def assign(self, tp: TopicPartition, *, committed: int | None, done_above: Iterable[int] = ()) -> None:
         """Start tracking ``tp`` from its committed offset (None: no committed offset).
 
         ``done_above``: offsets recorded as done above ``committed`` (decoded commit metadata);
@@ -391,8 +388,7 @@ class InFlightTracker:
         point = part.commit_point()
         return point is not None and offset < point
 
-    def emitted(self, tp: TopicPartition, offset: int, *, root: int | None = None,
-                attempt: int = 1) -> int:
+    def emitted(self, tp: TopicPartition, offset: int, *, root: int | None = None, attempt: int = 1) -> int:
         """Record that the record at ``offset`` was emitted as ``root``; returns the root.
 
         ``root`` defaults to a fresh id; ``attempt`` is 1 for a first delivery and
@@ -414,8 +410,10 @@ class InFlightTracker:
         else:
             holder = self._roots.get(root)
             if holder is not None and holder is not entry:
-                raise ArgumentError(f"emitted {tp}@{offset}: root {root} is already held by "
-                                 f"{holder.tp}@{holder.offset}; draw a new root")
+                raise ArgumentError(
+                    f"emitted {tp}@{offset}: root {root} is already held by "
+                    f"{holder.tp}@{holder.offset}; draw a new root"
+                )
         now = self._clock()
         if entry is None:
             entry = _Entry(tp, offset)
@@ -506,8 +504,7 @@ class InFlightTracker:
             entry.state = _State.RETRY
             due = now_ms + self.backoff.delay_ms(entry.attempt)
             heapq.heappush(self._retries, (due, entry.token, entry))
-            return OutcomeAction(ActionKind.REDELIVER, entry.tp, entry.offset, entry.attempt,
-                                 reason, due, root)
+            return OutcomeAction(ActionKind.REDELIVER, entry.tp, entry.offset, entry.attempt, reason, due, root)
         entry.state = _State.DEAD_LETTER
         return OutcomeAction(ActionKind.DEAD_LETTER, entry.tp, entry.offset, entry.attempt, reason, None, root)
 

@@ -75,5 +75,3 @@ class AckSender:
         if error is not None:
             log.error("ack batch to %s[%s] not delivered: %s", self.acks_topic, message.partition(), error)
             self.delivery_errors.append(error)
-
-

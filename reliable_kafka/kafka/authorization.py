@@ -18,8 +18,16 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from reliable_kafka.errors import AuthorizationError
 
-__all__ = ["REFUSED", "principal_of", "refusal", "raise_if_refused", "check_delivery", "guard_delivery",
-           "check_consumed", "apply_acls"]
+__all__ = [
+    "REFUSED",
+    "principal_of",
+    "refusal",
+    "raise_if_refused",
+    "check_delivery",
+    "guard_delivery",
+    "check_consumed",
+    "apply_acls",
+]
 
 REFUSED = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED: "TOPIC",
@@ -48,9 +56,17 @@ def _error_of(failure) -> KafkaError | None:
     return failure if isinstance(failure, KafkaError) else None
 
 
-def refusal(failure, *, component: str, principal: str, operation: str = "WRITE", topic: str | None = None,
-            group: str | None = None, group_operation: str = "READ",
-            transactional_id: str | None = None) -> AuthorizationError | None:
+def refusal(
+    failure,
+    *,
+    component: str,
+    principal: str,
+    operation: str = "WRITE",
+    topic: str | None = None,
+    group: str | None = None,
+    group_operation: str = "READ",
+    transactional_id: str | None = None,
+) -> AuthorizationError | None:
     """The :class:`AuthorizationError` that ``failure`` (a KafkaError or KafkaException) is, or None.
 
     ``operation`` is what was asked of ``topic``; a group refusal names ``group_operation`` on
@@ -69,9 +85,14 @@ def refusal(failure, *, component: str, principal: str, operation: str = "WRITE"
         "TRANSACTIONAL_ID": (transactional_id, "WRITE"),
         "CLUSTER": ("kafka-cluster", "IDEMPOTENT_WRITE"),
     }[resource_type]
-    return AuthorizationError(component=component, principal=principal, operation=asked,
-                              resource_type=resource_type, resource=resource or "(not named by Kafka)",
-                              error=error.name())
+    return AuthorizationError(
+        component=component,
+        principal=principal,
+        operation=asked,
+        resource_type=resource_type,
+        resource=resource or "(not named by Kafka)",
+        error=error.name(),
+    )
 
 
 def raise_if_refused(failure, **what) -> None:
@@ -82,8 +103,10 @@ def raise_if_refused(failure, **what) -> None:
 
 
 def _who(client) -> dict:
-    return {"component": getattr(client, "component", None) or "a Kafka client",
-            "principal": getattr(client, "principal", None) or principal_of(None)}
+    return {
+        "component": getattr(client, "component", None) or "a Kafka client",
+        "principal": getattr(client, "principal", None) or principal_of(None),
+    }
 
 
 def check_delivery(error: KafkaError | None, message: Message, producer) -> None:
@@ -92,8 +115,13 @@ def check_delivery(error: KafkaError | None, message: Message, producer) -> None
     Raised from a callback, the error leaves the ``poll``/``flush`` that served it.
     """
     if error is not None and error.code() in REFUSED:
-        raise_if_refused(error, **_who(producer), operation="WRITE", topic=message.topic(),
-                         transactional_id=getattr(producer, "transactional_id", None))
+        raise_if_refused(
+            error,
+            **_who(producer),
+            operation="WRITE",
+            topic=message.topic(),
+            transactional_id=getattr(producer, "transactional_id", None),
+        )
 
 
 def guard_delivery(callback: Callable, producer_ref: list) -> Callable:
@@ -113,9 +141,15 @@ def check_consumed(message: Message, consumer, *, component: str | None = None) 
     subscribed with; DESCRIBE on the group of a consumer that only assigns: it asks for the group's
     coordinator all the same)."""
     who = _who(consumer)
-    raise_if_refused(message.error(), component=component or who["component"], principal=who["principal"],
-                     operation="READ", topic=message.topic(), group=getattr(consumer, "group_id", None),
-                     group_operation="READ" if getattr(consumer, "subscribed", True) else "DESCRIBE")
+    raise_if_refused(
+        message.error(),
+        component=component or who["component"],
+        principal=who["principal"],
+        operation="READ",
+        topic=message.topic(),
+        group=getattr(consumer, "group_id", None),
+        group_operation="READ" if getattr(consumer, "subscribed", True) else "DESCRIBE",
+    )
 
 
 def apply_acls(admin, acls, *, timeout: float = 60.0) -> None:
@@ -136,9 +170,18 @@ def apply_acls(admin, acls, *, timeout: float = 60.0) -> None:
 
     from reliable_kafka.errors import DeliveryError
 
-    bindings = [AclBinding(getattr(ResourceType, acl.resource_type), acl.name,
-                           getattr(ResourcePatternType, acl.pattern_type), acl.principal, acl.host,
-                           getattr(AclOperation, acl.operation), AclPermissionType.ALLOW) for acl in acls]
+    bindings = [
+        AclBinding(
+            getattr(ResourceType, acl.resource_type),
+            acl.name,
+            getattr(ResourcePatternType, acl.pattern_type),
+            acl.principal,
+            acl.host,
+            getattr(AclOperation, acl.operation),
+            AclPermissionType.ALLOW,
+        )
+        for acl in acls
+    ]
     if not bindings:
         return
     who = {"component": "reliable-kafka acls", "principal": getattr(admin, "principal", None) or principal_of(None)}
@@ -154,13 +197,22 @@ def apply_acls(admin, acls, *, timeout: float = 60.0) -> None:
         wanted.setdefault(binding.principal, set()).add(str(binding))
     for principal, theirs in wanted.items():
         anything: Any = None  # any name or host (AclBindingFilter's docs); its stubs say str
-        match = AclBindingFilter(ResourceType.ANY, anything, ResourcePatternType.ANY, principal, anything,
-                                 AclOperation.ANY, AclPermissionType.ANY)
+        match = AclBindingFilter(
+            ResourceType.ANY,
+            anything,
+            ResourcePatternType.ANY,
+            principal,
+            anything,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
         while True:
             found = set(map(str, admin.describe_acls(match, request_timeout=timeout).result(timeout)))
             if theirs <= found:
                 break
             if time.monotonic() > deadline:
-                raise DeliveryError(f"ACLs of {principal} created but not reported by the broker within "
-                                    f"{timeout:.0f}s; check with kafka-acls.sh --list")
+                raise DeliveryError(
+                    f"ACLs of {principal} created but not reported by the broker within "
+                    f"{timeout:.0f}s; check with kafka-acls.sh --list"
+                )
             time.sleep(0.2)

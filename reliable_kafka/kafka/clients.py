@@ -15,8 +15,14 @@ from reliable_kafka.kafka.authorization import guard_delivery, principal_of
 from reliable_kafka.kafka.config import consumer_settings, producer_settings
 from reliable_kafka.kafka.factory import KafkaClients, clients_or_default
 
-__all__ = ["new_producer", "new_consumer", "check_ack_sender_config", "message_coordinates", "coordinates",
-           "ERRORS_ONLY"]
+__all__ = [
+    "new_producer",
+    "new_consumer",
+    "check_ack_sender_config",
+    "message_coordinates",
+    "coordinates",
+    "ERRORS_ONLY",
+]
 
 _PRODUCER_DEFAULTS = {
     "enable.idempotence": True,
@@ -24,6 +30,7 @@ _PRODUCER_DEFAULTS = {
     "linger.ms": 5,
     "queue.buffering.max.messages": 500_000,
 }
+
 
 def _merged(kafka_config: dict | None, required: dict, defaults: dict) -> dict:
     config = {**defaults, **(kafka_config or {})}  # the user's dict is copied, never changed
@@ -56,12 +63,16 @@ def check_ack_sender_config(config: dict | None, *, component: str) -> None:
     if "enable.idempotence" in config and str(config["enable.idempotence"]).lower() not in ("true", "t", "1"):
         raise ConfigError(
             f"{component}: kafka_config sets enable.idempotence={config['enable.idempotence']!r}; "
-            f"{_DUPLICATES_WHY}. Remove enable.idempotence (the library sets it to true)")
+            f"{_DUPLICATES_WHY}. Remove enable.idempotence (the library sets it to true)"
+        )
     rules = (
         (("acks", "request.required.acks"), lambda v: str(v).lower() in ("all", "-1"), "all"),
         (("retries", "message.send.max.retries"), lambda v: (n := _int(v)) is None or n >= 1, ">= 1"),
-        (("max.in.flight", "max.in.flight.requests.per.connection"),
-         lambda v: (n := _int(v)) is None or n <= 5, "<= 5"),
+        (
+            ("max.in.flight", "max.in.flight.requests.per.connection"),
+            lambda v: (n := _int(v)) is None or n <= 5,
+            "<= 5",
+        ),
         (("queuing.strategy",), lambda v: str(v).lower() == "fifo", "fifo"),
     )
     for names, allowed, needed in rules:
@@ -69,7 +80,8 @@ def check_ack_sender_config(config: dict | None, *, component: str) -> None:
             if name in config and not allowed(config[name]):
                 raise ConfigError(
                     f"{component}: kafka_config sets {name}={config[name]!r}, which defeats idempotence "
-                    f"(it needs {names[0]} {needed}); {_DUPLICATES_WHY}. Remove {name} from kafka_config")
+                    f"(it needs {names[0]} {needed}); {_DUPLICATES_WHY}. Remove {name} from kafka_config"
+                )
 
 
 def _int(value) -> int | None:
@@ -79,9 +91,15 @@ def _int(value) -> int | None:
         return None  # not a number: librdkafka refuses it with its own message
 
 
-def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, *,
-                 ack_sender: str | None = None, component: str | None = None,
-                 clients: KafkaClients | None = None, **overrides) -> Producer:
+def new_producer(
+    bootstrap_servers: str,
+    kafka_config: dict | None = None,
+    *,
+    ack_sender: str | None = None,
+    component: str | None = None,
+    clients: KafkaClients | None = None,
+    **overrides,
+) -> Producer:
     """An idempotent ``acks=all`` producer; ``kafka_config`` passes librdkafka settings through.
 
     ``ack_sender`` names the component when the producer sends ack events: a configuration
@@ -104,8 +122,14 @@ def new_producer(bootstrap_servers: str, kafka_config: dict | None = None, *,
     return producer
 
 
-def new_consumer(bootstrap_servers: str, group_id: str, kafka_config: dict | None = None, *,
-                 clients: KafkaClients | None = None, **overrides) -> Consumer:
+def new_consumer(
+    bootstrap_servers: str,
+    group_id: str,
+    kafka_config: dict | None = None,
+    *,
+    clients: KafkaClients | None = None,
+    **overrides,
+) -> Consumer:
     """A consumer with manual commits and offset storage (the layer decides what is committed)."""
     defaults = {"auto.offset.reset": "earliest", "enable.partition.eof": False}
     required = {

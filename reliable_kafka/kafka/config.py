@@ -23,8 +23,13 @@ __all__ = ["ClientConfig", "client_config", "consumer_settings", "producer_setti
 class ClientConfig(dict[str, Any]):
     """The settings of every client (the dict itself), plus ``consumer`` and ``producer`` overrides."""
 
-    def __init__(self, shared: Mapping[str, Any] | None = None, *, consumer: Mapping[str, Any] | None = None,
-                 producer: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        shared: Mapping[str, Any] | None = None,
+        *,
+        consumer: Mapping[str, Any] | None = None,
+        producer: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(shared or {})
         self.consumer: dict[str, Any] = dict(consumer or {})
         self.producer: dict[str, Any] = dict(producer or {})
@@ -33,9 +38,12 @@ class ClientConfig(dict[str, Any]):
         return f"ClientConfig({dict(self)!r}, consumer={self.consumer!r}, producer={self.producer!r})"
 
 
-def client_config(kafka_config: Mapping[str, Any] | None = None, *,
-                  consumer_config: Mapping[str, Any] | None = None,
-                  producer_config: Mapping[str, Any] | None = None) -> ClientConfig:
+def client_config(
+    kafka_config: Mapping[str, Any] | None = None,
+    *,
+    consumer_config: Mapping[str, Any] | None = None,
+    producer_config: Mapping[str, Any] | None = None,
+) -> ClientConfig:
     """A component's copy of its settings (the caller's dicts are never changed).
 
     ``kafka_config`` may itself be a :class:`ClientConfig`; the per-role dicts given here are merged

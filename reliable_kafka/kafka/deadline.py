@@ -9,6 +9,7 @@ from reliable_kafka.errors import ReliableKafkaError
 
 __all__ = ["StuckCall", "with_deadline"]
 
+
 class StuckCall(ReliableKafkaError):
     """A client call did not return within its deadline (the client is abandoned, not reused)."""
 

@@ -21,6 +21,7 @@ __all__ = ["OutcomeListener"]
 
 log = logging.getLogger(__name__)
 
+
 class OutcomeListener:
     """Reads the outcomes addressed to one or more spout task ids from ``<topology>.outcomes``.
 
@@ -61,8 +62,11 @@ class OutcomeListener:
             clients=self.clients,
             **{"isolation.level": "read_committed"},
         )
-        partitions = partition_count(admin_client(self.bootstrap_servers, self.kafka_config, clients=self.clients),
-                                     self.topics.outcomes, wait=timeout)
+        partitions = partition_count(
+            admin_client(self.bootstrap_servers, self.kafka_config, clients=self.clients),
+            self.topics.outcomes,
+            wait=timeout,
+        )
         if partitions is None:
             self._consumer.close()
             self._consumer = None
@@ -104,14 +108,20 @@ class OutcomeListener:
         while True:
             try:
                 _, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(self.topics.outcomes, partition), timeout=max(1.0, deadline - time.monotonic()),
-                    cached=False)
+                    TopicPartition(self.topics.outcomes, partition),
+                    timeout=max(1.0, deadline - time.monotonic()),
+                    cached=False,
+                )
                 return high
             except KafkaException as exc:
                 if time.monotonic() >= deadline:
                     raise
-                log.info("outcome partition %s[%s] not ready (%s); asking again", self.topics.outcomes, partition,
-                         exc.args[0])
+                log.info(
+                    "outcome partition %s[%s] not ready (%s); asking again",
+                    self.topics.outcomes,
+                    partition,
+                    exc.args[0],
+                )
                 time.sleep(0.2)
 
     def unfollow(self, owner: int) -> None:
@@ -152,5 +162,3 @@ class OutcomeListener:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
-
-

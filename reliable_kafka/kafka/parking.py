@@ -24,6 +24,7 @@ __all__ = ["Quarantine", "park"]
 
 log = logging.getLogger(__name__)
 
+
 class Quarantine:
     """Copies records that cannot be used to ``<topology>.quarantine``, counted and logged.
 
@@ -45,7 +46,10 @@ class Quarantine:
         self.count += 1
         log.warning(
             "%s: %s at %s; copied to %s and skipped",
-            self.component, reason, message_coordinates(message), self.topic,
+            self.component,
+            reason,
+            message_coordinates(message),
+            self.topic,
         )
         timestamp = message.timestamp()[1] if message.timestamp() else -1
         topic, partition, offset = coordinates(message)
@@ -74,9 +78,14 @@ class Quarantine:
     def _write(self, record: dict, parked: ParkedRecord) -> None:
         def delivered(error, _message) -> None:
             if error is not None:
-                log.error("%s: quarantine copy of %s[%d]@%d not delivered (%s); writing it again",
-                          self.component, parked.source_topic, parked.source_partition, parked.source_offset,
-                          error)
+                log.error(
+                    "%s: quarantine copy of %s[%d]@%d not delivered (%s); writing it again",
+                    self.component,
+                    parked.source_topic,
+                    parked.source_partition,
+                    parked.source_offset,
+                    error,
+                )
                 self.unsent.append((record, parked))
 
         try:
@@ -84,8 +93,14 @@ class Quarantine:
         except ProducerUnusable:
             raise
         except KafkaException as exc:  # not the record's fault (e.g. the topic is missing): try again later
-            log.error("%s: quarantine copy of %s[%d]@%d not queued (%s); will try again", self.component,
-                      parked.source_topic, parked.source_partition, parked.source_offset, exc)
+            log.error(
+                "%s: quarantine copy of %s[%d]@%d not queued (%s); will try again",
+                self.component,
+                parked.source_topic,
+                parked.source_partition,
+                parked.source_offset,
+                exc,
+            )
             self.unsent.append((record, parked))
 
 
@@ -123,8 +138,17 @@ def park(
     _park(producer, topic, key, value, headers, parked, on_delivery, in_callback=False)
 
 
-def _park(producer: Producer, topic: str, key, value, headers, parked: ParkedRecord,
-          on_delivery: Callable | None, *, in_callback: bool) -> None:
+def _park(
+    producer: Producer,
+    topic: str,
+    key,
+    value,
+    headers,
+    parked: ParkedRecord,
+    on_delivery: Callable | None,
+    *,
+    in_callback: bool,
+) -> None:
     if parked.value_omitted:
         key, value, headers = None, None, []
 
@@ -134,8 +158,14 @@ def _park(producer: Producer, topic: str, key, value, headers, parked: ParkedRec
             _remember_too_large(topic, parked)
             again = _as_reference(parked, f"the broker refused it: {error.name()}")
         elif error is not None and on_delivery is None:
-            log.error("%s: parked record %s[%d]@%d not delivered (%s); writing it again", topic,
-                      parked.source_topic, parked.source_partition, parked.source_offset, error)
+            log.error(
+                "%s: parked record %s[%d]@%d not delivered (%s); writing it again",
+                topic,
+                parked.source_topic,
+                parked.source_partition,
+                parked.source_offset,
+                error,
+            )
             again = parked
         else:
             if on_delivery is not None:
@@ -144,8 +174,14 @@ def _park(producer: Producer, topic: str, key, value, headers, parked: ParkedRec
         try:
             _park(producer, topic, key, value, headers, again, on_delivery, in_callback=True)
         except (KafkaException, BufferError) as exc:  # no poll() inside a callback: report it
-            log.error("%s: parked record %s[%d]@%d could not be queued again: %s", topic,
-                      parked.source_topic, parked.source_partition, parked.source_offset, exc)
+            log.error(
+                "%s: parked record %s[%d]@%d could not be queued again: %s",
+                topic,
+                parked.source_topic,
+                parked.source_partition,
+                parked.source_offset,
+                exc,
+            )
             if on_delivery is not None:
                 on_delivery(KafkaError(KafkaError._FAIL, f"not queued again: {exc}"), message)
 
@@ -162,18 +198,33 @@ def _park(producer: Producer, topic: str, key, value, headers, parked: ParkedRec
         if exc.args[0].code() not in _SIZE_ERRORS or parked.value_omitted:
             raise
         _remember_too_large(topic, parked)
-        _park(producer, topic, None, None, [],
-              _as_reference(parked, f"over the producer's message.max.bytes: {exc.args[0].name()}"),
-              on_delivery, in_callback=in_callback)
+        _park(
+            producer,
+            topic,
+            None,
+            None,
+            [],
+            _as_reference(parked, f"over the producer's message.max.bytes: {exc.args[0].name()}"),
+            on_delivery,
+            in_callback=in_callback,
+        )
 
 
 def _as_reference(parked: ParkedRecord, why: str) -> ParkedRecord:
-    log.error("%s[%d]@%d: %d bytes, too large to park (%s); parking a reference without the value",
-              parked.source_topic, parked.source_partition, parked.source_offset, parked.original_bytes, why)
+    log.error(
+        "%s[%d]@%d: %d bytes, too large to park (%s); parking a reference without the value",
+        parked.source_topic,
+        parked.source_partition,
+        parked.source_offset,
+        parked.original_bytes,
+        why,
+    )
     return dataclasses.replace(
-        parked, value_omitted=True,
+        parked,
+        value_omitted=True,
         reason=f"{parked.reason} [value omitted: {parked.original_bytes} bytes, too large to copy ({why}); "
-               f"read it at {parked.source_topic}[{parked.source_partition}]@{parked.source_offset}]")
+        f"read it at {parked.source_topic}[{parked.source_partition}]@{parked.source_offset}]",
+    )
 
 
 def _remember_too_large(topic: str, parked: ParkedRecord) -> None:
@@ -181,5 +232,3 @@ def _remember_too_large(topic: str, parked: ParkedRecord) -> None:
         _TOO_LARGE[(topic, parked.source_topic, parked.source_partition, parked.source_offset)] = None
         while len(_TOO_LARGE) > _TOO_LARGE_KEPT:
             del _TOO_LARGE[next(iter(_TOO_LARGE))]
-
-

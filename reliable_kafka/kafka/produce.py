@@ -12,8 +12,18 @@ from reliable_kafka.errors import DeliveryError, ReliableKafkaError
 
 __all__ = ["produce_tuple", "produce_waiting", "ProducerUnusable", "flush_or_raise"]
 
-def produce_tuple(producer: Producer, topic: str, value: bytes | None, *, key: bytes | None,
-                  headers, partition: int | None, anchors: dict[int, int], on_delivery: Callable | None = None) -> None:
+
+def produce_tuple(
+    producer: Producer,
+    topic: str,
+    value: bytes | None,
+    *,
+    key: bytes | None,
+    headers,
+    partition: int | None,
+    anchors: dict[int, int],
+    on_delivery: Callable | None = None,
+) -> None:
     """Send a tuple: the user's key, value and headers, plus ``rk-anchors`` when it is tracked.
 
     ``on_delivery`` is per message; the hot path passes none and relies on the producer's own
@@ -29,11 +39,19 @@ def produce_tuple(producer: Producer, topic: str, value: bytes | None, *, key: b
     else:
         headers = None
     try:  # positional, partition -1 = the partitioner's choice: this runs once per emitted tuple
-        producer.produce(topic, value, key, _ANY_PARTITION if partition is None else partition, on_delivery,
-                         headers=headers)
+        producer.produce(
+            topic, value, key, _ANY_PARTITION if partition is None else partition, on_delivery, headers=headers
+        )
     except (BufferError, KafkaException):  # queue full, or the producer failed: the slow path decides
-        produce_waiting(producer, topic, value, key=key, partition=_ANY_PARTITION if partition is None else partition,
-                        headers=headers, on_delivery=on_delivery)
+        produce_waiting(
+            producer,
+            topic,
+            value,
+            key=key,
+            partition=_ANY_PARTITION if partition is None else partition,
+            headers=headers,
+            on_delivery=on_delivery,
+        )
 
 
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitioner picks one
@@ -74,5 +92,3 @@ def flush_or_raise(producer: Producer, *, timeout: float = 30.0, what: str = "re
         remaining = producer.flush(max(0.1, deadline - time.monotonic()))
     if remaining:
         raise DeliveryError(f"{remaining} {what} not delivered within {timeout:.0f}s; is the broker up?")
-
-

@@ -28,9 +28,14 @@ class Transactions:
     ``on_new_producer(producer)`` lets the component hand the new producer to whatever sends with it.
     """
 
-    def __init__(self, new_producer: Callable[[], Producer], *, component: str,
-                 on_new_producer: Callable[[Producer], None] | None = None,
-                 deadline_s: float = TXN_DEADLINE_S) -> None:
+    def __init__(
+        self,
+        new_producer: Callable[[], Producer],
+        *,
+        component: str,
+        on_new_producer: Callable[[Producer], None] | None = None,
+        deadline_s: float = TXN_DEADLINE_S,
+    ) -> None:
         self._new_producer = new_producer
         self.deadline_s = deadline_s
         self.component = component
@@ -49,8 +54,12 @@ class Transactions:
         try:
             producer.init_transactions(TXN_TIMEOUT_S)  # fences a previous incarnation and aborts its open transaction
         except KafkaException as exc:  # a refused transactional id stops the component, naming the ACL
-            raise_if_refused(exc, component=self.component, principal=getattr(producer, "principal", None),
-                             transactional_id=getattr(producer, "transactional_id", None))
+            raise_if_refused(
+                exc,
+                component=self.component,
+                principal=getattr(producer, "principal", None),
+                transactional_id=getattr(producer, "transactional_id", None),
+            )
             raise
         if self.producer is not None:
             self.producers_replaced += 1
@@ -67,8 +76,9 @@ class Transactions:
         """Add ``offsets`` (consumer group ``group_metadata``) and commit, each call under a hard
         deadline: raises :class:`KafkaException` or :class:`StuckCall`; then call :meth:`abort`."""
         assert self.producer is not None
-        with_deadline(self.producer.send_offsets_to_transaction, offsets, group_metadata, TXN_TIMEOUT_S,
-                      seconds=self.deadline_s)
+        with_deadline(
+            self.producer.send_offsets_to_transaction, offsets, group_metadata, TXN_TIMEOUT_S, seconds=self.deadline_s
+        )
         with_deadline(self.producer.commit_transaction, TXN_TIMEOUT_S, seconds=self.deadline_s)
         self.committed += 1
         self._failed_in_a_row = 0

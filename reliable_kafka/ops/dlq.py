@@ -89,9 +89,14 @@ class DeadLetter:
             "offset": self.offset,
             "timestamp_ms": self.timestamp_ms,
             "reason": self.reason,
-            "source": None if parked is None else {
-                "topic": parked.source_topic, "partition": parked.source_partition,
-                "offset": parked.source_offset, "timestamp_ms": parked.source_timestamp_ms},
+            "source": None
+            if parked is None
+            else {
+                "topic": parked.source_topic,
+                "partition": parked.source_partition,
+                "offset": parked.source_offset,
+                "timestamp_ms": parked.source_timestamp_ms,
+            },
             "parked_by": parked.component if parked else None,
             "parked_reason": parked.reason if parked else None,
             "parked_at_ms": parked.parked_at_ms if parked else None,
@@ -140,7 +145,8 @@ def _read_all(consumer, topic: str, timeout: float) -> list:
         if time.monotonic() > deadline:
             raise ReliableKafkaError(
                 f"reading {topic} did not reach its end offsets {ends} within {timeout:.0f}s "
-                f"(read up to {positions}); is the broker up? try again with a longer --timeout")
+                f"(read up to {positions}); is the broker up? try again with a longer --timeout"
+            )
         for message in consumer.consume(num_messages=1000, timeout=0.5):
             if message.error() is not None:
                 continue
@@ -153,8 +159,9 @@ def _read_all(consumer, topic: str, timeout: float) -> list:
     return messages
 
 
-def read_dead_letters(bootstrap_servers: str, topology: str, *, kafka_config: dict | None = None,
-                      timeout: float = 60.0) -> list[DeadLetter]:
+def read_dead_letters(
+    bootstrap_servers: str, topology: str, *, kafka_config: dict | None = None, timeout: float = 60.0
+) -> list[DeadLetter]:
     """Every dead letter of ``topology``, in partition and offset order."""
     topics = TopologyTopics(topology)
     consumer = _consumer(bootstrap_servers, topology, kafka_config)
@@ -174,15 +181,33 @@ def read_dead_letters(bootstrap_servers: str, topology: str, *, kafka_config: di
                 parked = None
         attempts = decode_attempts(next((v for k, v in headers if k == ATTEMPTS_HEADER), None))
         timestamp = message.timestamp()
-        letters.append(DeadLetter(message.partition(), message.offset(), timestamp[1] if timestamp else -1,
-                                  message.key(), message.value(), headers, parked, attempts))
+        letters.append(
+            DeadLetter(
+                message.partition(),
+                message.offset(),
+                timestamp[1] if timestamp else -1,
+                message.key(),
+                message.value(),
+                headers,
+                parked,
+                attempts,
+            )
+        )
     letters.sort(key=lambda d: (d.partition, d.offset))
     return letters
 
 
-def select(letters: list[DeadLetter], *, reason: str | None = None, source_topic: str | None = None,
-           source_partition: int | None = None, component: str | None = None, since_ms: int | None = None,
-           until_ms: int | None = None, offsets: list[tuple[int, int]] | None = None) -> list[DeadLetter]:
+def select(
+    letters: list[DeadLetter],
+    *,
+    reason: str | None = None,
+    source_topic: str | None = None,
+    source_partition: int | None = None,
+    component: str | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    offsets: list[tuple[int, int]] | None = None,
+) -> list[DeadLetter]:
     """The dead letters matching every given filter (``reason`` and ``component``: substrings,
     any case; times: when parked; ``offsets``: DLQ (partition, offset) pairs)."""
     wanted = set(offsets) if offsets else None
@@ -227,14 +252,16 @@ def parse_time(text: str, *, now_ms: int | None = None) -> int:
     except ValueError:
         raise ReliableKafkaError(
             f"cannot read time {text!r}: give ms since the epoch, ISO 8601 (2026-11-23T18:00) or an age "
-            f"such as 15m, 2h, 1d") from None
+            f"such as 15m, 2h, 1d"
+        ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return int(when.timestamp() * 1000)
 
 
-def replayed(bootstrap_servers: str, topology: str, *, kafka_config: dict | None = None,
-             timeout: float = 60.0) -> dict[tuple[int, int], dict]:
+def replayed(
+    bootstrap_servers: str, topology: str, *, kafka_config: dict | None = None, timeout: float = 60.0
+) -> dict[tuple[int, int], dict]:
     """DLQ (partition, offset) -> what its replay recorded, from ``<topology>.dlq-replayed``."""
     topics = TopologyTopics(topology)
     consumer = _consumer(bootstrap_servers, topology, kafka_config)
@@ -254,7 +281,7 @@ def replayed(bootstrap_servers: str, topology: str, *, kafka_config: dict | None
 
 @dataclass
 class ReplayReport:
-    sent: list[dict] = field(default_factory=list)     # {dlq, to, partition}
+    sent: list[dict] = field(default_factory=list)  # {dlq, to, partition}
     skipped: list[dict] = field(default_factory=list)  # {dlq, why}
     dry_run: bool = False
 
@@ -265,8 +292,7 @@ def _ensure_replayed_topic(admin, topics: TopologyTopics) -> None:
 
     if topics.dlq_replayed in admin.list_topics(timeout=30).topics:
         return
-    new = NewTopic(topics.dlq_replayed, num_partitions=1, replication_factor=1,
-                   config={"cleanup.policy": "compact"})
+    new = NewTopic(topics.dlq_replayed, num_partitions=1, replication_factor=1, config={"cleanup.policy": "compact"})
     for topic, future in admin.create_topics([new], operation_timeout=30).items():
         try:
             future.result(timeout=30)
@@ -275,9 +301,17 @@ def _ensure_replayed_topic(admin, topics: TopologyTopics) -> None:
                 raise TopologyError(f"cannot create {topic}: {exc}") from exc
 
 
-def replay(bootstrap_servers: str, topology: str, letters: list[DeadLetter], *, to: str | None = None,
-           rate: float = 100.0, dry_run: bool = False, kafka_config: dict | None = None,
-           batch: int = 100) -> ReplayReport:
+def replay(
+    bootstrap_servers: str,
+    topology: str,
+    letters: list[DeadLetter],
+    *,
+    to: str | None = None,
+    rate: float = 100.0,
+    dry_run: bool = False,
+    kafka_config: dict | None = None,
+    batch: int = 100,
+) -> ReplayReport:
     """Send ``letters`` back to their source topic and partition (or to topic ``to``), at most
     ``rate`` records a second, each once ever (see the module doc); ``dry_run`` sends nothing."""
     from reliable_kafka.kafka.clients import new_producer
@@ -317,17 +351,20 @@ def replay(bootstrap_servers: str, topology: str, letters: list[DeadLetter], *, 
     producer.init_transactions(30)  # fences another replay of this topology still running
     started = time.monotonic()
     for start in range(0, len(todo), batch):
-        chunk = todo[start:start + batch]
+        chunk = todo[start : start + batch]
         producer.begin_transaction()
         for letter, where, target, partition in chunk:
-            kwargs: dict[str, Any] = {"key": letter.key,
-                      "headers": letter.original_headers() + [(LINEAGE_HEADER, where.encode())]}
+            kwargs: dict[str, Any] = {
+                "key": letter.key,
+                "headers": letter.original_headers() + [(LINEAGE_HEADER, where.encode())],
+            }
             if partition is not None:
                 kwargs["partition"] = partition
             producer.produce(target, letter.value, **kwargs)
             mark = {"to": target, "at_ms": int(time.time() * 1000), "reason": letter.reason}
-            producer.produce(topics.dlq_replayed, json.dumps(mark).encode(),
-                             key=f"{letter.partition}:{letter.offset}".encode())
+            producer.produce(
+                topics.dlq_replayed, json.dumps(mark).encode(), key=f"{letter.partition}:{letter.offset}".encode()
+            )
             report.sent.append({"dlq": where, "to": target, "partition": partition})
         producer.commit_transaction(60)
         # rate limit: the next chunk waits until the records so far fit in rate/second
@@ -350,9 +387,11 @@ def render_list(letters: list[DeadLetter]) -> str:
     for d in letters:
         source = f"{d.source[0]}[{d.source[1]}]@{d.source[2]}" if d.source else "?"
         parked_at = d.parked.parked_at_ms if d.parked else d.timestamp_ms
-        lines.append(f"{d.partition:>3}@{d.offset:<6}  {_when(parked_at):19}  "
-                     f"{source:28}  {d.parked.attempts if d.parked else '?':>5}  "
-                     f"{','.join(sorted(d.components()))[:20]:20}  {d.reason}")
+        lines.append(
+            f"{d.partition:>3}@{d.offset:<6}  {_when(parked_at):19}  "
+            f"{source:28}  {d.parked.attempts if d.parked else '?':>5}  "
+            f"{','.join(sorted(d.components()))[:20]:20}  {d.reason}"
+        )
     lines.append(f"{len(letters)} dead letter(s)")
     return "\n".join(lines)
 
@@ -373,14 +412,19 @@ def render_one(letter: DeadLetter, marks: dict | None = None, last_acks: dict | 
         lines.append(f"  attempt {a.attempt}: {a.outcome} at {_when(a.at_ms)} (root {a.root})")
         if last_acks is not None and a.root in last_acks:
             last = last_acks[a.root]
-            lines.append(f"    last ACK before the timeout: {last['from'] or last['task_id']} at {_when(last['at_ms'])}"
-                         if last else "    no ACK at all before the timeout: the first hop never acked")
+            lines.append(
+                f"    last ACK before the timeout: {last['from'] or last['task_id']} at {_when(last['at_ms'])}"
+                if last
+                else "    no ACK at all before the timeout: the first hop never acked"
+            )
         for f in a.failures:
             on = f.get("tuple")
             where = f" on {on['topic']}[{on['partition']}]@{on['offset']}" if on else ""
             error = f" [{f['error_type']}]" if f.get("error_type") else ""
-            lines.append(f"    failed by {f['component']}{where} at {_when(f['at_ms'])}: {f['reason']}{error}"
-                         f"{'' if f.get('retry', True) else ' (retry=False)'}")
+            lines.append(
+                f"    failed by {f['component']}{where} at {_when(f['at_ms'])}: {f['reason']}{error}"
+                f"{'' if f.get('retry', True) else ' (retry=False)'}"
+            )
     if marks and (letter.partition, letter.offset) in marks:
         mark = marks[(letter.partition, letter.offset)]
         lines.append(f"  replayed  to {mark.get('to')} at {_when(mark.get('at_ms'))}")

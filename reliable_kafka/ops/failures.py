@@ -94,15 +94,31 @@ class FailureRecord:
     at_ms: int = -1
 
     @classmethod
-    def of(cls, *, roots, component: str, task_id: int = 0, reason: str | None = None,
-           error: BaseException | None = None, retry: bool = True, topic: str | None = None,
-           partition: int | None = None, offset: int | None = None) -> FailureRecord:
+    def of(
+        cls,
+        *,
+        roots,
+        component: str,
+        task_id: int = 0,
+        reason: str | None = None,
+        error: BaseException | None = None,
+        retry: bool = True,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> FailureRecord:
         coordinates = None if topic is None else {"topic": topic, "partition": partition, "offset": offset}
-        return cls(roots=[int(r) for r in roots], component=component, task_id=int(task_id),
-                   reason=reason_of(reason, error),
-                   error_type=type(error).__name__ if error is not None else None,
-                   error_message=_cut(str(error)) if error is not None else None,
-                   retry=bool(retry), tuple=coordinates, at_ms=_now_ms())
+        return cls(
+            roots=[int(r) for r in roots],
+            component=component,
+            task_id=int(task_id),
+            reason=reason_of(reason, error),
+            error_type=type(error).__name__ if error is not None else None,
+            error_message=_cut(str(error)) if error is not None else None,
+            retry=bool(retry),
+            tuple=coordinates,
+            at_ms=_now_ms(),
+        )
 
     def summary(self) -> str:
         where = ""
@@ -120,10 +136,15 @@ def decode_failure(raw: bytes | None) -> FailureRecord | None:
     try:
         datum = json.loads(raw)  # type: ignore[arg-type]  # None: a TypeError, logged below
         return FailureRecord(
-            roots=[int(r) for r in datum["roots"]], component=str(datum["component"]),
-            reason=str(datum["reason"]), task_id=int(datum.get("task_id", 0)),
-            error_type=datum.get("error_type"), error_message=datum.get("error_message"),
-            retry=bool(datum.get("retry", True)), tuple=datum.get("tuple"), at_ms=int(datum.get("at_ms", -1)),
+            roots=[int(r) for r in datum["roots"]],
+            component=str(datum["component"]),
+            reason=str(datum["reason"]),
+            task_id=int(datum.get("task_id", 0)),
+            error_type=datum.get("error_type"),
+            error_message=datum.get("error_message"),
+            retry=bool(datum.get("retry", True)),
+            tuple=datum.get("tuple"),
+            at_ms=int(datum.get("at_ms", -1)),
         )
     except (TypeError, ValueError, KeyError) as exc:
         log.warning("not a failure record (%s): %r", exc, raw[:200] if raw else raw)
@@ -218,8 +239,17 @@ class FailureIndex:
     belong to another spout, or arrive before their FAILED outcome).
     """
 
-    def __init__(self, *, bootstrap_servers: str, topic: str, group_id: str, kafka_config: dict | None = None,
-                 since_ms: int | None = None, max_roots: int = 50_000, clients=None) -> None:
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        topic: str,
+        group_id: str,
+        kafka_config: dict | None = None,
+        since_ms: int | None = None,
+        max_roots: int = 50_000,
+        clients=None,
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.clients = clients  # a reliable_kafka.kafka.factory.KafkaClients, None: confluent-kafka
         self.topic = topic
@@ -262,8 +292,10 @@ class FailureIndex:
         metadata = consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
         if metadata is None or metadata.error is not None or not metadata.partitions:
             consumer.close()
-            raise TopologyError(f"failure records: topic {self.topic} does not exist; the topology's topics are "
-                                "created by its spouts and acker workers (or ensure_topics)")
+            raise TopologyError(
+                f"failure records: topic {self.topic} does not exist; the topology's topics are "
+                "created by its spouts and acker workers (or ensure_topics)"
+            )
         wanted = [TopicPartition(self.topic, p, self.since_ms) for p in metadata.partitions]
         starts = consumer.offsets_for_times(wanted, timeout=10)
         positions = []
@@ -285,7 +317,8 @@ class FailureIndex:
         ends = {}
         for partition in self._next:
             ends[partition] = consumer.get_watermark_offsets(
-                TopicPartition(self.topic, partition), timeout=timeout, cached=False)[1]
+                TopicPartition(self.topic, partition), timeout=timeout, cached=False
+            )[1]
         deadline = time.monotonic() + timeout
         while any(self._next[p] < end for p, end in ends.items()) and time.monotonic() < deadline:
             for message in consumer.consume(num_messages=500, timeout=0.2):

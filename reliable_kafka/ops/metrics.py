@@ -22,19 +22,31 @@ METRICS = {
     "rk_complete_latency_seconds": ("histogram", "Spout emit to COMPLETED outcome of a tree", "", "spouts"),
     "rk_trees_total": ("counter", "Tree outcomes seen by the spout", "outcome", "spouts"),
     "rk_pending_trees": ("gauge", "Trees in flight (emitted, no outcome yet)", "", "spouts"),
-    "rk_oldest_pending_age_seconds": ("gauge", "Age of the oldest pending record since its first emit",
-                                      "topic,partition", "spouts"),
+    "rk_oldest_pending_age_seconds": (
+        "gauge",
+        "Age of the oldest pending record since its first emit",
+        "topic,partition",
+        "spouts",
+    ),
     "rk_redeliveries_total": ("counter", "Records emitted again after a failure or timeout", "", "spouts"),
     "rk_dead_letters_total": ("counter", "Records parked in the dead-letter topic", "reason", "spouts"),
-    "rk_commit_lag_records": ("gauge", "Source records between the committed offset and the end",
-                              "topic,partition", "spout"),
+    "rk_commit_lag_records": (
+        "gauge",
+        "Source records between the committed offset and the end",
+        "topic,partition",
+        "spout",
+    ),
     "rk_records_read_total": ("counter", "Source records read", "", "spout"),
     "rk_bolt_tuples_total": ("counter", "Bolt input tuples by result", "result", "bolt"),
     "rk_tuples_emitted_total": ("counter", "Tuples emitted", "", "spout,bolt"),
     "rk_process_latency_seconds": ("histogram", "Bolt handler call per tuple", "", "bolt"),
     "rk_capacity_ratio": ("gauge", "Share of wall time in the handler over the last minute", "", "bolt"),
-    "rk_consumer_lag_records": ("gauge", "Records between the consumer position and the end",
-                                "topic,partition", "spout,bolt,acker"),
+    "rk_consumer_lag_records": (
+        "gauge",
+        "Records between the consumer position and the end",
+        "topic,partition",
+        "spout,bolt,acker",
+    ),
     "rk_acker_pending_roots": ("gauge", "Roots in the acker tables of this worker", "", "acker"),
     "rk_acker_table_bytes": ("gauge", "Memory of this worker's acker tables", "", "acker"),
     "rk_acker_entries_total": ("counter", "Ack entries folded", "", "acker"),
@@ -64,12 +76,12 @@ class ComponentCollector:
         def family(cls, name, help_text, extra=()):
             return cls(name, help_text, labels=[*names, *extra])
 
-        info = family(GaugeMetricFamily, "rk_component_info", METRICS["rk_component_info"][1],
-                      ("kind", "host", "pid"))
+        info = family(GaugeMetricFamily, "rk_component_info", METRICS["rk_component_info"][1], ("kind", "host", "pid"))
         info.add_metric([*values, kind, snap["host"], str(snap["pid"])], 1)
         yield info
-        started = family(GaugeMetricFamily, "rk_component_start_time_seconds",
-                         METRICS["rk_component_start_time_seconds"][1])
+        started = family(
+            GaugeMetricFamily, "rk_component_start_time_seconds", METRICS["rk_component_start_time_seconds"][1]
+        )
         started.add_metric(values, snap["started_at"])
         yield started
 
@@ -84,8 +96,9 @@ class ComponentCollector:
             hist.add_metric(values, buckets, latency["sum_s"])
             yield hist
 
-        lag_family = family(GaugeMetricFamily, "rk_consumer_lag_records", METRICS["rk_consumer_lag_records"][1],
-                            ("topic", "partition"))
+        lag_family = family(
+            GaugeMetricFamily, "rk_consumer_lag_records", METRICS["rk_consumer_lag_records"][1], ("topic", "partition")
+        )
         for p in snap.get("partitions", []):
             if p.get("end") is not None and p.get("position") is not None:
                 lag_family.add_metric([*values, p["topic"], str(p["partition"])], max(0, p["end"] - p["position"]))
@@ -100,17 +113,26 @@ class ComponentCollector:
 
     def _spout(self, snap, family, values, counters):
         trees = family(CounterMetricFamily, "rk_trees", METRICS["rk_trees_total"][1], ("outcome",))
-        for outcome, key in (("completed", "completed"), ("failed", "failed"), ("timed_out", "timed_out"),
-                             ("backstop_expired", "backstop_expired")):
+        for outcome, key in (
+            ("completed", "completed"),
+            ("failed", "failed"),
+            ("timed_out", "timed_out"),
+            ("backstop_expired", "backstop_expired"),
+        ):
             trees.add_metric([*values, outcome], counters.get(key, counters.get(f"tracker_{key}", 0)))
         yield trees
         pending = family(GaugeMetricFamily, "rk_pending_trees", METRICS["rk_pending_trees"][1])
         pending.add_metric(values, snap.get("pending_roots", 0))
         yield pending
-        oldest = family(GaugeMetricFamily, "rk_oldest_pending_age_seconds",
-                        METRICS["rk_oldest_pending_age_seconds"][1], ("topic", "partition"))
-        commit_lag = family(GaugeMetricFamily, "rk_commit_lag_records", METRICS["rk_commit_lag_records"][1],
-                            ("topic", "partition"))
+        oldest = family(
+            GaugeMetricFamily,
+            "rk_oldest_pending_age_seconds",
+            METRICS["rk_oldest_pending_age_seconds"][1],
+            ("topic", "partition"),
+        )
+        commit_lag = family(
+            GaugeMetricFamily, "rk_commit_lag_records", METRICS["rk_commit_lag_records"][1], ("topic", "partition")
+        )
         for p in snap.get("partitions", []):
             labels = [*values, p["topic"], str(p["partition"])]
             oldest.add_metric(labels, p["oldest_pending"]["age_s"] if p.get("oldest_pending") else 0.0)
@@ -144,8 +166,9 @@ class ComponentCollector:
         capacity = family(GaugeMetricFamily, "rk_capacity_ratio", METRICS["rk_capacity_ratio"][1])
         capacity.add_metric(values, snap.get("capacity") or 0.0)
         yield capacity
-        quarantined = family(CounterMetricFamily, "rk_quarantined_records",
-                             METRICS["rk_quarantined_records_total"][1], ("kind",))
+        quarantined = family(
+            CounterMetricFamily, "rk_quarantined_records", METRICS["rk_quarantined_records_total"][1], ("kind",)
+        )
         quarantined.add_metric([*values, "anchors_header"], counters.get("quarantined", 0))
         yield quarantined
 
@@ -157,13 +180,13 @@ class ComponentCollector:
         entries = family(CounterMetricFamily, "rk_acker_entries", METRICS["rk_acker_entries_total"][1])
         entries.add_metric(values, counters.get("entries_folded", 0))
         yield entries
-        outcomes = family(CounterMetricFamily, "rk_acker_outcomes", METRICS["rk_acker_outcomes_total"][1],
-                          ("outcome",))
+        outcomes = family(CounterMetricFamily, "rk_acker_outcomes", METRICS["rk_acker_outcomes_total"][1], ("outcome",))
         for outcome in ("completed", "failed", "timed_out"):
             outcomes.add_metric([*values, outcome], counters.get(outcome, 0))
         yield outcomes
-        quarantined = family(CounterMetricFamily, "rk_quarantined_records",
-                             METRICS["rk_quarantined_records_total"][1], ("kind",))
+        quarantined = family(
+            CounterMetricFamily, "rk_quarantined_records", METRICS["rk_quarantined_records_total"][1], ("kind",)
+        )
         quarantined.add_metric([*values, "ack_record"], counters.get("quarantined", 0))
         quarantined.add_metric([*values, "invalid_entry"], counters.get("invalid_entries", 0))
         yield quarantined
@@ -176,6 +199,8 @@ def serve_metrics(reporter, *, port: int, addr: str = "0.0.0.0"):
     try:
         server, _thread = start_http_server(port, addr=addr, registry=registry)
     except OSError as exc:
-        raise ConfigError(f"{reporter.view.name}: cannot serve /metrics on port {port}: {exc}; "
-                          f"pick a free metrics_port (0: any free port)") from exc
+        raise ConfigError(
+            f"{reporter.view.name}: cannot serve /metrics on port {port}: {exc}; "
+            f"pick a free metrics_port (0: any free port)"
+        ) from exc
     return server, server.server_port

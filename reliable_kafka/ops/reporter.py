@@ -32,14 +32,20 @@ log = logging.getLogger(__name__)
 
 SCHEMA = 1
 DEFAULT_INTERVAL_S = 5.0  # a worker's ``status_interval_s`` attribute overrides it
-HISTORY = 12              # samples kept in each snapshot: the verdict's window (a minute at 5 s)
+HISTORY = 12  # samples kept in each snapshot: the verdict's window (a minute at 5 s)
 
 
 class ComponentReporter:
     """Samples one component, keeps its last ``HISTORY`` samples, publishes, serves metrics."""
 
-    def __init__(self, view: ComponentView, *, interval_s: float = DEFAULT_INTERVAL_S,
-                 metrics_port: int | None = None, publish: bool = True) -> None:
+    def __init__(
+        self,
+        view: ComponentView,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        metrics_port: int | None = None,
+        publish: bool = True,
+    ) -> None:
         self.view = view
         self.interval_s = float(interval_s)
         self.metrics_port = metrics_port
@@ -121,10 +127,15 @@ class ComponentReporter:
             latency = self.view.latency()
             histogram = latency.snapshot() if latency is not None else None
             counters = read["counters"]
-            point = {"t": round(now, 3), "progress": read["progress"], "backlog": read["backlog"],
-                     "counters": counters,
-                     "partitions": {f"{p['topic']}:{p['partition']}": [p.get("committed"), p.get("end")]
-                                    for p in read["partitions"]}}
+            point = {
+                "t": round(now, 3),
+                "progress": read["progress"],
+                "backlog": read["backlog"],
+                "counters": counters,
+                "partitions": {
+                    f"{p['topic']}:{p['partition']}": [p.get("committed"), p.get("end")] for p in read["partitions"]
+                },
+            }
             if histogram is not None:
                 point["latency_counts"] = histogram["counts"]
                 point["latency_sum_s"] = histogram["sum_s"]
@@ -171,8 +182,11 @@ class ComponentReporter:
         producer = self._producer
         if producer is None:
             producer = self._producer = self._new_producer()
-        producer.produce(self.view.worker.topics.status, key=self.view.name.encode(),
-                         value=json.dumps(snapshot, separators=(",", ":")).encode())
+        producer.produce(
+            self.view.worker.topics.status,
+            key=self.view.name.encode(),
+            value=json.dumps(snapshot, separators=(",", ":")).encode(),
+        )
         producer.poll(0)
 
     def _new_producer(self) -> Producer:
@@ -182,8 +196,7 @@ class ComponentReporter:
         worker = self.view.worker
         config = getattr(worker, "kafka_config", None) or {}
         clients = getattr(worker, "clients", None)  # the worker's own client factory (e.g. in memory)
-        ensure_status_topic(admin_client(worker.bootstrap_servers, config, clients=clients), worker.topics,
-                            timeout=10)
+        ensure_status_topic(admin_client(worker.bootstrap_servers, config, clients=clients), worker.topics, timeout=10)
         # snapshots are idempotent facts; a small, quick producer of its own (a transactional
         # worker's producer cannot write outside its transactions)
         quick: dict[str, Any] = {"linger.ms": 50}
@@ -199,6 +212,9 @@ def attach(worker) -> ComponentReporter | None:
     view = view_of(worker)
     if view is None:
         return None
-    reporter = ComponentReporter(view, interval_s=getattr(worker, "status_interval_s", DEFAULT_INTERVAL_S),
-                                 metrics_port=getattr(worker, "metrics_port", None))
+    reporter = ComponentReporter(
+        view,
+        interval_s=getattr(worker, "status_interval_s", DEFAULT_INTERVAL_S),
+        metrics_port=getattr(worker, "metrics_port", None),
+    )
     return reporter.start()  # a metrics port in use raises ConfigError: the operator asked for it

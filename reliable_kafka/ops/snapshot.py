@@ -48,9 +48,14 @@ def _consumer_partitions(consumer) -> list[dict]:
             _, high = consumer.get_watermark_offsets(tp, cached=True)
         except Exception:
             high = OFFSET_INVALID
-        out.append({"topic": tp.topic, "partition": tp.partition,
-                    "position": tp.offset if tp.offset >= 0 else None,
-                    "end": high if high >= 0 else None})
+        out.append(
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "position": tp.offset if tp.offset >= 0 else None,
+                "end": high if high >= 0 else None,
+            }
+        )
     return out
 
 
@@ -138,8 +143,9 @@ class SpoutView(ComponentView):
             p["committed"] = committed.get(tp)
             count, retrying, oldest, first_ms = summary.get(tp, (0, 0, None, None))
             p["pending"], p["retrying"] = count, retrying
-            p["oldest_pending"] = None if oldest is None else {
-                "offset": oldest, "age_s": round(max(0, now_ms - first_ms) / 1000.0, 3)}
+            p["oldest_pending"] = (
+                None if oldest is None else {"offset": oldest, "age_s": round(max(0, now_ms - first_ms) / 1000.0, 3)}
+            )
         lag = _lag(partitions)
         return {
             "counters": counters,
@@ -223,12 +229,20 @@ class SparkSpoutView(ComponentView):
         partitions = []
         for (topic, partition), point in tracker.commit_points().items():
             count, retrying, oldest, first_ms = summary.get((topic, partition), (0, 0, None, None))
-            partitions.append({
-                "topic": topic, "partition": partition, "position": None, "end": None, "committed": point,
-                "pending": count, "retrying": retrying,
-                "oldest_pending": None if oldest is None else {
-                    "offset": oldest, "age_s": round(max(0, now_ms - first_ms) / 1000.0, 3)},
-            })
+            partitions.append(
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "position": None,
+                    "end": None,
+                    "committed": point,
+                    "pending": count,
+                    "retrying": retrying,
+                    "oldest_pending": None
+                    if oldest is None
+                    else {"offset": oldest, "age_s": round(max(0, now_ms - first_ms) / 1000.0, 3)},
+                }
+            )
         return {
             "counters": counters,
             "progress": counters["completed"] + counters["dead_lettered"],

@@ -41,14 +41,20 @@ RATE_COUNTERS = {
 
 def _consumer(bootstrap_servers: str, kafka_config: dict | None, group_id: str | None = None) -> Consumer:
     config = dict(kafka_config or {})
-    config.update({"bootstrap.servers": bootstrap_servers, "enable.auto.commit": False,
-                   "group.id": group_id or f"reliable-kafka-status-{uuid.uuid4().hex[:8]}",
-                   "enable.partition.eof": False})
+    config.update(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "enable.auto.commit": False,
+            "group.id": group_id or f"reliable-kafka-status-{uuid.uuid4().hex[:8]}",
+            "enable.partition.eof": False,
+        }
+    )
     return Consumer(config)
 
 
-def read_snapshots(bootstrap_servers: str, topology: str, *, kafka_config: dict | None = None,
-                   timeout: float = 15.0) -> dict[str, dict]:
+def read_snapshots(
+    bootstrap_servers: str, topology: str, *, kafka_config: dict | None = None, timeout: float = 15.0
+) -> dict[str, dict]:
     """component name -> its latest snapshot, read from ``<topology>.status`` up to its end."""
     topic = TopologyTopics(topology).status
     consumer = _consumer(bootstrap_servers, kafka_config)
@@ -56,11 +62,15 @@ def read_snapshots(bootstrap_servers: str, topology: str, *, kafka_config: dict 
         try:
             described = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
         except KafkaException as exc:
-            raise TopologyError(f"status: no answer from Kafka at {bootstrap_servers} within {timeout:.0f} s "
-                                f"({exc.args[0]}); check --bootstrap-servers and the security settings") from exc
+            raise TopologyError(
+                f"status: no answer from Kafka at {bootstrap_servers} within {timeout:.0f} s "
+                f"({exc.args[0]}); check --bootstrap-servers and the security settings"
+            ) from exc
         if described is None or described.error is not None or not described.partitions:
-            raise TopologyError(f"status: topic {topic} does not exist; is topology {topology!r} running "
-                                f"(its components create it when they start), and is the name right?")
+            raise TopologyError(
+                f"status: topic {topic} does not exist; is topology {topology!r} running "
+                f"(its components create it when they start), and is the name right?"
+            )
         snapshots: dict[str, dict] = {}
         partitions = sorted(described.partitions)
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in partitions}
@@ -95,8 +105,12 @@ def component_samples(snapshot: dict) -> list[Sample]:
 
 
 def judge_snapshot(snapshot: dict, now: float) -> Judgement:
-    return judge_component(component_samples(snapshot), now=now, interval_s=snapshot.get("interval_s", 5.0),
-                           stopped=snapshot.get("state") == "stopped")
+    return judge_component(
+        component_samples(snapshot),
+        now=now,
+        interval_s=snapshot.get("interval_s", 5.0),
+        stopped=snapshot.get("state") == "stopped",
+    )
 
 
 def partition_samples(snapshot: dict, topic: str, partition: int) -> list[Sample]:
@@ -117,8 +131,11 @@ def _rates(snapshot: dict) -> dict[str, float]:
     elapsed = last["t"] - first["t"]
     if elapsed <= 0:
         return {}
-    return {key: round((last["counters"].get(key, 0) - first["counters"].get(key, 0)) / elapsed, 2)
-            for key in RATE_COUNTERS.get(snapshot.get("kind", ""), ()) if key in last["counters"]}
+    return {
+        key: round((last["counters"].get(key, 0) - first["counters"].get(key, 0)) / elapsed, 2)
+        for key in RATE_COUNTERS.get(snapshot.get("kind", ""), ())
+        if key in last["counters"]
+    }
 
 
 def _latency(snapshot: dict) -> dict | None:
@@ -133,10 +150,15 @@ def _latency(snapshot: dict) -> dict | None:
         window = [b - a for a, b in zip(history[0]["latency_counts"], history[-1]["latency_counts"])]
         if sum(window) > 0:
             counts, over = window, "window"
-    return {"kind": snapshot.get("latency_kind"), "over": over, "count": sum(counts),
-            "p50_s": _round(quantile(bounds, counts, 0.5)), "p99_s": _round(quantile(bounds, counts, 0.99)),
-            "total_count": latency["count"],
-            "mean_s": _round(latency["sum_s"] / latency["count"]) if latency["count"] else None}
+    return {
+        "kind": snapshot.get("latency_kind"),
+        "over": over,
+        "count": sum(counts),
+        "p50_s": _round(quantile(bounds, counts, 0.5)),
+        "p99_s": _round(quantile(bounds, counts, 0.99)),
+        "total_count": latency["count"],
+        "mean_s": _round(latency["sum_s"] / latency["count"]) if latency["count"] else None,
+    }
 
 
 def _round(value: float | None) -> float | None:
@@ -146,9 +168,16 @@ def _round(value: float | None) -> float | None:
 # --- the report -----------------------------------------------------------------------------------
 
 
-def build_report(bootstrap_servers: str, topology: str, *, kafka_config: dict | None = None,
-                 snapshots: dict[str, dict] | None = None, now: float | None = None,
-                 include_all: bool = False, timeout: float = 15.0) -> dict:
+def build_report(
+    bootstrap_servers: str,
+    topology: str,
+    *,
+    kafka_config: dict | None = None,
+    snapshots: dict[str, dict] | None = None,
+    now: float | None = None,
+    include_all: bool = False,
+    timeout: float = 15.0,
+) -> dict:
     """The ``status --json`` document (see docs/operations.md for every field)."""
     now = time.time() if now is None else now
     if snapshots is None:
@@ -160,18 +189,34 @@ def build_report(bootstrap_servers: str, topology: str, *, kafka_config: dict | 
         if not include_all and judgement.verdict is Verdict.DOWN and now - last_seen > FORGET_AFTER_S:
             continue
         rated = RATE_COUNTERS.get(snap.get("kind", ""), ())
-        components.append({
-            "name": name, "kind": snap.get("kind"), "host": snap.get("host"), "pid": snap.get("pid"),
-            "state": snap.get("state"), "started_at": snap.get("started_at"), "last_seen": last_seen,
-            "age_s": round(max(0.0, now - last_seen), 1), "group": snap.get("group"),
-            "inputs": snap.get("inputs", []), "outputs": snap.get("outputs", []),
-            "verdict": judgement.verdict.value, "reason": judgement.reason,
-            "rates": _rates(snap), "latency": _latency(snap), "capacity": snap.get("capacity"),
-            "pending_roots": snap.get("pending_roots"), "table_bytes": snap.get("table_bytes"),
-            "backlog": (snap.get("history") or [{}])[-1].get("backlog"),
-            "counters": snap.get("counters", {}), "metrics_port": snap.get("metrics_port"),
-            "history": [{"t": h["t"], **{k: h["counters"].get(k, 0) for k in rated}} for h in snap.get("history", [])],
-        })
+        components.append(
+            {
+                "name": name,
+                "kind": snap.get("kind"),
+                "host": snap.get("host"),
+                "pid": snap.get("pid"),
+                "state": snap.get("state"),
+                "started_at": snap.get("started_at"),
+                "last_seen": last_seen,
+                "age_s": round(max(0.0, now - last_seen), 1),
+                "group": snap.get("group"),
+                "inputs": snap.get("inputs", []),
+                "outputs": snap.get("outputs", []),
+                "verdict": judgement.verdict.value,
+                "reason": judgement.reason,
+                "rates": _rates(snap),
+                "latency": _latency(snap),
+                "capacity": snap.get("capacity"),
+                "pending_roots": snap.get("pending_roots"),
+                "table_bytes": snap.get("table_bytes"),
+                "backlog": (snap.get("history") or [{}])[-1].get("backlog"),
+                "counters": snap.get("counters", {}),
+                "metrics_port": snap.get("metrics_port"),
+                "history": [
+                    {"t": h["t"], **{k: h["counters"].get(k, 0) for k in rated}} for h in snap.get("history", [])
+                ],
+            }
+        )
     live = {c["name"]: c for c in components}
     partitions = _partitions(bootstrap_servers, kafka_config, snapshots, live, now, timeout)
     topics = TopologyTopics(topology)
@@ -188,9 +233,11 @@ def build_report(bootstrap_servers: str, topology: str, *, kafka_config: dict | 
         "partitions": partitions,
         "dead_letters": {"topic": topics.dlq, "records": counts.get(topics.dlq)},
         "quarantine": {"topic": topics.quarantine, "records": counts.get(topics.quarantine)},
-        "ackers": {"workers": len(ackers),
-                   "pending_roots": sum(c["pending_roots"] or 0 for c in ackers),
-                   "table_bytes": sum(c["table_bytes"] or 0 for c in ackers)},
+        "ackers": {
+            "workers": len(ackers),
+            "pending_roots": sum(c["pending_roots"] or 0 for c in ackers),
+            "table_bytes": sum(c["table_bytes"] or 0 for c in ackers),
+        },
     }
 
 
@@ -207,8 +254,7 @@ def _partitions(bootstrap, kafka_config, snapshots, live, now, timeout) -> list[
         for p in snap.get("partitions", []):
             key = (snap["group"], p["topic"], p["partition"])
             if key not in owners or owners[key].get("published_at", 0) < snap.get("published_at", 0):
-                owners[key] = {**p, "published_at": snap.get("published_at", 0), "component": name,
-                               "snapshot": snap}
+                owners[key] = {**p, "published_at": snap.get("published_at", 0), "component": name, "snapshot": snap}
     rows = []
     for group, topics in sorted(groups.items()):
         consumer = _consumer(bootstrap, kafka_config, group)
@@ -238,22 +284,45 @@ def _partition_row(group, tp, end, owner, live, now) -> dict:
         except DecodeError:
             done_above = None  # not our metadata
     lag = end - (committed or 0)
-    row = {"group": group, "topic": tp.topic, "partition": tp.partition, "committed": committed, "end": end,
-           "lag": lag, "done_above_commit": done_above, "component": None, "pending": None, "retrying": None,
-           "oldest_pending": None}
+    row = {
+        "group": group,
+        "topic": tp.topic,
+        "partition": tp.partition,
+        "committed": committed,
+        "end": end,
+        "lag": lag,
+        "done_above_commit": done_above,
+        "component": None,
+        "pending": None,
+        "retrying": None,
+        "oldest_pending": None,
+    }
     if owner is None or owner["component"] not in live or live[owner["component"]]["verdict"] == Verdict.DOWN.value:
-        judgement = (Judgement(Verdict.OK, "nothing to read") if lag <= (done_above or 0)
-                     else Judgement(Verdict.DOWN, "no live spout owns it"))
+        judgement = (
+            Judgement(Verdict.OK, "nothing to read")
+            if lag <= (done_above or 0)
+            else Judgement(Verdict.DOWN, "no live spout owns it")
+        )
     else:
         age = max(0.0, now - owner["published_at"])
         oldest = owner.get("oldest_pending")
         if oldest is not None and committed is not None and oldest["offset"] < committed:
             oldest = None  # completed since the owner's snapshot: the broker's commit is newer
-        row.update({"component": owner["component"], "pending": owner.get("pending"),
-                    "retrying": owner.get("retrying"),
-                    "oldest_pending": None if oldest is None else {
-                        "topic": tp.topic, "partition": tp.partition, "offset": oldest["offset"],
-                        "age_s": round(oldest["age_s"] + age, 1)}})
+        row.update(
+            {
+                "component": owner["component"],
+                "pending": owner.get("pending"),
+                "retrying": owner.get("retrying"),
+                "oldest_pending": None
+                if oldest is None
+                else {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "offset": oldest["offset"],
+                    "age_s": round(oldest["age_s"] + age, 1),
+                },
+            }
+        )
         judgement = judge_window(partition_samples(owner["snapshot"], tp.topic, tp.partition))
     row.update({"verdict": judgement.verdict.value, "reason": judgement.reason})
     return row
@@ -302,39 +371,56 @@ def _ms(seconds: float | None) -> str:
 def render(report: dict) -> str:
     """The report as text: one line per component, one per source partition, then totals."""
     now = report["generated_at"]
-    lines = [f"topology {report['topology']}: {report['verdict']}", "",
-             f"{'COMPONENT':<22} {'KIND':<19} {'VERDICT':<6} {'HOST:PID':<20} {'UP':>5} {'SEEN':>5} "
-             f"{'IN/S':>8} {'DONE/S':>8} {'FAIL/S':>7} {'P50':>7} {'P99':>7} {'CAP':>5}  REASON"]
+    lines = [
+        f"topology {report['topology']}: {report['verdict']}",
+        "",
+        f"{'COMPONENT':<22} {'KIND':<19} {'VERDICT':<6} {'HOST:PID':<20} {'UP':>5} {'SEEN':>5} "
+        f"{'IN/S':>8} {'DONE/S':>8} {'FAIL/S':>7} {'P50':>7} {'P99':>7} {'CAP':>5}  REASON",
+    ]
     for c in report["components"]:
         rates = c["rates"]
         kind = c["kind"]
         rate_in = rates.get("read", rates.get("received", rates.get("inputs", rates.get("entries_folded"))))
         rate_done = rates.get("completed", rates.get("acked"))
-        rate_fail = sum(v for k, v in rates.items() if k in ("failed", "timed_out", "tracker_failed",
-                                                              "tracker_timed_out", "handler_errors"))
+        rate_fail = sum(
+            v
+            for k, v in rates.items()
+            if k in ("failed", "timed_out", "tracker_failed", "tracker_timed_out", "handler_errors")
+        )
         latency = c["latency"] or {}
         up = _ago(now - c["started_at"]) if c["started_at"] else "-"
         lines.append(
             f"{c['name'][:22]:<22} {kind:<19} {c['verdict']:<6} {(str(c['host']) + ':' + str(c['pid']))[:20]:<20} "
             f"{up:>5} {_ago(c['age_s']):>5} {_num(rate_in):>8} {_num(rate_done):>8} {_num(rate_fail):>7} "
             f"{_ms(latency.get('p50_s')):>7} {_ms(latency.get('p99_s')):>7} "
-            f"{'-' if c['capacity'] is None else format(c['capacity'], '.2f'):>5}  {c['reason']}")
+            f"{'-' if c['capacity'] is None else format(c['capacity'], '.2f'):>5}  {c['reason']}"
+        )
     if report["partitions"]:
-        lines += ["", f"{'SOURCE PARTITION':<36} {'VERDICT':<6} {'COMMITTED':>10} {'END':>10} {'LAG':>8} "
-                      f"{'DONE>CMT':>8} {'PENDING':>8} {'RETRY':>6}  OLDEST PENDING"]
+        lines += [
+            "",
+            f"{'SOURCE PARTITION':<36} {'VERDICT':<6} {'COMMITTED':>10} {'END':>10} {'LAG':>8} "
+            f"{'DONE>CMT':>8} {'PENDING':>8} {'RETRY':>6}  OLDEST PENDING",
+        ]
         for p in report["partitions"]:
             oldest = p["oldest_pending"]
-            where = (f"{oldest['topic']}[{oldest['partition']}]@{oldest['offset']} ({_ago(oldest['age_s'])})"
-                     if oldest else "-")
+            where = (
+                f"{oldest['topic']}[{oldest['partition']}]@{oldest['offset']} ({_ago(oldest['age_s'])})"
+                if oldest
+                else "-"
+            )
             lines.append(
                 f"{(p['topic'] + '[' + str(p['partition']) + ']')[-36:]:<36} {p['verdict']:<6} "
                 f"{_num(p['committed']):>10} {p['end']:>10} {p['lag']:>8} {_num(p['done_above_commit']):>8} "
-                f"{_num(p['pending']):>8} {_num(p['retrying']):>6}  {where}")
+                f"{_num(p['pending']):>8} {_num(p['retrying']):>6}  {where}"
+            )
     ackers = report["ackers"]
-    lines += ["", f"ackers: {ackers['workers']} live, {ackers['pending_roots']} pending roots, "
-                  f"{ackers['table_bytes'] / 1e6:.2f} MB of tables",
-              f"dead letters: {_num(report['dead_letters']['records'])} in {report['dead_letters']['topic']}; "
-              f"quarantined: {_num(report['quarantine']['records'])} in {report['quarantine']['topic']}"]
+    lines += [
+        "",
+        f"ackers: {ackers['workers']} live, {ackers['pending_roots']} pending roots, "
+        f"{ackers['table_bytes'] / 1e6:.2f} MB of tables",
+        f"dead letters: {_num(report['dead_letters']['records'])} in {report['dead_letters']['topic']}; "
+        f"quarantined: {_num(report['quarantine']['records'])} in {report['quarantine']['topic']}",
+    ]
     return "\n".join(lines)
 
 

@@ -84,21 +84,22 @@ def parse_coordinates(text: str) -> tuple[str, int, int]:
         return topic, int(partition), int(offset)
     except ValueError:
         raise ReliableKafkaError(
-            f"trace: cannot read {text!r}; give TOPIC:PARTITION@OFFSET, e.g. orders:3@1200") from None
+            f"trace: cannot read {text!r}; give TOPIC:PARTITION@OFFSET, e.g. orders:3@1200"
+        ) from None
 
 
 def _consumer(bootstrap_servers, topology, kafka_config):
     from reliable_kafka.kafka.clients import new_consumer
 
-    return new_consumer(bootstrap_servers, f"{topology}.trace-reader", kafka_config,
-                        **{"isolation.level": "read_committed"})
+    return new_consumer(
+        bootstrap_servers, f"{topology}.trace-reader", kafka_config, **{"isolation.level": "read_committed"}
+    )
 
 
 def _scan(consumer, topic: str, partitions: list[int], since_ms: int, *, timeout: float):
     """Every committed message of ``partitions`` written at or after ``since_ms``, up to the end of now."""
     ends = {}
-    starts = consumer.offsets_for_times([TopicPartition(topic, p, max(0, since_ms)) for p in partitions],
-                                        timeout=10)
+    starts = consumer.offsets_for_times([TopicPartition(topic, p, max(0, since_ms)) for p in partitions], timeout=10)
     assign = []
     for tp in starts:
         end = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10, cached=False)[1]
@@ -112,8 +113,9 @@ def _scan(consumer, topic: str, partitions: list[int], since_ms: int, *, timeout
     try:
         while ends:
             if time.monotonic() > deadline:
-                raise ReliableKafkaError(f"trace: reading {topic} took longer than {timeout:.0f}s; "
-                                         f"try a larger --timeout")
+                raise ReliableKafkaError(
+                    f"trace: reading {topic} took longer than {timeout:.0f}s; try a larger --timeout"
+                )
             for message in consumer.consume(num_messages=1000, timeout=0.5):
                 if message.error() is None:
                     yield message
@@ -131,9 +133,19 @@ def _partitions(consumer, topic: str) -> list[int]:
     return sorted(described.partitions)
 
 
-def trace(bootstrap_servers: str, topology: str, topic: str, partition: int, offset: int, *,
-          kafka_config: dict | None = None, since_ms: int | None = None, timeout: float = 120.0,
-          transactional_group: str | None = None, max_attempts: int = 20) -> dict:
+def trace(
+    bootstrap_servers: str,
+    topology: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    kafka_config: dict | None = None,
+    since_ms: int | None = None,
+    timeout: float = 120.0,
+    transactional_group: str | None = None,
+    max_attempts: int = 20,
+) -> dict:
     """The trace document of the source record ``topic[partition]@offset`` (docs/operations.md).
 
     ``transactional_group``: the record was read by a transactional spout of this consumer group,
@@ -161,17 +173,28 @@ def trace(bootstrap_servers: str, topology: str, topic: str, partition: int, off
                 continue
             for at, root in pairs:
                 if at == offset and root not in roots:
-                    roots[root] = {"root": root, "spout_task_id": spout, "indexed_ms": message.timestamp()[1],
-                                   "events": [], "outcome": None, "failures": []}
+                    roots[root] = {
+                        "root": root,
+                        "spout_task_id": spout,
+                        "indexed_ms": message.timestamp()[1],
+                        "events": [],
+                        "outcome": None,
+                        "failures": [],
+                    }
         if transactional_group is not None:
             from reliable_kafka.spout.transactional import derive_root, owner_id
 
             owner = owner_id(transactional_group, topic, partition)
             for attempt in range(1, max_attempts + 1):
                 roots[derive_root(owner, offset, attempt)] = {
-                    "root": derive_root(owner, offset, attempt), "spout_task_id": owner, "derived_attempt": attempt,
+                    "root": derive_root(owner, offset, attempt),
+                    "spout_task_id": owner,
+                    "derived_attempt": attempt,
                     "indexed_ms": record_ms if record_ms is not None else start_ms + _MARGIN_MS,
-                    "events": [], "outcome": None, "failures": []}
+                    "events": [],
+                    "outcome": None,
+                    "failures": [],
+                }
         ack_partitions = _partitions(consumer, topics.acks)
         if roots and ack_partitions:
             first_ms = min(r["indexed_ms"] for r in roots.values()) - _MARGIN_MS
@@ -183,10 +206,15 @@ def trace(bootstrap_servers: str, topology: str, topic: str, partition: int, off
                     continue
                 for kind, root, val in zip(batch.kinds.tolist(), batch.roots.tolist(), batch.vals.tolist()):
                     if root in roots:
-                        roots[root]["events"].append({
-                            "kind": EventKind(kind).name if kind in EventKind._value2member_map_ else str(kind),
-                            "task_id": batch.sender, "val": val, "at_ms": message.timestamp()[1],
-                            "ack_offset": f"{message.partition()}@{message.offset()}"})
+                        roots[root]["events"].append(
+                            {
+                                "kind": EventKind(kind).name if kind in EventKind._value2member_map_ else str(kind),
+                                "task_id": batch.sender,
+                                "val": val,
+                                "at_ms": message.timestamp()[1],
+                                "ack_offset": f"{message.partition()}@{message.offset()}",
+                            }
+                        )
             outcome_partitions = _partitions(consumer, topics.outcomes)
             spouts = {r["spout_task_id"] for r in roots.values()}
             if outcome_partitions:
@@ -199,8 +227,9 @@ def trace(bootstrap_servers: str, topology: str, topic: str, partition: int, off
                     for root, kind in zip(outcomes.roots.tolist(), outcomes.kinds.tolist()):
                         if root in roots and roots[root]["outcome"] is None and outcomes.spout in spouts:
                             roots[root]["outcome"] = {"kind": OutcomeKind(kind).name, "at_ms": message.timestamp()[1]}
-            for message in _scan(consumer, topics.failures, _partitions(consumer, topics.failures), first_ms,
-                                 timeout=timeout):
+            for message in _scan(
+                consumer, topics.failures, _partitions(consumer, topics.failures), first_ms, timeout=timeout
+            ):
                 failure = decode_failure(message.value())
                 if failure is None:
                     continue
@@ -228,14 +257,26 @@ def trace(bootstrap_servers: str, topology: str, topic: str, partition: int, off
         tried["outstanding"] = tried["outcome"] is None and (xor != 0 or not tried["events"])
         acks = [e for e in tried["events"] if e["kind"] == "ACK"]
         tried["last_ack"] = acks[-1] if acks else None
-    letters = [d.as_json() for d in dlq_module.read_dead_letters(bootstrap_servers, topology, kafka_config=kafka_config)
-               if d.source == (topic, partition, offset)]
-    return {"record": {"topic": topic, "partition": partition, "offset": offset, "timestamp_ms": record_ms},
-            "attempts": attempts, "dead_letters": letters}
+    letters = [
+        d.as_json()
+        for d in dlq_module.read_dead_letters(bootstrap_servers, topology, kafka_config=kafka_config)
+        if d.source == (topic, partition, offset)
+    ]
+    return {
+        "record": {"topic": topic, "partition": partition, "offset": offset, "timestamp_ms": record_ms},
+        "attempts": attempts,
+        "dead_letters": letters,
+    }
 
 
-def last_acks(bootstrap_servers: str, topology: str, roots: dict[int, int], *, kafka_config: dict | None = None,
-              timeout: float = 60.0) -> dict[int, dict | None]:
+def last_acks(
+    bootstrap_servers: str,
+    topology: str,
+    roots: dict[int, int],
+    *,
+    kafka_config: dict | None = None,
+    timeout: float = 60.0,
+) -> dict[int, dict | None]:
     """root -> the last ACK entry of its tree ({``task_id``, ``from``, ``at_ms``}) or None, reading each
     root's ack partition from a minute before ``roots[root]`` (ms): where a timed-out tree stopped."""
     from reliable_kafka.ops.status import read_snapshots
@@ -261,8 +302,11 @@ def last_acks(bootstrap_servers: str, topology: str, roots: dict[int, int], *, k
     finally:
         consumer.close()
     try:
-        names = {s["task_id"]: n for n, s in read_snapshots(bootstrap_servers, topology,
-                                                             kafka_config=kafka_config).items() if s.get("task_id")}
+        names = {
+            s["task_id"]: n
+            for n, s in read_snapshots(bootstrap_servers, topology, kafka_config=kafka_config).items()
+            if s.get("task_id")
+        }
     except ReliableKafkaError:
         names = {}
     for entry in found.values():
@@ -298,18 +342,25 @@ def render(document: dict) -> str:
         lines.append("  no trees found: never emitted by a spout that writes the root index, or before --since")
     for a in document["attempts"]:
         outcome = a["outcome"]
-        state = f"{outcome['kind']} at {_when(outcome['at_ms'])}" if outcome else (
-            "OUTSTANDING (some tuple not acked yet)" if a["outstanding"] else "no outcome seen")
+        state = (
+            f"{outcome['kind']} at {_when(outcome['at_ms'])}"
+            if outcome
+            else ("OUTSTANDING (some tuple not acked yet)" if a["outstanding"] else "no outcome seen")
+        )
         lines.append(f"  attempt {a['attempt']}: root {a['root']} from {a['spout'] or a['spout_task_id']} -> {state}")
         for e in a["events"]:
-            lines.append(f"    {_when(e['at_ms'])}  {e['kind']:<13} from {e['from'] or e['task_id']}"
-                         f"  (acks {e['ack_offset']})")
+            lines.append(
+                f"    {_when(e['at_ms'])}  {e['kind']:<13} from {e['from'] or e['task_id']}  (acks {e['ack_offset']})"
+            )
         for f in a["failures"]:
             lines.append(f"    {_when(f['at_ms'])}  failure       by {f['component']}: {f['reason']}")
         if outcome and outcome["kind"] == "TIMED_OUT":
             last = a["last_ack"]
-            lines.append(f"    last ack before the timeout: {last['from'] or last['task_id']} at {_when(last['at_ms'])}"
-                         if last else "    no ACK at all before the timeout")
+            lines.append(
+                f"    last ack before the timeout: {last['from'] or last['task_id']} at {_when(last['at_ms'])}"
+                if last
+                else "    no ACK at all before the timeout"
+            )
     for d in document["dead_letters"]:
         lines.append(f"  dead letter {d['partition']}@{d['offset']}: {d['reason']} (parked {_when(d['parked_at_ms'])})")
     return "\n".join(lines)

@@ -28,8 +28,15 @@ CACHE_S = 1.0
 class StatusPage:
     """Serves the page for ``topology``; ``start()`` in a thread, or ``serve_forever()``."""
 
-    def __init__(self, *, bootstrap_servers: str, topology: str, kafka_config: dict | None = None,
-                 host: str = "127.0.0.1", port: int = 8080) -> None:
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        topology: str,
+        kafka_config: dict | None = None,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.topology = topology
         self.kafka_config = dict(kafka_config or {})

@@ -23,12 +23,21 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Verdict", "Sample", "Judgement", "judge_window", "judge_component", "worst", "STALE_INTERVALS",
-           "STALE_GRACE_S", "MIN_SAMPLES"]
+__all__ = [
+    "Verdict",
+    "Sample",
+    "Judgement",
+    "judge_window",
+    "judge_component",
+    "worst",
+    "STALE_INTERVALS",
+    "STALE_GRACE_S",
+    "MIN_SAMPLES",
+]
 
 STALE_INTERVALS = 3  # a component silent for three of its own intervals is DOWN...
 STALE_GRACE_S = 5.0  # ...plus the time a snapshot may take to be produced and read on a busy host
-MIN_SAMPLES = 3      # two steps at least before STALL or WARN
+MIN_SAMPLES = 3  # two steps at least before STALL or WARN
 
 
 class Verdict(str, enum.Enum):
@@ -43,9 +52,9 @@ _RANK = {Verdict.OK: 0, Verdict.WARN: 1, Verdict.STALL: 2, Verdict.DOWN: 3}
 
 @dataclass(frozen=True)
 class Sample:
-    t: float                 # seconds (wall clock of the component)
-    progress: int            # only grows while work gets done
-    backlog: int | None      # work waiting; None: unknown
+    t: float  # seconds (wall clock of the component)
+    progress: int  # only grows while work gets done
+    backlog: int | None  # work waiting; None: unknown
 
 
 @dataclass(frozen=True)
@@ -68,8 +77,7 @@ def judge_window(samples: Sequence[Sample]) -> Judgement:
     if samples[-1].progress <= samples[0].progress:
         return Judgement(Verdict.STALL, f"no progress for {span:.0f} s with {known[-1]} waiting")
     if all(later > earlier for earlier, later in zip(known, known[1:])):
-        return Judgement(Verdict.WARN, f"backlog grew at every sample for {span:.0f} s "
-                                       f"({known[0]} -> {known[-1]})")
+        return Judgement(Verdict.WARN, f"backlog grew at every sample for {span:.0f} s ({known[0]} -> {known[-1]})")
     return Judgement(Verdict.OK, "making progress")
 
 

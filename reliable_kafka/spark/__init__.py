@@ -14,8 +14,9 @@ try:
 except ImportError as _exc:
     from reliable_kafka.errors import MissingExtraError
 
-    raise MissingExtraError("reliable_kafka.spark needs PySpark, which is an optional dependency: "
-                            "pip install 'reliable-kafka[spark]'") from _exc
+    raise MissingExtraError(
+        "reliable_kafka.spark needs PySpark, which is an optional dependency: pip install 'reliable-kafka[spark]'"
+    ) from _exc
 
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, ANCHORS_TYPE, FAIL_COLUMN, concat_anchors, merge_anchors
 from reliable_kafka.spark.bolt import SparkBolt

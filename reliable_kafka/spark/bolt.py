@@ -70,12 +70,23 @@ class SparkBolt(SparkJob):
         producer_config: dict | None = None,
     ) -> None:
         super().__init__(
-            spark, topology=topology, bootstrap_servers=bootstrap_servers, source_topics=source_topics,
-            checkpoint_dir=checkpoint_dir, transform=transform, output_topic=output_topic,
-            group_id=group_id, trigger_seconds=trigger_seconds, available_now=available_now,
-            max_offsets_per_trigger=max_offsets_per_trigger, on_batch_error=on_batch_error,
-            kafka_config=kafka_config, spark_kafka_options=spark_kafka_options, name=name,
-            consumer_config=consumer_config, producer_config=producer_config,
+            spark,
+            topology=topology,
+            bootstrap_servers=bootstrap_servers,
+            source_topics=source_topics,
+            checkpoint_dir=checkpoint_dir,
+            transform=transform,
+            output_topic=output_topic,
+            group_id=group_id,
+            trigger_seconds=trigger_seconds,
+            available_now=available_now,
+            max_offsets_per_trigger=max_offsets_per_trigger,
+            on_batch_error=on_batch_error,
+            kafka_config=kafka_config,
+            spark_kafka_options=spark_kafka_options,
+            name=name,
+            consumer_config=consumer_config,
+            producer_config=producer_config,
         )
         self.acked = 0  # input (root, edge) pairs acked
         self.failed = 0  # roots failed because their batch failed
@@ -94,15 +105,22 @@ class SparkBolt(SparkJob):
         with self._batch_lock:
             self.stats.batches += 1
             what = f"batch {batch_id}"
-            batch = (df.select(*SOURCE_COLUMNS).withColumn("rk_decoded", anchors_from_headers("headers"))
-                     .persist(StorageLevel.MEMORY_AND_DISK))
+            batch = (
+                df.select(*SOURCE_COLUMNS)
+                .withColumn("rk_decoded", anchors_from_headers("headers"))
+                .persist(StorageLevel.MEMORY_AND_DISK)
+            )
             pairs: list[tuple[int, int]] = []
             try:
                 self._quarantine(batch.filter(F.col("rk_decoded.error").isNotNull()).collect())
-                inputs = (batch.filter(F.col("rk_decoded.error").isNull())
-                          .withColumn("anchors", F.col("rk_decoded.anchors")).drop("rk_decoded"))
+                inputs = (
+                    batch.filter(F.col("rk_decoded.error").isNull())
+                    .withColumn("anchors", F.col("rk_decoded.anchors"))
+                    .drop("rk_decoded")
+                )
                 summary = inputs.select(
-                    F.explode_outer("anchors").alias("pair"), "topic", "partition", "offset").collect()
+                    F.explode_outer("anchors").alias("pair"), "topic", "partition", "offset"
+                ).collect()
                 pairs = [(row.pair.root, row.pair.edge) for row in summary if row.pair is not None]
                 self.untracked += sum(1 for row in summary if row.pair is None)
                 ends: dict[tuple[str, int], int] = {}
@@ -128,18 +146,32 @@ class SparkBolt(SparkJob):
             return
         for row in rows:
             reason = row.rk_decoded.error
-            log.warning("%s: %s[%d]@%d: %s; copied to %s and skipped", self.name, row.topic, row.partition,
-                        row.offset, reason, self.topics.quarantine)
+            log.warning(
+                "%s: %s[%d]@%d: %s; copied to %s and skipped",
+                self.name,
+                row.topic,
+                row.partition,
+                row.offset,
+                reason,
+                self.topics.quarantine,
+            )
             headers = [(h.key, bytes(h.value) if h.value is not None else None) for h in (row.headers or [])]
-            park(self._started()[1], self.topics.quarantine,
-                 key=bytes(row.key) if row.key is not None else None,
-                 value=bytes(row.value) if row.value is not None else None,
-                 headers=headers,
-                 parked=ParkedRecord(reason=reason, attempts=0, source_topic=row.topic,
-                                     source_partition=row.partition, source_offset=row.offset,
-                                     source_timestamp_ms=int(row.timestamp.timestamp() * 1000)
-                                     if row.timestamp is not None else -1,
-                                     component=self.name))
+            park(
+                self._started()[1],
+                self.topics.quarantine,
+                key=bytes(row.key) if row.key is not None else None,
+                value=bytes(row.value) if row.value is not None else None,
+                headers=headers,
+                parked=ParkedRecord(
+                    reason=reason,
+                    attempts=0,
+                    source_topic=row.topic,
+                    source_partition=row.partition,
+                    source_offset=row.offset,
+                    source_timestamp_ms=int(row.timestamp.timestamp() * 1000) if row.timestamp is not None else -1,
+                    component=self.name,
+                ),
+            )
         flush_or_raise(self._started()[1], what=f"{self.name} quarantined records")
         self.stats.quarantined += len(rows)
 

@@ -29,13 +29,31 @@ def fan_out(fanout: int):
     return transform
 
 
-def run_spark_split(*, topology: str, bootstrap: str, name: str, checkpoint_dir: str, fanout: int,
-                    kafka_config: dict, stop: threading.Event) -> None:
+def run_spark_split(
+    *,
+    topology: str,
+    bootstrap: str,
+    name: str,
+    checkpoint_dir: str,
+    fanout: int,
+    kafka_config: dict,
+    stop: threading.Event,
+) -> None:
     spark = spark_session(f"chaos-{name}", master="local[1]")
-    job = SparkBolt(spark, topology=topology, bootstrap_servers=bootstrap, source_topics=f"{topology}.stage1",
-                    group_id=f"{topology}-split", checkpoint_dir=checkpoint_dir, transform=fan_out(fanout),
-                    output_topic=f"{topology}.stage2", trigger_seconds=0.5, max_offsets_per_trigger=2000,
-                    kafka_config=kafka_config, name=name)
+    job = SparkBolt(
+        spark,
+        topology=topology,
+        bootstrap_servers=bootstrap,
+        source_topics=f"{topology}.stage1",
+        group_id=f"{topology}-split",
+        checkpoint_dir=checkpoint_dir,
+        transform=fan_out(fanout),
+        output_topic=f"{topology}.stage2",
+        trigger_seconds=0.5,
+        max_offsets_per_trigger=2000,
+        kafka_config=kafka_config,
+        name=name,
+    )
     job.start()
     try:
         while not stop.wait(0.5):

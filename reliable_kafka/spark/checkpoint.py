@@ -24,8 +24,17 @@ from typing import Protocol
 
 from reliable_kafka.errors import DecodeError
 
-__all__ = ["KafkaOffsets", "ResumePoint", "parse_kafka_offsets", "read_log_entry", "read_resume_point",
-           "log_batch_ids", "CheckpointFiles", "LocalFiles", "HadoopFiles"]
+__all__ = [
+    "KafkaOffsets",
+    "ResumePoint",
+    "parse_kafka_offsets",
+    "read_log_entry",
+    "read_resume_point",
+    "log_batch_ids",
+    "CheckpointFiles",
+    "LocalFiles",
+    "HadoopFiles",
+]
 
 KafkaOffsets = dict[tuple[str, int], int]
 """Kafka source offsets: ``(topic, partition) -> offset``."""
@@ -71,8 +80,9 @@ def parse_kafka_offsets(text: str) -> KafkaOffsets:
             raise DecodeError("spark kafka offsets", f"topic {topic!r} has no partition map", text.encode())
         for partition, offset in partitions.items():
             if not isinstance(offset, int) or isinstance(offset, bool):
-                raise DecodeError("spark kafka offsets", f"{topic}[{partition}] offset {offset!r} is not an integer",
-                                  text.encode())
+                raise DecodeError(
+                    "spark kafka offsets", f"{topic}[{partition}] offset {offset!r} is not an integer", text.encode()
+                )
             offsets[(topic, int(partition))] = offset
     return offsets
 
@@ -176,8 +186,9 @@ def _offsets_in_offset_log(path: str, source_index: int, files: CheckpointFiles)
     return {} if line in ("", "-") else parse_kafka_offsets(line)
 
 
-def read_resume_point(checkpoint_dir: str | Path, *, source_index: int = 0, spark=None,
-                      files: CheckpointFiles | None = None) -> ResumePoint:
+def read_resume_point(
+    checkpoint_dir: str | Path, *, source_index: int = 0, spark=None, files: CheckpointFiles | None = None
+) -> ResumePoint:
     """Read ``offsets/``, ``commits/`` and ``sources/<i>/0`` of a checkpoint.
 
     ``spark``: read through that session's Hadoop FileSystem (:class:`HadoopFiles`), for any
@@ -200,11 +211,13 @@ def read_resume_point(checkpoint_dir: str | Path, *, source_index: int = 0, spar
     last_planned = planned[-1]
     last_committed = committed[-1] if committed else None
     if last_committed is not None and last_committed > last_planned:
-        raise DecodeError("spark checkpoint", f"{root}: commit log is ahead of the offset log "
-                          f"({last_committed} > {last_planned})", None)
+        raise DecodeError(
+            "spark checkpoint",
+            f"{root}: commit log is ahead of the offset log ({last_committed} > {last_planned})",
+            None,
+        )
     if last_committed is None:
         offsets = dict(initial)
     else:
         offsets = _offsets_in_offset_log(_join(root, "offsets", str(last_committed)), source_index, files)
-    return ResumePoint(offsets=offsets, last_planned=last_planned, last_committed=last_committed,
-                       initial=initial)
+    return ResumePoint(offsets=offsets, last_planned=last_planned, last_committed=last_committed, initial=initial)

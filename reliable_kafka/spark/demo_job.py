@@ -22,9 +22,11 @@ def count_words(sentences):
     from pyspark.sql import functions as F
 
     words = sentences.select(F.explode(F.split(F.col("value").cast("string"), " ")).alias("word"), "anchors")
-    return (words.groupBy("word")
-            .agg(F.count("*").cast("string").alias("value"), merge_anchors().alias("anchors"))
-            .withColumnRenamed("word", "key"))
+    return (
+        words.groupBy("word")
+        .agg(F.count("*").cast("string").alias("value"), merge_anchors().alias("anchors"))
+        .withColumnRenamed("word", "key")
+    )
 
 
 class SparkWordCount:
@@ -38,10 +40,19 @@ class SparkWordCount:
         print("demo: starting Spark (local mode) with its Kafka connector...", flush=True)
         self.spark = spark_session("reliable-kafka-demo")
         self.job = SparkSpout(
-            self.spark, topology=topology, bootstrap_servers=bootstrap, source_topics=sentences,
-            group_id=self.group_id, checkpoint_dir=self._checkpoint.name, transform=count_words,
-            output_topic=words, trigger_seconds=1.0, max_offsets_per_trigger=4000, max_retries=10,
-            backoff=Backoff(initial_ms=200, max_ms=2000), message_timeout_ms=30_000,
+            self.spark,
+            topology=topology,
+            bootstrap_servers=bootstrap,
+            source_topics=sentences,
+            group_id=self.group_id,
+            checkpoint_dir=self._checkpoint.name,
+            transform=count_words,
+            output_topic=words,
+            trigger_seconds=1.0,
+            max_offsets_per_trigger=4000,
+            max_retries=10,
+            backoff=Backoff(initial_ms=200, max_ms=2000),
+            message_timeout_ms=30_000,
         )
 
     def start(self) -> None:
@@ -57,5 +68,10 @@ class SparkWordCount:
     def stats(self) -> dict:
         progress = self.job.progress()
         tracker = progress["tracker"]
-        return {"read": progress["inputs"], "completed": tracker["completed"], "replayed": tracker["redelivered"],
-                "dead_lettered": progress["dead_lettered"], "pending": progress["pending_roots"]}
+        return {
+            "read": progress["inputs"],
+            "completed": tracker["completed"],
+            "replayed": tracker["redelivered"],
+            "dead_lettered": progress["dead_lettered"],
+            "pending": progress["pending_roots"],
+        }

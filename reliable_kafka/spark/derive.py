@@ -18,8 +18,19 @@ import struct
 
 from reliable_kafka.errors import ArgumentError
 
-__all__ = ["ROOT_TAG", "EDGE_TAG", "CHILD_TAG", "ZERO_REPLACEMENT", "xxh64", "spark_xxhash64", "derive_root",
-           "derive_edge", "derive_child_edge", "root_column", "edge_column"]
+__all__ = [
+    "ROOT_TAG",
+    "EDGE_TAG",
+    "CHILD_TAG",
+    "ZERO_REPLACEMENT",
+    "xxh64",
+    "spark_xxhash64",
+    "derive_root",
+    "derive_edge",
+    "derive_child_edge",
+    "root_column",
+    "edge_column",
+]
 
 ROOT_TAG = 1
 EDGE_TAG = 2
@@ -106,8 +117,9 @@ def spark_xxhash64(*values: tuple[str, object]) -> int:
 
 
 def _derive(salt: int, topic: str, partition: int, offset: int, attempt: int, tag: int) -> int:
-    h = spark_xxhash64(("long", salt), ("string", topic), ("int", partition), ("long", offset),
-                       ("int", attempt), ("int", tag))
+    h = spark_xxhash64(
+        ("long", salt), ("string", topic), ("int", partition), ("long", offset), ("int", attempt), ("int", tag)
+    )
     return h if h != 0 else ZERO_REPLACEMENT
 
 
@@ -132,8 +144,10 @@ def _column(salt: int, tag: int):
     from pyspark.sql import functions as F
 
     # SQL text: one py4j call, where a Column tree costs dozens (each slow on a busy driver).
-    h = (f"xxhash64(CAST({salt} AS BIGINT), CAST(`topic` AS STRING), CAST(`partition` AS INT), "
-         f"CAST(`offset` AS BIGINT), CAST(`attempt` AS INT), CAST({tag} AS INT))")
+    h = (
+        f"xxhash64(CAST({salt} AS BIGINT), CAST(`topic` AS STRING), CAST(`partition` AS INT), "
+        f"CAST(`offset` AS BIGINT), CAST(`attempt` AS INT), CAST({tag} AS INT))"
+    )
     return F.expr(f"coalesce(nullif({h}, 0), CAST({ZERO_REPLACEMENT} AS BIGINT))")
 
 

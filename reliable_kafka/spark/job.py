@@ -123,13 +123,13 @@ class SparkJob:
         if not callable(transform):
             raise ConfigError(f"{self.component}: transform must be callable, got {transform!r}")
         if on_batch_error not in ("fail_roots", "stop"):
-            raise ConfigError(f"{self.component}: on_batch_error must be 'fail_roots' or 'stop', "
-                              f"not {on_batch_error!r}")
+            raise ConfigError(
+                f"{self.component}: on_batch_error must be 'fail_roots' or 'stop', not {on_batch_error!r}"
+            )
         if trigger_seconds <= 0:
             raise ConfigError(f"{self.component}: trigger_seconds must be > 0, got {trigger_seconds}")
         if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
-            raise ConfigError(f"{self.component}: max_offsets_per_trigger must be >= 1, "
-                              f"got {max_offsets_per_trigger}")
+            raise ConfigError(f"{self.component}: max_offsets_per_trigger must be >= 1, got {max_offsets_per_trigger}")
         self.spark = spark
         self.topics = TopologyTopics(topology)
         self.bootstrap_servers = bootstrap_servers
@@ -142,12 +142,15 @@ class SparkJob:
         self.available_now = available_now
         self.max_offsets_per_trigger = max_offsets_per_trigger
         self.on_batch_error = on_batch_error
-        self.kafka_config = client_config(kafka_config, consumer_config=consumer_config,
-                                          producer_config=producer_config)
+        self.kafka_config = client_config(
+            kafka_config, consumer_config=consumer_config, producer_config=producer_config
+        )
         # Security settings of kafka_config reach Spark's Kafka reader too (DESIGN 10).
-        self.spark_kafka_options = {"kafka.isolation.level": "read_committed",
-                                    **spark_security_options(self.kafka_config),
-                                    **dict(spark_kafka_options or {})}
+        self.spark_kafka_options = {
+            "kafka.isolation.level": "read_committed",
+            **spark_security_options(self.kafka_config),
+            **dict(spark_kafka_options or {}),
+        }
         self.task_id = new_id()
         self.name = name or f"{self.component}-{self.task_id & 0xFFFF:04x}"
         check_ack_sender_config(self.kafka_config, component=self.name)
@@ -174,13 +177,13 @@ class SparkJob:
         if found is None:
             raise TopologyError(
                 f"{self.name}: ack topic {self.topics.acks} does not exist; start an acker worker for "
-                f"topology {self.topics.topology!r} first")
+                f"topology {self.topics.topology!r} first"
+            )
         self._ack_partitions = found
         # an older topology has no failures topic: its records would hold up the writers' flush
         self._failures_topic = self.topics.failures if partition_count(admin, self.topics.failures) else None
         self._producer = producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name)
-        self._acks = AckSender(producer, acks_topic=self.topics.acks, ack_partitions=found,
-                               sender=self.task_id)
+        self._acks = AckSender(producer, acks_topic=self.topics.acks, ack_partitions=found, sender=self.task_id)
         sc = self.spark.sparkContext
         self._outputs_acc = sc.accumulator(0)
         self._failed_acc = sc.accumulator(0)
@@ -193,8 +196,14 @@ class SparkJob:
         self.spark.streams.addListener(self._listener)
         self.query = self._start_query()
         self._reporter = ops_reporter.attach(self)  # status snapshots from the driver (reliable_kafka.ops)
-        log.info("%s: query %s reading %s, writing %s (%d ack partitions)", self.name, self.query.id,
-                 self.source_topics, self.output_topic, found)
+        log.info(
+            "%s: query %s reading %s, writing %s (%d ack partitions)",
+            self.name,
+            self.query.id,
+            self.source_topics,
+            self.output_topic,
+            found,
+        )
 
     def _prepare(self) -> None:
         """Subclass hook run before the query starts."""
@@ -204,19 +213,24 @@ class SparkJob:
         return None
 
     def _start_query(self):
-        reader = (self.spark.readStream.format("kafka")
-                  .option("kafka.bootstrap.servers", self.bootstrap_servers)
-                  .option("subscribe", ",".join(self.source_topics))
-                  .option("includeHeaders", "true")
-                  .option("failOnDataLoss", "false")
-                  .option("startingOffsets", self._starting_offsets() or "earliest"))
+        reader = (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap_servers)
+            .option("subscribe", ",".join(self.source_topics))
+            .option("includeHeaders", "true")
+            .option("failOnDataLoss", "false")
+            .option("startingOffsets", self._starting_offsets() or "earliest")
+        )
         if self.max_offsets_per_trigger is not None:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
         for key, value in self.spark_kafka_options.items():
             reader = reader.option(key, value)
-        writer = (reader.load().writeStream.queryName(self.name)
-                  .option("checkpointLocation", self.checkpoint_dir)
-                  .foreachBatch(self._on_stream_batch))
+        writer = (
+            reader.load()
+            .writeStream.queryName(self.name)
+            .option("checkpointLocation", self.checkpoint_dir)
+            .foreachBatch(self._on_stream_batch)
+        )
         if self.available_now:
             writer = writer.trigger(availableNow=True)
         else:
@@ -261,8 +275,9 @@ class SparkJob:
         # Dropping the last references destroys the librdkafka client (its threads, connections).
         self._acks = self._producer = None
 
-    def run_until(self, predicate: Callable[[SparkJob], bool] | None = None, *,
-                  timeout: float = 60.0, poll_interval: float = 0.2) -> bool:
+    def run_until(
+        self, predicate: Callable[[SparkJob], bool] | None = None, *, timeout: float = 60.0, poll_interval: float = 0.2
+    ) -> bool:
         """Wait until ``predicate(self)`` is true (default: :meth:`idle`) or ``timeout`` seconds
         pass; True when the predicate held. Raises the error that stopped the query."""
         predicate = predicate or (lambda job: job.idle())
@@ -315,10 +330,16 @@ class SparkJob:
             raise ConfigError(
                 f"{self.name}: transform {getattr(self.transform, '__name__', self.transform)} must return "
                 f"a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns (and optionally key, headers, "
-                f"rk_fail, rk_fail_reason, rk_fail_retry); got {sorted(columns)}")
+                f"rk_fail, rk_fail_reason, rk_fail_retry); got {sorted(columns)}"
+            )
         if salt is not None and FAIL_COLUMN not in columns:
-            written, roots, xors = write_in_jvm(outputs, salt=salt, bootstrap_servers=self.bootstrap_servers,
-                                                topic=self.output_topic, options=self._sink_options())
+            written, roots, xors = write_in_jvm(
+                outputs,
+                salt=salt,
+                bootstrap_servers=self.bootstrap_servers,
+                topic=self.output_topic,
+                options=self._sink_options(),
+            )
             self.stats.outputs += written
             return written, 0, (roots, xors)
         before_outputs, before_failed = self._outputs_acc.value, self._failed_acc.value
@@ -343,8 +364,11 @@ class SparkJob:
 
     def _sink_options(self) -> dict[str, str]:
         """The reader's ``kafka.*`` client options (security...) minus the consumer-only ones."""
-        return {key: value for key, value in self.spark_kafka_options.items()
-                if key.startswith("kafka.") and key not in _CONSUMER_ONLY_OPTIONS}
+        return {
+            key: value
+            for key, value in self.spark_kafka_options.items()
+            if key.startswith("kafka.") and key not in _CONSUMER_ONLY_OPTIONS
+        }
 
     def _send_entries(self, kind: EventKind, entries: list[tuple[int, int]], *, what: str) -> None:
         """Send ack-topic entries from the driver and wait until the broker has them."""
@@ -357,8 +381,10 @@ class SparkJob:
             acks.send()
         flush_or_raise(producer, what=f"{self.name} {what}")
         if len(acks.delivery_errors) > errors_before:
-            raise DeliveryError(f"{self.name}: {what} not delivered to {self.topics.acks}: "
-                                f"{acks.delivery_errors[-1]}", topic=self.topics.acks)
+            raise DeliveryError(
+                f"{self.name}: {what} not delivered to {self.topics.acks}: {acks.delivery_errors[-1]}",
+                topic=self.topics.acks,
+            )
 
     def _send_fails(self, roots: list[int]) -> None:
         """FAIL entries for ``roots``, best effort: the ackers then drop their trees early."""
@@ -370,8 +396,7 @@ class SparkJob:
                 acks.send()
             producer.poll(0)
         except Exception as exc:
-            log.warning("%s: FAIL entries for %d roots not sent (%s); their trees time out", self.name,
-                        len(roots), exc)
+            log.warning("%s: FAIL entries for %d roots not sent (%s); their trees time out", self.name, len(roots), exc)
 
     def _batch_failed(self, what: str, exc: BaseException) -> None:
         """Log a failed batch; re-raise when the policy (or the error's kind) says stop."""
@@ -380,8 +405,7 @@ class SparkJob:
         if isinstance(exc, (ConfigError, AuthorizationError)) or self.on_batch_error == "stop":
             log.error("%s: %s failed; stopping: %s", self.name, what, exc)
             raise exc
-        log.error("%s: %s failed; its roots were failed and will be redelivered", self.name, what,
-                  exc_info=exc)
+        log.error("%s: %s failed; its roots were failed and will be redelivered", self.name, what, exc_info=exc)
 
     def _commit_group(self, consumer, offsets) -> None:
         """Commit explicit offsets (``TopicPartition`` list) synchronously."""

@@ -15,19 +15,20 @@ __all__ = ["read_offsets", "read_ranges", "read_redeliveries", "chunks"]
 TP = tuple[str, int]
 
 
-def read_offsets(spark, starts: dict[TP, int], ends: dict[TP, int], *, bootstrap_servers: str,
-                 options: dict[str, str]):
+def read_offsets(spark, starts: dict[TP, int], ends: dict[TP, int], *, bootstrap_servers: str, options: dict[str, str]):
     """A batch read of ``[starts[tp], ends[tp])`` per partition; ``options`` for Spark's Kafka reader."""
     assign: dict[str, list[int]] = {}
     for topic, partition in starts:
         assign.setdefault(topic, []).append(partition)
-    reader = (spark.read.format("kafka")
-              .option("kafka.bootstrap.servers", bootstrap_servers)
-              .option("assign", json.dumps(assign))
-              .option("startingOffsets", offsets_json(starts))
-              .option("endingOffsets", offsets_json(ends))
-              .option("includeHeaders", "true")
-              .option("failOnDataLoss", "false"))
+    reader = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("assign", json.dumps(assign))
+        .option("startingOffsets", offsets_json(starts))
+        .option("endingOffsets", offsets_json(ends))
+        .option("includeHeaders", "true")
+        .option("failOnDataLoss", "false")
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
@@ -51,10 +52,12 @@ def read_redeliveries(spark, redeliveries: list[Redelivery], **connection):
         ends[r.tp] = max(ends.get(r.tp, r.offset + 1), r.offset + 1)
     wanted = spark.createDataFrame(
         [(t, p, r.offset, r.attempt) for r in redeliveries for (t, p) in [r.tp]],
-        "topic string, partition int, offset long, attempt int")
+        "topic string, partition int, offset long, attempt int",
+    )
     records = read_offsets(spark, starts, ends, **connection).select(*SOURCE_COLUMNS)
-    return records.join(F.broadcast(wanted), ["topic", "partition", "offset"], "inner") \
-        .select(*SOURCE_COLUMNS, "attempt")
+    return records.join(F.broadcast(wanted), ["topic", "partition", "offset"], "inner").select(
+        *SOURCE_COLUMNS, "attempt"
+    )
 
 
 def chunks(ranges: dict[TP, tuple[int, int]], size: int) -> Iterator[dict[TP, tuple[int, int]]]:

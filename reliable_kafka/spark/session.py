@@ -30,8 +30,16 @@ from pathlib import Path
 from reliable_kafka.errors import ConfigError, JarResolutionError
 from reliable_kafka.jars import SPARK_KAFKA_ARTIFACT, artifacts_digest, cache_dir, is_resolved, resolve_jars
 
-__all__ = ["SPARK_KAFKA_DEPENDENCIES", "connector_jars", "spark_session", "DEFAULT_SPARK_CONF",
-           "LOCAL_MODE_CONF", "DEFAULT_MASTER", "given_master", "spark_submit_command"]
+__all__ = [
+    "SPARK_KAFKA_DEPENDENCIES",
+    "connector_jars",
+    "spark_session",
+    "DEFAULT_SPARK_CONF",
+    "LOCAL_MODE_CONF",
+    "DEFAULT_MASTER",
+    "given_master",
+    "spark_submit_command",
+]
 
 SPARK_KAFKA_DEPENDENCIES = [
     "org.apache.spark:spark-token-provider-kafka-0-10_2.13:4.0.0",
@@ -109,12 +117,24 @@ def _run_maven_copy(name: str, artifact: str, root: Path, target: Path) -> None:
     print(f"reliable-kafka: fetching {artifact} with Maven (first run only)...", file=sys.stderr, flush=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=target.parent))
     command = [
-        mvn, "-B", "-q", "dependency:copy", f"-Dartifact={artifact}",
-        f"-DoutputDirectory={staging}", f"-Dmaven.repo.local={root / 'm2'}",
+        mvn,
+        "-B",
+        "-q",
+        "dependency:copy",
+        f"-Dartifact={artifact}",
+        f"-DoutputDirectory={staging}",
+        f"-Dmaven.repo.local={root / 'm2'}",
     ]
     with tempfile.TemporaryDirectory(prefix="rk-mvn-") as work:
-        done = subprocess.run(command, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=1800)
+        done = subprocess.run(
+            command,
+            cwd=work,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=1800,
+        )
     if done.returncode != 0 or not any(staging.glob("*.jar")):
         shutil.rmtree(staging, ignore_errors=True)
         tail = "\n".join("    " + line for line in (done.stdout or "").strip().splitlines()[-15:])
@@ -128,8 +148,7 @@ def _run_maven_copy(name: str, artifact: str, root: Path, target: Path) -> None:
     staging.rename(target)
 
 
-def given_master(environ: dict[str, str] | None = None, *, running_conf: dict[str, str] | None = None
-                 ) -> str | None:
+def given_master(environ: dict[str, str] | None = None, *, running_conf: dict[str, str] | None = None) -> str | None:
     """The master spark-submit or the environment gives, or None when nothing does.
 
     In order, as spark-submit reads them: a JVM already started by spark-submit
@@ -227,8 +246,9 @@ def _running_conf() -> dict[str, str] | None:
     return dict(SparkConf(loadDefaults=True).getAll())
 
 
-def spark_submit_command(args: list[str], *, jars: list[Path] | None = None,
-                         spark_submit: str | None = None) -> list[str]:
+def spark_submit_command(
+    args: list[str], *, jars: list[Path] | None = None, spark_submit: str | None = None
+) -> list[str]:
     """spark-submit ``args`` with the connector jars added to ``--jars`` (kept if already given).
 
     ``spark_submit`` defaults to ``$SPARK_HOME/bin/spark-submit``, else pyspark's own.

@@ -42,12 +42,11 @@ from reliable_kafka.spark.checkpoint import read_resume_point
 from reliable_kafka.spark.derive import edge_column, root_column
 from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, offsets_json
 from reliable_kafka.spark.offset_reads import chunks, read_ranges, read_redeliveries
+from reliable_kafka.spark.writer import fold_by_root
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
 from reliable_kafka.spout.spout import _source_record
 from reliable_kafka.topology import admin_client, partition_count
-from reliable_kafka.spark.writer import fold_by_root
-from reliable_kafka.kafka.clients import new_consumer
 
 __all__ = ["SparkSpout"]
 
@@ -118,19 +117,34 @@ class SparkSpout(SparkJob):
         dead_letter_window: int = 1000,
     ) -> None:
         super().__init__(
-            spark, topology=topology, bootstrap_servers=bootstrap_servers, source_topics=source_topics,
-            checkpoint_dir=checkpoint_dir, transform=transform, output_topic=output_topic,
-            group_id=group_id, trigger_seconds=trigger_seconds, available_now=available_now,
-            max_offsets_per_trigger=max_offsets_per_trigger, on_batch_error=on_batch_error,
-            kafka_config=kafka_config, spark_kafka_options=spark_kafka_options, name=name,
-            consumer_config=consumer_config, producer_config=producer_config,
+            spark,
+            topology=topology,
+            bootstrap_servers=bootstrap_servers,
+            source_topics=source_topics,
+            checkpoint_dir=checkpoint_dir,
+            transform=transform,
+            output_topic=output_topic,
+            group_id=group_id,
+            trigger_seconds=trigger_seconds,
+            available_now=available_now,
+            max_offsets_per_trigger=max_offsets_per_trigger,
+            on_batch_error=on_batch_error,
+            kafka_config=kafka_config,
+            spark_kafka_options=spark_kafka_options,
+            name=name,
+            consumer_config=consumer_config,
+            producer_config=producer_config,
         )
         if commit_interval_ms < 0:
             raise ConfigError(f"{self.component}: commit_interval_ms must be >= 0, got {commit_interval_ms}")
         self.commit_interval_ms = commit_interval_ms
-        self.tracker = InFlightTracker(max_pending=max_pending, max_retries=max_retries, backoff=backoff,
-                                       message_timeout_ms=message_timeout_ms,
-                                       backstop_grace_ms=backstop_grace_ms)
+        self.tracker = InFlightTracker(
+            max_pending=max_pending,
+            max_retries=max_retries,
+            backoff=backoff,
+            message_timeout_ms=message_timeout_ms,
+            backstop_grace_ms=backstop_grace_ms,
+        )
         self.partitions: list[TP] = []
         self.recovered = 0  # records processed again on start (between group commit and checkpoint)
         self.skipped = 0  # records Spark handed over again that were already done
@@ -146,14 +160,26 @@ class SparkSpout(SparkJob):
         self._last_commit = 0.0
         # the root-owning core: outcomes, dead letters (records read again by offset), commits
         self._roots = RootOwner(
-            component=self.name, topics=self.topics, tracker=self.tracker, stats=RootStats(),
-            bootstrap_servers=self.bootstrap_servers, kafka_config=self.kafka_config, lock=self._lock,
-            max_dead_letter_ratio=max_dead_letter_ratio, dead_letter_window=dead_letter_window,
-            reason_with_attempts=False)  # a Spark job's dead letters always said just FAILED or TIMED_OUT
+            component=self.name,
+            topics=self.topics,
+            tracker=self.tracker,
+            stats=RootStats(),
+            bootstrap_servers=self.bootstrap_servers,
+            kafka_config=self.kafka_config,
+            lock=self._lock,
+            max_dead_letter_ratio=max_dead_letter_ratio,
+            dead_letter_window=dead_letter_window,
+            reason_with_attempts=False,
+        )  # a Spark job's dead letters always said just FAILED or TIMED_OUT
         self._rereader = SourceRereader(
-            component=self.name, bootstrap_servers=self.bootstrap_servers, group_id=f"{self.group_id}.rk-fetch",
-            kafka_config=self.kafka_config, records=self._roots.records, to_record=_source_record,
-            gone=self._gone)
+            component=self.name,
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=f"{self.group_id}.rk-fetch",
+            kafka_config=self.kafka_config,
+            records=self._roots.records,
+            to_record=_source_record,
+            gone=self._gone,
+        )
         self._roots.reread = self._rereader
 
     @property
@@ -210,13 +236,17 @@ class SparkSpout(SparkJob):
             all_partitions = {tp: starting.get(tp, -2) for tp in self.partitions}  # -2: earliest
             self._starting = offsets_json(all_partitions)
         if ranges:
-            log.info("%s: recovering %s (group commit .. checkpoint resume point)", self.name,
-                     {f"{t}[{p}]": r for (t, p), r in ranges.items()})
+            log.info(
+                "%s: recovering %s (group commit .. checkpoint resume point)",
+                self.name,
+                {f"{t}[{p}]": r for (t, p), r in ranges.items()},
+            )
         for chunk in chunks(ranges, self.max_offsets_per_trigger or 100_000):
             self.stats.extra_batches += 1
             with self._batch_lock:
-                self._run_batch(read_ranges(self.spark, chunk, **self._connection()), [], what="recovery batch",
-                                recovery=True)
+                self._run_batch(
+                    read_ranges(self.spark, chunk, **self._connection()), [], what="recovery batch", recovery=True
+                )
 
     def _connection(self) -> dict:
         return {"bootstrap_servers": self.bootstrap_servers, "options": self.spark_kafka_options}
@@ -262,8 +292,11 @@ class SparkSpout(SparkJob):
             return
         batch = functools.reduce(lambda a, b: a.unionByName(b), frames)
         salt = new_id()
-        batch = (batch.withColumn("root", root_column(salt)).withColumn("edge", edge_column(salt))
-                 .persist(StorageLevel.MEMORY_AND_DISK))
+        batch = (
+            batch.withColumn("root", root_column(salt))
+            .withColumn("edge", edge_column(salt))
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
         roots: list[int] = []
         try:
             try:
@@ -283,14 +316,14 @@ class SparkSpout(SparkJob):
                 spark = batch.sparkSession
                 done = spark.createDataFrame([(root,) for root in skipped], "root long")
                 inputs = batch.join(F.broadcast(done), "root", "left_anti")
-            inputs = (inputs.withColumn("anchors", F.array(F.struct(F.col("root"), F.col("edge"))))
-                      .drop("root", "edge"))
+            inputs = inputs.withColumn("anchors", F.array(F.struct(F.col("root"), F.col("edge")))).drop("root", "edge")
             self.stats.inputs += len(entries)
             _, _, children = self._write(inputs, salt)  # (2)
             if children is not None:  # the JVM sink wrote them: their XOR goes into the final acks
                 roots_array, vals = fold_by_root(
                     np.concatenate([np.array([r for r, _ in entries], dtype=np.int64), children[0]]),
-                    np.concatenate([np.array([e for _, e in entries], dtype=np.int64), children[1]]))
+                    np.concatenate([np.array([e for _, e in entries], dtype=np.int64), children[1]]),
+                )
                 entries = list(zip(roots_array.tolist(), vals.tolist()))
             self._send_entries(EventKind.ACK, entries, what=f"input acks of {what}")  # (3)
         except _BeforeEmit as exc:
@@ -326,8 +359,14 @@ class SparkSpout(SparkJob):
             for redelivery in wanted.values():
                 # Kafka deleted it (retention) before it could be processed again: nothing to send.
                 self._not_redelivered += 1
-                log.error("%s: %s[%d]@%d is no longer in Kafka; it cannot be redelivered (attempt %d, %s)",
-                          self.name, *redelivery.tp, redelivery.offset, redelivery.attempt, redelivery.reason)
+                log.error(
+                    "%s: %s[%d]@%d is no longer in Kafka; it cannot be redelivered (attempt %d, %s)",
+                    self.name,
+                    *redelivery.tp,
+                    redelivery.offset,
+                    redelivery.attempt,
+                    redelivery.reason,
+                )
                 self.tracker.done_immediately(redelivery.tp, redelivery.offset)
             self.skipped += len(skipped)
         return entries, skipped
@@ -344,8 +383,9 @@ class SparkSpout(SparkJob):
             return
         with self._lock:
             for root in roots:
-                self._roots.fail_locally(root, FailureRecord.of(roots=[root], component=self.name,
-                                                                task_id=self.task_id, error=error))
+                self._roots.fail_locally(
+                    root, FailureRecord.of(roots=[root], component=self.name, task_id=self.task_id, error=error)
+                )
         self._send_fails(roots)
 
     # --- the driver loop ------------------------------------------------------------------------
@@ -430,9 +470,10 @@ class SparkSpout(SparkJob):
         """High watermarks of the source partitions now."""
         with self._watermarks_lock:
             assert self._watermarks is not None, "SparkSpout.start() was not called"
-            return {(t, p): self._watermarks.get_watermark_offsets(TopicPartition(t, p), timeout=10,
-                                                                   cached=False)[1]
-                    for t, p in self.partitions}
+            return {
+                (t, p): self._watermarks.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1]
+                for t, p in self.partitions
+            }
 
     def caught_up(self) -> bool:
         """True when the committed offsets reached the current end of every source partition."""
@@ -450,8 +491,12 @@ class SparkSpout(SparkJob):
     def _in_flight(self) -> bool:
         """True while any record is not done: in flight, waiting for a retry or a dead-letter write."""
         tracker = self.tracker
-        return bool(tracker.pending_roots() or tracker.next_due_ms() is not None or self._roots.dead_letters_waiting
-                    or any(tracker.pending_offsets(tp) for tp in tracker.partitions()))
+        return bool(
+            tracker.pending_roots()
+            or tracker.next_due_ms() is not None
+            or self._roots.dead_letters_waiting
+            or any(tracker.pending_offsets(tp) for tp in tracker.partitions())
+        )
 
     # --- stop -----------------------------------------------------------------------------------
 

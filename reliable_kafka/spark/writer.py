@@ -56,8 +56,9 @@ def to_bytes(value, what: str) -> bytes | None:
         return value.encode("utf-8")
     if isinstance(value, (int, float)):
         return str(value).encode("ascii")
-    raise ConfigError(f"spark output: {what} of type {type(value).__name__} cannot be written; "
-                      f"cast the column to string or binary")
+    raise ConfigError(
+        f"spark output: {what} of type {type(value).__name__} cannot be written; cast the column to string or binary"
+    )
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,7 @@ class OutputWriter:
             if error is not None:
                 errors.append(error)
 
-        acks = AckSender(producer, acks_topic=self.acks_topic, ack_partitions=self.ack_partitions,
-                         sender=self.sender)
+        acks = AckSender(producer, acks_topic=self.acks_topic, ack_partitions=self.ack_partitions, sender=self.sender)
         child_edges: dict[int, int] = {}  # root -> XOR of the child edges this task created
         failed_roots: set[int] = set()
         written = failed = 0
@@ -99,25 +99,33 @@ class OutputWriter:
             if fields is None:
                 fields = set(row.__fields__)
                 if "value" not in fields or ANCHORS_COLUMN not in fields:
-                    raise ConfigError(f"spark output rows need 'value' and '{ANCHORS_COLUMN}' columns, "
-                                      f"got {sorted(fields)}")
+                    raise ConfigError(
+                        f"spark output rows need 'value' and '{ANCHORS_COLUMN}' columns, got {sorted(fields)}"
+                    )
             pairs = row[ANCHORS_COLUMN] or ()
             if FAIL_COLUMN in fields and row[FAIL_COLUMN]:
                 roots = [pair[0] for pair in pairs if pair is not None and pair[0]]
                 failed_roots.update(roots)
                 failed += 1
                 if self.failures_topic is not None and roots:  # written before the FAIL entries
-                    FailureLog(producer, topic=self.failures_topic, component=self.component,
-                               task_id=self.sender).write(FailureRecord.of(
-                                   roots=roots, component=self.component, task_id=self.sender,
-                                   reason=row[FAIL_REASON_COLUMN] if FAIL_REASON_COLUMN in fields else None,
-                                   retry=not (FAIL_RETRY_COLUMN in fields and row[FAIL_RETRY_COLUMN] is False)))
+                    FailureLog(
+                        producer, topic=self.failures_topic, component=self.component, task_id=self.sender
+                    ).write(
+                        FailureRecord.of(
+                            roots=roots,
+                            component=self.component,
+                            task_id=self.sender,
+                            reason=row[FAIL_REASON_COLUMN] if FAIL_REASON_COLUMN in fields else None,
+                            retry=not (FAIL_RETRY_COLUMN in fields and row[FAIL_RETRY_COLUMN] is False),
+                        )
+                    )
                 continue
             anchors = anchor_to_pairs(pairs, child_edges)  # the XOR edge rule (core.anchors)
             headers = []
             if "headers" in fields and row["headers"]:
-                headers = [(h[0], to_bytes(h[1], "header value")) for h in row["headers"]
-                           if h[0] != codec.ANCHORS_HEADER]
+                headers = [
+                    (h[0], to_bytes(h[1], "header value")) for h in row["headers"] if h[0] != codec.ANCHORS_HEADER
+                ]
             if anchors:
                 headers.append((codec.ANCHORS_HEADER, codec.encode_anchors(anchors)))
             key = to_bytes(row["key"], "key") if "key" in fields else None
@@ -134,7 +142,9 @@ class OutputWriter:
             raise DeliveryError(
                 f"spark writer: {len(errors)} outputs to {self.output_topic} and "
                 f"{len(acks.delivery_errors)} ack records not delivered (first: {first}); the task "
-                f"fails so that Spark retries it", topic=self.output_topic)
+                f"fails so that Spark retries it",
+                topic=self.output_topic,
+            )
         if self.outputs is not None:
             self.outputs.add(written)
         if self.failed_rows is not None:
@@ -194,7 +204,7 @@ def anchors_header_v2_sql(pairs: str) -> str:
     ``bytes`` (zigzag varint of 16n, then n big-endian int64 pairs; DESIGN 3). One pair, the
     common case, avoids Spark's interpreted higher-order functions: 0x02 0x20 root edge."""
     single = f"unhex(concat('0220', {_be64_hex(f'{pairs}[0].root')}, {_be64_hex(f'{pairs}[0].edge')}))"
-    body = (f"array_join(transform({pairs}, p -> concat({_be64_hex('p.root')}, {_be64_hex('p.edge')})), '')")
+    body = f"array_join(transform({pairs}, p -> concat({_be64_hex('p.root')}, {_be64_hex('p.edge')})), '')"
     zigzag = f"CAST(size({pairs}) AS BIGINT) * 32"  # 2 * 16n: non-negative, so zigzag doubles it
     general = f"unhex(concat('02', {_varint_hex(zigzag, 5)}, {body}))"
     return f"IF(size({pairs}) = 1, {single}, {general})"
@@ -220,11 +230,15 @@ def child_edges_sql(salt: int, anchors: str, row_id: str) -> str:
     row-to-row transform) skips the higher-order functions."""
     first = f"{anchors}[0].root"
     one = f"array(named_struct('root', {first}, 'edge', {_child_edge_sql(salt, row_id, first)}))"
-    roots = (f"array_distinct(transform(filter({anchors}, p -> p IS NOT NULL AND p.root IS NOT NULL "
-             f"AND p.root != 0), p -> p.root))")
+    roots = (
+        f"array_distinct(transform(filter({anchors}, p -> p IS NOT NULL AND p.root IS NOT NULL "
+        f"AND p.root != 0), p -> p.root))"
+    )
     general = f"transform({roots}, r -> named_struct('root', r, 'edge', {_child_edge_sql(salt, row_id, 'r')}))"
-    return (f"CASE WHEN {anchors} IS NULL THEN CAST(array() AS array<struct<root:bigint,edge:bigint>>) "
-            f"WHEN size({anchors}) = 1 AND {first} IS NOT NULL AND {first} != 0 THEN {one} ELSE {general} END")
+    return (
+        f"CASE WHEN {anchors} IS NULL THEN CAST(array() AS array<struct<root:bigint,edge:bigint>>) "
+        f"WHEN size({anchors}) = 1 AND {first} IS NOT NULL AND {first} != 0 THEN {one} ELSE {general} END"
+    )
 
 
 def with_children(outputs, salt: int):
@@ -233,11 +247,15 @@ def with_children(outputs, salt: int):
     rows = outputs.selectExpr("*", f"monotonically_increasing_id() AS {ROW_ID}")
     rows = rows.selectExpr("*", f"{child_edges_sql(salt, f'`{ANCHORS_COLUMN}`', ROW_ID)} AS {CHILDREN}")
     key = f"'{codec.ANCHORS_HEADER}'"
-    ours = (f"IF(size({CHILDREN}) > 0, array(named_struct('key', {key}, 'value', "
-            f"{anchors_header_v2_sql(CHILDREN)})), CAST(array() AS {_HEADER_TYPE}))")
+    ours = (
+        f"IF(size({CHILDREN}) > 0, array(named_struct('key', {key}, 'value', "
+        f"{anchors_header_v2_sql(CHILDREN)})), CAST(array() AS {_HEADER_TYPE}))"
+    )
     if "headers" in outputs.columns:
-        theirs = (f"transform(filter(coalesce(`headers`, CAST(array() AS {_HEADER_TYPE})), h -> h.key != {key}), "
-                  f"h -> named_struct('key', CAST(h.key AS STRING), 'value', CAST(h.value AS BINARY)))")
+        theirs = (
+            f"transform(filter(coalesce(`headers`, CAST(array() AS {_HEADER_TYPE})), h -> h.key != {key}), "
+            f"h -> named_struct('key', CAST(h.key AS STRING), 'value', CAST(h.value AS BINARY)))"
+        )
         ours = f"concat({theirs}, {ours})"
     return rows.selectExpr("*", f"{ours} AS rk_headers")
 
@@ -246,13 +264,17 @@ def child_xor_by_root(rows):
     """Per root of the rows' children: (root, XOR of its child edges, ``bit_xor``, and ``rows``:
     the rows whose first child it is). One more group, root null, holds the rows without
     children; the sum of ``rows`` over all groups is the row count, so no second job counts them."""
-    return rows.selectExpr(f"posexplode_outer({CHILDREN}) AS (pos, c)").selectExpr(
-        "c.root AS root", "c.edge AS edge", "IF(pos = 0 OR pos IS NULL, 1, 0) AS first") \
-        .groupBy("root").agg({"edge": "bit_xor", "first": "sum"}) \
-        .withColumnRenamed("bit_xor(edge)", "xor").withColumnRenamed("sum(first)", "rows")
+    return (
+        rows.selectExpr(f"posexplode_outer({CHILDREN}) AS (pos, c)")
+        .selectExpr("c.root AS root", "c.edge AS edge", "IF(pos = 0 OR pos IS NULL, 1, 0) AS first")
+        .groupBy("root")
+        .agg({"edge": "bit_xor", "first": "sum"})
+        .withColumnRenamed("bit_xor(edge)", "xor")
+        .withColumnRenamed("sum(first)", "rows")
+    )
 
 
-def column_arrays(df, names: list[str]) -> dict[str, "np.ndarray"]:
+def column_arrays(df, names: list[str]) -> dict[str, np.ndarray]:
     """Long columns of a DataFrame as int64 arrays (null as 0), packed in the JVM into one row of
     arrays first: the driver unpickles a few lists, never one Python Row per record."""
     import numpy as np
@@ -279,8 +301,11 @@ def sink_rows(rows):
     """The persisted rows as Spark's Kafka sink takes them: key, value and headers. Kafka takes
     string or binary; other types are written as text, as the Python writer does."""
     types = dict(rows.dtypes)
-    plain = [f"`{n}`" if types[n] in ("string", "binary") else f"CAST(`{n}` AS STRING) AS `{n}`"
-             for n in ("key", "value") if n in types]
+    plain = [
+        f"`{n}`" if types[n] in ("string", "binary") else f"CAST(`{n}` AS STRING) AS `{n}`"
+        for n in ("key", "value")
+        if n in types
+    ]
     return rows.selectExpr(*plain, "rk_headers AS headers")
 
 
@@ -291,8 +316,12 @@ def write_in_jvm(outputs, *, salt: int, bootstrap_servers: str, topic: str, opti
 
     rows = with_children(outputs, salt).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        writer = (sink_rows(rows).write.format("kafka")
-                  .option("kafka.bootstrap.servers", bootstrap_servers).option("topic", topic))
+        writer = (
+            sink_rows(rows)
+            .write.format("kafka")
+            .option("kafka.bootstrap.servers", bootstrap_servers)
+            .option("topic", topic)
+        )
         for key, value in options.items():
             writer = writer.option(key, value)
         writer.save()

@@ -37,9 +37,20 @@ class SourceRereader:
     Kafka still holds could not be read within ``timeout_s``.
     """
 
-    def __init__(self, *, component: str, bootstrap_servers: str, group_id: str, kafka_config: dict,
-                 clients=None, records: dict, to_record: Callable, gone: Callable[[TopicPartitionKey, int, str], None],
-                 batch_size: int = 500, timeout_s: float = REREAD_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        *,
+        component: str,
+        bootstrap_servers: str,
+        group_id: str,
+        kafka_config: dict,
+        clients=None,
+        records: dict,
+        to_record: Callable,
+        gone: Callable[[TopicPartitionKey, int, str], None],
+        batch_size: int = 500,
+        timeout_s: float = REREAD_TIMEOUT_S,
+    ) -> None:
         self.component = component
         self.bootstrap_servers = bootstrap_servers
         self.group_id = group_id
@@ -63,8 +74,13 @@ class SourceRereader:
 
     def _read_run(self, key: TopicPartitionKey, offsets: list[int]) -> None:
         if self._consumer is None:
-            self._consumer = new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config,
-                                          clients=self.clients, **{"isolation.level": "read_committed"})
+            self._consumer = new_consumer(
+                self.bootstrap_servers,
+                self.group_id,
+                self.kafka_config,
+                clients=self.clients,
+                **{"isolation.level": "read_committed"},
+            )
         low, _ = self._consumer.get_watermark_offsets(TopicPartition(*key), timeout=10, cached=False)
         missing = set()
         for offset in offsets:
@@ -94,9 +110,11 @@ class SourceRereader:
             missing.discard(offset)
             self.gone(key, offset, "is not a committed record of the source")
         if missing:
-            raise RereadFailed(f"{self.component}: {len(missing)} in-flight records of {key[0]}[{key[1]}] from offset "
-                               f"{min(missing)} could not be read again within {self.timeout_s:.0f}s; "
-                               f"is the broker up?")
+            raise RereadFailed(
+                f"{self.component}: {len(missing)} in-flight records of {key[0]}[{key[1]}] from offset "
+                f"{min(missing)} could not be read again within {self.timeout_s:.0f}s; "
+                f"is the broker up?"
+            )
 
     def close(self) -> None:
         if self._consumer is not None:

@@ -145,10 +145,17 @@ class RootOwner:
     def listen(self, spout_id: int | None) -> OutcomeListener:
         """Start reading outcomes (for ``spout_id``, or for owners followed later): before any INIT."""
         self.listener = OutcomeListener(
-            bootstrap_servers=self.bootstrap_servers, topics=self.topics, spout_id=spout_id,
-            kafka_config=self.kafka_config, clients=self.clients,
-            quarantine=Quarantine(cast("Producer", self.producer),  # set by use_producer
-                                  topic=self.topics.quarantine, component=self.component))
+            bootstrap_servers=self.bootstrap_servers,
+            topics=self.topics,
+            spout_id=spout_id,
+            kafka_config=self.kafka_config,
+            clients=self.clients,
+            quarantine=Quarantine(
+                cast("Producer", self.producer),  # set by use_producer
+                topic=self.topics.quarantine,
+                component=self.component,
+            ),
+        )
         self.listener.start()
         return self.listener
 
@@ -210,7 +217,8 @@ class RootOwner:
                 self.act(given_up)
                 return
         if action.kind is ActionKind.DEAD_LETTER and (
-                self.max_dead_letter_ratio is None or self._dead_letter_allowed()):
+            self.max_dead_letter_ratio is None or self._dead_letter_allowed()
+        ):
             self._bound.append(action)
 
     def _note_attempt(self, action: OutcomeAction) -> OutcomeAction | None:
@@ -224,12 +232,17 @@ class RootOwner:
             elif action.reason == "FAILED" and self._read_failure_reasons:
                 if self._failure_index is None:
                     self._failure_index = FailureIndex(
-                        bootstrap_servers=self.bootstrap_servers, topic=self.topics.failures,
-                        group_id=f"{self.topics.topology}.failure-reader", kafka_config=self.kafka_config,
-                        clients=self.clients, since_ms=self._started_ms - 60_000)
+                        bootstrap_servers=self.bootstrap_servers,
+                        topic=self.topics.failures,
+                        group_id=f"{self.topics.topology}.failure-reader",
+                        kafka_config=self.kafka_config,
+                        clients=self.clients,
+                        since_ms=self._started_ms - 60_000,
+                    )
                 failures = self._failure_index.take([action.root], round_=self._outcome_round).get(action.root, [])
-        attempt = Attempt(action.attempt, action.root, action.reason, int(time.time() * 1000),
-                          [asdict(f) for f in failures])
+        attempt = Attempt(
+            action.attempt, action.root, action.reason, int(time.time() * 1000), [asdict(f) for f in failures]
+        )
         self._attempts.setdefault((action.tp, action.offset), []).append(attempt)
         if action.kind is ActionKind.REDELIVER and attempt.poison:
             return self.tracker.give_up(action.tp, action.offset, POISON_PILL)
@@ -263,7 +276,10 @@ class RootOwner:
             f"deploy does not divert the stream. See why with `reliable-kafka dlq list --topology "
             f"{self.topics.topology} --bootstrap-servers ...`, fix the cause and restart the spout (records not "
             f"dead-lettered are read again), then `dlq replay` what should not have been parked",
-            component=self.component, dead_letters=len(marks), window=self.dead_letter_window)
+            component=self.component,
+            dead_letters=len(marks),
+            window=self.dead_letter_window,
+        )
         return False
 
     @property
@@ -302,20 +318,42 @@ class RootOwner:
 
         def failed(error, message, write=write):
             if error is not None:
-                log.error("%s: dead letter for %s[%s]@%s not written (%s); retrying", self.component,
-                          record.topic, record.partition, record.offset, error)
+                log.error(
+                    "%s: dead letter for %s[%s]@%s not written (%s); retrying",
+                    self.component,
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    error,
+                )
                 write.failed = True
 
         reason = f"{action.reason} after {action.attempt} attempts" if self._reason_with_attempts else action.reason
         why = attempt_headers(self._attempts.get((action.tp, action.offset), []))
-        log.warning("%s: %s[%s]@%s %s; parked in %s", self.component, record.topic, record.partition, record.offset,
-                    reason, self.topics.dlq)
+        log.warning(
+            "%s: %s[%s]@%s %s; parked in %s",
+            self.component,
+            record.topic,
+            record.partition,
+            record.offset,
+            reason,
+            self.topics.dlq,
+        )
         park(
-            cast("Producer", self.producer), self.topics.dlq, key=record.key, value=record.value,
+            cast("Producer", self.producer),
+            self.topics.dlq,
+            key=record.key,
+            value=record.value,
             headers=list(record.headers or []) + why,
-            parked=ParkedRecord(reason=reason, attempts=action.attempt, source_topic=record.topic,
-                                source_partition=record.partition, source_offset=record.offset,
-                                source_timestamp_ms=record.timestamp_ms, component=self.component),
+            parked=ParkedRecord(
+                reason=reason,
+                attempts=action.attempt,
+                source_topic=record.topic,
+                source_partition=record.partition,
+                source_offset=record.offset,
+                source_timestamp_ms=record.timestamp_ms,
+                component=self.component,
+            ),
             on_delivery=failed,
         )
         self._unconfirmed.append(write)
@@ -356,8 +394,9 @@ class RootOwner:
 
     # --- partitions and commits -----------------------------------------------------------------
 
-    def restore(self, key: TopicPartitionKey, committed: int | None, metadata: str | None, *,
-                recorded: bool = True) -> None:
+    def restore(
+        self, key: TopicPartitionKey, committed: int | None, metadata: str | None, *, recorded: bool = True
+    ) -> None:
         """Track ``key`` from its committed offset, skipping what the metadata records as done above it;
         ``recorded``: that offset is in the group (not only where reading starts)."""
         done_above: list[int] = []
@@ -382,8 +421,9 @@ class RootOwner:
             for record_key in [k for k in self._attempts if k[0] == key]:
                 del self._attempts[record_key]
 
-    def offsets_to_commit(self, *, only: Iterable[TopicPartitionKey] | None = None,
-                          changed_only: bool = True) -> list[TopicPartition]:
+    def offsets_to_commit(
+        self, *, only: Iterable[TopicPartitionKey] | None = None, changed_only: bool = True
+    ) -> list[TopicPartition]:
         """The commit points (with metadata) to commit: every offset below each one is done."""
         only = None if only is None else set(only)
         offsets = []

@@ -34,8 +34,16 @@ from reliable_kafka.polling import consume_batch
 from reliable_kafka.spout.roots import POISON_PILL, RootOwner, check_guard_config
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 
-__all__ = ["Spout", "SpoutShell", "SpoutCollector", "SourceRecord", "SpoutStats", "Guarantee", "forward_to",
-           "POISON_PILL"]
+__all__ = [
+    "Spout",
+    "SpoutShell",
+    "SpoutCollector",
+    "SourceRecord",
+    "SpoutStats",
+    "Guarantee",
+    "forward_to",
+    "POISON_PILL",
+]
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +121,13 @@ class SpoutCollector:
         self._spout._produce_output(topic, value, key, headers, partition, anchors)
 
     def emit_unanchored(
-        self, topic: str, value: bytes | None, *, key: bytes | None = None,
-        headers: list[tuple[str, bytes]] | None = None, partition: int | None = None,
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
     ) -> None:
         """Send a record that belongs to no tree (not tracked, never replayed)."""
         self._spout._produce_output(topic, value, key, headers, partition, {})
@@ -181,8 +194,9 @@ class SpoutShell:
         self.ackers = ackers
         self.commit_interval_ms = commit_interval_ms
         self.batch_size = batch_size
-        self.kafka_config = client_config(kafka_config, consumer_config=consumer_config,
-                                          producer_config=producer_config)
+        self.kafka_config = client_config(
+            kafka_config, consumer_config=consumer_config, producer_config=producer_config
+        )
         self.clients = clients
         self.task_id = new_id()
         self.name = name or f"spout-{self.task_id & 0xFFFF:04x}"
@@ -204,10 +218,17 @@ class SpoutShell:
         self.root_index = root_index
         self.ready = threading.Event()
         self._roots = RootOwner(
-            component=self.name, topics=self.topics, tracker=self.tracker, stats=self.stats,
-            bootstrap_servers=bootstrap_servers, kafka_config=self.kafka_config, clients=clients,
-            max_dead_letter_ratio=max_dead_letter_ratio, dead_letter_window=dead_letter_window,
-            on_completed=cast("Callable[[object], None]", lambda record: self._completed(record)))  # a SourceRecord
+            component=self.name,
+            topics=self.topics,
+            tracker=self.tracker,
+            stats=self.stats,
+            bootstrap_servers=bootstrap_servers,
+            kafka_config=self.kafka_config,
+            clients=clients,
+            max_dead_letter_ratio=max_dead_letter_ratio,
+            dead_letter_window=dead_letter_window,
+            on_completed=cast("Callable[[object], None]", lambda record: self._completed(record)),
+        )  # a SourceRecord
         self._collector = SpoutCollector(self)
         self._derive_root: Callable[[SourceRecord], int] | None = None  # None: a random root per attempt
         self._senders: dict[TopicPartitionKey, AckSender] | None = None  # None: INITs go through _acks
@@ -227,12 +248,16 @@ class SpoutShell:
     # --- clients (made here only) ---------------------------------------------------------------
 
     def _new_producer(self, **overrides):
-        return new_producer(self.bootstrap_servers, self.kafka_config, clients=self.clients,
-                            ack_sender=self.name if self._sends_acks else None, **overrides)
+        return new_producer(
+            self.bootstrap_servers,
+            self.kafka_config,
+            clients=self.clients,
+            ack_sender=self.name if self._sends_acks else None,
+            **overrides,
+        )
 
     def _new_consumer(self, **overrides):
-        return new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, clients=self.clients,
-                            **overrides)
+        return new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, clients=self.clients, **overrides)
 
     def _use_producer(self, producer) -> None:
         """``producer`` sends tuples, INITs, dead letters and quarantine copies (also a replacement)."""
@@ -259,11 +284,11 @@ class SpoutShell:
             ack_partitions = found
             # an older topology has no root index topic (an acker of this version creates it); a
             # spout that derives its roots (transactional) writes no index: it does not look for one
-            self.root_index = (self.root_index and index_roots
-                               and partition_count(admin, self.topics.roots) is not None)
+            self.root_index = self.root_index and index_roots and partition_count(admin, self.topics.roots) is not None
             self._roots.listen(spout_id)
-        self._acks = AckSender(producer, acks_topic=self.topics.acks, ack_partitions=ack_partitions,
-                               sender=self.task_id)
+        self._acks = AckSender(
+            producer, acks_topic=self.topics.acks, ack_partitions=ack_partitions, sender=self.task_id
+        )
         if index_roots and self.root_index and ack_partitions:
             self._roots.index_roots(self.task_id)
         return ack_partitions
@@ -287,16 +312,29 @@ class SpoutShell:
             raise  # not the record's fault: the caller replaces the producer (or the process restarts or stops)
         except Exception as exc:
             self.stats.handler_errors += 1
-            log.exception("%s: handler %s raised on %s (attempt %d); the record will be retried",
-                          self.name, getattr(self.handler, "__name__", self.handler), record.coordinates,
-                          record.attempt)
+            log.exception(
+                "%s: handler %s raised on %s (attempt %d); the record will be retried",
+                self.name,
+                getattr(self.handler, "__name__", self.handler),
+                record.coordinates,
+                record.attempt,
+            )
             if root is None:
                 self.tracker.done_immediately(key, record.offset)
                 return
             self._roots.track(key, record.offset, root, record.attempt, record)
-            self._roots.fail_locally(root, FailureRecord.of(
-                roots=[root], component=self.name, task_id=self.task_id, error=exc, topic=record.topic,
-                partition=record.partition, offset=record.offset))
+            self._roots.fail_locally(
+                root,
+                FailureRecord.of(
+                    roots=[root],
+                    component=self.name,
+                    task_id=self.task_id,
+                    error=exc,
+                    topic=record.topic,
+                    partition=record.partition,
+                    offset=record.offset,
+                ),
+            )
             return
         finally:
             self._collector._begin(None)
@@ -323,8 +361,13 @@ class SpoutShell:
         """
         if error is not None:
             self.stats.output_delivery_errors += 1
-            log.error("%s: tuple to %s[%s] not delivered (its tree will time out and replay): %s",
-                      self.name, message.topic(), message.partition(), error)
+            log.error(
+                "%s: tuple to %s[%s] not delivered (its tree will time out and replay): %s",
+                self.name,
+                message.topic(),
+                message.partition(),
+                error,
+            )
 
     def _completed(self, record: SourceRecord) -> None:
         """Hook: ``record``'s tree completed (bench/bench_pipeline.py times completions here)."""
@@ -374,14 +417,22 @@ class Spout(SpoutShell):
     # --- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        ack_partitions = self._connect(self._new_producer(**ERRORS_ONLY, on_delivery=self._output_failed),
-                                       spout_id=self.task_id, index_roots=True)
+        ack_partitions = self._connect(
+            self._new_producer(**ERRORS_ONLY, on_delivery=self._output_failed), spout_id=self.task_id, index_roots=True
+        )
         overrides = {"enable.auto.commit": True, "enable.auto.offset.store": True} if self.guarantee == "none" else {}
         self._consumer = self._new_consumer(**overrides)
-        self._consumer.subscribe(self.source_topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                 on_lost=self._on_lost)
-        log.info("%s: reading %s as group %s (%s, %d ack partitions)", self.name, self.source_topics,
-                 self.group_id, self.guarantee, ack_partitions)
+        self._consumer.subscribe(
+            self.source_topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+        log.info(
+            "%s: reading %s as group %s (%s, %d ack partitions)",
+            self.name,
+            self.source_topics,
+            self.group_id,
+            self.guarantee,
+            ack_partitions,
+        )
 
     def close(self) -> None:
         try:
@@ -464,8 +515,7 @@ class Spout(SpoutShell):
                 ends[(topic, partition)] = offset + 1
         if ends:
             assert self._consumer is not None  # made by start()
-            self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()],
-                                  asynchronous=False)
+            self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()], asynchronous=False)
 
     def _commit(self, *, force: bool = False, only: set[TopicPartitionKey] | None = None) -> None:
         if self.guarantee != "at_least_once":
@@ -507,5 +557,13 @@ def _source_record(message: Message) -> SourceRecord:
 
 
 def _replace_attempt(record: SourceRecord, attempt: int) -> SourceRecord:
-    return SourceRecord(record.topic, record.partition, record.offset, record.key, record.value,
-                        record.headers, record.timestamp_ms, attempt)
+    return SourceRecord(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.key,
+        record.value,
+        record.headers,
+        record.timestamp_ms,
+        attempt,
+    )

@@ -55,9 +55,16 @@ def derive_root(owner: int, offset: int, attempt: int) -> int:
     return to_signed(int.from_bytes(digest, "little")) or 1
 
 
-def encode_spout_state(commit_point: int, done_above, *, emitted_upto: int, outcome_position: int,
-                       attempts: dict[int, int], failed: Iterable[int] = (),
-                       max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[str, bool]:
+def encode_spout_state(
+    commit_point: int,
+    done_above,
+    *,
+    emitted_upto: int,
+    outcome_position: int,
+    attempts: dict[int, int],
+    failed: Iterable[int] = (),
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> tuple[str, bool]:
     """Commit metadata: the done-above set, then ``|rkx:e,o[,offset[+n]:attempt[:f]...]``.
 
     ``attempts`` gives the attempt of in-flight records past their first; ``failed`` the offsets
@@ -141,19 +148,28 @@ class TransactionalSpout(SpoutShell):
         self._emitted_upto: dict[TopicPartitionKey, int] = {}
         self._ack_partitions = 0
         self._rereader = SourceRereader(
-            component=self.name, bootstrap_servers=self.bootstrap_servers, group_id=f"{self.group_id}.refetch",
-            kafka_config=self.kafka_config, clients=self.clients, records=self._roots.records, to_record=_source_record,
-            gone=self._gone, batch_size=self.batch_size)
+            component=self.name,
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=f"{self.group_id}.refetch",
+            kafka_config=self.kafka_config,
+            clients=self.clients,
+            records=self._roots.records,
+            to_record=_source_record,
+            gone=self._gone,
+            batch_size=self.batch_size,
+        )
         self._roots.reread = self._read_again
         self._roots.encode_metadata = self._state_metadata
-        self._transactions = Transactions(self._new_transactional_producer, component=self.name,
-                                          on_new_producer=self._use_producer)
+        self._transactions = Transactions(
+            self._new_transactional_producer, component=self.name, on_new_producer=self._use_producer
+        )
 
     # --- lifecycle ------------------------------------------------------------------------------
 
     def _new_transactional_producer(self):
-        return self._new_producer(**{"transactional.id": f"{self.group_id}.{self.name}",
-                                     "transaction.timeout.ms": 60_000})
+        return self._new_producer(
+            **{"transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 60_000}
+        )
 
     def start(self) -> None:
         # a derived root is found from its coordinates (trace --transactional-group): no root index
@@ -162,8 +178,13 @@ class TransactionalSpout(SpoutShell):
         # rebalance of the whole group, and without waiting for its old session to expire
         self._consumer = self._new_consumer(**{"group.instance.id": f"{self.group_id}.{self.name}"})
         self._consumer.subscribe(self.source_topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
-        log.info("%s: reading %s as group %s (transactional, %d ack partitions)", self.name, self.source_topics,
-                 self.group_id, self._ack_partitions)
+        log.info(
+            "%s: reading %s as group %s (transactional, %d ack partitions)",
+            self.name,
+            self.source_topics,
+            self.group_id,
+            self._ack_partitions,
+        )
 
     def close(self) -> None:
         try:
@@ -190,8 +211,9 @@ class TransactionalSpout(SpoutShell):
         owner = owner_id(self.group_id, *key)
         self._owners[key] = owner
         assert self._producer is not None and self._roots.listener is not None  # start() made them
-        self._senders[key] = AckSender(self._producer, acks_topic=self.topics.acks,
-                                       ack_partitions=self._ack_partitions, sender=owner)
+        self._senders[key] = AckSender(
+            self._producer, acks_topic=self.topics.acks, ack_partitions=self._ack_partitions, sender=owner
+        )
         committed = committed_tp.offset if committed_tp.offset >= 0 else None
         done_above: list[int]
         attempts: dict[int, int]
@@ -200,10 +222,15 @@ class TransactionalSpout(SpoutShell):
         if committed is not None and committed_tp.metadata:
             try:
                 done_above, emitted_upto, outcome_position, attempts, failed = decode_spout_state(
-                    committed, committed_tp.metadata)
+                    committed, committed_tp.metadata
+                )
             except DecodeError as error:
-                log.warning("%s: commit metadata of %s[%s] is not a transactional spout's (%s); "
-                            "resuming from the commit point", self.name, *key, error)
+                log.warning(
+                    "%s: commit metadata of %s[%s] is not a transactional spout's (%s); resuming from the commit point",
+                    self.name,
+                    *key,
+                    error,
+                )
         self.tracker.assign(key, committed=committed, done_above=done_above)
         self._roots.listener.follow(owner, from_offset=outcome_position)
         done = set(done_above)
@@ -300,16 +327,22 @@ class TransactionalSpout(SpoutShell):
         unsettled = self.tracker.unsettled(key)
         assert self._roots.listener is not None  # a key is known only after start()
         return encode_spout_state(
-            point, self.tracker.done_above(key), emitted_upto=max(self._emitted_upto.get(key, point), point),
+            point,
+            self.tracker.done_above(key),
+            emitted_upto=max(self._emitted_upto.get(key, point), point),
             outcome_position=self._roots.listener.position(self._owners[key]),
             attempts={offset: attempt for offset, attempt, _ in unsettled},
-            failed=[offset for offset, _, failed in unsettled if failed])
+            failed=[offset for offset, _, failed in unsettled if failed],
+        )
 
     def _abort(self, exc: KafkaException | StuckCall | RereadFailed) -> None:
         """Abort, then rebuild every partition's state from the last committed transaction."""
         error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-        log.warning("%s: transaction aborted (%s); rebuilding from the last committed state", self.name,
-                    exc if error is None else error)
+        log.warning(
+            "%s: transaction aborted (%s); rebuilding from the last committed state",
+            self.name,
+            exc if error is None else error,
+        )
         self._transactions.abort(exc)  # a new producer reaches the senders through _use_producer
         self._roots.drop_dead_letters()
         assert self._consumer is not None
@@ -320,5 +353,13 @@ class TransactionalSpout(SpoutShell):
 
 
 def _with_attempt(record: SourceRecord, attempt: int) -> SourceRecord:
-    return SourceRecord(record.topic, record.partition, record.offset, record.key, record.value, record.headers,
-                        record.timestamp_ms, attempt)
+    return SourceRecord(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.key,
+        record.value,
+        record.headers,
+        record.timestamp_ms,
+        attempt,
+    )

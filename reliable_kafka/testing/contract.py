@@ -17,31 +17,49 @@ from confluent_kafka.admin import NewTopic
 
 from reliable_kafka.kafka.factory import KafkaClients
 
-__all__ = ["CHECKS", "check_commit_metadata_round_trip", "check_read_committed_hides_aborted",
-           "check_headers_round_trip", "check_timestamps", "check_offsets_commit_with_the_transaction",
-           "check_position_passes_a_commit_marker"]
+__all__ = [
+    "CHECKS",
+    "check_commit_metadata_round_trip",
+    "check_read_committed_hides_aborted",
+    "check_headers_round_trip",
+    "check_timestamps",
+    "check_offsets_commit_with_the_transaction",
+    "check_position_passes_a_commit_marker",
+]
 
 WAIT_S = 30.0
 
 
 def _topic(clients: KafkaClients, bootstrap: str, name: str, partitions: int = 1, config: dict | None = None) -> str:
     admin = clients.admin({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
-                                                config=dict(config or {}))]).values():
+    for future in admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {}))]
+    ).values():
         future.result(timeout=WAIT_S)
     deadline = time.monotonic() + WAIT_S
     while True:  # a real broker may need a moment to elect the new partitions' leader
         described = admin.list_topics(name, timeout=WAIT_S).topics.get(name)
-        if described is not None and described.error is None and described.partitions and all(
-                p.leader >= 0 for p in described.partitions.values()):
+        if (
+            described is not None
+            and described.error is None
+            and described.partitions
+            and all(p.leader >= 0 for p in described.partitions.values())
+        ):
             return name
         assert time.monotonic() < deadline, f"topic {name} has no leader after {WAIT_S:.0f}s"
         time.sleep(0.1)
 
 
 def _consumer(clients: KafkaClients, bootstrap: str, group: str, **config):
-    return clients.consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                             "enable.auto.commit": False, **config})
+    return clients.consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **config,
+        }
+    )
 
 
 def _read(consumer, topic: str, count: int, *, partition: int = 0) -> list:
@@ -86,14 +104,13 @@ def check_read_committed_hides_aborted(clients: KafkaClients, bootstrap: str, na
     producer.begin_transaction()
     producer.produce(topic, b"committed", partition=0)
     producer.commit_transaction(WAIT_S)
-    committed = _read(_consumer(clients, bootstrap, f"{name}-rc", **{"isolation.level": "read_committed"}),
-                      topic, 1)
+    committed = _read(_consumer(clients, bootstrap, f"{name}-rc", **{"isolation.level": "read_committed"}), topic, 1)
     assert [(m.offset(), m.value()) for m in committed] == [(2, b"committed")], committed
-    everything = _read(_consumer(clients, bootstrap, f"{name}-ru", **{"isolation.level": "read_uncommitted"}),
-                       topic, 2)
+    everything = _read(_consumer(clients, bootstrap, f"{name}-ru", **{"isolation.level": "read_uncommitted"}), topic, 2)
     assert [(m.offset(), m.value()) for m in everything] == [(0, b"aborted"), (2, b"committed")]
     watermarks = _consumer(clients, bootstrap, f"{name}-w").get_watermark_offsets(
-        TopicPartition(topic, 0), timeout=WAIT_S, cached=False)
+        TopicPartition(topic, 0), timeout=WAIT_S, cached=False
+    )
     assert watermarks == (0, 4), watermarks  # two records and two markers
 
 
@@ -136,8 +153,9 @@ def check_offsets_commit_with_the_transaction(clients: KafkaClients, bootstrap: 
     for offset, commit in ((5, False), (7, True)):
         producer.begin_transaction()
         producer.produce(topic, b"out", partition=0)
-        producer.send_offsets_to_transaction([TopicPartition(topic, 0, offset, f"state {offset}")],
-                                             consumer.consumer_group_metadata(), WAIT_S)
+        producer.send_offsets_to_transaction(
+            [TopicPartition(topic, 0, offset, f"state {offset}")], consumer.consumer_group_metadata(), WAIT_S
+        )
         if commit:
             producer.commit_transaction(WAIT_S)
         else:

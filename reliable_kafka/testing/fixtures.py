@@ -31,8 +31,18 @@ from reliable_kafka.broker.secure import SECURE_ROLES, BrokerSecurity
 from reliable_kafka.testing.session import docker_available, session_kafka
 from reliable_kafka.testing.topics import create_topics, unique_name
 
-__all__ = ["kafka_bootstrap", "topic_name", "unique_topic", "create_topic", "kafka_cluster",
-           "docker_engine", "require_docker", "secure_kafka", "SecureKafka", "SECURE_ROLES"]
+__all__ = [
+    "kafka_bootstrap",
+    "topic_name",
+    "unique_topic",
+    "create_topic",
+    "kafka_cluster",
+    "docker_engine",
+    "require_docker",
+    "secure_kafka",
+    "SecureKafka",
+    "SECURE_ROLES",
+]
 
 
 @pytest.fixture(scope="session")
@@ -98,10 +108,11 @@ def require_docker() -> None:
         return
     where = os.environ.get("DOCKER_HOST") or "the default socket"
     if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-        pytest.fail(f"CI expects a Docker engine (.ci/run starts one), but none answers at {where}",
-                    pytrace=False)
-    pytest.skip(f"no Docker engine answers at {where}; skipped outside CI only "
-                f"(start one: eval \"$(docker/engine start)\" && docker/build-images)")
+        pytest.fail(f"CI expects a Docker engine (.ci/run starts one), but none answers at {where}", pytrace=False)
+    pytest.skip(
+        f"no Docker engine answers at {where}; skipped outside CI only "
+        f'(start one: eval "$(docker/engine start)" && docker/build-images)'
+    )
 
 
 @pytest.fixture(scope="session")

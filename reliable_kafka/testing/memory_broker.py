@@ -45,8 +45,18 @@ def _message_class():
 class PlainMessage:
     """A consumed or delivered record with confluent-kafka's ``Message`` getters (older confluent-kafka)."""
 
-    def __init__(self, *, topic=None, partition=None, offset=None, key=None, value=None, headers=None,
-                 timestamp=(0, 0), error=None) -> None:
+    def __init__(
+        self,
+        *,
+        topic=None,
+        partition=None,
+        offset=None,
+        key=None,
+        value=None,
+        headers=None,
+        timestamp=(0, 0),
+        error=None,
+    ) -> None:
         self._fields = (topic, partition, offset, key, value, headers, timestamp, error)
 
     def topic(self):
@@ -125,8 +135,15 @@ class Record:
         return not read_committed or self.transaction is None or self.transaction.state == "committed"
 
     def message(self, topic: str, partition: int) -> Message:
-        return new_message(topic=topic, partition=partition, offset=self.offset, key=self.key, value=self.value,
-                       headers=list(self.headers) if self.headers else None, timestamp=self.timestamp)
+        return new_message(
+            topic=topic,
+            partition=partition,
+            offset=self.offset,
+            key=self.key,
+            value=self.value,
+            headers=list(self.headers) if self.headers else None,
+            timestamp=self.timestamp,
+        )
 
 
 class PartitionLog:
@@ -187,11 +204,18 @@ class MemoryKafka:
     librdkafka configuration dicts, as confluent-kafka's constructors do.
     """
 
-    def __init__(self, *, clock: Callable[[], int] | None = None, auto_create_topics: bool = False,
-                 default_partitions: int = 1, idle_waits_advance_clock: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], int] | None = None,
+        auto_create_topics: bool = False,
+        default_partitions: int = 1,
+        idle_waits_advance_clock: bool = False,
+    ) -> None:
         if idle_waits_advance_clock and not hasattr(clock, "advance"):
-            raise ConfigError("MemoryKafka: idle_waits_advance_clock needs a clock with advance(ms), "
-                              "e.g. ManualClock()")
+            raise ConfigError(
+                "MemoryKafka: idle_waits_advance_clock needs a clock with advance(ms), e.g. ManualClock()"
+            )
         self.idle_waits_advance_clock = idle_waits_advance_clock
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.auto_create_topics = auto_create_topics
@@ -257,11 +281,20 @@ class MemoryKafka:
     def delete_records(self, topic: str, partition: int, before: int) -> None:
         """Retention: records below offset ``before`` are gone (the log start moves up)."""
         log = self.log(topic, partition)
-        log.records = log.records[log.at(before):]
+        log.records = log.records[log.at(before) :]
         log.start = max(log.start, min(before, log.end))
 
-    def append(self, topic: str, partition: int, *, key, value, headers, timestamp_ms: int | None,
-               transaction: Transaction | None) -> Record:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        key,
+        value,
+        headers,
+        timestamp_ms: int | None,
+        transaction: Transaction | None,
+    ) -> Record:
         """Write one record (a delivered produce)."""
         found = self.topic(topic)
         log = self.log(topic, partition)
@@ -329,8 +362,9 @@ class MemoryKafka:
         transaction.state = "committed" if commit else "aborted"
         for topic, partition in transaction.first_offsets:
             log = self.log(topic, partition)
-            log.records.append(Record(log.end, None, None, None, (TIMESTAMP_CREATE_TIME, self.clock()),
-                                      transaction, control=True))
+            log.records.append(
+                Record(log.end, None, None, None, (TIMESTAMP_CREATE_TIME, self.clock()), transaction, control=True)
+            )
         if commit:
             for group_id, offsets in transaction.offsets.items():
                 self.group(group_id).store_commit(offsets)
@@ -358,8 +392,12 @@ class MemoryKafka:
             return
         if not isinstance(error, KafkaError):
             retriable = operation in ("produce", "delivery", "commit")
-            error = KafkaError(error, f"injected {operation} fault", retriable=retriable,
-                               txn_requires_abort=operation in ("send_offsets", "commit_transaction"))
+            error = KafkaError(
+                error,
+                f"injected {operation} fault",
+                retriable=retriable,
+                txn_requires_abort=operation in ("send_offsets", "commit_transaction"),
+            )
         self._faults[operation].extend([error] * count)
 
     def take_fault(self, operation: str) -> KafkaError | None:

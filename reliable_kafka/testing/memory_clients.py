@@ -72,12 +72,22 @@ class MemoryProducer:
 
     # --- producing ------------------------------------------------------------------------------
 
-    def produce(self, topic: str, value=None, key=None, partition: int = -1, on_delivery: Callable | None = None,
-                timestamp: int = 0, headers=None, callback: Callable | None = None) -> None:
+    def produce(
+        self,
+        topic: str,
+        value=None,
+        key=None,
+        partition: int = -1,
+        on_delivery: Callable | None = None,
+        timestamp: int = 0,
+        headers=None,
+        callback: Callable | None = None,
+    ) -> None:
         self._check_usable(contact=False)  # queued locally: a fencing shows at delivery or commit
         if self._transactional_id is not None and self._transaction is None:
-            raise KafkaException(KafkaError(KafkaError._STATE, "Operation not valid in state Ready: produce "
-                                            "outside a transaction"))
+            raise KafkaException(
+                KafkaError(KafkaError._STATE, "Operation not valid in state Ready: produce outside a transaction")
+            )
         if isinstance(value, str):
             value = value.encode()
         if isinstance(key, str):
@@ -90,8 +100,18 @@ class MemoryProducer:
         if isinstance(headers, dict):
             headers = list(headers.items())
         headers = [(k, v.encode() if isinstance(v, str) else v) for k, v in headers] if headers else None
-        self._queue.append(_Queued(topic, partition if partition is not None else -1, key, value, headers,
-                                   timestamp or None, on_delivery or callback, self._transaction))
+        self._queue.append(
+            _Queued(
+                topic,
+                partition if partition is not None else -1,
+                key,
+                value,
+                headers,
+                timestamp or None,
+                on_delivery or callback,
+                self._transaction,
+            )
+        )
 
     def poll(self, timeout: float | None = None) -> int:
         """Deliver everything queued; returns the number of delivery reports served."""
@@ -126,8 +146,9 @@ class MemoryProducer:
         for queued in queue:
             if queued.transaction is not None and queued.transaction.state != "open":
                 # its transaction was aborted (fenced by a newer producer) before it was sent
-                served += self._report(queued, KafkaError(KafkaError._PURGE_QUEUE, "transaction aborted"),
-                                       queued.partition, -1001, (0, 0))
+                served += self._report(
+                    queued, KafkaError(KafkaError._PURGE_QUEUE, "transaction aborted"), queued.partition, -1001, (0, 0)
+                )
                 continue
             error = self._kafka.take_fault("delivery")
             offset = -1001
@@ -141,9 +162,15 @@ class MemoryProducer:
                 if partition < 0:
                     partition = self._kafka.partition_for(queued.topic, queued.key, self._counter)
                     self._counter += 1
-                record = self._kafka.append(queued.topic, partition, key=queued.key, value=queued.value,
-                                            headers=queued.headers, timestamp_ms=queued.timestamp_ms,
-                                            transaction=queued.transaction)
+                record = self._kafka.append(
+                    queued.topic,
+                    partition,
+                    key=queued.key,
+                    value=queued.value,
+                    headers=queued.headers,
+                    timestamp_ms=queued.timestamp_ms,
+                    transaction=queued.transaction,
+                )
                 offset = record.offset
                 timestamp = record.timestamp
             else:
@@ -155,8 +182,16 @@ class MemoryProducer:
         callback = queued.on_delivery or self._on_delivery
         if callback is None or (error is None and self._errors_only):
             return 0
-        message = new_message(topic=queued.topic, partition=partition, offset=offset, key=queued.key,
-                          value=queued.value, headers=queued.headers, timestamp=timestamp, error=error)
+        message = new_message(
+            topic=queued.topic,
+            partition=partition,
+            offset=offset,
+            key=queued.key,
+            value=queued.value,
+            headers=queued.headers,
+            timestamp=timestamp,
+            error=error,
+        )
         callback(error, message)
         return 1
 
@@ -187,8 +222,9 @@ class MemoryProducer:
             raise KafkaException(fault)
         group, member = group_metadata
         if member is not None and not member.alive:  # KIP-447: a zombie consumer cannot commit
-            raise KafkaException(KafkaError(KafkaError.UNKNOWN_MEMBER_ID, "the consumer left its group",
-                                            txn_requires_abort=True))
+            raise KafkaException(
+                KafkaError(KafkaError.UNKNOWN_MEMBER_ID, "the consumer left its group", txn_requires_abort=True)
+            )
         assert self._transaction is not None  # _check_in_transaction raised otherwise
         self._transaction.offsets.setdefault(group, []).extend(tp for tp in positions if tp.offset >= 0)
 
@@ -216,10 +252,17 @@ class MemoryProducer:
         where a fenced producer learns that a newer one took its transactional id."""
         if self._fatal is not None:
             raise KafkaException(self._fatal)
-        if contact and self._transactional_id is not None and self._epoch is not None \
-                and self._kafka.epoch(self._transactional_id) != self._epoch:
-            self._fatal = KafkaError(KafkaError._FENCED, f"producer {self._transactional_id} epoch {self._epoch} "
-                                     "was fenced by a newer instance", fatal=True)
+        if (
+            contact
+            and self._transactional_id is not None
+            and self._epoch is not None
+            and self._kafka.epoch(self._transactional_id) != self._epoch
+        ):
+            self._fatal = KafkaError(
+                KafkaError._FENCED,
+                f"producer {self._transactional_id} epoch {self._epoch} was fenced by a newer instance",
+                fatal=True,
+            )
             self._fail_queued(self._fatal)
             raise KafkaException(self._fatal)
 
@@ -244,8 +287,9 @@ class MemoryAdmin:
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
         return cluster_metadata(self._kafka, topic)
 
-    def create_topics(self, new_topics, operation_timeout: float = 0, request_timeout: float = 0,
-                      validate_only: bool = False) -> dict[str, Future]:
+    def create_topics(
+        self, new_topics, operation_timeout: float = 0, request_timeout: float = 0, validate_only: bool = False
+    ) -> dict[str, Future]:
         futures = {}
         for new in new_topics:
             future: Future = Future()

@@ -58,8 +58,13 @@ class MemoryConsumer:
 
     # --- subscription and assignment ------------------------------------------------------------
 
-    def subscribe(self, topics: list[str], on_assign: Callable | None = None, on_revoke: Callable | None = None,
-                  on_lost: Callable | None = None) -> None:
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: Callable | None = None,
+        on_revoke: Callable | None = None,
+        on_lost: Callable | None = None,
+    ) -> None:
         self._check()
         if self._group_id is None:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "subscribe needs group.id"))
@@ -145,8 +150,9 @@ class MemoryConsumer:
         if self._awaiting is not None and self._group().try_claim(member, self._awaiting):
             given, self._awaiting = self._awaiting, None
             if given or not self._cooperative:
-                self._call("assign", [TopicPartition(t, p) for t, p in given],
-                           then=lambda tps: self.incremental_assign(tps))
+                self._call(
+                    "assign", [TopicPartition(t, p) for t, p in given], then=lambda tps: self.incremental_assign(tps)
+                )
 
     def _give_up(self, keys: list[TopicPartitionKey], kind: str) -> None:
         tps = [TopicPartition(t, p) for t, p in keys]
@@ -181,7 +187,7 @@ class MemoryConsumer:
         keys = [k for k in self._assignment if k not in self._paused and k[0] in self._kafka.topics]
         if keys:
             self._turn = (self._turn + 1) % len(keys)
-            keys = keys[self._turn:] + keys[:self._turn]  # no partition starves the others
+            keys = keys[self._turn :] + keys[: self._turn]  # no partition starves the others
         for key in keys:
             if len(messages) >= num_messages:
                 break
@@ -243,8 +249,9 @@ class MemoryConsumer:
             result.append(TopicPartition(tp.topic, tp.partition, -1001 if offset is None else offset))
         return result
 
-    def get_watermark_offsets(self, partition: TopicPartition, timeout: float | None = None,
-                              cached: bool = False) -> tuple[int, int]:
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
+    ) -> tuple[int, int]:
         """(low, high); asked of the broker (``cached=False``) a read_committed reader's high is the
         last stable offset, as Kafka's ListOffsets answers."""
         self._check()
@@ -278,8 +285,9 @@ class MemoryConsumer:
                 raise KafkaException(KafkaError(KafkaError._STATE, f"store_offsets: {key} is not assigned"))
             self._stored[key] = tp
 
-    def commit(self, message: Message | None = None, offsets: list[TopicPartition] | None = None,
-               asynchronous: bool = True):
+    def commit(
+        self, message: Message | None = None, offsets: list[TopicPartition] | None = None, asynchronous: bool = True
+    ):
         self._check()
         if message is not None:
             topic, partition, offset = coordinates(message)
@@ -333,8 +341,9 @@ class MemoryConsumer:
             self._group().expire(self._member)
 
     def _fenced_instance(self) -> None:
-        self._fatal = KafkaError(KafkaError.FENCED_INSTANCE_ID, "a newer consumer has this group.instance.id",
-                                 fatal=True)
+        self._fatal = KafkaError(
+            KafkaError.FENCED_INSTANCE_ID, "a newer consumer has this group.instance.id", fatal=True
+        )
 
     def _check(self) -> None:
         if self._dead is not None:

@@ -120,8 +120,9 @@ class Group:
 
     def commit(self, member: Member | None, offsets: list[TopicPartition]) -> None:
         if member is not None and not member.alive:
-            raise KafkaException(KafkaError(
-                KafkaError.UNKNOWN_MEMBER_ID, f"group {self.group_id}: this member left or was expired"))
+            raise KafkaException(
+                KafkaError(KafkaError.UNKNOWN_MEMBER_ID, f"group {self.group_id}: this member left or was expired")
+            )
         self.store_commit(offsets)
 
     def store_commit(self, offsets: list[TopicPartition]) -> None:
@@ -132,6 +133,9 @@ class Group:
         result = []
         for tp in partitions:
             offset, metadata = self.offsets.get((tp.topic, tp.partition), (-1001, None))
-            result.append(TopicPartition(tp.topic, tp.partition, offset) if metadata is None
-                          else TopicPartition(tp.topic, tp.partition, offset, metadata))
+            result.append(
+                TopicPartition(tp.topic, tp.partition, offset)
+                if metadata is None
+                else TopicPartition(tp.topic, tp.partition, offset, metadata)
+            )
         return result

@@ -50,9 +50,14 @@ class ListSource:
                 fields = {"key": record[0], "value": record[1]}
             else:
                 fields = {"value": record}
-            self._producer.produce(self.topic, fields.get("value"), key=fields.get("key"),
-                                   partition=fields.get("partition", -1), headers=fields.get("headers"),
-                                   timestamp=fields.get("timestamp", 0))
+            self._producer.produce(
+                self.topic,
+                fields.get("value"),
+                key=fields.get("key"),
+                partition=fields.get("partition", -1),
+                headers=fields.get("headers"),
+                timestamp=fields.get("timestamp", 0),
+            )
             count += 1
         remaining = self._producer.flush(0)
         if remaining:
@@ -84,8 +89,9 @@ class TopicSink:
         return len(self.messages())
 
 
-def step_until(condition: Callable[[], bool], *components, max_rounds: int = 1000,
-               between: Callable[[int], None] | None = None) -> int:
+def step_until(
+    condition: Callable[[], bool], *components, max_rounds: int = 1000, between: Callable[[int], None] | None = None
+) -> int:
     """Call ``poll_once(0)`` on each component in turn until ``condition()`` holds; returns the rounds.
 
     ``between(round)`` runs after each round (advance a clock, inject a fault). Raises
@@ -101,5 +107,6 @@ def step_until(condition: Callable[[], bool], *components, max_rounds: int = 100
     if condition():
         return max_rounds
     counters = "; ".join(f"{getattr(c, 'name', type(c).__name__)}: {getattr(c, 'stats', '?')}" for c in components)
-    raise NotReached(f"step_until: {getattr(condition, '__name__', 'condition')} did not hold after "
-                     f"{max_rounds} rounds; {counters}")
+    raise NotReached(
+        f"step_until: {getattr(condition, '__name__', 'condition')} did not hold after {max_rounds} rounds; {counters}"
+    )

@@ -23,8 +23,7 @@ def produce_values(
     timeout: float = 60.0,
 ) -> list[tuple[int, int]]:
     """Write ``values`` (with ``keys``) and return each record's (partition, offset), in order."""
-    producer = Producer(with_log({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True,
-                                  "linger.ms": 5}))
+    producer = Producer(with_log({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "linger.ms": 5}))
     values = list(values)
     keys = list(keys) if keys is not None else [None] * len(values)
     placed: list[tuple[int, int] | None] = [None] * len(values)
@@ -36,6 +35,7 @@ def produce_values(
                 errors.append(error)
             else:
                 placed[index] = (message.partition(), message.offset())
+
         return callback
 
     for index, (key, value) in enumerate(zip(keys, values)):
@@ -51,16 +51,21 @@ def produce_values(
     return placed  # type: ignore[return-value]
 
 
-def read_topic(bootstrap_servers: str, topic: str, *, timeout: float = 60.0,
-               committed_only: bool = True) -> list[Message]:
+def read_topic(
+    bootstrap_servers: str, topic: str, *, timeout: float = 60.0, committed_only: bool = True
+) -> list[Message]:
     """Every record of ``topic`` up to its current end (all partitions), read with a fresh consumer."""
     ends = end_offsets(bootstrap_servers, topic)
-    consumer = Consumer(with_log({
-        "bootstrap.servers": bootstrap_servers,
-        "group.id": "reliable-kafka-reader",
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed" if committed_only else "read_uncommitted",
-    }))
+    consumer = Consumer(
+        with_log(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "group.id": "reliable-kafka-reader",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed" if committed_only else "read_uncommitted",
+            }
+        )
+    )
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
         records: list[Message] = []

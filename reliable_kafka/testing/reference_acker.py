@@ -79,15 +79,13 @@ class ReferenceAcker:
                 decided.append((root, entry.owner, int(OutcomeKind.TIMED_OUT)))
         return decided
 
-    def fold(self, kinds, roots, vals, *, sender: int, event_time_ms: int,
-             offset: int) -> list[Decision]:
+    def fold(self, kinds, roots, vals, *, sender: int, event_time_ms: int, offset: int) -> list[Decision]:
         """One ack record: expiries first, then its entries, then the decisions."""
         decided = self.advance(event_time_ms)
         assert self.clock is not None  # advance() set it
         head = (self.clock + self.timeout_ms) // self.width
         touched: dict[int, bool] = {}  # root -> a RESET_TIMEOUT came for it in this record
-        for kind, root, val in zip(np.asarray(kinds).tolist(), np.asarray(roots).tolist(),
-                                   np.asarray(vals).tolist()):
+        for kind, root, val in zip(np.asarray(kinds).tolist(), np.asarray(roots).tolist(), np.asarray(vals).tolist()):
             if root == 0 or not _INIT <= kind <= _RESET:
                 self.stats.invalid_entries += 1
                 continue
@@ -123,6 +121,8 @@ class ReferenceAcker:
 
     def fold_records(self, records: Iterable[tuple]) -> list[Decision]:
         """Several records ``(kinds, roots, vals, sender, event_time_ms, offset)``, in order."""
-        return [decision for kinds, roots, vals, sender, t, offset in records
-                for decision in self.fold(kinds, roots, vals, sender=sender, event_time_ms=t,
-                                          offset=offset)]
+        return [
+            decision
+            for kinds, roots, vals, sender, t, offset in records
+            for decision in self.fold(kinds, roots, vals, sender=sender, event_time_ms=t, offset=offset)
+        ]

@@ -90,8 +90,9 @@ def session_kafka(env: Mapping[str, str] | None = None) -> Iterator[str]:
             yield kafka.bootstrap_servers
 
 
-def kafka_container(image: str = DEFAULT_KAFKA_IMAGE, *, host_port: int | None = None,
-                    env: Mapping[str, str] | None = None) -> Any:
+def kafka_container(
+    image: str = DEFAULT_KAFKA_IMAGE, *, host_port: int | None = None, env: Mapping[str, str] | None = None
+) -> Any:
     """A not yet started single-node KRaft Kafka container (testcontainers ``DockerContainer``).
 
     Its listener is published on ``127.0.0.1:host_port`` (a free port when None) and advertised
@@ -104,8 +105,10 @@ def kafka_container(image: str = DEFAULT_KAFKA_IMAGE, *, host_port: int | None =
     try:
         from testcontainers.core.container import DockerContainer
     except ImportError as exc:
-        raise MissingExtraError("reliable_kafka.testing: a Kafka container needs testcontainers, an optional "
-                                "dependency: pip install 'reliable-kafka[testing]' (or set RK_KAFKA=embedded)") from exc
+        raise MissingExtraError(
+            "reliable_kafka.testing: a Kafka container needs testcontainers, an optional "
+            "dependency: pip install 'reliable-kafka[testing]' (or set RK_KAFKA=embedded)"
+        ) from exc
     port = host_port or _free_port()
     container: Any = DockerContainer(image).with_envs(
         KAFKA_NODE_ID="1",
@@ -149,11 +152,17 @@ def _start(container: Any) -> str:
     except Exception as exc:
         log_tail = _log_tail(container)
         container.stop()
-        hint = ("build it with docker/build-images, or set RK_KAFKA_IMAGE (e.g. apache/kafka:4.1.1 where "
-                "a registry is reachable)" if container.image == DEFAULT_KAFKA_IMAGE else "check RK_KAFKA_IMAGE")
-        raise BrokerStartError(f"testing: the Kafka container {container.image} did not start "
-                               f"({type(exc).__name__}: {exc})",
-                               hint=f"{hint}; or set RK_KAFKA=embedded", log_tail=log_tail) from exc
+        hint = (
+            "build it with docker/build-images, or set RK_KAFKA_IMAGE (e.g. apache/kafka:4.1.1 where "
+            "a registry is reachable)"
+            if container.image == DEFAULT_KAFKA_IMAGE
+            else "check RK_KAFKA_IMAGE"
+        )
+        raise BrokerStartError(
+            f"testing: the Kafka container {container.image} did not start ({type(exc).__name__}: {exc})",
+            hint=f"{hint}; or set RK_KAFKA=embedded",
+            log_tail=log_tail,
+        ) from exc
     return container.rk_bootstrap
 
 

@@ -55,10 +55,19 @@ TOPOLOGY = "sim"
 SOURCE, MID = "src", "mid"
 SPOUT_GROUP, BOLT_GROUP = "sim.spouts", "sim.bolts"
 # modules of the shipped code whose ``time`` is the simulation's clock while it runs
-_TIMED_MODULES = ("reliable_kafka.spout.spout", "reliable_kafka.spout.roots", "reliable_kafka.spout.reread",
-                  "reliable_kafka.bolt.runner", "reliable_kafka.acker.worker",
-                  "reliable_kafka.core.tracker", "reliable_kafka.kafka.outcomes", "reliable_kafka.kafka.produce",
-                  "reliable_kafka.ops.failures", "reliable_kafka.topology", "reliable_kafka.codec")
+_TIMED_MODULES = (
+    "reliable_kafka.spout.spout",
+    "reliable_kafka.spout.roots",
+    "reliable_kafka.spout.reread",
+    "reliable_kafka.bolt.runner",
+    "reliable_kafka.acker.worker",
+    "reliable_kafka.core.tracker",
+    "reliable_kafka.kafka.outcomes",
+    "reliable_kafka.kafka.produce",
+    "reliable_kafka.ops.failures",
+    "reliable_kafka.topology",
+    "reliable_kafka.codec",
+)
 
 
 @dataclass(frozen=True)
@@ -78,11 +87,24 @@ class SimConfig:
     transactional: bool = False  # TransactionalSpout and transactional bolts (stable names: restarts fence)
 
     def __post_init__(self) -> None:
-        small = [name for name in ("records", "source_partitions", "ack_partitions", "spouts", "bolts",
-                                   "acker_workers", "settle_rounds") if getattr(self, name) < 1]
+        small = [
+            name
+            for name in (
+                "records",
+                "source_partitions",
+                "ack_partitions",
+                "spouts",
+                "bolts",
+                "acker_workers",
+                "settle_rounds",
+            )
+            if getattr(self, name) < 1
+        ]
         if small or self.steps < 0 or not 0 <= self.bolt_failure <= 1:
-            raise ConfigError(f"SimConfig: {', '.join(small) or 'steps or bolt_failure'} out of range "
-                              f"in {self}; counts are at least 1, steps at least 0, bolt_failure in [0, 1]")
+            raise ConfigError(
+                f"SimConfig: {', '.join(small) or 'steps or bolt_failure'} out of range "
+                f"in {self}; counts are at least 1, steps at least 0, bolt_failure in [0, 1]"
+            )
 
     @property
     def quiet(self) -> bool:
@@ -91,16 +113,26 @@ class SimConfig:
 
     def replay(self) -> str:
         """The command that runs this very configuration again."""
-        changed = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                   if f.name != "seed" and getattr(self, f.name) != f.default}
-        flags = {"steps": "--steps", "records": "--records", "transactional": "--transactional",
-                 "faults": "--quiet", "bolt_failure": "--quiet"}
+        changed = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "seed" and getattr(self, f.name) != f.default
+        }
+        flags = {
+            "steps": "--steps",
+            "records": "--records",
+            "transactional": "--transactional",
+            "faults": "--quiet",
+            "bolt_failure": "--quiet",
+        }
         if set(changed) <= set(flags) and ("faults" in changed) == ("bolt_failure" in changed):
-            options = "".join(f" {flags[k]} {v}" if k in ("steps", "records") else f" {flags[k]}"
-                              for k, v in changed.items() if k != "bolt_failure")
+            options = "".join(
+                f" {flags[k]} {v}" if k in ("steps", "records") else f" {flags[k]}"
+                for k, v in changed.items()
+                if k != "bolt_failure"
+            )
             return f"./rk sim --seeds {self.seed}{options}"
-        return (f".venv/bin/python -c 'from reliable_kafka.testing.shipped_simulation import *; "
-                f"simulate({self!r})'")
+        return f".venv/bin/python -c 'from reliable_kafka.testing.shipped_simulation import *; simulate({self!r})'"
 
 
 @dataclass
@@ -159,12 +191,12 @@ def _simulated(clock: ManualClock, seed: int) -> Iterator[None]:
     ids._np_rng = np.random.default_rng(seed)
     shim = _SimTime(clock)
     for module in modules:
-        module.time = shim
+        module.time = shim  # type: ignore[attr-defined]  # the clock swap (no clock= keyword yet)
     try:
         yield
     finally:
         for module, saved in zip(modules, saved_time):
-            module.time = saved
+            module.time = saved  # type: ignore[attr-defined]
         ids._rng.setstate(saved_ids[0])
         ids._np_rng = saved_ids[1]
 
@@ -237,8 +269,14 @@ class _Simulation:
             producer.produce(SOURCE, f"record {i}".encode(), partition=i % config.source_partitions)
         producer.flush()
         on: dict[str, Any] = {"topology": TOPOLOGY, "bootstrap_servers": "memory", "commit_interval_ms": 0}
-        spout_options = dict(on, source_topics=SOURCE, group_id=SPOUT_GROUP, handler=_forward_coordinates,
-                             max_retries=config.max_retries, backoff=Backoff(initial_ms=200))
+        spout_options = dict(
+            on,
+            source_topics=SOURCE,
+            group_id=SPOUT_GROUP,
+            handler=_forward_coordinates,
+            max_retries=config.max_retries,
+            backoff=Backoff(initial_ms=200),
+        )
         bolt_options = dict(on, source_topics=MID, group_id=BOLT_GROUP, handler=self._bolt_handler)
 
         def acker(c: _Clients) -> AckerWorker:
@@ -303,7 +341,8 @@ class _Simulation:
 
     def _operations(self) -> tuple[str, ...]:
         return ("produce", "delivery", "commit") + (
-            ("send_offsets", "commit_transaction") if self.config.transactional else ())
+            ("send_offsets", "commit_transaction") if self.config.transactional else ()
+        )
 
     def _event(self, kind: str, what: str) -> None:
         self.events[kind] += 1
@@ -351,14 +390,20 @@ class _Simulation:
             for root, kind in zip(batch.roots.tolist(), batch.kinds.tolist()):
                 model = self._decided.get(root)
                 if kind in (OutcomeKind.COMPLETED, OutcomeKind.FAILED) and model != (kind, batch.spout):
-                    self.fail("sound outcomes", f"an acker published {OutcomeKind(kind).name} for root {root} to "
-                              f"owner {batch.spout}; the reference acker, fed the ack log, decided "
-                              f"{'nothing' if model is None else f'{OutcomeKind(model[0]).name} for owner {model[1]}'}")
+                    self.fail(
+                        "sound outcomes",
+                        f"an acker published {OutcomeKind(kind).name} for root {root} to "
+                        f"owner {batch.spout}; the reference acker, fed the ack log, decided "
+                        f"{'nothing' if model is None else f'{OutcomeKind(model[0]).name} for owner {model[1]}'}",
+                    )
                 if kind != OutcomeKind.COMPLETED:
                     continue
                 if root not in self._mid_roots or root not in self.acked_roots:
-                    self.fail("no premature completion", f"root {root} COMPLETED but its tuple was "
-                              f"{'never written' if root not in self._mid_roots else 'never acked'}")
+                    self.fail(
+                        "no premature completion",
+                        f"root {root} COMPLETED but its tuple was "
+                        f"{'never written' if root not in self._mid_roots else 'never acked'}",
+                    )
                 partition, offset = self._mid_roots[root]
                 self._completed[partition].add(offset)
         for message in self._new(TOPOLOGY + ".dlq"):
@@ -370,8 +415,11 @@ class _Simulation:
                 continue
             for offset in range(committed[0]):
                 if offset not in self._completed[partition] and offset not in self._dead[partition]:
-                    self.fail("no loss", f"{SOURCE}[{partition}] committed at {committed[0]}, but offset "
-                              f"{offset} neither completed nor went to the DLQ")
+                    self.fail(
+                        "no loss",
+                        f"{SOURCE}[{partition}] committed at {committed[0]}, but offset "
+                        f"{offset} neither completed nor went to the DLQ",
+                    )
 
     def _model_fold(self, message) -> None:
         """Feed one ack record to its partition's reference acker; keep each root's first decision.
@@ -379,11 +427,17 @@ class _Simulation:
         The model never times a root out (its timeout is out of reach): a TIMED_OUT depends on the
         worker's clock and is not judged; a COMPLETED or FAILED must be the model's.
         """
-        model = self._reference.setdefault(message.partition(), ReferenceAcker(timeout_ms=1 << 60, buckets=1))
+        model = self._reference.setdefault(message.partition(), ReferenceAcker(message_timeout_ms=1 << 60, buckets=1))
         batch = codec.decode_ack_batch(message.value())
         keep = partitions_for_roots(batch.roots, self.config.ack_partitions) == message.partition()
-        for root, owner, kind in model.fold(batch.kinds[keep], batch.roots[keep], batch.vals[keep], sender=batch.sender,
-                                            event_time_ms=message.timestamp()[1], offset=message.offset()):
+        for root, owner, kind in model.fold(
+            batch.kinds[keep],
+            batch.roots[keep],
+            batch.vals[keep],
+            sender=batch.sender,
+            event_time_ms=message.timestamp()[1],
+            offset=message.offset(),
+        ):
             self._decided.setdefault(root, (kind, owner))
 
     def check_quiet(self) -> None:
@@ -392,10 +446,12 @@ class _Simulation:
             for offset in range(self.kafka.topics[SOURCE].partitions[partition].end):
                 attempts = self._attempts.get((partition, offset), 0)
                 if offset not in self._completed[partition] or attempts != 1 or offset in self._dead[partition]:
-                    self.fail("quiet run completes on the first attempt",
-                              f"{SOURCE}[{partition}]@{offset}: {attempts} tuple(s) written, "
-                              f"{'completed' if offset in self._completed[partition] else 'never completed'}"
-                              f"{', dead-lettered' if offset in self._dead[partition] else ''}")
+                    self.fail(
+                        "quiet run completes on the first attempt",
+                        f"{SOURCE}[{partition}]@{offset}: {attempts} tuple(s) written, "
+                        f"{'completed' if offset in self._completed[partition] else 'never completed'}"
+                        f"{', dead-lettered' if offset in self._dead[partition] else ''}",
+                    )
 
     def _new(self, topic: str) -> list:
         """The records of ``topic`` a read_committed consumer sees now and this checker has not seen yet.
@@ -422,9 +478,13 @@ class _Simulation:
 
     def fail(self, invariant: str, detail: str) -> None:
         tail = "\n  ".join(self.trace[-15:])
-        raise SimulationFailed(f"seed {self.config.seed}, step {self.step}: {invariant} broken: {detail}\n"
-                               f"last events:\n  {tail}\nreplay: {self.config.replay()}", seed=self.config.seed,
-                               step=self.step, invariant=invariant)
+        raise SimulationFailed(
+            f"seed {self.config.seed}, step {self.step}: {invariant} broken: {detail}\n"
+            f"last events:\n  {tail}\nreplay: {self.config.replay()}",
+            seed=self.config.seed,
+            step=self.step,
+            invariant=invariant,
+        )
 
 
 def _forward_coordinates(record, collector) -> None:
@@ -443,9 +503,12 @@ def simulate(config: SimConfig) -> SimResult:
         rounds = 0
         while not sim.settled():
             if rounds >= config.settle_rounds:
-                sim.fail("liveness", f"not every source record settled within {config.settle_rounds} rounds "
-                         f"after the faults stopped; committed: "
-                         f"{[sim.kafka.committed(SPOUT_GROUP, SOURCE, p) for p in range(config.source_partitions)]}")
+                sim.fail(
+                    "liveness",
+                    f"not every source record settled within {config.settle_rounds} rounds "
+                    f"after the faults stopped; committed: "
+                    f"{[sim.kafka.committed(SPOUT_GROUP, SOURCE, p) for p in range(config.source_partitions)]}",
+                )
             sim.step += 1
             rounds += 1
             sim.settle_round()
@@ -453,8 +516,18 @@ def simulate(config: SimConfig) -> SimResult:
         if config.quiet:
             sim.check_quiet()
     done = sum(len(s) for s in sim._completed.values())
-    return SimResult(config.seed, config.steps, rounds, done, sum(len(s) for s in sim._dead.values()),
-                     sim.crashes, sim.faults, sim.trace, sim.events, _digest(sim.kafka))
+    return SimResult(
+        config.seed,
+        config.steps,
+        rounds,
+        done,
+        sum(len(s) for s in sim._dead.values()),
+        sim.crashes,
+        sim.faults,
+        sim.trace,
+        sim.events,
+        _digest(sim.kafka),
+    )
 
 
 def _digest(kafka: MemoryKafka) -> str:
@@ -462,8 +535,20 @@ def _digest(kafka: MemoryKafka) -> str:
     for name in sorted(kafka.topics):
         for partition, log in enumerate(kafka.topics[name].partitions):
             for record in log.records:
-                digest.update(repr((name, partition, record.offset, record.key, record.value, record.headers,
-                                    record.timestamp, record.control)).encode())
+                digest.update(
+                    repr(
+                        (
+                            name,
+                            partition,
+                            record.offset,
+                            record.key,
+                            record.value,
+                            record.headers,
+                            record.timestamp,
+                            record.control,
+                        )
+                    ).encode()
+                )
     return digest.hexdigest()
 
 
@@ -485,21 +570,28 @@ def run_seeds(seeds: range, *, out=print, **options) -> list[SimulationFailed]:
     finally:
         logging.disable(logging.NOTSET)
     wall, cpu = real_time.perf_counter() - started, real_time.process_time() - cpu
-    out(f"{len(seeds) - len(failures)} of {len(seeds)} seeds passed ({len(seeds) / max(wall, 1e-9):.1f} seeds/s, "
-        f"{len(seeds) / max(cpu, 1e-9):.1f} per CPU second)")
+    out(
+        f"{len(seeds) - len(failures)} of {len(seeds)} seeds passed ({len(seeds) / max(wall, 1e-9):.1f} seeds/s, "
+        f"{len(seeds) / max(cpu, 1e-9):.1f} per CPU second)"
+    )
     return failures
 
 
 def add_arguments(parser) -> None:
     """The options of ``reliable-kafka sim`` (and of ``python -m`` this module)."""
     parser.add_argument("--seeds", default="0:100", help="first:end (end excluded), or one seed [0:100]")
-    parser.add_argument("--steps", type=int, default=SimConfig.steps,
-                        help=f"scheduler steps a seed [{SimConfig.steps}]")
-    parser.add_argument("--records", type=int, default=SimConfig.records,
-                        help=f"source records a seed [{SimConfig.records}]")
+    parser.add_argument(
+        "--steps", type=int, default=SimConfig.steps, help=f"scheduler steps a seed [{SimConfig.steps}]"
+    )
+    parser.add_argument(
+        "--records", type=int, default=SimConfig.records, help=f"source records a seed [{SimConfig.records}]"
+    )
     parser.add_argument("--transactional", action="store_true", help="TransactionalSpout and transactional bolts")
-    parser.add_argument("--quiet", action="store_true",
-                        help="no faults, crashes or failing handlers: every record must complete at once")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no faults, crashes or failing handlers: every record must complete at once",
+    )
 
 
 def run(args) -> int:

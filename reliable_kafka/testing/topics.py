@@ -18,26 +18,37 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def create_topics(bootstrap_servers: str, partitions: dict[str, int], *, replication_factor: int = 1,
-                  config: dict[str, str] | None = None, timeout: float = 30.0) -> None:
+def create_topics(
+    bootstrap_servers: str,
+    partitions: dict[str, int],
+    *,
+    replication_factor: int = 1,
+    config: dict[str, str] | None = None,
+    timeout: float = 30.0,
+) -> None:
     """Create topics (name -> partition count) and wait until every partition has a leader."""
     admin = AdminClient(with_log({"bootstrap.servers": bootstrap_servers}))
-    futures = admin.create_topics([
-        NewTopic(name, num_partitions=count, replication_factor=replication_factor, config=config or {})
-        for name, count in partitions.items()
-    ], operation_timeout=timeout)
+    futures = admin.create_topics(
+        [
+            NewTopic(name, num_partitions=count, replication_factor=replication_factor, config=config or {})
+            for name, count in partitions.items()
+        ],
+        operation_timeout=timeout,
+    )
     for future in futures.values():
         future.result(timeout=timeout)
     deadline = time.monotonic() + timeout
     while True:
         topics = admin.list_topics(timeout=timeout).topics
         if all(
-            name in topics and len(topics[name].partitions) == count
+            name in topics
+            and len(topics[name].partitions) == count
             and all(p.leader >= 0 for p in topics[name].partitions.values())
             for name, count in partitions.items()
         ):
             return
         if time.monotonic() > deadline:
             raise WaitTimeoutError(
-                f"topics {list(partitions)} have no leaders after {timeout:.0f}s; is the broker healthy?")
+                f"topics {list(partitions)} have no leaders after {timeout:.0f}s; is the broker healthy?"
+            )
         time.sleep(0.1)

@@ -26,8 +26,13 @@ def tag_with_source(df):
 
     return df.select(
         "key",
-        F.concat_ws("|", F.col("value").cast("string"), F.col("partition").cast("string"),
-                    F.col("offset").cast("string"), F.col("attempt").cast("string")).alias("value"),
+        F.concat_ws(
+            "|",
+            F.col("value").cast("string"),
+            F.col("partition").cast("string"),
+            F.col("offset").cast("string"),
+            F.col("attempt").cast("string"),
+        ).alias("value"),
         "anchors",
     )
 
@@ -69,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pause-file", default=None)
     args = parser.parse_args(argv)
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s"
+    )
     logging.getLogger("py4j").setLevel(logging.WARNING)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -79,16 +85,22 @@ def main(argv: list[str] | None = None) -> int:
     from reliable_kafka.spark import SparkSpout, spark_session
 
     spark = spark_session("rk-kill-test-driver")
-    spout = SparkSpout(spark, topology=args.topology, bootstrap_servers=args.bootstrap, source_topics=args.source,
-                       group_id=args.group, checkpoint_dir=args.checkpoint,
-                       transform=pausing(tag_with_source, args.pause_on, args.pause_file) if args.pause_on
-                       else tag_with_source,
-                       output_topic=args.output, max_offsets_per_trigger=args.max_offsets_per_trigger,
-                       message_timeout_ms=args.message_timeout_ms, backoff=Backoff(initial_ms=200),
-                       commit_interval_ms=300)
+    spout = SparkSpout(
+        spark,
+        topology=args.topology,
+        bootstrap_servers=args.bootstrap,
+        source_topics=args.source,
+        group_id=args.group,
+        checkpoint_dir=args.checkpoint,
+        transform=pausing(tag_with_source, args.pause_on, args.pause_file) if args.pause_on else tag_with_source,
+        output_topic=args.output,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        message_timeout_ms=args.message_timeout_ms,
+        backoff=Backoff(initial_ms=200),
+        commit_interval_ms=300,
+    )
     spout.start()
-    print(json.dumps({"started": True, "recovered": spout.recovered, "master": spark.sparkContext.master}),
-          flush=True)
+    print(json.dumps({"started": True, "recovered": spout.recovered, "master": spark.sparkContext.master}), flush=True)
     try:
         while not stop.wait(0.5):
             spout.raise_if_failed()

@@ -22,8 +22,13 @@ def acker_running(bootstrap: str, topology: str, *, ackers: int = 2, timeout_ms:
     """An acker worker on a thread (creates the topology's topics), stopped on exit."""
     ensure_topics(admin_client(bootstrap), TopologyTopics(topology, ackers=ackers))
     stop = threading.Event()
-    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=ackers, message_timeout_ms=timeout_ms,
-                         commit_interval_ms=200)
+    worker = AckerWorker(
+        topology=topology,
+        bootstrap_servers=bootstrap,
+        ackers=ackers,
+        message_timeout_ms=timeout_ms,
+        commit_interval_ms=200,
+    )
     thread = threading.Thread(target=worker.run, args=(stop,), name="acker", daemon=True)
     thread.start()
     assert worker.ready.wait(60), "acker worker did not start consuming within 60 s"
@@ -67,8 +72,9 @@ class DownstreamLog:
             return set(self.ok)
 
 
-def acking_bolt(bootstrap: str, topology: str, topic: str, log: DownstreamLog, *, fail_first=None,
-                delay_s: float = 0.0) -> BasicBolt:
+def acking_bolt(
+    bootstrap: str, topology: str, topic: str, log: DownstreamLog, *, fail_first=None, delay_s: float = 0.0
+) -> BasicBolt:
     """A basic bolt over the outputs: records what it handled; ``fail_first(partition, offset)``
     True fails the first attempt of that source record (the tree FAILs, the spout redelivers);
     ``delay_s`` slows it down per tuple (a downstream that lags behind Spark)."""
@@ -84,8 +90,13 @@ def acking_bolt(bootstrap: str, topology: str, topic: str, log: DownstreamLog, *
         with log.lock:
             log.ok[(partition, offset)].add(attempt)
 
-    return BasicBolt(topology=topology, bootstrap_servers=bootstrap, source_topics=topic,
-                     group_id=f"{topic}.downstream", handler=handle)
+    return BasicBolt(
+        topology=topology,
+        bootstrap_servers=bootstrap,
+        source_topics=topic,
+        group_id=f"{topic}.downstream",
+        handler=handle,
+    )
 
 
 def outcomes(bootstrap: str, topology: str) -> dict[int, list[OutcomeKind]]:

@@ -21,11 +21,20 @@ def main(bootstrap: str, topic: str) -> int:
     except ConfigError as error:
         print(json.dumps({"error": str(error)}), flush=True)
         return 3
-    count = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-             .option("subscribe", topic).load().count())
+    count = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .load()
+        .count()
+    )
     conf = spark.sparkContext.getConf()
-    print(json.dumps({"master": spark.sparkContext.master, "driver_host": conf.get("spark.driver.host", None),
-                      "count": count}), flush=True)
+    print(
+        json.dumps(
+            {"master": spark.sparkContext.master, "driver_host": conf.get("spark.driver.host", None), "count": count}
+        ),
+        flush=True,
+    )
     spark.stop()
     return 0
 

@@ -40,8 +40,11 @@ def test_a_worker_dying_mid_batch_commits_nothing_past_unfolded_records(kafka_bo
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for root in roots:
         edge = new_id()
-        producer.produce(topics.acks, codec.encode_ack_batch(spout, [EventKind.INIT, EventKind.ACK], [root, root],
-                                                             [edge, edge]), partition=0)
+        producer.produce(
+            topics.acks,
+            codec.encode_ack_batch(spout, [EventKind.INIT, EventKind.ACK], [root, root], [edge, edge]),
+            partition=0,
+        )
     assert producer.flush(30) == 0
 
     fold_records = worker_module.AckerTable.fold_records
@@ -68,10 +71,15 @@ def test_a_worker_dying_mid_batch_commits_nothing_past_unfolded_records(kafka_bo
     monkeypatch.setattr(worker_module.AckerTable, "fold_records", fold_records)
     successor = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, commit_interval_ms=100)
     with LocalCluster(successor) as cluster:
-        cluster.wait_until(lambda: set(roots) <= _outcomes(kafka_bootstrap, topics).keys(), timeout=60,
-                           what="every tree got its outcome after the restart", progress=lambda: str(successor.stats))
-    assert {root: kind for root, kind in _outcomes(kafka_bootstrap, topics).items()} == \
-        {root: OutcomeKind.COMPLETED for root in roots}
+        cluster.wait_until(
+            lambda: set(roots) <= _outcomes(kafka_bootstrap, topics).keys(),
+            timeout=60,
+            what="every tree got its outcome after the restart",
+            progress=lambda: str(successor.stats),
+        )
+    assert {root: kind for root, kind in _outcomes(kafka_bootstrap, topics).items()} == {
+        root: OutcomeKind.COMPLETED for root in roots
+    }
 
 
 def _timestamp_type(bootstrap: str, topic: str) -> str:
@@ -114,13 +122,22 @@ def test_a_worker_that_stops_cleanly_leaves_the_group_at_once(kafka_bootstrap):
     topics = TopologyTopics(unique_name("acker-leaves"), ackers=2)
     ensure_topics(admin_client(kafka_bootstrap), topics)
     long_session = {"session.timeout.ms": 600_000, "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 600_000}
-    staying, leaving = (AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, ackers=2,
-                                    kafka_config=long_session) for _ in range(2))
+    staying, leaving = (
+        AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, ackers=2, kafka_config=long_session)
+        for _ in range(2)
+    )
     with LocalCluster(staying) as cluster:
         with LocalCluster(leaving):
-            cluster.wait_until(lambda: len(staying._partitions) == len(leaving._partitions) == 1, timeout=60,
-                               what="each worker owns one partition (the rebalance is over)")
-        cluster.wait_until(lambda: len(_members(kafka_bootstrap, staying.group_id)) == 1, timeout=120,
-                           what="the stopped worker left the group (its session lasts 600 s)")
-        cluster.wait_until(lambda: len(staying._partitions) == 2, timeout=120,
-                           what="the remaining worker took both partitions")
+            cluster.wait_until(
+                lambda: len(staying._partitions) == len(leaving._partitions) == 1,
+                timeout=60,
+                what="each worker owns one partition (the rebalance is over)",
+            )
+        cluster.wait_until(
+            lambda: len(_members(kafka_bootstrap, staying.group_id)) == 1,
+            timeout=120,
+            what="the stopped worker left the group (its session lasts 600 s)",
+        )
+        cluster.wait_until(
+            lambda: len(staying._partitions) == 2, timeout=120, what="the remaining worker took both partitions"
+        )

@@ -50,14 +50,25 @@ class AckerProcess:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         command = [
-            sys.executable, "-m", "reliable_kafka", "acker", "--topology", topology, "--bootstrap", bootstrap,
-            "--ackers", str(ackers), "--message-timeout-ms", str(MESSAGE_TIMEOUT_MS), "--name", name,
+            sys.executable,
+            "-m",
+            "reliable_kafka",
+            "acker",
+            "--topology",
+            topology,
+            "--bootstrap",
+            bootstrap,
+            "--ackers",
+            str(ackers),
+            "--message-timeout-ms",
+            str(MESSAGE_TIMEOUT_MS),
+            "--name",
+            name,
         ]
         for setting in FAST_SESSION:
             command += ["--kafka-config", setting]
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                            stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -76,8 +87,10 @@ class AckerProcess:
     def replay_points(self) -> list[dict[int, int]]:
         """The committed offsets each (non-empty) assignment replayed from (``-1001``: none)."""
         assignments = rf"{re.escape(self.name)}: assigned \[[\d, ]*\] \(replaying from \{{([^}}]*)\}}\)"
-        points = [{int(p): int(o) for p, o in re.findall(r"(\d+): (-?\d+)", listed)}
-                  for listed in re.findall(assignments, self.log())]
+        points = [
+            {int(p): int(o) for p, o in re.findall(r"(\d+): (-?\d+)", listed)}
+            for listed in re.findall(assignments, self.log())
+        ]
         return [point for point in points if point]
 
     def alive(self) -> bool:
@@ -103,8 +116,9 @@ class AckerProcess:
 
 
 @contextmanager
-def acker_processes(bootstrap: str, topology: str, *, ackers: int,
-                    log_dir: Path) -> Iterator[Callable[[str], AckerProcess]]:
+def acker_processes(
+    bootstrap: str, topology: str, *, ackers: int, log_dir: Path
+) -> Iterator[Callable[[str], AckerProcess]]:
     """A factory ``start(name)`` of acker processes; all are killed on exit, logs printed on failure."""
     started: list[AckerProcess] = []
 
@@ -220,8 +234,13 @@ def setup_topology(bootstrap: str, prefix: str, *, ackers: int) -> tuple[Topolog
 def spout_and_gate(bootstrap: str, topics: TopologyTopics, source: str, tuples: str) -> tuple[Spout, Bolt, Gate]:
     gate = Gate()
     on = {"topology": topics.topology, "bootstrap_servers": bootstrap}
-    spout = Spout(**on, source_topics=source, group_id=f"{topics.topology}-spout", emit_to=tuples,
-                  message_timeout_ms=MESSAGE_TIMEOUT_MS)
+    spout = Spout(
+        **on,
+        source_topics=source,
+        group_id=f"{topics.topology}-spout",
+        emit_to=tuples,
+        message_timeout_ms=MESSAGE_TIMEOUT_MS,
+    )
     bolt = Bolt(**on, source_topics=tuples, group_id=f"{topics.topology}-gate", handler=gate)
     return spout, bolt, gate
 
@@ -268,15 +287,27 @@ def progress(bootstrap: str, topics: TopologyTopics, source: str, spout: Spout, 
     def state() -> str:
         spout_commits = committed_offsets(bootstrap, f"{topics.topology}-spout", source)
         acker_commits = committed_offsets(bootstrap, f"{topics.topology}.ackers", topics.acks)
-        return (f"spout committed {spout_commits} of {end_offsets(bootstrap, source)}; acker committed "
-                f"{acker_commits} of {end_offsets(bootstrap, topics.acks)}; gate saw {gate.gated_seen} gated, "
-                f"holds {sum(map(len, gate.held.values()))}; spout {spout.stats}")
+        return (
+            f"spout committed {spout_commits} of {end_offsets(bootstrap, source)}; acker committed "
+            f"{acker_commits} of {end_offsets(bootstrap, topics.acks)}; gate saw {gate.gated_seen} gated, "
+            f"holds {sum(map(len, gate.held.values()))}; spout {spout.stats}"
+        )
 
     return state
 
 
-def hold_gated_trees(cluster: LocalCluster, bootstrap: str, topics: TopologyTopics, source: str, spout: Spout,
-                     gate: Gate, *, free: int, gated: int, sentinels: int) -> dict[int, int]:
+def hold_gated_trees(
+    cluster: LocalCluster,
+    bootstrap: str,
+    topics: TopologyTopics,
+    source: str,
+    spout: Spout,
+    gate: Gate,
+    *,
+    free: int,
+    gated: int,
+    sentinels: int,
+) -> dict[int, int]:
     """Complete ``free`` trees, then leave ``gated`` trees pending in the acker's table.
 
     Returns root -> first ack-topic offset of every gated root. Sentinel trees, started after
@@ -285,46 +316,66 @@ def hold_gated_trees(cluster: LocalCluster, bootstrap: str, topics: TopologyTopi
     """
     show = progress(bootstrap, topics, source, spout, gate)
     produce_free(bootstrap, source, free, b"early")
-    cluster.wait_until(lambda: caught_up(bootstrap, f"{topics.topology}-spout", source), timeout=120,
-                       what=f"the first {free} free trees completed", progress=show)
+    cluster.wait_until(
+        lambda: caught_up(bootstrap, f"{topics.topology}-spout", source),
+        timeout=120,
+        what=f"the first {free} free trees completed",
+        progress=show,
+    )
     produce_gated(bootstrap, source, gated)
-    cluster.wait_until(lambda: gate.gated_seen == gated, timeout=120,
-                       what=f"the gate bolt holds all {gated} gated tuples", progress=show)
+    cluster.wait_until(
+        lambda: gate.gated_seen == gated,
+        timeout=120,
+        what=f"the gate bolt holds all {gated} gated tuples",
+        progress=show,
+    )
     produce_free(bootstrap, source, sentinels, b"sentinel")
-    cluster.wait_until(lambda: spout.stats.completed == free + sentinels, timeout=120,
-                       what="the sentinel trees completed behind the gated INITs", progress=show)
+    cluster.wait_until(
+        lambda: spout.stats.completed == free + sentinels,
+        timeout=120,
+        what="the sentinel trees completed behind the gated INITs",
+        progress=show,
+    )
     assert spout.stats.completed == free + sentinels  # no gated tree completed early
     first = first_event_offsets(bootstrap, topics.acks, gate.gated_roots())
     assert len(first) == gated
     return first
 
 
-def wait_for_low_points(cluster: LocalCluster, bootstrap: str, topics: TopologyTopics,
-                        lowest: dict[int, int]) -> dict[int, int]:
+def wait_for_low_points(
+    cluster: LocalCluster, bootstrap: str, topics: TopologyTopics, lowest: dict[int, int]
+) -> dict[int, int]:
     """Wait until the acker group committed on every ack partition; each commit must be at or
     below the first event of the partition's pending (gated) roots. Returns the commits."""
     group = f"{topics.topology}.ackers"
-    cluster.wait_until(lambda: all(o >= 0 for o in committed_offsets(bootstrap, group, topics.acks).values()),
-                       timeout=60, what="the acker committed a low point on every ack partition",
-                       progress=lambda: f"committed {committed_offsets(bootstrap, group, topics.acks)}")
+    cluster.wait_until(
+        lambda: all(o >= 0 for o in committed_offsets(bootstrap, group, topics.acks).values()),
+        timeout=60,
+        what="the acker committed a low point on every ack partition",
+        progress=lambda: f"committed {committed_offsets(bootstrap, group, topics.acks)}",
+    )
     committed = committed_offsets(bootstrap, group, topics.acks)
     for p, offset in committed.items():
-        assert offset <= lowest[p], (f"ack partition {p}: committed {offset} passed the first event "
-                                     f"({lowest[p]}) of a pending root")
+        assert offset <= lowest[p], (
+            f"ack partition {p}: committed {offset} passed the first event ({lowest[p]}) of a pending root"
+        )
     return committed
 
 
-def open_gate_and_finish(cluster: LocalCluster, bootstrap: str, topics: TopologyTopics, source: str,
-                         tuples: str, spout: Spout, gate: Gate) -> tuple[float, int]:
+def open_gate_and_finish(
+    cluster: LocalCluster, bootstrap: str, topics: TopologyTopics, source: str, tuples: str, spout: Spout, gate: Gate
+) -> tuple[float, int]:
     """Open the gate and wait (bounded well below the message timeout) until the spout committed
     the whole source topic; returns the seconds it took and the wall-clock ms of the opening."""
     opened, opened_ms = time.monotonic(), int(time.time() * 1000)
     gate.open()
     produce_values(bootstrap, tuples, [b"nudge"])  # untracked: wakes the gate bolt
-    cluster.wait_until(lambda: caught_up(bootstrap, f"{topics.topology}-spout", source),
-                       timeout=MESSAGE_TIMEOUT_MS / 2000,
-                       what="every held tree completed through the rebuilt table before any timeout",
-                       progress=progress(bootstrap, topics, source, spout, gate))
+    cluster.wait_until(
+        lambda: caught_up(bootstrap, f"{topics.topology}-spout", source),
+        timeout=MESSAGE_TIMEOUT_MS / 2000,
+        what="every held tree completed through the rebuilt table before any timeout",
+        progress=progress(bootstrap, topics, source, spout, gate),
+    )
     return time.monotonic() - opened, opened_ms
 
 
@@ -342,7 +393,8 @@ def check_held_outcomes(bootstrap: str, topics: TopologyTopics, held: set[int], 
         where = f"{topics.outcomes}[{message.partition()}]@{message.offset()}"
         assert kinds == {"COMPLETED"}, f"held roots decided {kinds} at {where}"
         assert message.timestamp()[1] >= opened_ms, (
-            f"held roots completed {opened_ms - message.timestamp()[1]} ms before the gate opened ({where})")
+            f"held roots completed {opened_ms - message.timestamp()[1]} ms before the gate opened ({where})"
+        )
         completed.update(batch.roots[mine].tolist())
     assert completed == held, f"{len(held - completed)} held roots got no COMPLETED outcome"
 
@@ -358,10 +410,12 @@ def test_restarted_acker_rebuilds_its_table_and_held_trees_complete_without_time
     with acker_processes(bootstrap, topics.topology, ackers=1, log_dir=tmp_path) as start_acker:
         first_acker = start_acker("acker-first")
         with LocalCluster(spout, bolt) as cluster:
-            cluster.wait_until(lambda: first_acker.owned() == {0}, timeout=60,
-                               what="acker-first owns the ack partition")
-            first = hold_gated_trees(cluster, bootstrap, topics, source, spout, gate,
-                                     free=free, gated=gated, sentinels=sentinels)
+            cluster.wait_until(
+                lambda: first_acker.owned() == {0}, timeout=60, what="acker-first owns the ack partition"
+            )
+            first = hold_gated_trees(
+                cluster, bootstrap, topics, source, spout, gate, free=free, gated=gated, sentinels=sentinels
+            )
             lowest = lowest_by_partition(first, 1)
             wait_for_low_points(cluster, bootstrap, topics, lowest)
 
@@ -373,8 +427,9 @@ def test_restarted_acker_rebuilds_its_table_and_held_trees_complete_without_time
                 assert 0 <= killed_at[0] <= lowest[0]
                 time.sleep(1.0)  # load arrives with no acker at all
                 second_acker = start_acker("acker-second")
-                cluster.wait_until(lambda: second_acker.owned() == {0}, timeout=60,
-                                   what="the restarted acker owns the ack partition")
+                cluster.wait_until(
+                    lambda: second_acker.owned() == {0}, timeout=60, what="the restarted acker owns the ack partition"
+                )
                 unowned_s = time.monotonic() - killed
                 time.sleep(1.0)
             assert load.produced > 0
@@ -384,10 +439,12 @@ def test_restarted_acker_rebuilds_its_table_and_held_trees_complete_without_time
             seconds, opened_ms = open_gate_and_finish(cluster, bootstrap, topics, source, tuples, spout, gate)
         final = second_acker.stop()
 
-    print(f"acker killed with its low point at {killed_at} (first held root's event at {lowest}); "
-          f"partition without owner for {unowned_s:.1f}s; "
-          f"gate open -> all {gated} held trees completed and committed: {seconds:.1f}s "
-          f"(message timeout {MESSAGE_TIMEOUT_MS / 1000:.0f}s); restarted acker {final}")
+    print(
+        f"acker killed with its low point at {killed_at} (first held root's event at {lowest}); "
+        f"partition without owner for {unowned_s:.1f}s; "
+        f"gate open -> all {gated} held trees completed and committed: {seconds:.1f}s "
+        f"(message timeout {MESSAGE_TIMEOUT_MS / 1000:.0f}s); restarted acker {final}"
+    )
     check_held_outcomes(bootstrap, topics, gate.gated_roots(), opened_ms)
     total = free + gated + sentinels + load.produced
     assert spout.stats.completed == total  # replayed outcomes of finished trees were ignored
@@ -404,16 +461,20 @@ def test_killed_acker_partition_fails_over_to_the_survivor_which_completes_held_
     with acker_processes(bootstrap, topics.topology, ackers=2, log_dir=tmp_path) as start_acker:
         doomed = start_acker("acker-doomed")
         with LocalCluster(spout, bolt) as cluster:
-            cluster.wait_until(lambda: doomed.owned() == {0, 1}, timeout=60,
-                               what="acker-doomed owns both ack partitions")
+            cluster.wait_until(
+                lambda: doomed.owned() == {0, 1}, timeout=60, what="acker-doomed owns both ack partitions"
+            )
             survivor = start_acker("acker-survivor")
-            cluster.wait_until(lambda: len(doomed.owned()) == 1 and len(survivor.owned()) == 1
-                               and doomed.owned() != survivor.owned(), timeout=90,
-                               what="the two ackers hold one ack partition each",
-                               progress=lambda: f"doomed {doomed.owned()}, survivor {survivor.owned()}")
-            moving, = doomed.owned()
-            first = hold_gated_trees(cluster, bootstrap, topics, source, spout, gate,
-                                     free=free, gated=gated, sentinels=sentinels)
+            cluster.wait_until(
+                lambda: len(doomed.owned()) == 1 and len(survivor.owned()) == 1 and doomed.owned() != survivor.owned(),
+                timeout=90,
+                what="the two ackers hold one ack partition each",
+                progress=lambda: f"doomed {doomed.owned()}, survivor {survivor.owned()}",
+            )
+            (moving,) = doomed.owned()
+            first = hold_gated_trees(
+                cluster, bootstrap, topics, source, spout, gate, free=free, gated=gated, sentinels=sentinels
+            )
             lowest = lowest_by_partition(first, 2)
             assert set(lowest) == {0, 1}, "gated roots should fall on both ack partitions"
             wait_for_low_points(cluster, bootstrap, topics, lowest)
@@ -425,22 +486,28 @@ def test_killed_acker_partition_fails_over_to_the_survivor_which_completes_held_
                 killed = time.monotonic()
                 killed_at = committed_offsets(bootstrap, f"{topics.topology}.ackers", topics.acks)
                 assert 0 <= killed_at[moving] <= lowest[moving]
-                cluster.wait_until(lambda: survivor.owned() == {0, 1}, timeout=90,
-                                   what=f"ack partition {moving} moved to the survivor",
-                                   progress=lambda: f"survivor owns {survivor.owned()}")
+                cluster.wait_until(
+                    lambda: survivor.owned() == {0, 1},
+                    timeout=90,
+                    what=f"ack partition {moving} moved to the survivor",
+                    progress=lambda: f"survivor owns {survivor.owned()}",
+                )
                 unowned_s = time.monotonic() - killed
                 time.sleep(1.0)
             assert load.produced > 0
 
             taken_over = survivor.replay_points()[replays_before:]
             assert taken_over == [{moving: killed_at[moving]}], (
-                f"the survivor must replay partition {moving} from its committed low point {killed_at[moving]}")
+                f"the survivor must replay partition {moving} from its committed low point {killed_at[moving]}"
+            )
             seconds, opened_ms = open_gate_and_finish(cluster, bootstrap, topics, source, tuples, spout, gate)
         final = survivor.stop()
 
-    print(f"failover of partition {moving} (low point {killed_at[moving]}, first held root's event at "
-          f"{lowest[moving]}, without owner for {unowned_s:.1f}s): gate open -> all {gated} held trees "
-          f"completed: {seconds:.1f}s; survivor {final}")
+    print(
+        f"failover of partition {moving} (low point {killed_at[moving]}, first held root's event at "
+        f"{lowest[moving]}, without owner for {unowned_s:.1f}s): gate open -> all {gated} held trees "
+        f"completed: {seconds:.1f}s; survivor {final}"
+    )
     check_held_outcomes(bootstrap, topics, gate.gated_roots(), opened_ms)
     assert spout.stats.completed == free + gated + sentinels + load.produced
     assert spout.stats.replayed == 0 and spout.stats.dead_lettered == 0
@@ -457,8 +524,14 @@ def test_committed_low_point_never_passes_the_first_event_of_a_pending_root(kafk
     topics, source, tuples = setup_topology(bootstrap, "ack-lowpoint", ackers=2)
     spout, bolt, gate = spout_and_gate(bootstrap, topics, source, tuples)
     # In-process (no kill here): 30 buckets of 2 s make the low point move within the test.
-    acker = AckerWorker(topology=topics.topology, bootstrap_servers=bootstrap, ackers=2,
-                        timeout_ms=MESSAGE_TIMEOUT_MS, timeout_buckets=30, commit_interval_ms=200)
+    acker = AckerWorker(
+        topology=topics.topology,
+        bootstrap_servers=bootstrap,
+        ackers=2,
+        timeout_ms=MESSAGE_TIMEOUT_MS,
+        timeout_buckets=30,
+        commit_interval_ms=200,
+    )
     group = f"{topics.topology}.ackers"
     per_wave, waves = 300, 3
     samples: list[tuple[float, dict[int, int]]] = []
@@ -476,8 +549,12 @@ def test_committed_low_point_never_passes_the_first_event_of_a_pending_root(kafk
         try:
             for wave in range(1, waves + 1):
                 produce_gated(bootstrap, source, per_wave, wave=wave)
-                cluster.wait_until(lambda wave=wave: gate.gated_seen == wave * per_wave, timeout=60,
-                                   what=f"the gate holds wave {wave}", progress=show)
+                cluster.wait_until(
+                    lambda wave=wave: gate.gated_seen == wave * per_wave,
+                    timeout=60,
+                    what=f"the gate holds wave {wave}",
+                    progress=show,
+                )
                 time.sleep(3.0)  # the next wave starts in a later timeout bucket
             gate.reset_wave = waves
             cluster.wait_until(lambda: gate.reset_roots == per_wave, timeout=30, what="the last wave was reset")
@@ -489,8 +566,12 @@ def test_committed_low_point_never_passes_the_first_event_of_a_pending_root(kafk
             load.stop()
             gate.open()
             produce_values(bootstrap, tuples, [b"nudge"])
-            cluster.wait_until(lambda: caught_up(bootstrap, f"{topics.topology}-spout", source), timeout=90,
-                               what="every tree completed", progress=show)
+            cluster.wait_until(
+                lambda: caught_up(bootstrap, f"{topics.topology}-spout", source),
+                timeout=90,
+                what="every tree completed",
+                progress=show,
+            )
         finally:
             stop_sampling.set()
             sampler.join(10)
@@ -515,17 +596,25 @@ def test_committed_low_point_never_passes_the_first_event_of_a_pending_root(kafk
     # Not vacuous: while the last wave was held, the commit moved past the first wave's records.
     last_held_until = min(gate.released_at[r] for r in roots[waves])
     first_wave_low = lowest_by_partition({r: first[r] for r in roots[1]}, 2)
-    moved = [p for when, committed in samples if when < last_held_until
-             for p in (0, 1) if committed.get(p, -1) > first_wave_low[p]]
-    print(f"{len(samples)} samples of the acker's commits; moved past wave 1 while wave {waves} was held "
-          f"on partitions {sorted(set(moved))}")
+    moved = [
+        p
+        for when, committed in samples
+        if when < last_held_until
+        for p in (0, 1)
+        if committed.get(p, -1) > first_wave_low[p]
+    ]
+    print(
+        f"{len(samples)} samples of the acker's commits; moved past wave 1 while wave {waves} was held "
+        f"on partitions {sorted(set(moved))}"
+    )
     assert len(samples) > 50
     assert moved, "the committed low point never moved while trees were held: the check proves nothing"
 
 
 def _ack_record(sender: int, kind: int, root: int, val: int) -> bytes:
-    return codec.encode_ack_batch(sender, np.array([kind], np.int8), np.array([root], np.int64),
-                                  np.array([val], np.int64))
+    return codec.encode_ack_batch(
+        sender, np.array([kind], np.int8), np.array([root], np.int64), np.array([val], np.int64)
+    )
 
 
 def test_an_open_transaction_on_the_ack_topic_does_not_time_trees_out(kafka_bootstrap):
@@ -538,8 +627,13 @@ def test_an_open_transaction_on_the_ack_topic_does_not_time_trees_out(kafka_boot
     plain = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
     zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topology}.zombie"})
     zombie.init_transactions(30)
-    acker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap, message_timeout_ms=3000,
-                        timeout_buckets=2, commit_interval_ms=200)
+    acker = AckerWorker(
+        topology=topology,
+        bootstrap_servers=kafka_bootstrap,
+        message_timeout_ms=3000,
+        timeout_buckets=2,
+        commit_interval_ms=200,
+    )
     with LocalCluster(acker) as cluster:
         plain.produce(topics.acks, _ack_record(sender, 0, root, edge), partition=0)  # INIT
         plain.flush(30)
@@ -552,9 +646,11 @@ def test_an_open_transaction_on_the_ack_topic_does_not_time_trees_out(kafka_boot
         time.sleep(9)  # three message timeouts while the ACK waits behind the open transaction
         assert acker.stats.timed_out == 0 and acker.stats.pending == 1
         zombie.abort_transaction(30)
-        cluster.wait_until(lambda: acker.stats.completed == 1, timeout=30, what="the tree completed",
-                           progress=lambda: str(acker.stats))
+        cluster.wait_until(
+            lambda: acker.stats.completed == 1, timeout=30, what="the tree completed", progress=lambda: str(acker.stats)
+        )
     assert acker.stats.timed_out == 0
     outcomes = [codec.decode_outcomes(m.value()) for m in read_topic(kafka_bootstrap, topics.outcomes)]
-    assert [(b.spout, b.roots.tolist(), b.kinds.tolist()) for b in outcomes] == \
-        [(sender, [root], [int(OutcomeKind.COMPLETED)])]
+    assert [(b.spout, b.roots.tolist(), b.kinds.tolist()) for b in outcomes] == [
+        (sender, [root], [int(OutcomeKind.COMPLETED)])
+    ]

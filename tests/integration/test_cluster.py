@@ -19,9 +19,7 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
     failures = []
     for value in values:
-        producer.produce(
-            topic, value, on_delivery=lambda err, _m: failures.append(err) if err else None
-        )
+        producer.produce(topic, value, on_delivery=lambda err, _m: failures.append(err) if err else None)
     assert producer.flush(90) == 0, "records still unconfirmed after 90 s"
     assert failures == []
 
@@ -71,9 +69,7 @@ def test_replicated_topic_survives_one_broker_down(kafka_cluster):
     assert sorted(_consume_all(bootstrap, topic, 200)) == sorted(before)
 
     kafka_cluster.kill_broker(1)
-    _wait_for(
-        lambda: _isr_sizes(bootstrap, topic) == [2, 2, 2], "ISR shrinking to 2 after broker 1 died"
-    )
+    _wait_for(lambda: _isr_sizes(bootstrap, topic) == [2, 2, 2], "ISR shrinking to 2 after broker 1 died")
     during = [f"during-{i}".encode() for i in range(200)]
     _produce(bootstrap, topic, during)  # acks=all with min.insync.replicas=2: 2 of 3 suffice
     assert sorted(_consume_all(bootstrap, topic, 400)) == sorted(before + during)

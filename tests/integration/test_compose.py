@@ -80,16 +80,21 @@ def wait_for(condition, *, timeout: float, what: str, state=lambda: "") -> None:
 
 
 def sentences(count: int, start: int, prefix: str = "") -> list[str]:
-    return [" ".join(prefix + WORDS[(i + j) % len(WORDS)] for j in range(1 + i % 4))
-            for i in range(start, start + count)]
+    return [
+        " ".join(prefix + WORDS[(i + j) % len(WORDS)] for j in range(1 + i % 4)) for i in range(start, start + count)
+    ]
 
 
 def test_word_count_survives_acker_sigterm_and_sigkill(compose, docker_engine):
     bootstrap = compose.bootstrap
     admin = admin_client(bootstrap)
     # The acker containers create the topology's topics (4 ack partitions) once Kafka answers.
-    wait_for(lambda: partition_count(admin, f"{TOPOLOGY}.acks") == 4, timeout=180,
-             what="the acker containers created wordcount.acks", state=lambda: compose("logs", "--tail", "20"))
+    wait_for(
+        lambda: partition_count(admin, f"{TOPOLOGY}.acks") == 4,
+        timeout=180,
+        what="the acker containers created wordcount.acks",
+        state=lambda: compose("logs", "--tail", "20"),
+    )
     create_topics(bootstrap, {"sentences": 2, "words": 2, f"{TOPOLOGY}.sentences": 2})
     counts, components = build(bootstrap, topology=TOPOLOGY)
     host_side = components[1:]  # spout, split and count on the host; the ackers are the containers
@@ -115,12 +120,15 @@ def test_word_count_survives_acker_sigterm_and_sigkill(compose, docker_engine):
         return committed_offsets(bootstrap, f"{TOPOLOGY}-spout", "sentences") == end_offsets(bootstrap, "sentences")
 
     def acks_state() -> str:
-        return (f"committed {committed_offsets(bootstrap, f'{TOPOLOGY}.ackers', f'{TOPOLOGY}.acks')}, "
-                f"end {end_offsets(bootstrap, f'{TOPOLOGY}.acks')}")
+        return (
+            f"committed {committed_offsets(bootstrap, f'{TOPOLOGY}.ackers', f'{TOPOLOGY}.acks')}, "
+            f"end {end_offsets(bootstrap, f'{TOPOLOGY}.acks')}"
+        )
 
     def acks_done() -> bool:
-        return (committed_offsets(bootstrap, f"{TOPOLOGY}.ackers", f"{TOPOLOGY}.acks")
-                == end_offsets(bootstrap, f"{TOPOLOGY}.acks"))
+        return committed_offsets(bootstrap, f"{TOPOLOGY}.ackers", f"{TOPOLOGY}.acks") == end_offsets(
+            bootstrap, f"{TOPOLOGY}.acks"
+        )
 
     with LocalCluster(*host_side) as cluster:
         try:
@@ -147,8 +155,9 @@ def test_word_count_survives_acker_sigterm_and_sigkill(compose, docker_engine):
             release.set()
         compose("start", "acker-1", "acker-2")
         cluster.wait_until(spout_done, timeout=300, what="every sentence done after the SIGKILL")
-        cluster.wait_until(lambda: all(counts[w] >= n for w, n in expected.items()), timeout=60,
-                           what="every word counted")
+        cluster.wait_until(
+            lambda: all(counts[w] >= n for w, n in expected.items()), timeout=60, what="every word counted"
+        )
     missing = {w: n - counts[w] for w, n in expected.items() if counts[w] < n}
     assert not missing, f"lost words: {missing}"
     assert sum(expected[w] for w in expected if w.startswith("late-")) > 500

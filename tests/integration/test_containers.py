@@ -22,8 +22,13 @@ def test_session_kafka_runs_a_container_and_removes_it(docker_engine):
     with session_kafka({"RK_KAFKA": "docker"}) as bootstrap:
         host, _, port = bootstrap.rpartition(":")
         assert host == "127.0.0.1"
-        ours = [c for c in docker_engine.containers.list() if c.image.tags and DEFAULT_KAFKA_IMAGE in c.image.tags
-                and any(b["HostPort"] == port for b in (c.ports.get("9092/tcp") or []))]
+        ours = [
+            c
+            for c in docker_engine.containers.list()
+            if c.image.tags
+            and DEFAULT_KAFKA_IMAGE in c.image.tags
+            and any(b["HostPort"] == port for b in (c.ports.get("9092/tcp") or []))
+        ]
         assert len(ours) == 1, f"no running {DEFAULT_KAFKA_IMAGE} container publishes port {port}"
         container = ours[0]
         assert [b["HostIp"] for b in container.ports["9092/tcp"]] == ["127.0.0.1"], container.ports
@@ -31,15 +36,16 @@ def test_session_kafka_runs_a_container_and_removes_it(docker_engine):
         create_topics(bootstrap, {topic: 2})
         produce_values(bootstrap, topic, [b"a", b"b", b"c"])
         assert sorted(m.value() for m in read_topic(bootstrap, topic)) == [b"a", b"b", b"c"]
-    assert container.id not in {c.id for c in docker_engine.containers.list(all=True)}, \
+    assert container.id not in {c.id for c in docker_engine.containers.list(all=True)}, (
         "the container outlived the session"
+    )
 
 
 def test_kafka_variables_become_broker_properties(docker_engine):
     """The image's entrypoint maps KAFKA_X_Y to x.y as apache/kafka does ("__" to "_")."""
     container = kafka_container(DEFAULT_KAFKA_IMAGE).with_envs(
-        KAFKA_NUM_PARTITIONS="3", KAFKA_LOG_RETENTION_MS="123456789",
-        KAFKA_CONFLUENT_X__Y="ignored")  # unknown to Kafka: written, then ignored
+        KAFKA_NUM_PARTITIONS="3", KAFKA_LOG_RETENTION_MS="123456789", KAFKA_CONFLUENT_X__Y="ignored"
+    )  # unknown to Kafka: written, then ignored
     from reliable_kafka.testing.session import _start
 
     bootstrap = _start(container)

@@ -21,7 +21,10 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes, list]
     failures = []
     for key, value, headers in records:
         producer.produce(
-            topic, value, key, headers=headers,
+            topic,
+            value,
+            key,
+            headers=headers,
             on_delivery=lambda err, _msg: failures.append(err) if err else None,
         )
     assert producer.flush(60) == 0, "records still unconfirmed after 60 s"
@@ -47,9 +50,7 @@ def _consume(bootstrap: str, topic: str, count: int, timeout: float = 60.0) -> l
                 received.append(message)
     finally:
         consumer.close()
-    assert len(received) == count, (
-        f"read {len(received)} of {count} records from {topic} in {timeout:.0f} s"
-    )
+    assert len(received) == count, f"read {len(received)} of {count} records from {topic} in {timeout:.0f} s"
     return received
 
 

@@ -29,8 +29,16 @@ def _topology(bootstrap, prefix, handler, *, acker_timeout_ms=20_000, **spout_op
     # created (with leaders) before the spout starts: it reads the outcome topic's end at once
     ensure_topics(admin_client(bootstrap), TopologyTopics(topology))
     on = {"topology": topology, "bootstrap_servers": bootstrap}
-    spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle, backoff=FAST_RETRY,
-                  message_timeout_ms=20_000, name="spout", **spout_options)
+    spout = Spout(
+        **on,
+        source_topics=source,
+        group_id=f"{topology}-spout",
+        emit_to=middle,
+        backoff=FAST_RETRY,
+        message_timeout_ms=20_000,
+        name="spout",
+        **spout_options,
+    )
     bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-bolt", handler=handler, name="checker")
     return topology, source, [AckerWorker(**on, ackers=1, message_timeout_ms=acker_timeout_ms), spout, bolt]
 
@@ -52,10 +60,14 @@ def failed_run(kafka_bootstrap):
     values[3], values[7] = b"poison", b"bad"
     placed = produce_values(kafka_bootstrap, source, values)
     with LocalCluster(*components) as cluster:
-        cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, f"{topology}-spout", source)
-                           == end_offsets(kafka_bootstrap, source), timeout=120,
-                           what="every record completed or dead-lettered",
-                           progress=lambda: str(components[1].stats))
+        cluster.wait_until(
+            lambda: (
+                committed_offsets(kafka_bootstrap, f"{topology}-spout", source) == end_offsets(kafka_bootstrap, source)
+            ),
+            timeout=120,
+            what="every record completed or dead-lettered",
+            progress=lambda: str(components[1].stats),
+        )
     dead = {m.value(): m for m in read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)}
     return {"topology": topology, "source": source, "placed": placed, "dead": dead, "spout": components[1]}
 
@@ -93,8 +105,10 @@ def test_dead_letters_carry_the_reason_of_every_attempt(failed_run):
 
 
 def test_failures_topic_holds_one_record_per_fail(failed_run):
-    records = [decode_failure(m.value())
-               for m in read_topic(failed_run["spout"].bootstrap_servers, f"{failed_run['topology']}.failures")]
+    records = [
+        decode_failure(m.value())
+        for m in read_topic(failed_run["spout"].bootstrap_servers, f"{failed_run['topology']}.failures")
+    ]
     by_reason = {}
     for record in records:
         by_reason[record.reason] = by_reason.get(record.reason, 0) + 1
@@ -109,8 +123,25 @@ def test_dlq_list_show_and_replay_round_trip_sends_each_letter_once(failed_run, 
     assert main(["dlq", "list", *on, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert sorted(d["value"] for d in listed) == ["bad", "poison"]
-    assert main(["dlq", "list", *on, "--json", "--reason", "PARSE", "--component", "check",
-                 "--source-topic", failed_run["source"], "--since", "1h"]) == 0
+    assert (
+        main(
+            [
+                "dlq",
+                "list",
+                *on,
+                "--json",
+                "--reason",
+                "PARSE",
+                "--component",
+                "check",
+                "--source-topic",
+                failed_run["source"],
+                "--since",
+                "1h",
+            ]
+        )
+        == 0
+    )
     [poison] = json.loads(capsys.readouterr().out)
     assert poison["value"] == "poison" and poison["source"]["offset"] == failed_run["placed"][3][1]
     assert main(["dlq", "list", *on, "--json", "--until", "1h"]) == 0
@@ -164,13 +195,18 @@ def test_a_stream_of_failures_trips_the_dead_letter_guard(kafka_bootstrap):
     def fail_all(tuple_, collector):
         collector.fail(tuple_, reason="downstream rejects everything")
 
-    topology, source, components = _topology(kafka_bootstrap, "guard", fail_all, max_retries=0,
-                                             max_dead_letter_ratio=0.2, dead_letter_window=10)
+    topology, source, components = _topology(
+        kafka_bootstrap, "guard", fail_all, max_retries=0, max_dead_letter_ratio=0.2, dead_letter_window=10
+    )
     produce_values(kafka_bootstrap, source, [b"x"] * 60)
     spout = components[1]
     with LocalCluster(*components) as cluster:
-        cluster.wait_until(lambda: "spout" in cluster.errors, timeout=120, what="the guard stops the spout",
-                           progress=lambda: str(spout.stats))
+        cluster.wait_until(
+            lambda: "spout" in cluster.errors,
+            timeout=120,
+            what="the guard stops the spout",
+            progress=lambda: str(spout.stats),
+        )
         error = cluster.errors["spout"]
     assert isinstance(error, DeadLetterGuardTripped)
     assert error.window == 10 and error.dead_letters == 3 and "dlq list" in str(error)
@@ -189,13 +225,25 @@ def test_a_stream_of_failures_trips_the_dead_letter_guard_of_a_transactional_spo
     topology, source, components = _topology(kafka_bootstrap, "txguard", fail_all)
     plain = components[1]
     components[1] = spout = TransactionalSpout(
-        name="spout", topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-        group_id=plain.group_id, emit_to=f"{topology}-mid", backoff=FAST_RETRY, max_retries=0,
-        max_dead_letter_ratio=0.2, dead_letter_window=10)
+        name="spout",
+        topology=topology,
+        bootstrap_servers=kafka_bootstrap,
+        source_topics=source,
+        group_id=plain.group_id,
+        emit_to=f"{topology}-mid",
+        backoff=FAST_RETRY,
+        max_retries=0,
+        max_dead_letter_ratio=0.2,
+        dead_letter_window=10,
+    )
     produce_values(kafka_bootstrap, source, [b"x"] * 60)
     with LocalCluster(*components) as cluster:
-        cluster.wait_until(lambda: "spout" in cluster.errors, timeout=120, what="the guard stops the spout",
-                           progress=lambda: str(spout.stats))
+        cluster.wait_until(
+            lambda: "spout" in cluster.errors,
+            timeout=120,
+            what="the guard stops the spout",
+            progress=lambda: str(spout.stats),
+        )
         error = cluster.errors["spout"]
     assert isinstance(error, DeadLetterGuardTripped)
     assert error.window == 10 and error.dead_letters == 3 and "dlq list" in str(error)
@@ -219,14 +267,20 @@ def _tracing_checker(tuple_, collector):
 
 def test_trace_shows_a_completed_a_failed_and_a_timed_out_record(kafka_bootstrap, capsys):
     # the lost record times out after 8 s (ample for the others to complete on a busy machine)
-    topology, source, components = _topology(kafka_bootstrap, "trace", _tracing_checker, max_retries=0,
-                                             acker_timeout_ms=8000)
+    topology, source, components = _topology(
+        kafka_bootstrap, "trace", _tracing_checker, max_retries=0, acker_timeout_ms=8000
+    )
     create_topics(kafka_bootstrap, {f"{topology}-out": 1})
     placed = produce_values(kafka_bootstrap, source, [b"ok", b"bad", b"lost", b"half"])
     with LocalCluster(*components) as cluster:
-        cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, f"{topology}-spout", source)
-                           == end_offsets(kafka_bootstrap, source), timeout=120,
-                           what="all four records settled", progress=lambda: str(components[1].stats))
+        cluster.wait_until(
+            lambda: (
+                committed_offsets(kafka_bootstrap, f"{topology}-spout", source) == end_offsets(kafka_bootstrap, source)
+            ),
+            timeout=120,
+            what="all four records settled",
+            progress=lambda: str(components[1].stats),
+        )
         time.sleep(6)  # one more status snapshot (every 5 s), which names the components' task ids
     on = ["--topology", topology, "--bootstrap-servers", kafka_bootstrap, "--json"]
 
@@ -279,21 +333,45 @@ def test_a_transactional_spout_dead_letters_a_poison_pill_at_once_in_its_transac
     topology, source, components = _topology(kafka_bootstrap, "txfail", _checker, max_retries=4)
     plain = components[1]
     components[1] = TransactionalSpout(
-        name="spout", topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-        group_id=plain.group_id, emit_to=f"{topology}-mid", backoff=FAST_RETRY, max_retries=4)
+        name="spout",
+        topology=topology,
+        bootstrap_servers=kafka_bootstrap,
+        source_topics=source,
+        group_id=plain.group_id,
+        emit_to=f"{topology}-mid",
+        backoff=FAST_RETRY,
+        max_retries=4,
+    )
     placed = produce_values(kafka_bootstrap, source, [b"ok", b"poison", b"ok"])
     with LocalCluster(*components) as cluster:
-        cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, plain.group_id, source)
-                           == end_offsets(kafka_bootstrap, source), timeout=120,
-                           what="every record completed or dead-lettered", progress=lambda: str(components[1].stats))
+        cluster.wait_until(
+            lambda: committed_offsets(kafka_bootstrap, plain.group_id, source) == end_offsets(kafka_bootstrap, source),
+            timeout=120,
+            what="every record completed or dead-lettered",
+            progress=lambda: str(components[1].stats),
+        )
     [dead] = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
     headers = dict(dead.headers())
     assert dead.value() == b"poison" and codec.decode_parked(headers[codec.PARKED_HEADER]).attempts == 1
     assert headers[REASON_HEADER] == b"cannot parse: not a number"
 
     # its roots are derived from the group and the coordinates: trace finds them without an index
-    assert main(["trace", f"{source}:{placed[1][0]}@{placed[1][1]}", "--topology", topology, "--bootstrap-servers",
-                 kafka_bootstrap, "--transactional-group", plain.group_id, "--json"]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                f"{source}:{placed[1][0]}@{placed[1][1]}",
+                "--topology",
+                topology,
+                "--bootstrap-servers",
+                kafka_bootstrap,
+                "--transactional-group",
+                plain.group_id,
+                "--json",
+            ]
+        )
+        == 0
+    )
     document = json.loads(capsys.readouterr().out)
     [attempt] = document["attempts"]
     assert attempt["outcome"]["kind"] == "FAILED" and [e["kind"] for e in attempt["events"]] == ["INIT", "FAIL"]
@@ -310,13 +388,28 @@ def test_a_spark_row_failed_with_rk_fail_writes_its_reason(kafka_bootstrap):
     topics = TopologyTopics(topology)
     ensure_topics(admin_client(kafka_bootstrap), topics)
     create_topics(kafka_bootstrap, {f"{topology}-out": 1})
-    writer = OutputWriter(bootstrap_servers=kafka_bootstrap, output_topic=f"{topology}-out", acks_topic=topics.acks,
-                          ack_partitions=1, sender=77, component="enrich-job", failures_topic=topics.failures)
-    writer([Row(value=b"fine", anchors=[(11, 5)], rk_fail=False, rk_fail_reason=None),
-            Row(value=b"broken", anchors=[(12, 6), (13, 7)], rk_fail=True, rk_fail_reason="no such customer")])
+    writer = OutputWriter(
+        bootstrap_servers=kafka_bootstrap,
+        output_topic=f"{topology}-out",
+        acks_topic=topics.acks,
+        ack_partitions=1,
+        sender=77,
+        component="enrich-job",
+        failures_topic=topics.failures,
+    )
+    writer(
+        [
+            Row(value=b"fine", anchors=[(11, 5)], rk_fail=False, rk_fail_reason=None),
+            Row(value=b"broken", anchors=[(12, 6), (13, 7)], rk_fail=True, rk_fail_reason="no such customer"),
+        ]
+    )
     [failure] = [decode_failure(m.value()) for m in read_topic(kafka_bootstrap, topics.failures)]
     assert (failure.roots, failure.component, failure.task_id, failure.reason) == (
-        [12, 13], "enrich-job", 77, "no such customer")
+        [12, 13],
+        "enrich-job",
+        77,
+        "no such customer",
+    )
     fails = set()
     for message in read_topic(kafka_bootstrap, topics.acks):
         batch = codec.decode_ack_batch(message.value())
@@ -331,8 +424,14 @@ def test_a_bolt_of_a_topology_without_a_failures_topic_fails_tuples_without_reas
     topology = unique_name("oldtopo")
     topics = TopologyTopics(topology)
     create_topics(kafka_bootstrap, {topics.acks: 1, topics.outcomes: 1, f"{topology}-in": 1})  # as before .failures
-    bolt = Bolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=f"{topology}-in",
-                group_id=f"{topology}-bolt", handler=lambda t, c: None, name="old")
+    bolt = Bolt(
+        topology=topology,
+        bootstrap_servers=kafka_bootstrap,
+        source_topics=f"{topology}-in",
+        group_id=f"{topology}-bolt",
+        handler=lambda t, c: None,
+        name="old",
+    )
     bolt.start()
     try:
         assert "failure reasons are not recorded" in caplog.text

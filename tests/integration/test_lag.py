@@ -30,8 +30,11 @@ def test_lag_subtracts_what_the_commit_metadata_records_done(kafka_bootstrap, ca
     # partition 2: never committed.
     metadata, truncated = encode_done_above(1, [2, 3, 5])
     assert not truncated and min(ends.values()) > 5, ends
-    commit(kafka_bootstrap, group, [TopicPartition(topic, 0, 1, metadata=metadata),
-                                    TopicPartition(topic, 1, 2, metadata="someone else's")])
+    commit(
+        kafka_bootstrap,
+        group,
+        [TopicPartition(topic, 0, 1, metadata=metadata), TopicPartition(topic, 1, 2, metadata="someone else's")],
+    )
 
     rows = {row.partition: row for row in true_lag(kafka_bootstrap, group, topic)}
     assert (rows[0].committed, rows[0].done_above) == (1, 3)
@@ -43,12 +46,15 @@ def test_lag_subtracts_what_the_commit_metadata_records_done(kafka_bootstrap, ca
     assert main(["lag", "--group", group, "--topic", topic, "--bootstrap-servers", kafka_bootstrap]) == 0
     out = capsys.readouterr().out
     total = out.splitlines()[-1].split()
-    assert total == ["total", "3", str(sum(r.kafka_lag for r in rows.values())),
-                     str(sum(r.lag for r in rows.values()))], out
+    assert total == [
+        "total",
+        "3",
+        str(sum(r.kafka_lag for r in rows.values())),
+        str(sum(r.lag for r in rows.values())),
+    ], out
     assert "commit metadata ignored" in out
 
 
 def test_lag_of_a_missing_topic_says_so(kafka_bootstrap, capsys):
-    assert main(["lag", "--group", "g", "--topic", unique_name("rk-lag-none"),
-                 "--bootstrap", kafka_bootstrap]) == 1
+    assert main(["lag", "--group", "g", "--topic", unique_name("rk-lag-none"), "--bootstrap", kafka_bootstrap]) == 1
     assert "not found" in capsys.readouterr().out

@@ -23,23 +23,31 @@ def test_keys_are_not_read_empty_batches_are_valid_and_trailing_bytes_are_bad(ka
     empty = codec.encode_ack_batch(new_id(), [], [], [])
     trailing = codec.encode_ack_batch(spout, [EventKind.INIT], [trailing_root], [edge]) + b"\x00"
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
-    for key, value in [(b"\xff not a key anyone reads", init), (None, empty), (b"", trailing),
-                       (b"another key", ack)]:
+    for key, value in [(b"\xff not a key anyone reads", init), (None, empty), (b"", trailing), (b"another key", ack)]:
         producer.produce(topics.acks, value, key=key, partition=0)
     assert producer.flush(30) == 0
     worker = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, commit_interval_ms=100)
     with LocalCluster(worker) as cluster:
-        cluster.wait_until(lambda: worker.stats.records == 4 and worker.stats.completed == 1, timeout=60,
-                           what="acker read the four records", progress=lambda: str(worker.stats))
-        cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, worker.group_id, topics.acks) == {0: 4},
-                           timeout=30, what="acker committed past all four records")
+        cluster.wait_until(
+            lambda: worker.stats.records == 4 and worker.stats.completed == 1,
+            timeout=60,
+            what="acker read the four records",
+            progress=lambda: str(worker.stats),
+        )
+        cluster.wait_until(
+            lambda: committed_offsets(kafka_bootstrap, worker.group_id, topics.acks) == {0: 4},
+            timeout=30,
+            what="acker committed past all four records",
+        )
     decided = {}
     for message in read_topic(kafka_bootstrap, topics.outcomes):
         batch = codec.decode_outcomes(message.value())
         decided.update(zip(batch.roots.tolist(), batch.kinds.tolist()))
     assert decided == {root: OutcomeKind.COMPLETED}  # keys ignored; the empty batch changed nothing
-    parked = [(m.value(), codec.decode_parked(dict(m.headers())[codec.PARKED_HEADER]))
-              for m in read_topic(kafka_bootstrap, topics.quarantine)]
+    parked = [
+        (m.value(), codec.decode_parked(dict(m.headers())[codec.PARKED_HEADER]))
+        for m in read_topic(kafka_bootstrap, topics.quarantine)
+    ]
     assert [value for value, _ in parked] == [trailing]  # the empty batch was not quarantined
     assert "1 trailing bytes" in parked[0][1].reason and parked[0][1].source_offset == 2
     assert worker.stats.quarantined == 1 and worker.stats.invalid_entries == 0

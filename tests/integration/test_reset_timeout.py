@@ -53,26 +53,36 @@ def test_a_tree_kept_alive_past_the_backstop_completes_without_redelivery(kafka_
     create_topics(kafka_bootstrap, {source: 1, held: 1})
     produce_values(kafka_bootstrap, source, [b"long work"])
     on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
-    spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=held,
-                  message_timeout_ms=TIMEOUT_MS, backstop_grace_ms=GRACE_MS)
+    spout = Spout(
+        **on,
+        source_topics=source,
+        group_id=f"{topology}-spout",
+        emit_to=held,
+        message_timeout_ms=TIMEOUT_MS,
+        backstop_grace_ms=GRACE_MS,
+    )
     bolt = KeepAliveBolt(**on, source_topics=held, group_id=f"{topology}-bolt")
     acker = AckerWorker(**on, ackers=1, message_timeout_ms=TIMEOUT_MS)
     with LocalCluster(acker, spout, bolt) as cluster:
-        cluster.wait_until(lambda: spout.stats.completed + spout.stats.replayed > 0,
-                           timeout=120, what="the held tree's outcome",
-                           progress=lambda: f"spout {spout.stats}, bolt held {len(bolt.held)}, "
-                                            f"resets {bolt.resets}")
+        cluster.wait_until(
+            lambda: spout.stats.completed + spout.stats.replayed > 0,
+            timeout=120,
+            what="the held tree's outcome",
+            progress=lambda: f"spout {spout.stats}, bolt held {len(bolt.held)}, resets {bolt.resets}",
+        )
     assert spout.stats.replayed == 0 and spout.tracker.stats.backstop_expired == 0, (
-        f"the spout's backstop failed a tree the bolt kept alive: {spout.stats}")
+        f"the spout's backstop failed a tree the bolt kept alive: {spout.stats}"
+    )
     assert bolt.acked_at is not None and bolt.resets >= 2 * (TIMEOUT_MS + GRACE_MS) / 1000
     assert spout.stats.completed == 1
     assert len(bolt.held) == 1, "the record was delivered again"
-    records = [codec.decode_outcomes(message.value()).kinds.tolist()
-               for message in read_topic(kafka_bootstrap, TopologyTopics(topology).outcomes)]
+    records = [
+        codec.decode_outcomes(message.value()).kinds.tolist()
+        for message in read_topic(kafka_bootstrap, TopologyTopics(topology).outcomes)
+    ]
     kinds = [OutcomeKind(kind) for record in records for kind in record]
     # Notices travel in records of their own: a reader that predates the symbol loses only them.
-    assert all(len(set(record) & {int(OutcomeKind.RESET_TIMEOUT)}) in (0, len(set(record)))
-               for record in records)
+    assert all(len(set(record) & {int(OutcomeKind.RESET_TIMEOUT)}) in (0, len(set(record))) for record in records)
     assert kinds.count(OutcomeKind.COMPLETED) == 1
     assert OutcomeKind.RESET_TIMEOUT in kinds
     assert OutcomeKind.TIMED_OUT not in kinds and OutcomeKind.FAILED not in kinds

@@ -37,15 +37,26 @@ def test_clients_need_credentials_and_acls(secure_kafka):
     topology = unique_name("rk-secure")
     acks = TopologyTopics(topology).acks
     admin.create_topics([NewTopic(acks, 1)])[acks].result(60)
-    member = AclBinding(ResourceType.TOPIC, acks, ResourcePatternType.LITERAL, "User:bolt", "*",
-                        AclOperation.WRITE, AclPermissionType.ALLOW)
+    member = AclBinding(
+        ResourceType.TOPIC,
+        acks,
+        ResourcePatternType.LITERAL,
+        "User:bolt",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
     for future in admin.create_acls([member]).values():
         future.result(60)
     # The broker's authorizer applies ACL records from the metadata log after create_acls returns.
-    on_topic = AclBindingFilter(ResourceType.TOPIC, acks, ResourcePatternType.LITERAL, None, None,
-                                AclOperation.ANY, AclPermissionType.ANY)
-    wait_for(lambda: admin.describe_acls(on_topic).result(30) == [member], timeout=60,
-             what="the broker to apply the member's ACL")
+    on_topic = AclBindingFilter(
+        ResourceType.TOPIC, acks, ResourcePatternType.LITERAL, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    wait_for(
+        lambda: admin.describe_acls(on_topic).result(30) == [member],
+        timeout=60,
+        what="the broker to apply the member's ACL",
+    )
 
     forged = produce_one(secure_kafka.bootstrap, secure_kafka.config("outsider"), acks)
     assert forged is not None and forged.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, forged

@@ -74,24 +74,58 @@ class Deployment:
         self.admin_properties = tmp_path / "admin.properties"
         self.admin_properties.write_text(secure_kafka.security.client_properties("admin"))
         self.admin = AdminClient({**secure_kafka.config("admin"), "bootstrap.servers": secure_kafka.bootstrap})
-        assert main(["topics", "--topology", self.topology, "--bootstrap-servers", secure_kafka.bootstrap,
-                     "--command-config", str(self.admin_properties)]) == 0
-        for future in self.admin.create_topics([NewTopic(t, 1) for t in (self.source, self.middle, self.sink)]
-                                               ).values():
+        assert (
+            main(
+                [
+                    "topics",
+                    "--topology",
+                    self.topology,
+                    "--bootstrap-servers",
+                    secure_kafka.bootstrap,
+                    "--command-config",
+                    str(self.admin_properties),
+                ]
+            )
+            == 0
+        )
+        for future in self.admin.create_topics(
+            [NewTopic(t, 1) for t in (self.source, self.middle, self.sink)]
+        ).values():
             future.result(60)
 
     def grant(self, role: str, principal: str, *options: str) -> None:
-        assert main(["acls", "--topology", self.topology, "--role", role, "--principal", principal, *options,
-                     "--apply", "--bootstrap-servers", self.kafka.bootstrap,
-                     "--command-config", str(self.admin_properties)]) == 0
+        assert (
+            main(
+                [
+                    "acls",
+                    "--topology",
+                    self.topology,
+                    "--role",
+                    role,
+                    "--principal",
+                    principal,
+                    *options,
+                    "--apply",
+                    "--bootstrap-servers",
+                    self.kafka.bootstrap,
+                    "--command-config",
+                    str(self.admin_properties),
+                ]
+            )
+            == 0
+        )
 
     def revoke(self, principal: str, resource_type: ResourceType, name: str, operation: AclOperation) -> None:
-        match = AclBindingFilter(resource_type, name, ResourcePatternType.LITERAL, principal, None, operation,
-                                 AclPermissionType.ANY)
+        match = AclBindingFilter(
+            resource_type, name, ResourcePatternType.LITERAL, principal, None, operation, AclPermissionType.ANY
+        )
         for future in self.admin.delete_acls([match]).values():
             assert future.result(60), f"no ACL {principal} {operation} {name} to revoke"
-        wait_for(lambda: not self.admin.describe_acls(match).result(30), timeout=60,
-                 what=f"the broker to drop {principal} {operation} {name}")
+        wait_for(
+            lambda: not self.admin.describe_acls(match).result(30),
+            timeout=60,
+            what=f"the broker to drop {principal} {operation} {name}",
+        )
 
     def allow(self, principal: str, resource_type: ResourceType, name: str, operation: AclOperation) -> None:
         from reliable_kafka.acls import Acl
@@ -106,8 +140,13 @@ class Deployment:
         assert producer.flush(60) == 0
 
     def end_offset(self, topic: str) -> int:
-        consumer = Consumer({**self.kafka.config("admin"), "bootstrap.servers": self.kafka.bootstrap,
-                             "group.id": unique_name("rk-sec-reader")})
+        consumer = Consumer(
+            {
+                **self.kafka.config("admin"),
+                "bootstrap.servers": self.kafka.bootstrap,
+                "group.id": unique_name("rk-sec-reader"),
+            }
+        )
         try:
             return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30, cached=False)[1]
         finally:
@@ -115,8 +154,13 @@ class Deployment:
 
     def emitted_upto(self) -> int | None:
         """Where the transactional spouts' committed state says emission stopped (None: no state yet)."""
-        consumer = Consumer({**self.kafka.config("admin"), "bootstrap.servers": self.kafka.bootstrap,
-                             "group.id": f"{self.topology}-spout"})
+        consumer = Consumer(
+            {
+                **self.kafka.config("admin"),
+                "bootstrap.servers": self.kafka.bootstrap,
+                "group.id": f"{self.topology}-spout",
+            }
+        )
         try:
             committed = consumer.committed([TopicPartition(self.source, 0)], timeout=30)[0]
         finally:
@@ -126,14 +170,27 @@ class Deployment:
         return decode_spout_state(committed.offset, committed.metadata)[1]
 
     def acker(self, *, timeout_ms: int = 20_000) -> AckerWorker:
-        return AckerWorker(topology=self.topology, bootstrap_servers=self.kafka.bootstrap, create_topics=False,
-                           message_timeout_ms=timeout_ms, kafka_config=self.kafka.config("acker"), name="acker")
+        return AckerWorker(
+            topology=self.topology,
+            bootstrap_servers=self.kafka.bootstrap,
+            create_topics=False,
+            message_timeout_ms=timeout_ms,
+            kafka_config=self.kafka.config("acker"),
+            name="acker",
+        )
 
     def spout(self, *, principal: str = "spout", name: str = "spout", **options) -> Spout:
         kind = TransactionalSpout if self.transactional else Spout
-        return kind(topology=self.topology, bootstrap_servers=self.kafka.bootstrap, source_topics=self.source,
-                    group_id=f"{self.topology}-spout", emit_to=self.middle,
-                    kafka_config=self.kafka.config(principal), name=name, **{"message_timeout_ms": 20_000, **options})
+        return kind(
+            topology=self.topology,
+            bootstrap_servers=self.kafka.bootstrap,
+            source_topics=self.source,
+            group_id=f"{self.topology}-spout",
+            emit_to=self.middle,
+            kafka_config=self.kafka.config(principal),
+            name=name,
+            **{"message_timeout_ms": 20_000, **options},
+        )
 
     def bolt(self, *, principal: str = "bolt") -> BasicBolt:
         failed_once: set[bytes] = set()
@@ -144,9 +201,16 @@ class Deployment:
                 raise RuntimeError("first attempt of record 0 fails")
             collector.emit(self.sink, tuple_.value, key=tuple_.key, anchors=[])
 
-        return BasicBolt(topology=self.topology, bootstrap_servers=self.kafka.bootstrap, source_topics=self.middle,
-                         group_id=f"{self.topology}-bolt", handler=forward, kafka_config=self.kafka.config(principal),
-                         name="bolt", transactional=self.transactional)
+        return BasicBolt(
+            topology=self.topology,
+            bootstrap_servers=self.kafka.bootstrap,
+            source_topics=self.middle,
+            group_id=f"{self.topology}-bolt",
+            handler=forward,
+            kafka_config=self.kafka.config(principal),
+            name="bolt",
+            transactional=self.transactional,
+        )
 
     def grant_all(self) -> None:
         self.grant("acker", "User:acker")
@@ -178,9 +242,11 @@ def test_least_privilege_topology_completes_without_a_denial(secure_kafka, tmp_p
     bolt = Running(deployment.bolt())
     spout = Running(deployment.spout())
     try:
-        wait_for(lambda: spout.error or bolt.error or acker.error
-                 or spout.component.stats.completed >= RECORDS, timeout=180,
-                 what=f"{RECORDS} trees to complete under least privilege")
+        wait_for(
+            lambda: spout.error or bolt.error or acker.error or spout.component.stats.completed >= RECORDS,
+            timeout=180,
+            what=f"{RECORDS} trees to complete under least privilege",
+        )
         assert (spout.error, bolt.error, acker.error) == (None, None, None)
         assert spout.component.stats.dead_lettered == 0
         assert spout.component.stats.replayed == 1  # record 0, after its failure was read
@@ -217,8 +283,18 @@ def test_least_privilege_takeover_reads_in_flight_records_again_without_a_denial
     group = f"{deployment.topology}-spout"
     since = secure_kafka.log_path.stat().st_size
     deployment.grant_all()
-    deployment.grant("spout", "User:spout", "--source", deployment.source, "--output", deployment.middle,
-                     "--group", group, "--transactional-id", f"{group}.spout-b")
+    deployment.grant(
+        "spout",
+        "User:spout",
+        "--source",
+        deployment.source,
+        "--output",
+        deployment.middle,
+        "--group",
+        group,
+        "--transactional-id",
+        f"{group}.spout-b",
+    )
     deployment.produce_source()
     # static members do not leave the group on close: a short session hands the partition over
     # soon; trees are given a minute, so that none times out while the partition changes hands
@@ -227,15 +303,25 @@ def test_least_privilege_takeover_reads_in_flight_records_again_without_a_denial
     first = Running(deployment.spout(**options))
     bolt = second = None
     try:
-        wait_for(lambda: first.error or deployment.emitted_upto() == RECORDS, timeout=120,
-                 what=f"the first spout to commit the emission of {RECORDS} records")
+        wait_for(
+            lambda: first.error or deployment.emitted_upto() == RECORDS,
+            timeout=120,
+            what=f"the first spout to commit the emission of {RECORDS} records",
+        )
         first.finish()  # no bolt runs yet: every record is left in flight
         assert first.error is None and first.component.stats.completed == 0
         bolt = Running(deployment.bolt())  # fails record 0's first attempt
         second = Running(deployment.spout(name="spout-b", **options))
-        wait_for(lambda: second.error or bolt.error or acker.error
-                 or second.component.stats.committed.get((deployment.source, 0)) == RECORDS, timeout=180,
-                 what="the second spout to complete the adopted trees")
+        wait_for(
+            lambda: (
+                second.error
+                or bolt.error
+                or acker.error
+                or second.component.stats.committed.get((deployment.source, 0)) == RECORDS
+            ),
+            timeout=180,
+            what="the second spout to complete the adopted trees",
+        )
         assert (second.error, bolt.error, acker.error) == (None, None, None)
     finally:
         for running in (second, bolt, acker):
@@ -251,7 +337,11 @@ def test_least_privilege_takeover_reads_in_flight_records_again_without_a_denial
 def assert_refused(error, *, principal, operation, resource_type, resource):
     assert isinstance(error, AuthorizationError), f"expected an AuthorizationError, got {error!r}"
     assert (error.principal, error.operation, error.resource_type, error.resource) == (
-        principal, operation, resource_type, resource), str(error)
+        principal,
+        operation,
+        resource_type,
+        resource,
+    ), str(error)
     for word in (principal, operation, resource):
         assert word in str(error)
 
@@ -261,8 +351,13 @@ def test_bolt_that_cannot_see_the_ack_topic_says_so(deployment, secure_kafka):
     deployment.grant_all()
     deployment.revoke("User:bolt", ResourceType.TOPIC, deployment.topics.acks, AclOperation.WRITE)
     bolt = Running(deployment.bolt())
-    assert_refused(bolt.stopped_by(), principal="User:bolt", operation="DESCRIBE", resource_type="TOPIC",
-                   resource=deployment.topics.acks)
+    assert_refused(
+        bolt.stopped_by(),
+        principal="User:bolt",
+        operation="DESCRIBE",
+        resource_type="TOPIC",
+        resource=deployment.topics.acks,
+    )
     # the broker logs the refusal: the least-privilege tests' "no denial" can fail
     assert any(deployment.topics.acks in line for line in denials(secure_kafka.log_path, since, ("User:bolt",)))
 
@@ -275,8 +370,13 @@ def test_spout_refused_write_on_the_ack_topic_stops_and_dead_letters_nothing(dep
     acker = Running(deployment.acker())
     try:
         spout = Running(deployment.spout())
-        assert_refused(spout.stopped_by(), principal="User:spout", operation="WRITE", resource_type="TOPIC",
-                       resource=deployment.topics.acks)
+        assert_refused(
+            spout.stopped_by(),
+            principal="User:spout",
+            operation="WRITE",
+            resource_type="TOPIC",
+            resource=deployment.topics.acks,
+        )
     finally:
         acker.finish()
     assert spout.component.stats.dead_lettered == 0
@@ -290,8 +390,13 @@ def test_spout_refused_write_on_its_output_stops_and_dead_letters_nothing(deploy
     acker = Running(deployment.acker())
     try:
         spout = Running(deployment.spout())
-        assert_refused(spout.stopped_by(), principal="User:spout", operation="WRITE", resource_type="TOPIC",
-                       resource=deployment.middle)
+        assert_refused(
+            spout.stopped_by(),
+            principal="User:spout",
+            operation="WRITE",
+            resource_type="TOPIC",
+            resource=deployment.middle,
+        )
     finally:
         acker.finish()
     assert deployment.end_offset(deployment.topics.dlq) == 0
@@ -299,8 +404,7 @@ def test_spout_refused_write_on_its_output_stops_and_dead_letters_nothing(deploy
 
 @pytest.mark.parametrize("describe", [False, True], ids=["nothing", "describe-only"])
 @pytest.mark.parametrize("role", ["spout", "bolt"])
-def test_refused_transactional_id_stops_the_transactional_component_naming_it(secure_kafka, tmp_path, role,
-                                                                               describe):
+def test_refused_transactional_id_stops_the_transactional_component_naming_it(secure_kafka, tmp_path, role, describe):
     """A TransactionalSpout or transactional bolt whose principal may not use its transactional id
     stops at init_transactions, naming the id: refused either when finding the transaction
     coordinator (no DESCRIBE) or when asking for a producer id (DESCRIBE without WRITE)."""
@@ -314,8 +418,13 @@ def test_refused_transactional_id_stops_the_transactional_component_naming_it(se
     acker = Running(deployment.acker())
     try:
         running = Running(deployment.spout() if role == "spout" else deployment.bolt())
-        assert_refused(running.stopped_by(), principal=f"User:{role}", operation="WRITE",
-                       resource_type="TRANSACTIONAL_ID", resource=transactional_id)
+        assert_refused(
+            running.stopped_by(),
+            principal=f"User:{role}",
+            operation="WRITE",
+            resource_type="TRANSACTIONAL_ID",
+            resource=transactional_id,
+        )
     finally:
         acker.finish()
     assert deployment.end_offset(deployment.topics.dlq) == 0
@@ -325,8 +434,9 @@ def test_bolt_refused_read_on_its_source_stops(deployment):
     deployment.grant_all()
     deployment.revoke("User:bolt", ResourceType.TOPIC, deployment.middle, AclOperation.READ)
     bolt = Running(deployment.bolt())
-    assert_refused(bolt.stopped_by(), principal="User:bolt", operation="READ", resource_type="TOPIC",
-                   resource=deployment.middle)
+    assert_refused(
+        bolt.stopped_by(), principal="User:bolt", operation="READ", resource_type="TOPIC", resource=deployment.middle
+    )
 
 
 def test_transactional_spout_refused_read_on_its_source_stops(secure_kafka, tmp_path):
@@ -334,16 +444,22 @@ def test_transactional_spout_refused_read_on_its_source_stops(secure_kafka, tmp_
     deployment.grant_all()
     deployment.revoke("User:spout", ResourceType.TOPIC, deployment.source, AclOperation.READ)
     spout = Running(deployment.spout())
-    assert_refused(spout.stopped_by(), principal="User:spout", operation="READ", resource_type="TOPIC",
-                   resource=deployment.source)
+    assert_refused(
+        spout.stopped_by(), principal="User:spout", operation="READ", resource_type="TOPIC", resource=deployment.source
+    )
 
 
 def test_acker_refused_its_group_stops(deployment):
     deployment.grant_all()
     deployment.revoke("User:acker", ResourceType.GROUP, f"{deployment.topology}.ackers", AclOperation.READ)
     acker = Running(deployment.acker())
-    assert_refused(acker.stopped_by(), principal="User:acker", operation="READ", resource_type="GROUP",
-                   resource=f"{deployment.topology}.ackers")
+    assert_refused(
+        acker.stopped_by(),
+        principal="User:acker",
+        operation="READ",
+        resource_type="GROUP",
+        resource=f"{deployment.topology}.ackers",
+    )
 
 
 def test_acker_refused_write_on_outcomes_stops(deployment):
@@ -353,8 +469,13 @@ def test_acker_refused_write_on_outcomes_stops(deployment):
     deployment.produce_source(1)
     acker, bolt, spout = Running(deployment.acker()), Running(deployment.bolt()), Running(deployment.spout())
     try:
-        assert_refused(acker.stopped_by(), principal="User:acker", operation="WRITE", resource_type="TOPIC",
-                       resource=deployment.topics.outcomes)
+        assert_refused(
+            acker.stopped_by(),
+            principal="User:acker",
+            operation="WRITE",
+            resource_type="TOPIC",
+            resource=deployment.topics.outcomes,
+        )
     finally:
         spout.finish()
         bolt.finish()
@@ -363,12 +484,19 @@ def test_acker_refused_write_on_outcomes_stops(deployment):
 
 def test_acker_left_to_create_topics_needs_no_permission_on_the_topics_it_does_not_use(deployment):
     deployment.grant("acker", "User:acker")  # no --create-topics: nothing on the dlq, failures or roots
-    acker = AckerWorker(topology=deployment.topology, bootstrap_servers=deployment.kafka.bootstrap,
-                        kafka_config=deployment.kafka.config("acker"), name="acker")  # create_topics=True
+    acker = AckerWorker(
+        topology=deployment.topology,
+        bootstrap_servers=deployment.kafka.bootstrap,
+        kafka_config=deployment.kafka.config("acker"),
+        name="acker",
+    )  # create_topics=True
     running = Running(acker)
     try:
-        wait_for(lambda: acker.ready.is_set() or running.error is not None, timeout=90,
-                 what="the acker to take its partitions")
+        wait_for(
+            lambda: acker.ready.is_set() or running.error is not None,
+            timeout=90,
+            what="the acker to take its partitions",
+        )
         assert running.error is None, running.error
     finally:
         running.finish()
@@ -382,18 +510,35 @@ def test_least_privilege_spark_spout_completes_without_a_denial(deployment, secu
     since = secure_kafka.log_path.stat().st_size
     group = f"{deployment.topology}-job"
     deployment.grant("acker", "User:acker")
-    deployment.grant("spark", "User:spark", "--source", deployment.source, "--output", deployment.middle,
-                     "--group", group)
-    deployment.grant("bolt", "User:bolt", "--source", deployment.middle, "--output", deployment.sink,
-                     "--group", f"{deployment.topology}-bolt")
+    deployment.grant(
+        "spark", "User:spark", "--source", deployment.source, "--output", deployment.middle, "--group", group
+    )
+    deployment.grant(
+        "bolt",
+        "User:bolt",
+        "--source",
+        deployment.middle,
+        "--output",
+        deployment.sink,
+        "--group",
+        f"{deployment.topology}-bolt",
+    )
     deployment.produce_source()
     spark = spark_session("rk-test-secure-spark", master="local[2]")
     acker, bolt = Running(deployment.acker()), Running(deployment.bolt())
     try:
-        job = SparkSpout(spark, topology=deployment.topology, bootstrap_servers=secure_kafka.bootstrap,
-                         source_topics=deployment.source, group_id=group, checkpoint_dir=str(tmp_path / "ckpt"),
-                         transform=lambda df: df.select("key", "value", "anchors"), output_topic=deployment.middle,
-                         message_timeout_ms=20_000, kafka_config=secure_kafka.config("spark"))
+        job = SparkSpout(
+            spark,
+            topology=deployment.topology,
+            bootstrap_servers=secure_kafka.bootstrap,
+            source_topics=deployment.source,
+            group_id=group,
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            transform=lambda df: df.select("key", "value", "anchors"),
+            output_topic=deployment.middle,
+            message_timeout_ms=20_000,
+            kafka_config=secure_kafka.config("spark"),
+        )
         job.start()
         try:
             assert job.run_until(lambda j: j.caught_up(), timeout=300), job.progress()
@@ -419,26 +564,46 @@ def test_least_privilege_spark_bolt_completes_without_a_denial(deployment, secur
     since = secure_kafka.log_path.stat().st_size
     group = f"{deployment.topology}-spark-bolt"
     deployment.grant("acker", "User:acker")
-    deployment.grant("spout", "User:spout", "--source", deployment.source, "--output", deployment.middle,
-                     "--group", f"{deployment.topology}-spout")
-    deployment.grant("bolt", "User:spark", "--source", deployment.middle, "--output", deployment.sink,
-                     "--group", group)
+    deployment.grant(
+        "spout",
+        "User:spout",
+        "--source",
+        deployment.source,
+        "--output",
+        deployment.middle,
+        "--group",
+        f"{deployment.topology}-spout",
+    )
+    deployment.grant("bolt", "User:spark", "--source", deployment.middle, "--output", deployment.sink, "--group", group)
     deployment.produce_source()
     spark = spark_session("rk-test-secure-spark-bolt", master="local[2]")
     # a slow first Spark batch must not time the trees out (then they replay: more work, same result)
     acker = Running(deployment.acker(timeout_ms=120_000))
     spout = Running(deployment.spout(message_timeout_ms=120_000))
     try:
-        job = SparkBolt(spark, topology=deployment.topology, bootstrap_servers=secure_kafka.bootstrap,
-                        source_topics=deployment.middle, group_id=group, checkpoint_dir=str(tmp_path / "ckpt"),
-                        transform=lambda df: df.select("key", "value", F.expr("filter(anchors, a -> false)")
-                                                       .alias("anchors")),
-                        output_topic=deployment.sink, kafka_config=secure_kafka.config("spark"))
+        job = SparkBolt(
+            spark,
+            topology=deployment.topology,
+            bootstrap_servers=secure_kafka.bootstrap,
+            source_topics=deployment.middle,
+            group_id=group,
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            transform=lambda df: df.select("key", "value", F.expr("filter(anchors, a -> false)").alias("anchors")),
+            output_topic=deployment.sink,
+            kafka_config=secure_kafka.config("spark"),
+        )
         job.start()
         try:
-            wait_for(lambda: spout.error or acker.error or job.raise_if_failed()
-                     or spout.component.stats.committed.get((deployment.source, 0)) == RECORDS, timeout=300,
-                     what=f"{RECORDS} trees to complete through the Spark bolt")
+            wait_for(
+                lambda: (
+                    spout.error
+                    or acker.error
+                    or job.raise_if_failed()
+                    or spout.component.stats.committed.get((deployment.source, 0)) == RECORDS
+                ),
+                timeout=300,
+                what=f"{RECORDS} trees to complete through the Spark bolt",
+            )
         finally:
             job.stop()
     finally:

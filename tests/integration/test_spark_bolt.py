@@ -34,9 +34,11 @@ def spark():
 
 def count_words(df):
     words = df.select(F.explode(F.split(F.col("value").cast("string"), " ")).alias("word"), "anchors")
-    return (words.groupBy("word")
-            .agg(F.count("*").cast("string").alias("value"), merge_anchors().alias("anchors"))
-            .withColumnRenamed("word", "key"))
+    return (
+        words.groupBy("word")
+        .agg(F.count("*").cast("string").alias("value"), merge_anchors().alias("anchors"))
+        .withColumnRenamed("word", "key")
+    )
 
 
 def test_python_spout_spark_bolt_python_bolt(spark, kafka_bootstrap, tmp_path):
@@ -69,20 +71,42 @@ def test_python_spout_spark_bolt_python_bolt(spark, kafka_bootstrap, tmp_path):
 
     # at-least-once: a slow first Spark batch (33 s on a busy machine) times trees out and replays
     # them, adding to the counts; a 60 s timeout makes that rare, and the checks below hold anyway
-    python_spout = Spout(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-                         group_id=f"{topology}.spout", emit_to=sentences, message_timeout_ms=60_000)
-    summer = BasicBolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=counts,
-                       group_id=f"{topology}.sum", handler=add_count)
-    with acker_running(kafka_bootstrap, topology, timeout_ms=60_000), bolt_running(summer), \
-            bolt_running(python_spout):
-        bolt = SparkBolt(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=sentences,
-                         group_id=f"{topology}.spark", checkpoint_dir=str(tmp_path / "ckpt"),
-                         transform=count_words, output_topic=counts)
+    python_spout = Spout(
+        topology=topology,
+        bootstrap_servers=kafka_bootstrap,
+        source_topics=source,
+        group_id=f"{topology}.spout",
+        emit_to=sentences,
+        message_timeout_ms=60_000,
+    )
+    summer = BasicBolt(
+        topology=topology,
+        bootstrap_servers=kafka_bootstrap,
+        source_topics=counts,
+        group_id=f"{topology}.sum",
+        handler=add_count,
+    )
+    with acker_running(kafka_bootstrap, topology, timeout_ms=60_000), bolt_running(summer), bolt_running(python_spout):
+        bolt = SparkBolt(
+            spark,
+            topology=topology,
+            bootstrap_servers=kafka_bootstrap,
+            source_topics=sentences,
+            group_id=f"{topology}.spark",
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            transform=count_words,
+            output_topic=counts,
+        )
         bolt.start()
         try:
-            wait_for(lambda: committed_offsets(kafka_bootstrap, f"{topology}.spout", source)
-                     == end_offsets(kafka_bootstrap, source), timeout=300,
-                     what="the Python spout's commit to reach the end (every tree completed)")
+            wait_for(
+                lambda: (
+                    committed_offsets(kafka_bootstrap, f"{topology}.spout", source)
+                    == end_offsets(kafka_bootstrap, source)
+                ),
+                timeout=300,
+                what="the Python spout's commit to reach the end (every tree completed)",
+            )
             bolt.raise_if_failed()
         finally:
             bolt.stop()
@@ -112,24 +136,50 @@ def test_spark_spout_spark_bolt_python_bolt_with_downstream_failures(spark, kafk
     placed = produce_values(kafka_bootstrap, source, [f"rec-{i}".encode() for i in range(800)])
 
     def tag_with_source(df):
-        return df.select(F.concat_ws("|", F.col("value").cast("string"), F.col("partition").cast("string"),
-                                     F.col("offset").cast("string"), F.col("attempt").cast("string")).alias("value"),
-                         "anchors")
+        return df.select(
+            F.concat_ws(
+                "|",
+                F.col("value").cast("string"),
+                F.col("partition").cast("string"),
+                F.col("offset").cast("string"),
+                F.col("attempt").cast("string"),
+            ).alias("value"),
+            "anchors",
+        )
 
     def upper(df):
         return df.select(F.upper(F.col("value").cast("string")).alias("value"), "anchors")
 
     log = DownstreamLog()
     group = f"{topology}.job"
-    with acker_running(kafka_bootstrap, topology, timeout_ms=60_000), \
-            bolt_running(acking_bolt(kafka_bootstrap, topology, output, log,
-                                     fail_first=lambda partition, offset: offset % 40 == 5)):
-        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-                           group_id=group, checkpoint_dir=str(tmp_path / "spout-ckpt"), transform=tag_with_source,
-                           output_topic=middle, message_timeout_ms=60_000, backoff=Backoff(initial_ms=200))
-        bolt = SparkBolt(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=middle,
-                         group_id=f"{topology}.bolt", checkpoint_dir=str(tmp_path / "bolt-ckpt"), transform=upper,
-                         output_topic=output)
+    with (
+        acker_running(kafka_bootstrap, topology, timeout_ms=60_000),
+        bolt_running(
+            acking_bolt(kafka_bootstrap, topology, output, log, fail_first=lambda partition, offset: offset % 40 == 5)
+        ),
+    ):
+        spout = SparkSpout(
+            spark,
+            topology=topology,
+            bootstrap_servers=kafka_bootstrap,
+            source_topics=source,
+            group_id=group,
+            checkpoint_dir=str(tmp_path / "spout-ckpt"),
+            transform=tag_with_source,
+            output_topic=middle,
+            message_timeout_ms=60_000,
+            backoff=Backoff(initial_ms=200),
+        )
+        bolt = SparkBolt(
+            spark,
+            topology=topology,
+            bootstrap_servers=kafka_bootstrap,
+            source_topics=middle,
+            group_id=f"{topology}.bolt",
+            checkpoint_dir=str(tmp_path / "bolt-ckpt"),
+            transform=upper,
+            output_topic=output,
+        )
         bolt.start()
         spout.start()
         try:
@@ -155,7 +205,11 @@ def test_spark_spout_spark_bolt_python_bolt_with_downstream_failures(spark, kafk
 
 
 def test_word_count_example_runs(kafka_bootstrap):
-    done = subprocess.run([sys.executable, str(EXAMPLE), "--bootstrap", kafka_bootstrap, "--sentences", "200"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--bootstrap", kafka_bootstrap, "--sentences", "200"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "trees completed: 200" in done.stdout

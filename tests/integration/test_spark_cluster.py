@@ -88,8 +88,12 @@ def ancestor_running(pid: int, marker: str) -> int:
 class Cluster:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(root / "logs"),
-                    "SPARK_WORKER_DIR": str(root / "work")}
+        self.env = {
+            **os.environ,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOG_DIR": str(root / "logs"),
+            "SPARK_WORKER_DIR": str(root / "work"),
+        }
         for key in ("PYSPARK_SUBMIT_ARGS", "MASTER", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET"):
             self.env.pop(key, None)
         self.processes: list[subprocess.Popen] = []
@@ -97,15 +101,24 @@ class Cluster:
         self.url = ""
 
     def _start(self, cls: str, args: list[str], log: Path) -> subprocess.Popen:
-        process = subprocess.Popen([str(SPARK_CLASS), cls, *args], env=self.env, stdin=subprocess.DEVNULL,
-                                   stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [str(SPARK_CLASS), cls, *args],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=open(log, "ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.processes.append(process)
         return process
 
     def start(self) -> None:
         master_log = self.root / "master.log"
-        master = self._start("org.apache.spark.deploy.master.Master",
-                             ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"], master_log)
+        master = self._start(
+            "org.apache.spark.deploy.master.Master",
+            ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"],
+            master_log,
+        )
 
         def master_url() -> bool:
             found = re.search(r"Starting Spark master at (spark://\S+)", master_log.read_text(errors="replace"))
@@ -116,15 +129,35 @@ class Cluster:
         assert master.poll() is None, master_log.read_text()[-3000:]
         for i in range(2):
             self.start_worker(i)
-        wait_for(lambda: master_log.read_text(errors="replace").count("Registering worker") >= 2, timeout=180,
-                 what=f"two workers to register (see {master_log})")
+        wait_for(
+            lambda: master_log.read_text(errors="replace").count("Registering worker") >= 2,
+            timeout=180,
+            what=f"two workers to register (see {master_log})",
+        )
 
     def start_worker(self, i: int) -> None:
         (self.root / f"work-{i}").mkdir(exist_ok=True)
-        self.workers.append(self._start(
-            "org.apache.spark.deploy.worker.Worker",
-            ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", "1", "--memory", "1g",
-             "--work-dir", str(self.root / f"work-{i}"), self.url], self.root / f"worker-{i}.log"))
+        self.workers.append(
+            self._start(
+                "org.apache.spark.deploy.worker.Worker",
+                [
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--webui-port",
+                    "0",
+                    "--cores",
+                    "1",
+                    "--memory",
+                    "1g",
+                    "--work-dir",
+                    str(self.root / f"work-{i}"),
+                    self.url,
+                ],
+                self.root / f"worker-{i}.log",
+            )
+        )
 
     def stop(self) -> None:
         # Executors are in their worker's process group (a killed worker's too): signal groups.
@@ -164,37 +197,85 @@ def run_job(cluster: Cluster, bootstrap: str, tmp_path: Path, *, kill: str | Non
     placed = produce_values(bootstrap, source, [f"rec-{i}".encode() for i in range(RECORDS)])
     ends = end_offsets(bootstrap, source)
     marker = tmp_path / "paused"
-    args = ["--bootstrap", bootstrap, "--topology", topology, "--source", source, "--output", output,
-            "--group", group, "--checkpoint", f"file://{tmp_path / 'ckpt'}", "--max-offsets-per-trigger", "200",
-            "--message-timeout-ms", "30000"]
+    args = [
+        "--bootstrap",
+        bootstrap,
+        "--topology",
+        topology,
+        "--source",
+        source,
+        "--output",
+        output,
+        "--group",
+        group,
+        "--checkpoint",
+        f"file://{tmp_path / 'ckpt'}",
+        "--max-offsets-per-trigger",
+        "200",
+        "--message-timeout-ms",
+        "30000",
+    ]
     if kill:
         args += ["--pause-on", f"rec-{RECORDS // 2}", "--pause-file", str(marker)]
-    submit = [sys.executable, "-m", "reliable_kafka", "spark-submit", "--master", cluster.url,
-              "--driver-memory", "512m", "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
-              "--conf", "spark.cores.max=2", "--conf", f"spark.local.dir={tmp_path}",
-              str(SCRIPT), *args]
+    submit = [
+        sys.executable,
+        "-m",
+        "reliable_kafka",
+        "spark-submit",
+        "--master",
+        cluster.url,
+        "--driver-memory",
+        "512m",
+        "--conf",
+        "spark.executor.memory=512m",
+        "--conf",
+        "spark.executor.cores=1",
+        "--conf",
+        "spark.cores.max=2",
+        "--conf",
+        f"spark.local.dir={tmp_path}",
+        str(SCRIPT),
+        *args,
+    ]
     env = {**cluster.env, "PYSPARK_PYTHON": sys.executable}
     log_path = tmp_path / "driver.log"
     log = DownstreamLog()
     killed = None
-    with acker_running(bootstrap, topology, timeout_ms=30_000), \
-            bolt_running(acking_bolt(bootstrap, topology, output, log)):
-        driver = subprocess.Popen(submit, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=open(log_path, "ab"), start_new_session=True)
+    with (
+        acker_running(bootstrap, topology, timeout_ms=30_000),
+        bolt_running(acking_bolt(bootstrap, topology, output, log)),
+    ):
+        driver = subprocess.Popen(
+            submit,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=open(log_path, "ab"),
+            start_new_session=True,
+        )
         try:
             if kill:
-                wait_for(lambda: marker.exists() or driver.poll() is not None, timeout=300,
-                         what=f"the task of rec-{RECORDS // 2} to start (see {log_path})")
+                wait_for(
+                    lambda: marker.exists() or driver.poll() is not None,
+                    timeout=300,
+                    what=f"the task of rec-{RECORDS // 2} to start (see {log_path})",
+                )
                 assert driver.poll() is None, f"driver exited early; see {log_path}"
                 python_worker = int(marker.read_text())
                 executor = ancestor_running(python_worker, "CoarseGrainedExecutorBackend")
                 killed = executor if kill == "executor" else ancestor_running(executor, "deploy.worker.Worker")
                 os.kill(killed, signal.SIGKILL)
-                wait_for(lambda: not _alive(executor), timeout=120,
-                         what=f"executor {executor} to die with the {kill} {killed}")
+                wait_for(
+                    lambda: not _alive(executor),
+                    timeout=120,
+                    what=f"executor {executor} to die with the {kill} {killed}",
+                )
                 (marker.parent / (marker.name + ".release")).touch()
-            wait_for(lambda: committed_offsets(bootstrap, group, source) == ends or driver.poll() is not None,
-                     timeout=600, what=f"the job to commit to the end of the topic (see {log_path})")
+            wait_for(
+                lambda: committed_offsets(bootstrap, group, source) == ends or driver.poll() is not None,
+                timeout=600,
+                what=f"the job to commit to the end of the topic (see {log_path})",
+            )
             assert driver.poll() is None, f"driver exited early; see {log_path}"
             # SIGTERM the Python driver only: its stdout passes through spark-submit's JVM, which
             # must outlive it (signalling the whole group lost the final line when the JVM went first).

@@ -34,8 +34,11 @@ VIEWFS_MOUNT = "viewfs://rk-test/ckpt"
 
 
 def submit(args: list[str], *, wrapper: bool) -> tuple[int, dict, str]:
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("PYSPARK_SUBMIT_ARGS", "MASTER", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYSPARK_SUBMIT_ARGS", "MASTER", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")
+    }
     env["PYSPARK_PYTHON"] = sys.executable
     if wrapper:
         command = [sys.executable, "-m", "reliable_kafka", "spark-submit", *args]
@@ -50,16 +53,18 @@ def test_spark_submit_wrapper_adds_the_connector_and_keeps_the_given_master(kafk
     topic = unique_name("rk-submit")
     create_topics(kafka_bootstrap, {topic: 2})
     produce_values(kafka_bootstrap, topic, [f"r{i}".encode() for i in range(25)])
-    code, result, stderr = submit(["--master", "local[1]", "--driver-memory", "512m", str(SCRIPT),
-                                   kafka_bootstrap, topic], wrapper=True)
+    code, result, stderr = submit(
+        ["--master", "local[1]", "--driver-memory", "512m", str(SCRIPT), kafka_bootstrap, topic], wrapper=True
+    )
     assert code == 0, stderr
     # local[1], not spark_session()'s default local[2]: the submitted master is kept
     assert result == {"master": "local[1]", "driver_host": "127.0.0.1", "count": 25}, stderr
 
 
 def test_plain_spark_submit_without_the_connector_is_a_clear_error(kafka_bootstrap):
-    code, result, stderr = submit(["--master", "local[1]", "--driver-memory", "512m", str(SCRIPT),
-                                   kafka_bootstrap, "unused"], wrapper=False)
+    code, result, stderr = submit(
+        ["--master", "local[1]", "--driver-memory", "512m", str(SCRIPT), kafka_bootstrap, "unused"], wrapper=False
+    )
     assert code == 3, stderr
     assert "reliable-kafka spark-submit" in result["error"]
     assert "spark-sql-kafka-0-10" in result["error"]
@@ -73,8 +78,11 @@ def viewfs_target(tmp_path_factory):
 @pytest.fixture(scope="module")
 def spark(viewfs_target):
     # Hadoop's ViewFileSystem: a scheme that only Hadoop (not a local-path reader) can resolve.
-    session = spark_session("rk-test-spark-deploy", master="local[2]", extra_conf={
-        "spark.hadoop.fs.viewfs.mounttable.rk-test.link./ckpt": f"file://{viewfs_target}"})
+    session = spark_session(
+        "rk-test-spark-deploy",
+        master="local[2]",
+        extra_conf={"spark.hadoop.fs.viewfs.mounttable.rk-test.link./ckpt": f"file://{viewfs_target}"},
+    )
     yield session
     session.stop()
 
@@ -82,8 +90,13 @@ def spark(viewfs_target):
 def tag_with_source(df):
     return df.select(
         "key",
-        F.concat_ws("|", F.col("value").cast("string"), F.col("partition").cast("string"),
-                    F.col("offset").cast("string"), F.col("attempt").cast("string")).alias("value"),
+        F.concat_ws(
+            "|",
+            F.col("value").cast("string"),
+            F.col("partition").cast("string"),
+            F.col("offset").cast("string"),
+            F.col("attempt").cast("string"),
+        ).alias("value"),
         "anchors",
     )
 
@@ -108,17 +121,34 @@ def test_restart_recovers_through_hadoop_file_systems(spark, kafka_bootstrap, tm
         if source_of(tuple_.value)[1] % 2 == 0:
             collector.ack(tuple_)
 
-    settings = dict(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source, group_id=group,
-                    checkpoint_dir=checkpoint, transform=tag_with_source, output_topic=output,
-                    available_now=True, message_timeout_ms=60_000)
+    settings = dict(
+        topology=topology,
+        bootstrap_servers=kafka_bootstrap,
+        source_topics=source,
+        group_id=group,
+        checkpoint_dir=checkpoint,
+        transform=tag_with_source,
+        output_topic=output,
+        available_now=True,
+        message_timeout_ms=60_000,
+    )
     with acker_running(kafka_bootstrap, topology, timeout_ms=60_000):
-        with bolt_running(Bolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=output,
-                               group_id=f"{output}.downstream", handler=ack_evens)):
+        with bolt_running(
+            Bolt(
+                topology=topology,
+                bootstrap_servers=kafka_bootstrap,
+                source_topics=output,
+                group_id=f"{output}.downstream",
+                handler=ack_evens,
+            )
+        ):
             first = SparkSpout(spark, **settings)
             first.start()
             try:
-                assert first.run_until(lambda job: job.tracker.stats.completed == len(placed) - len(odds)
-                                       and not job.query.isActive, timeout=180), first.progress()
+                assert first.run_until(
+                    lambda job: job.tracker.stats.completed == len(placed) - len(odds) and not job.query.isActive,
+                    timeout=180,
+                ), first.progress()
             finally:
                 first.stop()
         assert first.committed_offsets() == {(source, 0): 1}

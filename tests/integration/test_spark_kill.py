@@ -111,8 +111,13 @@ def lagging_commit(committed: dict[int, int], checkpoint: Path) -> bool:
 
 def start_driver(args: list[str], log_path: Path) -> subprocess.Popen:
     log = open(log_path, "ab")
-    return subprocess.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=log,
-                            cwd=SCRIPT.parent, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), *args],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        cwd=SCRIPT.parent,
+        start_new_session=True,
+    )
 
 
 def test_driver_killed_mid_run_loses_nothing_and_never_commits_past_an_incomplete_record(kafka_bootstrap, tmp_path):
@@ -122,31 +127,61 @@ def test_driver_killed_mid_run_loses_nothing_and_never_commits_past_an_incomplet
     placed = produce_values(kafka_bootstrap, source, [f"rec-{i}".encode() for i in range(RECORDS)])
     ends = end_offsets(kafka_bootstrap, source)
     checkpoint = tmp_path / "ckpt"
-    args = ["--bootstrap", kafka_bootstrap, "--topology", topology, "--source", source, "--output", output,
-            "--group", group, "--checkpoint", str(checkpoint), "--max-offsets-per-trigger", "300"]
+    args = [
+        "--bootstrap",
+        kafka_bootstrap,
+        "--topology",
+        topology,
+        "--source",
+        source,
+        "--output",
+        output,
+        "--group",
+        group,
+        "--checkpoint",
+        str(checkpoint),
+        "--max-offsets-per-trigger",
+        "300",
+    ]
     log_path = tmp_path / "driver.log"
     log = DownstreamLog()
     sampler = CommitSampler(kafka_bootstrap, group, source, len(ends))
     started: list[set[int]] = []
-    with acker_running(kafka_bootstrap, topology, timeout_ms=10_000), \
-            bolt_running(acking_bolt(kafka_bootstrap, topology, output, log, delay_s=0.004,
-                                     fail_first=lambda partition, offset: offset % 50 == 11)):
+    with (
+        acker_running(kafka_bootstrap, topology, timeout_ms=10_000),
+        bolt_running(
+            acking_bolt(
+                kafka_bootstrap,
+                topology,
+                output,
+                log,
+                delay_s=0.004,
+                fail_first=lambda partition, offset: offset % 50 == 11,
+            )
+        ),
+    ):
         sampler.start()
         try:
             first = start_driver(args, log_path)
             try:
                 # Kill while Spark's checkpoint is well ahead of the group commit: the restart must
                 # then process again records that Spark will not re-read.
-                wait_for(lambda: lagging_commit(sampler.latest(), checkpoint) or first.poll() is not None,
-                         timeout=240, what="the first driver to commit a third, Spark 300 records ahead")
+                wait_for(
+                    lambda: lagging_commit(sampler.latest(), checkpoint) or first.poll() is not None,
+                    timeout=240,
+                    what="the first driver to commit a third, Spark 300 records ahead",
+                )
                 assert first.poll() is None, f"first driver exited early; see {log_path}"
                 tree = descendants(first.pid)
                 started.append(tree)
                 assert any("java" in _cmdline(pid) for pid in tree), "no JVM below the driver"
                 first.kill()  # SIGKILL: no shutdown hook, no final commit
                 first.wait(30)
-                wait_for(lambda: not any(alive(pid) for pid in tree), timeout=60,
-                         what=f"the killed driver's JVM and workers {sorted(tree)} to exit")
+                wait_for(
+                    lambda: not any(alive(pid) for pid in tree),
+                    timeout=60,
+                    what=f"the killed driver's JVM and workers {sorted(tree)} to exit",
+                )
             finally:
                 if first.poll() is None:
                     first.kill()
@@ -154,15 +189,21 @@ def test_driver_killed_mid_run_loses_nothing_and_never_commits_past_an_incomplet
 
             second = start_driver(args, log_path)
             try:
-                wait_for(lambda: sampler.latest() == ends or second.poll() is not None, timeout=240,
-                         what="the restarted driver to commit to the end of the topic")
+                wait_for(
+                    lambda: sampler.latest() == ends or second.poll() is not None,
+                    timeout=240,
+                    what="the restarted driver to commit to the end of the topic",
+                )
                 assert second.poll() is None, f"restarted driver exited early; see {log_path}"
                 tree = descendants(second.pid)
                 started.append(tree)
                 second.send_signal(signal.SIGTERM)
                 out, _ = second.communicate(timeout=120)
-                wait_for(lambda: not any(alive(pid) for pid in tree), timeout=60,
-                         what="the stopped driver's JVM and workers to exit")
+                wait_for(
+                    lambda: not any(alive(pid) for pid in tree),
+                    timeout=60,
+                    what="the stopped driver's JVM and workers to exit",
+                )
             finally:
                 if second.poll() is None:
                     second.kill()

@@ -62,12 +62,17 @@ def failpoint(spark, monkeypatch):
 
     def with_failpoint(rows):  # after the persisted rows: the sink has the rows before this one
         index = F.col(writer.ROW_ID).bitwiseAND(F.lit((1 << 33) - 1))  # the row's place in its partition
-        cleared = F.call_function("java_method", F.lit("java.lang.System"), F.lit("clearProperty"),
-                                  F.lit(FAILPOINT_PROPERTY))
+        cleared = F.call_function(
+            "java_method", F.lit("java.lang.System"), F.lit("clearProperty"), F.lit(FAILPOINT_PROPERTY)
+        )
         # once: the property's value the first time, then the text "null" (one call per row reached)
         fire = (index == FAILPOINT_OUTPUTS) & (cleared != "null")
-        return original(rows.withColumn("value", F.when(fire, F.raise_error(
-            F.lit("failpoint: a task dies after writing"))).otherwise(F.col("value"))))
+        return original(
+            rows.withColumn(
+                "value",
+                F.when(fire, F.raise_error(F.lit("failpoint: a task dies after writing"))).otherwise(F.col("value")),
+            )
+        )
 
     monkeypatch.setattr(writer, "sink_rows", with_failpoint)
     point = SinkFailpoint(spark)
@@ -86,8 +91,13 @@ def tag_with_source(df):
     """Outputs ``value|partition|offset|attempt``: the tests trace every output to its record."""
     return df.select(
         "key",
-        F.concat_ws("|", F.col("value").cast("string"), F.col("partition").cast("string"),
-                    F.col("offset").cast("string"), F.col("attempt").cast("string")).alias("value"),
+        F.concat_ws(
+            "|",
+            F.col("value").cast("string"),
+            F.col("partition").cast("string"),
+            F.col("offset").cast("string"),
+            F.col("attempt").cast("string"),
+        ).alias("value"),
         "anchors",
     )
 
@@ -100,8 +110,9 @@ def new_topology(prefix: str, bootstrap: str, *, partitions: int = 2):
 
 
 def placed_records(bootstrap: str, topic: str, count: int) -> list[tuple[int, int]]:
-    return produce_values(bootstrap, topic, [f"rec-{i}".encode() for i in range(count)],
-                          keys=[f"k{i}".encode() for i in range(count)])
+    return produce_values(
+        bootstrap, topic, [f"rec-{i}".encode() for i in range(count)], keys=[f"k{i}".encode() for i in range(count)]
+    )
 
 
 def test_ids_derived_by_spark_match_the_python_port(spark):
@@ -109,9 +120,7 @@ def test_ids_derived_by_spark_match_the_python_port(spark):
     df = spark.createDataFrame(rows, "topic string, partition int, offset long, attempt int")
     salt = -4_242_424_242_424_242
     got = df.select(root_column(salt).alias("root"), edge_column(salt).alias("edge")).collect()
-    assert [(r.root, r.edge) for r in got] == [
-        (derive_root(salt, *row), derive_edge(salt, *row)) for row in rows
-    ]
+    assert [(r.root, r.edge) for r in got] == [(derive_root(salt, *row), derive_edge(salt, *row)) for row in rows]
 
 
 def test_commits_only_completed_trees_and_redelivers_downstream_failures(spark, kafka_bootstrap, tmp_path):
@@ -127,14 +136,28 @@ def test_commits_only_completed_trees_and_redelivers_downstream_failures(spark, 
 
     group = f"{topology}.job"
     samples = []
-    with acker_running(kafka_bootstrap, topology), \
-            bolt_running(acking_bolt(kafka_bootstrap, topology, output, log, fail_first=fails_first)):
-        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"), transform=tag_with_source,
-                           output_topic=output, max_offsets_per_trigger=800, max_pending=300,
-                           message_timeout_ms=10_000, backoff=Backoff(initial_ms=200), commit_interval_ms=300)
+    with (
+        acker_running(kafka_bootstrap, topology),
+        bolt_running(acking_bolt(kafka_bootstrap, topology, output, log, fail_first=fails_first)),
+    ):
+        spout = SparkSpout(
+            spark,
+            topology=topology,
+            bootstrap_servers=kafka_bootstrap,
+            source_topics=source,
+            group_id=group,
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            transform=tag_with_source,
+            output_topic=output,
+            max_offsets_per_trigger=800,
+            max_pending=300,
+            message_timeout_ms=10_000,
+            backoff=Backoff(initial_ms=200),
+            commit_interval_ms=300,
+        )
         spout.start()
         try:
+
             def sample_then_check(job) -> bool:
                 committed = committed_offsets(kafka_bootstrap, group, source)
                 samples.append((committed, log.snapshot_ok()))  # handled-before-commit, read after it
@@ -187,13 +210,27 @@ def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_pat
         handled.add((partition, offset))
         collector.ack(tuple_)
 
-    downstream = Bolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=output,
-                      group_id=f"{output}.downstream", handler=handle)
+    downstream = Bolt(
+        topology=topology,
+        bootstrap_servers=kafka_bootstrap,
+        source_topics=output,
+        group_id=f"{output}.downstream",
+        handler=handle,
+    )
     group = f"{topology}.job"
     with acker_running(kafka_bootstrap, topology, timeout_ms=6_000), bolt_running(downstream):
-        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"), transform=tag_with_source,
-                           output_topic=output, message_timeout_ms=6_000, backoff=Backoff(initial_ms=100))
+        spout = SparkSpout(
+            spark,
+            topology=topology,
+            bootstrap_servers=kafka_bootstrap,
+            source_topics=source,
+            group_id=group,
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            transform=tag_with_source,
+            output_topic=output,
+            message_timeout_ms=6_000,
+            backoff=Backoff(initial_ms=100),
+        )
         spout.start()
         try:
             assert spout.run_until(lambda job: job.caught_up(), timeout=180), spout.progress()
@@ -220,8 +257,14 @@ def test_record_that_always_fails_is_dead_lettered_and_does_not_stall_the_commit
     placed = placed_records(kafka_bootstrap, source, 200)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     poison = []
-    producer.produce(source, b"poison", key=b"bad-key", headers=[("origin", b"test")], partition=1,
-                     on_delivery=lambda err, msg: poison.append((msg.partition(), msg.offset())))
+    producer.produce(
+        source,
+        b"poison",
+        key=b"bad-key",
+        headers=[("origin", b"test")],
+        partition=1,
+        on_delivery=lambda err, msg: poison.append((msg.partition(), msg.offset())),
+    )
     producer.flush(30)
     del producer
     placed += placed_records(kafka_bootstrap, source, 100)
@@ -233,12 +276,23 @@ def test_record_that_always_fails_is_dead_lettered_and_does_not_stall_the_commit
     group = f"{topology}.job"
     # a timeout that holds under load: no good record may time out three times (dead-lettered),
     # and the poison's trees must fail, not time out, however slow a batch is
-    with acker_running(kafka_bootstrap, topology, timeout_ms=60_000), \
-            bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
-        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"), transform=tag_and_fail_poison,
-                           output_topic=output, max_retries=2, backoff=Backoff(initial_ms=100),
-                           message_timeout_ms=60_000)
+    with (
+        acker_running(kafka_bootstrap, topology, timeout_ms=60_000),
+        bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)),
+    ):
+        spout = SparkSpout(
+            spark,
+            topology=topology,
+            bootstrap_servers=kafka_bootstrap,
+            source_topics=source,
+            group_id=group,
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            transform=tag_and_fail_poison,
+            output_topic=output,
+            max_retries=2,
+            backoff=Backoff(initial_ms=100),
+            message_timeout_ms=60_000,
+        )
         spout.start()
         try:
             assert spout.run_until(timeout=180), spout.progress()  # until idle: nothing in flight
@@ -276,18 +330,32 @@ def test_restart_processes_again_what_spark_will_not_reread_minus_what_is_done(s
         if offset % 2 == 0:
             collector.ack(tuple_)
 
-    first_downstream = Bolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=output,
-                            group_id=f"{output}.downstream", handler=ack_evens)
-    settings = dict(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source, group_id=group,
-                    checkpoint_dir=checkpoint, transform=tag_with_source, output_topic=output,
-                    available_now=True, message_timeout_ms=60_000)
+    first_downstream = Bolt(
+        topology=topology,
+        bootstrap_servers=kafka_bootstrap,
+        source_topics=output,
+        group_id=f"{output}.downstream",
+        handler=ack_evens,
+    )
+    settings = dict(
+        topology=topology,
+        bootstrap_servers=kafka_bootstrap,
+        source_topics=source,
+        group_id=group,
+        checkpoint_dir=checkpoint,
+        transform=tag_with_source,
+        output_topic=output,
+        available_now=True,
+        message_timeout_ms=60_000,
+    )
     with acker_running(kafka_bootstrap, topology, timeout_ms=60_000):
         with bolt_running(first_downstream):
             first = SparkSpout(spark, **settings)
             first.start()
             try:
-                assert first.run_until(lambda job: job.tracker.stats.completed == len(evens) and not job.query.isActive,
-                                       timeout=120), first.progress()
+                assert first.run_until(
+                    lambda job: job.tracker.stats.completed == len(evens) and not job.query.isActive, timeout=120
+                ), first.progress()
             finally:
                 first.stop()
         assert first.committed_offsets() == {(source, 0): 1}
@@ -319,13 +387,20 @@ def test_failed_batch_fails_its_roots_and_the_stream_goes_on(spark, kafka_bootst
     placed = placed_records(kafka_bootstrap, source, 300)
     log = DownstreamLog()
     group = f"{topology}.job"
-    with acker_running(kafka_bootstrap, topology), \
-            bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
-        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"),
-                           transform=fail_first_attempt_of_rec_13,
-                           output_topic=output, max_offsets_per_trigger=100, backoff=Backoff(initial_ms=100),
-                           message_timeout_ms=10_000)
+    with acker_running(kafka_bootstrap, topology), bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
+        spout = SparkSpout(
+            spark,
+            topology=topology,
+            bootstrap_servers=kafka_bootstrap,
+            source_topics=source,
+            group_id=group,
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            transform=fail_first_attempt_of_rec_13,
+            output_topic=output,
+            max_offsets_per_trigger=100,
+            backoff=Backoff(initial_ms=100),
+            message_timeout_ms=10_000,
+        )
         spout.start()
         try:
             assert spout.run_until(lambda job: job.caught_up(), timeout=180), spout.progress()
@@ -346,15 +421,24 @@ def test_failed_batch_stops_the_query_when_told_to(spark, kafka_bootstrap, tmp_p
     placed_records(kafka_bootstrap, source, 50)
     group = f"{topology}.job"
     with acker_running(kafka_bootstrap, topology):
-        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"),
-                           transform=fail_first_attempt_of_rec_13,
-                           output_topic=output, on_batch_error="stop", message_timeout_ms=10_000)
+        spout = SparkSpout(
+            spark,
+            topology=topology,
+            bootstrap_servers=kafka_bootstrap,
+            source_topics=source,
+            group_id=group,
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            transform=fail_first_attempt_of_rec_13,
+            output_topic=output,
+            on_batch_error="stop",
+            message_timeout_ms=10_000,
+        )
         spout.start()
         try:
             with pytest.raises(Exception, match="transform fails on purpose"):
                 spout.run_until(lambda job: False, timeout=120)
         finally:
             spout.stop()
-    assert all(offset <= 0 for offset in committed_offsets(kafka_bootstrap, group, source).values()), \
+    assert all(offset <= 0 for offset in committed_offsets(kafka_bootstrap, group, source).values()), (
         "the commit moved past records of the failed batch"
+    )

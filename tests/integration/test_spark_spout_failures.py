@@ -45,8 +45,13 @@ def _tagged(df):
     value = F.col("value").cast("string")
     return df.select(
         "key",
-        F.concat_ws("|", value, F.col("partition").cast("string"), F.col("offset").cast("string"),
-                    F.col("attempt").cast("string")).alias("value"),
+        F.concat_ws(
+            "|",
+            value,
+            F.col("partition").cast("string"),
+            F.col("offset").cast("string"),
+            F.col("attempt").cast("string"),
+        ).alias("value"),
         "anchors",
         (value == "poison").alias("rk_fail"),
         F.lit("unparseable order").alias("rk_fail_reason"),
@@ -54,18 +59,28 @@ def _tagged(df):
     )
 
 
-def test_a_poison_row_is_dead_lettered_at_once_and_trace_shows_spark_records(spark, kafka_bootstrap, tmp_path,
-                                                                            capsys):
+def test_a_poison_row_is_dead_lettered_at_once_and_trace_shows_spark_records(spark, kafka_bootstrap, tmp_path, capsys):
     topology, source, output = _topology("rk-spark-poison", kafka_bootstrap)
     placed = produce_values(kafka_bootstrap, source, [b"good-0", b"poison", b"good-2"])
     log = DownstreamLog()
     group = f"{topology}.job"
-    with acker_running(kafka_bootstrap, topology, ackers=1, timeout_ms=60_000), \
-            bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
-        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"), transform=_tagged,
-                           output_topic=output, max_retries=3, backoff=Backoff(initial_ms=100),
-                           message_timeout_ms=60_000)
+    with (
+        acker_running(kafka_bootstrap, topology, ackers=1, timeout_ms=60_000),
+        bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)),
+    ):
+        spout = SparkSpout(
+            spark,
+            topology=topology,
+            bootstrap_servers=kafka_bootstrap,
+            source_topics=source,
+            group_id=group,
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            transform=_tagged,
+            output_topic=output,
+            max_retries=3,
+            backoff=Backoff(initial_ms=100),
+            message_timeout_ms=60_000,
+        )
         spout.start()
         try:
             assert spout.run_until(timeout=180), spout.progress()
@@ -108,10 +123,20 @@ def test_a_stream_of_failing_rows_trips_the_dead_letter_guard(spark, kafka_boots
 
     group = f"{topology}.job"
     with acker_running(kafka_bootstrap, topology, ackers=1, timeout_ms=60_000):
-        spout = SparkSpout(spark, topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-                           group_id=group, checkpoint_dir=str(tmp_path / "ckpt"), transform=fail_every_row,
-                           output_topic=output, max_retries=0, message_timeout_ms=60_000,
-                           max_dead_letter_ratio=0.2, dead_letter_window=10)
+        spout = SparkSpout(
+            spark,
+            topology=topology,
+            bootstrap_servers=kafka_bootstrap,
+            source_topics=source,
+            group_id=group,
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            transform=fail_every_row,
+            output_topic=output,
+            max_retries=0,
+            message_timeout_ms=60_000,
+            max_dead_letter_ratio=0.2,
+            dead_letter_window=10,
+        )
         spout.start()
         try:
             with pytest.raises(DeadLetterGuardTripped) as caught:

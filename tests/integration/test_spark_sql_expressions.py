@@ -14,7 +14,14 @@ from reliable_kafka import codec
 from reliable_kafka.spark import spark_session
 from reliable_kafka.spark.anchors import ANCHORS_TYPE
 from reliable_kafka.spark.derive import derive_child_edge
-from reliable_kafka.spark.writer import CHILDREN, ROW_ID, anchors_header_v2, child_xor_by_root, column_arrays, with_children
+from reliable_kafka.spark.writer import (
+    CHILDREN,
+    ROW_ID,
+    anchors_header_v2,
+    child_xor_by_root,
+    column_arrays,
+    with_children,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -61,11 +68,18 @@ def test_child_edges_are_distinct_within_a_root_never_zero_and_match_the_port(sp
     """20,000 rows over 3 shared roots (a root repeated within rows): per root every edge
     differs, none is 0, each is the Python port's value for (salt, row id, root)."""
     salt = -7_777_777_777
-    anchors = F.array(*[F.struct(F.lit(r).cast("long").alias("root"), F.lit(e).cast("long").alias("edge"))
-                        for r, e in [(11, 1), (-22, 2), (11, 3), (2**63 - 1, 4)]])
-    outputs = spark.range(20_000).repartition(3).select(F.col("id").cast("string").alias("value"),
-                                                         anchors.alias("anchors"))
-    rows = with_children(outputs, salt).select(ROW_ID, F.explode(CHILDREN).alias("c")).select(ROW_ID, "c.root", "c.edge")
+    anchors = F.array(
+        *[
+            F.struct(F.lit(r).cast("long").alias("root"), F.lit(e).cast("long").alias("edge"))
+            for r, e in [(11, 1), (-22, 2), (11, 3), (2**63 - 1, 4)]
+        ]
+    )
+    outputs = (
+        spark.range(20_000).repartition(3).select(F.col("id").cast("string").alias("value"), anchors.alias("anchors"))
+    )
+    rows = (
+        with_children(outputs, salt).select(ROW_ID, F.explode(CHILDREN).alias("c")).select(ROW_ID, "c.root", "c.edge")
+    )
     arrays = column_arrays(rows, [ROW_ID, "root", "edge"])
     assert len(arrays["root"]) == 3 * 20_000  # one child per distinct root of a row
     for root in (11, -22, 2**63 - 1):
@@ -103,8 +117,10 @@ def test_user_headers_are_kept_and_their_rk_anchors_replaced(spark):
 def test_xor_per_root_is_the_python_reference(spark):
     rng = random.Random(13)
     roots = [rng.randrange(-(2**63), 2**63) or 1 for _ in range(50)]
-    data = [(f"v{i}", [(r, rng.randrange(-(2**63), 2**63)) for r in rng.sample(roots, rng.randint(1, 4))])
-            for i in range(3000)]
+    data = [
+        (f"v{i}", [(r, rng.randrange(-(2**63), 2**63)) for r in rng.sample(roots, rng.randint(1, 4))])
+        for i in range(3000)
+    ]
     outputs = spark.createDataFrame(data, f"value string, anchors {ANCHORS_TYPE}").repartition(4)
     rows = with_children(outputs, 99).persist()
     try:

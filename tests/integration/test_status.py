@@ -64,8 +64,12 @@ def test_status_agrees_with_the_components_own_stats(kafka_bootstrap):
     acker, spout, split, count = components
     produce_values(kafka_bootstrap, sentences, [random.Random(1).choice(SENTENCES).encode() for _ in range(1500)])
     with LocalCluster(*components) as cluster:
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=240,
-                           what="spout committed to the end of the sentences topic")
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
+            timeout=240,
+            what="spout committed to the end of the sentences topic",
+        )
+
         # running: every component reports, and the source partitions match the broker's offsets
         def all_running():
             report = build_report(kafka_bootstrap, topology)
@@ -75,7 +79,11 @@ def test_status_agrees_with_the_components_own_stats(kafka_bootstrap):
         report = _wait(all_running, timeout=60, what="four running components in the status report")
         print(render(report))
         assert {c["name"]: c["kind"] for c in report["components"]} == {
-            acker.name: "acker", spout.name: "spout", split.name: "bolt", count.name: "bolt"}
+            acker.name: "acker",
+            spout.name: "spout",
+            split.name: "bolt",
+            count.name: "bolt",
+        }
         assert all(c["verdict"] != "DOWN" for c in report["components"])
         committed = committed_offsets(kafka_bootstrap, f"{topology}-spout", sentences)
         ends = end_offsets(kafka_bootstrap, sentences)
@@ -131,21 +139,33 @@ def test_a_stalled_bolt_shows_stall_and_recovers_to_ok(kafka_bootstrap):
     with LocalCluster(*components) as cluster:
         produce_values(kafka_bootstrap, sentences, [b"the cow jumped over the moon"] * 200)
         spout_state = lambda: f"{components[1].stats}; {components[1].tracker.stats}"  # noqa: E731
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=240,
-                           what="the first sentences done", progress=spout_state)
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
+            timeout=240,
+            what="the first sentences done",
+            progress=spout_state,
+        )
         _wait(lambda: split_is("OK"), timeout=60, what="split bolt OK before the stall", detail=detail)
         stalled.set()
         produce_values(kafka_bootstrap, sentences, [b"four score and seven years ago"] * 200)
-        _wait(lambda: split_is("STALL"), timeout=max(60.0, 4 * STALL_BOUND_S),
-              what=f"split bolt STALL (expected within about {STALL_BOUND_S:.1f} s)", detail=detail)
+        _wait(
+            lambda: split_is("STALL"),
+            timeout=max(60.0, 4 * STALL_BOUND_S),
+            what=f"split bolt STALL (expected within about {STALL_BOUND_S:.1f} s)",
+            detail=detail,
+        )
         print(render(last["report"]))
         reason = next(c["reason"] for c in last["report"]["components"] if c["name"] == split.name)
         assert "no progress" in reason
         stalled.clear()
         release.set()
         _wait(lambda: split_is("OK"), timeout=120, what="split bolt back to OK after the stall", detail=detail)
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=240,
-                           what="every sentence done after the stall", progress=spout_state)
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
+            timeout=240,
+            what="every sentence done after the stall",
+            progress=spout_state,
+        )
 
 
 def _scrape(port: int) -> dict[str, list]:
@@ -171,8 +191,11 @@ def test_metrics_over_http_carry_the_documented_names_with_plausible_values(kafk
         component.metrics_port = 0  # any free port; the reporter writes the bound one back
     produce_values(kafka_bootstrap, sentences, [random.Random(2).choice(SENTENCES).encode() for _ in range(800)])
     with LocalCluster(*components) as cluster:
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=240,
-                           what="spout committed to the end of the sentences topic")
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
+            timeout=240,
+            what="spout committed to the end of the sentences topic",
+        )
         assert all(c.metrics_port for c in components)
         on = {"topology": topology}
         spout_metrics = _scrape(spout.metrics_port)
@@ -196,8 +219,14 @@ def test_metrics_over_http_carry_the_documented_names_with_plausible_values(kafk
         assert _value(acker_metrics, "rk_acker_table_bytes", **on) > 0
         assert _value(acker_metrics, "rk_acker_outcomes_total", outcome="completed", **on) == acker.stats.completed
         names = set(spout_metrics) | set(bolt_metrics) | set(acker_metrics)
-        for name in ("rk_oldest_pending_age_seconds", "rk_dead_letters_total", "rk_quarantined_records_total",
-                     "rk_consumer_lag_records", "rk_component_info", "rk_component_start_time_seconds"):
+        for name in (
+            "rk_oldest_pending_age_seconds",
+            "rk_dead_letters_total",
+            "rk_quarantined_records_total",
+            "rk_consumer_lag_records",
+            "rk_component_info",
+            "rk_component_start_time_seconds",
+        ):
             # a family without samples (no dead letter yet) is not in the scrape's samples
             assert any(n.startswith(name) for n in names) or name == "rk_dead_letters_total", name
         for sample in spout_metrics["rk_trees_total"]:

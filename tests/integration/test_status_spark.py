@@ -35,8 +35,9 @@ def test_a_spark_spout_reports_from_its_driver(kafka_bootstrap):
         job.start()
         try:
             deadline = time.monotonic() + 300
-            while (committed_offsets(kafka_bootstrap, job.group_id, sentences)
-                   != end_offsets(kafka_bootstrap, sentences)):
+            while committed_offsets(kafka_bootstrap, job.group_id, sentences) != end_offsets(
+                kafka_bootstrap, sentences
+            ):
                 job.job.raise_if_failed()
                 assert time.monotonic() < deadline, f"Spark job did not finish: {job.job.progress()}"
                 time.sleep(1)

@@ -37,8 +37,10 @@ def _caught_up(bootstrap: str, group: str, topic: str) -> bool:
 
 
 def _progress(bootstrap, group, topic, spout):
-    return lambda: (f"committed {committed_offsets(bootstrap, group, topic)} end {end_offsets(bootstrap, topic)} "
-                    f"spout {spout.stats}")
+    return lambda: (
+        f"committed {committed_offsets(bootstrap, group, topic)} end {end_offsets(bootstrap, topic)} "
+        f"spout {spout.stats}"
+    )
 
 
 def test_word_count_over_10000_sentences_completes_and_commits_to_the_end(kafka_bootstrap):
@@ -48,13 +50,15 @@ def test_word_count_over_10000_sentences_completes_and_commits_to_the_end(kafka_
     produce_values(kafka_bootstrap, sentences, [s.encode() for s in batch])
     # at-least-once: a busy machine may time trees out and replay them (counts then grow), so the
     # timeout is long enough to hold under load and the counts are checked for loss, not equality
-    counts, components = build(kafka_bootstrap, topology=topology, sentences=sentences, words=words,
-                               timeout_ms=120_000)
+    counts, components = build(kafka_bootstrap, topology=topology, sentences=sentences, words=words, timeout_ms=120_000)
     spout = components[1]
     with LocalCluster(*components) as cluster:
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=240,
-                           what="spout committed to the end of the sentences topic",
-                           progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout))
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
+            timeout=240,
+            what="spout committed to the end of the sentences topic",
+            progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout),
+        )
     print(f"replays: {spout.stats.replayed}")
     assert spout.stats.completed == 10_000  # each record's tree completes once, whatever was replayed
     assert spout.stats.dead_lettered == 0
@@ -68,8 +72,9 @@ def test_bolt_failing_ten_percent_still_completes_every_sentence_through_replays
     rng = random.Random(2)
     batch = [rng.choice(SENTENCES) for _ in range(2_000)]
     produce_values(kafka_bootstrap, sentences, [s.encode() for s in batch])
-    counts, components = build(kafka_bootstrap, topology=topology, sentences=sentences, words=words,
-                               max_retries=30, backoff=FAST_RETRY)
+    counts, components = build(
+        kafka_bootstrap, topology=topology, sentences=sentences, words=words, max_retries=30, backoff=FAST_RETRY
+    )
     coin = random.Random(3)
     flaky_counts = Counter()
 
@@ -81,9 +86,12 @@ def test_bolt_failing_ten_percent_still_completes_every_sentence_through_replays
     components[3].handler = flaky_count
     spout = components[1]
     with LocalCluster(*components) as cluster:
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=240,
-                           what="every sentence completed despite failures",
-                           progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout))
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
+            timeout=240,
+            what="every sentence completed despite failures",
+            progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout),
+        )
     print(f"replays: {spout.stats.replayed}, failed tuples: {components[3].stats.failed}")
     assert spout.stats.completed == 2_000
     assert spout.stats.replayed > 0 and components[3].stats.failed > 0
@@ -98,8 +106,15 @@ def test_dropped_tuples_time_out_replay_and_complete_without_early_commit(kafka_
     batch = [f"{SENTENCES[i % 5]} s{i}" for i in range(600)]
     placed = produce_values(kafka_bootstrap, sentences, [s.encode() for s in batch])
     dropped = {i for i in range(0, 600, 37)}
-    counts, components = build(kafka_bootstrap, topology=topology, sentences=sentences, words=words,
-                               timeout_ms=2_000, backoff=FAST_RETRY, backstop_grace_ms=5_000)
+    counts, components = build(
+        kafka_bootstrap,
+        topology=topology,
+        sentences=sentences,
+        words=words,
+        timeout_ms=2_000,
+        backoff=FAST_RETRY,
+        backstop_grace_ms=5_000,
+    )
     seen: set[int] = set()
     retried_at: dict[int, float] = {}
 
@@ -115,8 +130,13 @@ def test_dropped_tuples_time_out_replay_and_complete_without_early_commit(kafka_
             collector.emit(words, word.encode(), key=word.encode())
         collector.ack(sentence)
 
-    components[2] = Bolt(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=f"{topology}.sentences",
-                         group_id=f"{topology}-split", handler=split_dropping_first_sight)
+    components[2] = Bolt(
+        topology=topology,
+        bootstrap_servers=kafka_bootstrap,
+        source_topics=f"{topology}.sentences",
+        group_id=f"{topology}-split",
+        handler=split_dropping_first_sight,
+    )
     spout = components[1]
     samples: list[tuple[float, dict[int, int]]] = []
     stop_sampling = threading.Event()
@@ -135,9 +155,12 @@ def test_dropped_tuples_time_out_replay_and_complete_without_early_commit(kafka_
     sampler.start()
     try:
         with LocalCluster(*components) as cluster:
-            cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=120,
-                               what="dropped sentences replayed and completed",
-                               progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout))
+            cluster.wait_until(
+                lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
+                timeout=120,
+                what="dropped sentences replayed and completed",
+                progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout),
+            )
     finally:
         stop_sampling.set()
         sampler.join()
@@ -176,15 +199,26 @@ def test_undelivered_tuples_are_counted_and_their_trees_time_out_and_replay(kafk
 
     received: list[bytes] = []
     on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
-    spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle,
-                  message_timeout_ms=2_000, backoff=FAST_RETRY, backstop_grace_ms=5_000)
+    spout = Spout(
+        **on,
+        source_topics=source,
+        group_id=f"{topology}-spout",
+        emit_to=middle,
+        message_timeout_ms=2_000,
+        backoff=FAST_RETRY,
+        backstop_grace_ms=5_000,
+    )
     relay_bolt = BasicBolt(**on, source_topics=middle, group_id=f"{topology}-relay", handler=relay)
-    sink = BasicBolt(**on, source_topics=sink_topic, group_id=f"{topology}-sink",
-                     handler=lambda t, c: received.append(t.value))
+    sink = BasicBolt(
+        **on, source_topics=sink_topic, group_id=f"{topology}-sink", handler=lambda t, c: received.append(t.value)
+    )
     with LocalCluster(AckerWorker(**on, ackers=1, message_timeout_ms=2_000), spout, relay_bolt, sink) as cluster:
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=120,
-                           what="every record completed, the refused ones after a replay",
-                           progress=_progress(kafka_bootstrap, f"{topology}-spout", source, spout))
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source),
+            timeout=120,
+            what="every record completed, the refused ones after a replay",
+            progress=_progress(kafka_bootstrap, f"{topology}-spout", source, spout),
+        )
     assert relay_bolt.stats.delivery_errors >= 2
     assert spout.stats.replayed >= 2  # the two trees timed out: nothing completed them early
     assert spout.stats.completed == 20
@@ -207,8 +241,9 @@ def test_spout_pauses_at_max_pending_and_resumes_when_trees_complete(kafka_boots
             held.clear()
 
     on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
-    spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle, max_pending=5,
-                  batch_size=10)
+    spout = Spout(
+        **on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle, max_pending=5, batch_size=10
+    )
     bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-hold", handler=hold_until_released)
     with LocalCluster(AckerWorker(**on, ackers=1), spout, bolt) as cluster:
         cluster.wait_until(lambda: spout.stats.paused, timeout=60, what="the spout paused at max_pending")
@@ -217,8 +252,11 @@ def test_spout_pauses_at_max_pending_and_resumes_when_trees_complete(kafka_boots
         assert spout.stats.read == read <= 10
         release.set()
         produce_values(kafka_bootstrap, middle, [b"nudge"])  # an untracked record wakes the bolt
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=120,
-                           what="every record completed after the bolt acked")
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source),
+            timeout=120,
+            what="every record completed after the bolt acked",
+        )
     assert spout.stats.completed == 60 and not spout.stats.paused
 
 
@@ -227,8 +265,9 @@ def test_poison_record_goes_to_the_dead_letter_topic_and_the_commit_moves_past_i
     batch = [SENTENCES[i % 5] for i in range(50)]
     batch[17] = "poison pill"
     placed = produce_values(kafka_bootstrap, sentences, [s.encode() for s in batch])
-    counts, components = build(kafka_bootstrap, topology=topology, sentences=sentences, words=words,
-                               max_retries=2, backoff=FAST_RETRY)
+    counts, components = build(
+        kafka_bootstrap, topology=topology, sentences=sentences, words=words, max_retries=2, backoff=FAST_RETRY
+    )
 
     def count_or_choke(word, collector):
         if word.value == b"poison":
@@ -238,9 +277,12 @@ def test_poison_record_goes_to_the_dead_letter_topic_and_the_commit_moves_past_i
     components[3].handler = count_or_choke
     spout = components[1]
     with LocalCluster(*components) as cluster:
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences), timeout=120,
-                           what="commit moved past the poison record",
-                           progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout))
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
+            timeout=120,
+            what="commit moved past the poison record",
+            progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout),
+        )
     dead = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
     assert [m.value() for m in dead] == [b"poison pill"]
     parked = codec.decode_parked(dict(dead[0].headers())[codec.PARKED_HEADER])
@@ -274,11 +316,16 @@ def test_multi_anchored_output_keeps_both_trees_open_until_it_is_acked(kafka_boo
 
     on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
     # trees are held open on purpose: a timeout that holds under load keeps them from replaying
-    spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=f"{topology}.in",
-                  message_timeout_ms=120_000)
+    spout = Spout(
+        **on, source_topics=source, group_id=f"{topology}-spout", emit_to=f"{topology}.in", message_timeout_ms=120_000
+    )
     sink = Bolt(**on, source_topics=pairs, group_id=f"{topology}-sink", handler=hold_then_ack)
-    components = [AckerWorker(**on, ackers=1, message_timeout_ms=120_000), spout,
-                  Bolt(**on, source_topics=f"{topology}.in", group_id=f"{topology}-pair", handler=pair_up), sink]
+    components = [
+        AckerWorker(**on, ackers=1, message_timeout_ms=120_000),
+        spout,
+        Bolt(**on, source_topics=f"{topology}.in", group_id=f"{topology}-pair", handler=pair_up),
+        sink,
+    ]
     with LocalCluster(*components) as cluster:
         cluster.wait_until(lambda: len(held) == 1, timeout=60, what="the paired output reached the sink")
         assert len(held[0].roots) == 2
@@ -287,8 +334,11 @@ def test_multi_anchored_output_keeps_both_trees_open_until_it_is_acked(kafka_boo
         assert spout.stats.completed == 0
         release.set()
         produce_values(kafka_bootstrap, pairs, [b"nudge"])  # an untracked record wakes the sink
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=60,
-                           what="both trees completed after the output was acked")
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source),
+            timeout=60,
+            what="both trees completed after the output was acked",
+        )
     assert spout.stats.completed == 2
 
 
@@ -297,11 +347,18 @@ def test_zero_ackers_completes_every_emit_at_once(kafka_bootstrap):
     source, out = f"{topology}-source", f"{topology}-out"
     create_topics(kafka_bootstrap, {source: 1, out: 1})
     produce_values(kafka_bootstrap, source, [b"a", b"b", b"c"])
-    spout = Spout(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-                  group_id=f"{topology}-spout", emit_to=out, ackers=0)
+    spout = Spout(
+        topology=topology,
+        bootstrap_servers=kafka_bootstrap,
+        source_topics=source,
+        group_id=f"{topology}-spout",
+        emit_to=out,
+        ackers=0,
+    )
     with LocalCluster(spout) as cluster:
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=60,
-                           what="commit with no ackers")
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=60, what="commit with no ackers"
+        )
     records = read_topic(kafka_bootstrap, out)
     assert [m.value() for m in records] == [b"a", b"b", b"c"]
     assert all(codec.ANCHORS_HEADER not in dict(m.headers() or []) for m in records)
@@ -313,12 +370,21 @@ def test_untracked_guarantees_forward_without_anchors_and_commit(kafka_bootstrap
     source, out = f"{topology}-source", f"{topology}-out"
     create_topics(kafka_bootstrap, {source: 1, out: 1})
     produce_values(kafka_bootstrap, source, [b"x", b"y"])
-    spout = Spout(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source,
-                  group_id=f"{topology}-spout", emit_to=out, guarantee=guarantee,
-                  kafka_config={"auto.commit.interval.ms": 200})
+    spout = Spout(
+        topology=topology,
+        bootstrap_servers=kafka_bootstrap,
+        source_topics=source,
+        group_id=f"{topology}-spout",
+        emit_to=out,
+        guarantee=guarantee,
+        kafka_config={"auto.commit.interval.ms": 200},
+    )
     with LocalCluster(spout) as cluster:
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source), timeout=60,
-                           what=f"{guarantee} commits as it reads")
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source),
+            timeout=60,
+            what=f"{guarantee} commits as it reads",
+        )
     records = read_topic(kafka_bootstrap, out)
     assert [m.value() for m in records] == [b"x", b"y"]
     assert all(codec.ANCHORS_HEADER not in dict(m.headers() or []) for m in records)
@@ -334,8 +400,9 @@ def test_acker_refuses_an_ack_topic_of_the_wrong_shape(kafka_bootstrap):
 
 def test_spout_refuses_to_start_without_the_topology_topics(kafka_bootstrap):
     topology = unique_name("missing")
-    spout = Spout(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics="nowhere",
-                  group_id="g", emit_to="out")
+    spout = Spout(
+        topology=topology, bootstrap_servers=kafka_bootstrap, source_topics="nowhere", group_id="g", emit_to="out"
+    )
     spout.topic_wait_s = 0.5
     with pytest.raises(TopologyError, match="start an acker worker"):
         spout.start()
@@ -347,7 +414,13 @@ def test_ensure_topics_is_idempotent(kafka_bootstrap):
     ensure_topics(admin, topics)
     ensure_topics(admin, topics)
     assert {t: n for t, n in topics.shapes().items()} == {
-        topics.acks: 3, topics.outcomes: 3, topics.dlq: 1, topics.quarantine: 1, topics.failures: 1, topics.roots: 1}
+        topics.acks: 3,
+        topics.outcomes: 3,
+        topics.dlq: 1,
+        topics.quarantine: 1,
+        topics.failures: 1,
+        topics.roots: 1,
+    }
 
 
 def test_word_count_example_runs_as_a_script():
@@ -358,8 +431,13 @@ def test_word_count_example_runs_as_a_script():
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[2] / "examples" / "word_count.py"
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(script.parents[1])})
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(script.parents[1])},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     counts = ast.literal_eval(done.stdout.strip().splitlines()[-1])  # the script prints the counts
     expected = Counter(word for i in range(1000) for word in SENTENCES[i % 5].split())

@@ -30,15 +30,30 @@ def _components(bootstrap: str, topology: str, topics: dict[str, str]):
     on = {"topology": topology, "bootstrap_servers": bootstrap}
     # exactly once holds unless a tree times out: the timeout must hold under load (as the harness's)
     acker = AckerWorker(**on, ackers=2, message_timeout_ms=120_000, commit_interval_ms=200, name="acker")
-    spout = TransactionalSpout(**on, name="spout", source_topics=topics["source"], group_id=f"{topology}-spout",
-                               emit_to=topics["stage"], message_timeout_ms=120_000, max_retries=5,
-                               backoff=Backoff(initial_ms=20, max_ms=200), commit_interval_ms=100)
+    spout = TransactionalSpout(
+        **on,
+        name="spout",
+        source_topics=topics["source"],
+        group_id=f"{topology}-spout",
+        emit_to=topics["stage"],
+        message_timeout_ms=120_000,
+        max_retries=5,
+        backoff=Backoff(initial_ms=20, max_ms=200),
+        commit_interval_ms=100,
+    )
 
     def sink(tuple_, collector):
         collector.emit(topics["sink"], tuple_.value, key=tuple_.key, anchors=())  # the effect
 
-    bolt = BasicBolt(**on, name="sink", source_topics=topics["stage"], group_id=f"{topology}-sink",
-                     handler=sink, transactional=True, commit_interval_ms=100)
+    bolt = BasicBolt(
+        **on,
+        name="sink",
+        source_topics=topics["stage"],
+        group_id=f"{topology}-sink",
+        handler=sink,
+        transactional=True,
+        commit_interval_ms=100,
+    )
     return acker, spout, bolt
 
 
@@ -55,14 +70,19 @@ def test_a_fenced_spout_producer_is_replaced_not_blamed_on_the_records(kafka_boo
     produce_values(kafka_bootstrap, topics["source"], [str(i).encode() for i in range(400)])
     acker, spout, bolt = _components(kafka_bootstrap, topology, topics)
     with LocalCluster(acker, spout, bolt) as cluster:
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, topology, topics["source"]), timeout=120,
-                           what="first half committed")
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, topology, topics["source"]), timeout=120, what="first half committed"
+        )
         # a zombie with the spout's transactional.id fences the running spout's producer
         zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topology}-spout.spout"})
         zombie.init_transactions(30)
         produce_values(kafka_bootstrap, topics["source"], [str(i).encode() for i in range(400, 800)])
-        cluster.wait_until(lambda: _caught_up(kafka_bootstrap, topology, topics["source"]), timeout=180,
-                           what="second half committed after the fence", progress=lambda: str(spout.stats))
+        cluster.wait_until(
+            lambda: _caught_up(kafka_bootstrap, topology, topics["source"]),
+            timeout=180,
+            what="second half committed after the fence",
+            progress=lambda: str(spout.stats),
+        )
     assert spout.stats.handler_errors == 0  # a dead producer is not the records' fault
     effects = _effects(kafka_bootstrap, topics["sink"])
     assert sorted(effects) == list(range(800)) and set(effects.values()) == {1}
@@ -76,18 +96,26 @@ def test_a_successor_redelivers_thousands_of_failed_in_flight_records(kafka_boot
     records = 3000
     produce_values(kafka_bootstrap, topics["source"], [str(i).encode() for i in range(records)])
     group = f"{topology}-spout"
-    metadata, truncated = encode_spout_state(0, [], emitted_upto=records, outcome_position=0,
-                                             attempts={offset: 1 for offset in range(records)},
-                                             failed=range(records))
+    metadata, truncated = encode_spout_state(
+        0,
+        [],
+        emitted_upto=records,
+        outcome_position=0,
+        attempts={offset: 1 for offset in range(records)},
+        failed=range(records),
+    )
     assert not truncated
     committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
     committer.commit(offsets=[TopicPartition(topics["source"], 0, 0, metadata)], asynchronous=False)
     committer.close()
     acker, spout, bolt = _components(kafka_bootstrap, topology, topics)
     with LocalCluster(acker, spout, bolt) as cluster:
-        cluster.wait_until(lambda: committed_offsets(kafka_bootstrap, group, topics["source"]).get(0) == records,
-                           timeout=240, what="every adopted record redelivered and completed",
-                           progress=lambda: str(spout.stats))
+        cluster.wait_until(
+            lambda: committed_offsets(kafka_bootstrap, group, topics["source"]).get(0) == records,
+            timeout=240,
+            what="every adopted record redelivered and completed",
+            progress=lambda: str(spout.stats),
+        )
     assert spout.stats.replayed == records and spout.stats.read == 0  # nothing past e was read again
     effects = _effects(kafka_bootstrap, topics["sink"])
     assert sorted(effects) == list(range(records)) and set(effects.values()) == {1}
@@ -100,9 +128,14 @@ def test_the_largest_commit_metadata_we_write_is_accepted_by_the_broker(kafka_bo
     produce_values(kafka_bootstrap, topics["source"], [b"x"])
     every_other = range(1, 200_000, 2)
     plain, plain_truncated = encode_done_above(0, every_other)
-    state, state_truncated = encode_spout_state(0, every_other, emitted_upto=200_000, outcome_position=10**9,
-                                                attempts={o: 2 for o in range(0, 200_000, 2)},
-                                                failed=range(0, 200_000, 4))
+    state, state_truncated = encode_spout_state(
+        0,
+        every_other,
+        emitted_upto=200_000,
+        outcome_position=10**9,
+        attempts={o: 2 for o in range(0, 200_000, 2)},
+        failed=range(0, 200_000, 4),
+    )
     assert plain_truncated and state_truncated
     assert len(plain) >= DEFAULT_MAX_BYTES - 3 and len(state) >= DEFAULT_MAX_BYTES - 3  # full to the brim
     group = f"{topology}-spout"
@@ -111,8 +144,9 @@ def test_the_largest_commit_metadata_we_write_is_accepted_by_the_broker(kafka_bo
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topology}.meta"})
     producer.init_transactions(30)
     producer.begin_transaction()
-    producer.send_offsets_to_transaction([TopicPartition(topics["source"], 0, 1, state)],
-                                         consumer.consumer_group_metadata(), 30)
+    producer.send_offsets_to_transaction(
+        [TopicPartition(topics["source"], 0, 1, state)], consumer.consumer_group_metadata(), 30
+    )
     producer.commit_transaction(30)
     (committed,) = consumer.committed([TopicPartition(topics["source"], 0)], timeout=30)
     consumer.close()

@@ -42,8 +42,13 @@ def _browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1500,1100"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1500,1100",
+    ):
         options.add_argument(argument)
     return webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
 
@@ -107,17 +112,25 @@ def test_the_page_shows_a_running_word_count_with_moving_numbers(kafka_bootstrap
 
             names = {c.name for c in components}
             state = lambda: driver.find_element(By.TAG_NAME, "body").text  # noqa: E731
-            _wait(lambda: names <= set(shown()["rows"]), timeout=90, what="all four components on the page",
-                  detail=state)
-            _wait(lambda: all(rate(v) > 0 for name, v in shown()["rows"].items() if name in names),
-                  timeout=90, what="non-zero input rates for every component", detail=state)
+            _wait(
+                lambda: names <= set(shown()["rows"]), timeout=90, what="all four components on the page", detail=state
+            )
+            _wait(
+                lambda: all(rate(v) > 0 for name, v in shown()["rows"].items() if name in names),
+                timeout=90,
+                what="non-zero input rates for every component",
+                detail=state,
+            )
             page_now = shown()
             assert set(page_now["graph"]) == names - {components[0].name}  # the graph leaves ackers out
             assert page_now["topology"] == topology
             before = page_now
-            _wait(lambda: ((now := shown())["committed"] != before["committed"]
-                           and now["refreshes"] > before["refreshes"]),
-                  timeout=90, what="committed offsets that move on the page", detail=state)
+            _wait(
+                lambda: (now := shown())["committed"] != before["committed"] and now["refreshes"] > before["refreshes"],
+                timeout=90,
+                what="committed offsets that move on the page",
+                detail=state,
+            )
             assert shown()["lines"] >= 9  # three charts per spout or bolt
             assert shown()["error"] == ""
             time.sleep(4)  # a few more refreshes, so that the charts in the screenshot have lines

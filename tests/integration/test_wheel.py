@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.wheel, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 
-USER_PROGRAM = textwrap.dedent('''
+USER_PROGRAM = textwrap.dedent("""
     import json, sys, time
     import reliable_kafka
     from reliable_kafka import BasicBolt, LocalCluster, Spout
@@ -47,7 +47,7 @@ USER_PROGRAM = textwrap.dedent('''
                            == end_offsets(bootstrap, source), timeout=180, what="every record done")
     report["seen"] = sorted(v.decode() for v in set(seen))
     print(json.dumps(report))
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +56,14 @@ def wheel(tmp_path_factory) -> Path:
     # From a copy: an in-tree build leaves build/ in the checkout (and reuses what is stale there).
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / name, source / name)
-    shutil.copytree(REPO / "reliable_kafka", source / "reliable_kafka",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(source)],
-                   check=True, timeout=600)
+    shutil.copytree(
+        REPO / "reliable_kafka", source / "reliable_kafka", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(source)],
+        check=True,
+        timeout=600,
+    )
     (built,) = out.glob("reliable_kafka-*.whl")
     return built
 
@@ -68,8 +72,20 @@ def wheel(tmp_path_factory) -> Path:
 def fresh_venv(wheel, tmp_path_factory) -> Path:
     venv = tmp_path_factory.mktemp("venv") / "rk"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                    "--constraint", str(REPO / "constraints.txt"), str(wheel)], check=True, timeout=900)
+    subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--constraint",
+            str(REPO / "constraints.txt"),
+            str(wheel),
+        ],
+        check=True,
+        timeout=900,
+    )
     return venv
 
 
@@ -93,8 +109,9 @@ def test_wheel_ships_schemas_license_and_no_test_hooks(wheel):
 
 def test_installed_wheel_runs_acker_spout_and_bolt(fresh_venv, kafka_bootstrap, tmp_path):
     python, acker_cli = fresh_venv / "bin" / "python", fresh_venv / "bin" / "reliable-kafka"
-    installed = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"],
-                               capture_output=True, text=True, check=True).stdout
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, check=True
+    ).stdout
     names = {p["name"].lower() for p in json.loads(installed)}
     assert not names & {"pyspark", "testcontainers", "pytest", "docker"}, sorted(names)
 
@@ -103,15 +120,26 @@ def test_installed_wheel_runs_acker_spout_and_bolt(fresh_venv, kafka_bootstrap, 
     values = [f"record-{i}" for i in range(300)]
     produce_values(kafka_bootstrap, source, [v.encode() for v in values])
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RK_SCHEMA_DIR", "VIRTUAL_ENV")}
-    acker = subprocess.Popen([str(acker_cli), "acker", "--topology", topology, "--bootstrap", kafka_bootstrap,
-                              "--ackers", "2"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    acker = subprocess.Popen(
+        [str(acker_cli), "acker", "--topology", topology, "--bootstrap", kafka_bootstrap, "--ackers", "2"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         program = tmp_path / "user_program.py"
         program.write_text(USER_PROGRAM)
         _wait_for_topic(kafka_bootstrap, f"{topology}.acks", acker)
-        run = subprocess.run([str(python), str(program), kafka_bootstrap, topology, source, str(len(values))],
-                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        run = subprocess.run(
+            [str(python), str(program), kafka_bootstrap, topology, source, str(len(values))],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert run.returncode == 0, run.stderr[-3000:]
     finally:
         acker.terminate()

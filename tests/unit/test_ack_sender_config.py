@@ -24,16 +24,31 @@ IDEMPOTENCE_OFF = [False, "false", "False", "FALSE", "f", "F", 0, "0"]
 # values librdkafka refuses outright for a bool: refused here too, with the reason
 IDEMPOTENCE_INVALID = [None, "", "no", "off", 2]
 DEFEATING = [
-    {"acks": 1}, {"acks": "1"}, {"acks": 0}, {"request.required.acks": 1},
+    {"acks": 1},
+    {"acks": "1"},
+    {"acks": 0},
+    {"request.required.acks": 1},
     {"default.topic.config": {"acks": 1}},
-    {"retries": 0}, {"message.send.max.retries": "0"},
-    {"max.in.flight": 6}, {"max.in.flight.requests.per.connection": "10"},
+    {"retries": 0},
+    {"message.send.max.retries": "0"},
+    {"max.in.flight": 6},
+    {"max.in.flight.requests.per.connection": "10"},
     {"queuing.strategy": "lifo"},
 ]
 ACCEPTED = [
-    {}, {"enable.idempotence": True}, {"enable.idempotence": "true"}, {"enable.idempotence": "T"},
-    {"enable.idempotence": 1}, {"acks": "all"}, {"acks": "ALL"}, {"acks": -1}, {"acks": "-1"},
-    {"retries": 3}, {"max.in.flight": 5}, {"queuing.strategy": "fifo"}, {"linger.ms": 20},
+    {},
+    {"enable.idempotence": True},
+    {"enable.idempotence": "true"},
+    {"enable.idempotence": "T"},
+    {"enable.idempotence": 1},
+    {"acks": "all"},
+    {"acks": "ALL"},
+    {"acks": -1},
+    {"acks": "-1"},
+    {"retries": 3},
+    {"max.in.flight": 5},
+    {"queuing.strategy": "fifo"},
+    {"linger.ms": 20},
 ]
 
 
@@ -97,11 +112,11 @@ _COMMON = {"topology": "t", "bootstrap_servers": CLOSED, "source_topics": "in", 
 _SPARK = {**_COMMON, "checkpoint_dir": "/nonexistent", "transform": lambda df: df, "output_topic": "out"}
 ENTRY_POINTS = {
     "spout": lambda config: Spout(**_COMMON, emit_to="out", kafka_config=config),
-    "transactional spout": lambda config: TransactionalSpout(**_COMMON, emit_to="out", name="s1",
-                                                             kafka_config=config),
+    "transactional spout": lambda config: TransactionalSpout(**_COMMON, emit_to="out", name="s1", kafka_config=config),
     "bolt": lambda config: Bolt(**_COMMON, handler=lambda t, c: None, kafka_config=config),
-    "transactional bolt": lambda config: Bolt(**_COMMON, handler=lambda t, c: None, transactional=True,
-                                              name="b1", kafka_config=config),
+    "transactional bolt": lambda config: Bolt(
+        **_COMMON, handler=lambda t, c: None, transactional=True, name="b1", kafka_config=config
+    ),
     "spark spout": lambda config: SparkSpout(None, **_SPARK, kafka_config=config),
     "spark bolt": lambda config: SparkBolt(None, **_SPARK, kafka_config=config),
 }

@@ -24,8 +24,9 @@ COMPLETED, FAILED, TIMED_OUT, RESET_NOTICE = (int(k) for k in OutcomeKind)
 SPOUT, OTHER_SPOUT, BOLT = 7, 8, 100
 
 
-def fold(table: AckerTable, entries, *, sender: int = SPOUT, t: int = 0, offset: int = 0,
-         kinds_dtype=np.uint8) -> set[tuple[int, int, int]]:
+def fold(
+    table: AckerTable, entries, *, sender: int = SPOUT, t: int = 0, offset: int = 0, kinds_dtype=np.uint8
+) -> set[tuple[int, int, int]]:
     """Fold (kind, root, val) entries; the decisions as a set of (root, owner, kind)."""
     kinds = np.array([e[0] for e in entries], dtype=kinds_dtype)
     roots = np.array([e[1] for e in entries], dtype=np.int64)
@@ -48,8 +49,14 @@ def to_int64(value: int) -> int:
 
 def ref_fold(ref: ReferenceAcker, entries, *, sender: int, t: int, offset: int) -> list:
     """Fold (kind, root, val) entries into the reference model."""
-    return ref.fold([e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries],
-                    sender=sender, event_time_ms=t, offset=offset)
+    return ref.fold(
+        [e[0] for e in entries],
+        [e[1] for e in entries],
+        [e[2] for e in entries],
+        sender=sender,
+        event_time_ms=t,
+        offset=offset,
+    )
 
 
 def check_stats(table: AckerTable, ref: ReferenceAcker) -> None:
@@ -80,8 +87,11 @@ def test_seed_003_worked_example_ack_vals_step_by_step():
     # Bolt2 acks 1010 with child 1111 (0001), Bolt3 acks both children (0).
     r = 42
     table = AckerTable()
-    steps = [((INIT, r, 0b1001 ^ 0b1010), 0b0011), ((ACK, r, 0b1001 ^ 0b1110), 0b0100),
-             ((ACK, r, 0b1010 ^ 0b1111), 0b0001)]
+    steps = [
+        ((INIT, r, 0b1001 ^ 0b1010), 0b0011),
+        ((ACK, r, 0b1001 ^ 0b1110), 0b0100),
+        ((ACK, r, 0b1010 ^ 0b1111), 0b0001),
+    ]
     for i, (event, ack_val) in enumerate(steps):
         assert fold(table, [event], offset=i) == set()
         assert table._state_of(r)["val"] == ack_val
@@ -94,8 +104,7 @@ def test_ack_before_init_completes_when_the_init_arrives():
     r, e, c = 5, 0x77, 0x99
     assert fold(table, [(ACK, r, e ^ c)], sender=BOLT) == set()
     assert fold(table, [(ACK, r, c)], sender=BOLT) == set()
-    assert table._state_of(r) == {"val": e, "owner": None, "failed": False,
-                                  "bucket": table._state_of(r)["bucket"]}
+    assert table._state_of(r) == {"val": e, "owner": None, "failed": False, "bucket": table._state_of(r)["bucket"]}
     assert fold(table, [(INIT, r, e)], sender=OTHER_SPOUT) == {(r, OTHER_SPOUT, COMPLETED)}
 
 
@@ -118,8 +127,7 @@ def test_fail_wins_over_completion_in_the_same_batch():
 def test_fail_and_reset_vals_are_ignored():
     table = AckerTable()
     fold(table, [(INIT, 3, 0xAB)])
-    assert fold(table, [(FAIL, 4, 0x55), (RESET, 3, 0x66)], sender=BOLT) == {
-        (3, SPOUT, RESET_NOTICE)}
+    assert fold(table, [(FAIL, 4, 0x55), (RESET, 3, 0x66)], sender=BOLT) == {(3, SPOUT, RESET_NOTICE)}
     assert table._state_of(3)["val"] == 0xAB and table._state_of(4)["val"] == 0
     assert fold(table, [(ACK, 3, 0xAB)], sender=BOLT) == {(3, SPOUT, COMPLETED)}
 
@@ -134,7 +142,9 @@ def test_multi_anchoring_completes_both_roots_only_after_the_last_ack():
     assert fold(table, [(ACK, r1, ea ^ x)], sender=BOLT) == set()
     assert fold(table, [(ACK, r2, eb ^ y)], sender=BOLT) == set()
     assert fold(table, [(ACK, r1, x), (ACK, r2, y)], sender=BOLT) == {
-        (r1, SPOUT, COMPLETED), (r2, OTHER_SPOUT, COMPLETED)}
+        (r1, SPOUT, COMPLETED),
+        (r2, OTHER_SPOUT, COMPLETED),
+    }
 
 
 def test_batch_with_the_same_root_many_times():
@@ -161,8 +171,7 @@ def test_root_zero_and_unknown_kinds_are_skipped_and_counted():
     assert table.pending == 2 and table.stats.invalid_entries == 4
     assert table.stats.entries_folded == 2
     assert table._state_of(0) is None and table._state_of(2) is None
-    assert fold(table, [(ACK, 1, 5), (ACK, 4, 6)], sender=BOLT) == {
-        (1, SPOUT, COMPLETED), (4, SPOUT, COMPLETED)}
+    assert fold(table, [(ACK, 1, 5), (ACK, 4, 6)], sender=BOLT) == {(1, SPOUT, COMPLETED), (4, SPOUT, COMPLETED)}
     # Signed kind columns: negatives are unknown kinds too.
     assert fold(table, [(-1, 9, 1), (INIT, 9, 1)], kinds_dtype=np.int64) == set()
     assert table.stats.invalid_entries == 5 and table.pending == 1
@@ -173,14 +182,18 @@ def test_root_zero_and_unknown_kinds_are_skipped_and_counted():
 
 def test_fold_rejects_columns_of_different_lengths():
     with pytest.raises(ValueError, match="one length"):
-        AckerTable().fold(np.zeros(2, np.uint8), np.ones(3, np.int64), np.ones(3, np.int64),
-                          sender=1, event_time_ms=0, offset=0)
+        AckerTable().fold(
+            np.zeros(2, np.uint8), np.ones(3, np.int64), np.ones(3, np.int64), sender=1, event_time_ms=0, offset=0
+        )
 
 
 def test_config_is_checked_by_name():
-    for kwargs, name in (({"message_timeout_ms": 0}, "message_timeout_ms"), ({"buckets": 0}, "buckets"),
-                         ({"buckets": 31}, "buckets"), ({"initial_capacity": 0},
-                                                        "initial_capacity")):
+    for kwargs, name in (
+        ({"message_timeout_ms": 0}, "message_timeout_ms"),
+        ({"buckets": 0}, "buckets"),
+        ({"buckets": 31}, "buckets"),
+        ({"initial_capacity": 0}, "initial_capacity"),
+    ):
         with pytest.raises(ConfigError, match=name):
             AckerTable(**kwargs)
 
@@ -198,8 +211,14 @@ def test_by_owner_groups_decisions_per_spout():
     table = AckerTable()
     fold(table, [(INIT, r, r) for r in (1, 2, 3)], sender=SPOUT)
     fold(table, [(INIT, r, r) for r in (4, 5)], sender=OTHER_SPOUT)
-    out = table.fold(np.array([ACK, ACK, ACK, FAIL, ACK], np.uint8), np.array([1, 4, 3, 5, 2]),
-                     np.array([1, 4, 3, 0, 2]), sender=BOLT, event_time_ms=0, offset=3)
+    out = table.fold(
+        np.array([ACK, ACK, ACK, FAIL, ACK], np.uint8),
+        np.array([1, 4, 3, 5, 2]),
+        np.array([1, 4, 3, 0, 2]),
+        sender=BOLT,
+        event_time_ms=0,
+        offset=3,
+    )
     groups = out.by_owner()
     assert set(groups) == {SPOUT, OTHER_SPOUT}
     roots, kinds = groups[SPOUT]
@@ -210,17 +229,20 @@ def test_by_owner_groups_decisions_per_spout():
 
 
 def test_fold_records_matches_folding_one_by_one_even_for_a_late_stray_ack():
-    batches = [([(INIT, 1, 5), (INIT, 2, 6)], SPOUT), ([(ACK, 1, 5)], BOLT),
-               ([(ACK, 1, 9), (ACK, 2, 6)], BOLT), ([(FAIL, 3, 0)], BOLT),
-               ([(INIT, 3, 1)], OTHER_SPOUT)]
+    batches = [
+        ([(INIT, 1, 5), (INIT, 2, 6)], SPOUT),
+        ([(ACK, 1, 5)], BOLT),
+        ([(ACK, 1, 9), (ACK, 2, 6)], BOLT),
+        ([(FAIL, 3, 0)], BOLT),
+        ([(INIT, 3, 1)], OTHER_SPOUT),
+    ]
     one_by_one = AckerTable()
     want = set()
     for i, (entries, sender) in enumerate(batches):
         want |= fold(one_by_one, entries, sender=sender, offset=i)
     table = AckerTable()
     out = table.fold_records(records_of(batches, 0))
-    assert as_set(out) == want == {(1, SPOUT, COMPLETED), (2, SPOUT, COMPLETED),
-                                   (3, OTHER_SPOUT, FAILED)}
+    assert as_set(out) == want == {(1, SPOUT, COMPLETED), (2, SPOUT, COMPLETED), (3, OTHER_SPOUT, FAILED)}
     # Root 1 completed with record 1; record 2's stray ack starts a new, ownerless entry.
     assert table.pending == 1 and table._state_of(1) == one_by_one._state_of(1)
     assert table.stats == one_by_one.stats
@@ -231,8 +253,11 @@ def test_fold_records_matches_folding_one_by_one_even_for_a_late_stray_ack():
 
 def test_fold_records_expires_between_records_across_a_bucket_boundary():
     table = AckerTable(message_timeout_ms=1000, buckets=1)
-    records = records_of([([(INIT, 1, 5)], SPOUT)], 0, t=0) + records_of(
-        [([(ACK, 1, 5)], BOLT)], 1, t=2000) + records_of([([(INIT, 2, 5)], SPOUT)], 2, t=2500)
+    records = (
+        records_of([([(INIT, 1, 5)], SPOUT)], 0, t=0)
+        + records_of([([(ACK, 1, 5)], BOLT)], 1, t=2000)
+        + records_of([([(INIT, 2, 5)], SPOUT)], 2, t=2500)
+    )
     assert as_set(table.fold_records(records)) == {(1, SPOUT, TIMED_OUT)}
     assert table.pending == 2 and table._state_of(1)["owner"] is None
     assert table.fold_records([]) == Outcomes.empty()
@@ -268,8 +293,8 @@ def test_timeout_without_owner_expires_silently():
 
 def test_late_init_moves_the_deadline():
     table = AckerTable(message_timeout_ms=1000, buckets=1)
-    fold(table, [(ACK, 1, 5)], sender=BOLT, t=0)      # created at 0: expires at 2000
-    fold(table, [(INIT, 1, 6)], t=1500)                # INIT at 1500: expires at 3000
+    fold(table, [(ACK, 1, 5)], sender=BOLT, t=0)  # created at 0: expires at 2000
+    fold(table, [(INIT, 1, 6)], t=1500)  # INIT at 1500: expires at 3000
     assert as_set(table.advance(2999)) == set()
     assert as_set(table.advance(3000)) == {(1, SPOUT, TIMED_OUT)}
 
@@ -294,8 +319,12 @@ def test_clock_never_moves_back():
     assert as_set(table.advance(7000)) == {(1, SPOUT, TIMED_OUT), (2, SPOUT, TIMED_OUT)}
 
 
-@given(timeout=st.integers(1, 100_000), buckets=st.integers(1, 30),
-       start=st.integers(-10**12, 10**12), touch=st.sampled_from([INIT, ACK, RESET, FAIL]))
+@given(
+    timeout=st.integers(1, 100_000),
+    buckets=st.integers(1, 30),
+    start=st.integers(-(10**12), 10**12),
+    touch=st.sampled_from([INIT, ACK, RESET, FAIL]),
+)
 def test_expiry_bound_is_timeout_to_timeout_plus_one_bucket(timeout, buckets, start, touch):
     table = AckerTable(message_timeout_ms=timeout, buckets=buckets)
     width = table.bucket_width_ms
@@ -316,13 +345,13 @@ def test_low_offset_tracks_the_oldest_pending_bucket():
     table = AckerTable(message_timeout_ms=30_000, buckets=4)
     assert table.low_offset() is None
     fold(table, [(INIT, 1, 5)], t=0, offset=10)
-    fold(table, [(INIT, 2, 5)], t=100, offset=20)       # same bucket as root 1
-    fold(table, [(INIT, 3, 5)], t=8000, offset=30)      # a later bucket
+    fold(table, [(INIT, 2, 5)], t=100, offset=20)  # same bucket as root 1
+    fold(table, [(INIT, 3, 5)], t=8000, offset=30)  # a later bucket
     assert table.low_offset() == 10
     fold(table, [(ACK, 1, 5)], sender=BOLT, t=8000, offset=31)
-    assert table.low_offset() == 10                       # root 2 still holds that bucket
+    assert table.low_offset() == 10  # root 2 still holds that bucket
     fold(table, [(ACK, 2, 5)], sender=BOLT, t=8000, offset=32)
-    assert table.low_offset() == 30                       # caught up
+    assert table.low_offset() == 30  # caught up
     fold(table, [(ACK, 3, 5)], sender=BOLT, t=8000, offset=33)
     assert table.low_offset() is None
 
@@ -335,7 +364,7 @@ def test_reset_carries_the_low_offset_to_the_new_bucket():
     fold(table, [(ACK, 2, 5)], sender=BOLT, t=9000, offset=51)
     # Root 1 (first seen at 10) now lives in the newest bucket, which must not claim 50.
     assert table.low_offset() == 10
-    assert as_set(table.advance(37_500)) == set()     # the old bucket expired, empty
+    assert as_set(table.advance(37_500)) == set()  # the old bucket expired, empty
     assert table.low_offset() == 10
     fold(table, [(ACK, 1, 5)], sender=BOLT, t=37_500, offset=60)
     assert table.low_offset() is None
@@ -353,8 +382,9 @@ def test_growth_under_many_roots_and_drain():
     small_bytes = table.nbytes
     for i in range(0, len(roots), 700):
         sl = slice(i, i + 700)
-        out = table.fold(np.zeros(len(roots[sl]), np.uint8), roots[sl], edges[sl], sender=SPOUT,
-                         event_time_ms=0, offset=i)
+        out = table.fold(
+            np.zeros(len(roots[sl]), np.uint8), roots[sl], edges[sl], sender=SPOUT, event_time_ms=0, offset=i
+        )
         assert len(out) == 0
     assert table.pending == len(roots) and table.nbytes > small_bytes
     assert table.stats.rebuilds > 5 and table._audit() == []
@@ -363,9 +393,10 @@ def test_growth_under_many_roots_and_drain():
     peak = table.capacity
     perm = rng.permutation(len(roots))
     for i in range(0, len(roots), 900):
-        idx = perm[i:i + 900]
-        out = table.fold(np.ones(len(idx), np.uint8), roots[idx], edges[idx], sender=BOLT,
-                         event_time_ms=1, offset=100_000 + i)
+        idx = perm[i : i + 900]
+        out = table.fold(
+            np.ones(len(idx), np.uint8), roots[idx], edges[idx], sender=BOLT, event_time_ms=1, offset=100_000 + i
+        )
         assert sorted(out.roots.tolist()) == sorted(roots[idx].tolist())
         assert set(out.kinds.tolist()) == {COMPLETED} and set(out.owners.tolist()) == {SPOUT}
     assert table.pending == 0 and table.low_offset() is None and table._audit() == []
@@ -379,14 +410,18 @@ def test_churn_at_high_load_keeps_every_root_findable():
     for step in range(120):
         new = rng.integers(1, 2**63 - 1, 60 if len(live) < 6400 else 40, dtype=np.int64)
         vals = rng.integers(1, 2**62, len(new), dtype=np.int64)
-        table.fold(np.zeros(len(new), np.uint8), new, vals, sender=SPOUT, event_time_ms=0,
-                   offset=step)
+        table.fold(np.zeros(len(new), np.uint8), new, vals, sender=SPOUT, event_time_ms=0, offset=step)
         live.update(zip(new.tolist(), vals.tolist()))
         if len(live) > 6000:
             done = rng.choice(list(live), 40, replace=False)
-            out = table.fold(np.ones(len(done), np.uint8), done.astype(np.int64),
-                             np.array([live.pop(int(r)) for r in done], np.int64), sender=BOLT,
-                             event_time_ms=0, offset=step)
+            out = table.fold(
+                np.ones(len(done), np.uint8),
+                done.astype(np.int64),
+                np.array([live.pop(int(r)) for r in done], np.int64),
+                sender=BOLT,
+                event_time_ms=0,
+                offset=step,
+            )
             assert len(out) == len(done)
     assert table.pending == len(live) and table._overflow.any()
     assert table._audit() == []
@@ -400,10 +435,13 @@ def test_owner_indices_are_reused_once_their_roots_are_gone(monkeypatch):
     for spout in (1, 2, 3):
         fold(table, [(INIT, spout * 10, 5)], sender=spout)
     fold(table, [(ACK, 10, 5), (ACK, 20, 5)], sender=BOLT)
-    fold(table, [(INIT, 40, 5)], sender=4)     # index space full: spouts 1 and 2 forgotten
+    fold(table, [(INIT, 40, 5)], sender=4)  # index space full: spouts 1 and 2 forgotten
     fold(table, [(INIT, 50, 5)], sender=5)
     assert fold(table, [(ACK, 30, 5), (ACK, 40, 5), (ACK, 50, 5)], sender=BOLT) == {
-        (30, 3, COMPLETED), (40, 4, COMPLETED), (50, 5, COMPLETED)}
+        (30, 3, COMPLETED),
+        (40, 4, COMPLETED),
+        (50, 5, COMPLETED),
+    }
     for spout in (6, 7, 8):
         fold(table, [(INIT, spout * 10, 5)], sender=spout)
     with pytest.raises(ReliableKafkaError, match="spout tasks"):
@@ -420,7 +458,8 @@ def test_owner_index_widens_past_255_spouts_and_keeps_every_owner():
     table._rebuild(table.pending)  # the width survives a rebuild
     assert table._owner.dtype == np.uint16
     assert fold(table, [(ACK, spout, 5) for spout in spouts], sender=BOLT) == {
-        (spout, spout, COMPLETED) for spout in spouts}
+        (spout, spout, COMPLETED) for spout in spouts
+    }
 
 
 def test_owner_index_stays_one_byte_when_a_compaction_makes_room():
@@ -436,11 +475,12 @@ def test_owner_index_stays_one_byte_when_a_compaction_makes_room():
 
 def random_trees(rnd: random.Random, n_roots: int):
     """Events of random tuple trees built with the edge rule (DESIGN section 2)."""
+
     def fresh() -> int:
         return to_int64(rnd.getrandbits(64) or 1)
 
-    events = []                      # (kind, root, val, sender)
-    open_tuples = []                 # [anchors: {root: id}, ack_val]
+    events = []  # (kind, root, val, sender)
+    open_tuples = []  # [anchors: {root: id}, ack_val]
     owner = {}
     for _ in range(n_roots):
         root, edge, spout = fresh(), fresh(), rnd.choice([SPOUT, OTHER_SPOUT])
@@ -451,7 +491,7 @@ def random_trees(rnd: random.Random, n_roots: int):
     while open_tuples:
         a = open_tuples.pop(rnd.randrange(len(open_tuples)))
         anchors = [a]
-        if open_tuples and rnd.random() < 0.3:           # multi-anchoring: a second input
+        if open_tuples and rnd.random() < 0.3:  # multi-anchoring: a second input
             anchors.append(rnd.choice(open_tuples))
         for _ in range(rnd.choice([0, 0, 1, 2, 3]) if budget > 0 else 0):
             budget -= 1
@@ -471,8 +511,7 @@ def batches_of(rnd: random.Random, events):
     """Split events into batches at random points and wherever the INIT sender changes."""
     batches, current, sender = [], [], None
     for event in events:
-        if current and (rnd.random() < 0.3 or (event[0] == INIT and sender not in (None,
-                                                                                   event[3]))):
+        if current and (rnd.random() < 0.3 or (event[0] == INIT and sender not in (None, event[3]))):
             batches.append((current, sender if sender is not None else BOLT))
             current, sender = [], None
         current.append(event)
@@ -485,28 +524,38 @@ def batches_of(rnd: random.Random, events):
 
 def records_of(batches, first_offset: int, t: int = 0):
     """fold_records input for (entries, sender) batches."""
-    return [(np.array([e[0] for e in batch], np.uint8), np.array([e[1] for e in batch], np.int64),
-             np.array([e[2] for e in batch], np.int64), sender, t, first_offset + i)
-            for i, (batch, sender) in enumerate(batches)]
+    return [
+        (
+            np.array([e[0] for e in batch], np.uint8),
+            np.array([e[1] for e in batch], np.int64),
+            np.array([e[2] for e in batch], np.int64),
+            sender,
+            t,
+            first_offset + i,
+        )
+        for i, (batch, sender) in enumerate(batches)
+    ]
 
 
 @settings(max_examples=150, deadline=None)
-@given(seed=st.integers(0, 2**32), n_roots=st.integers(1, 12), capacity=st.sampled_from([8, 1024]),
-       records_per_call=st.sampled_from([1, 1, 3, 50]))
-def test_trees_complete_exactly_when_their_last_event_is_folded(seed, n_roots, capacity,
-                                                                records_per_call):
+@given(
+    seed=st.integers(0, 2**32),
+    n_roots=st.integers(1, 12),
+    capacity=st.sampled_from([8, 1024]),
+    records_per_call=st.sampled_from([1, 1, 3, 50]),
+)
+def test_trees_complete_exactly_when_their_last_event_is_folded(seed, n_roots, capacity, records_per_call):
     rnd = random.Random(seed)
     events, owner = random_trees(rnd, n_roots)
-    rnd.shuffle(events)                                   # any interleaving, not just causal
+    rnd.shuffle(events)  # any interleaving, not just causal
     last_index = {}
     for i, event in enumerate(events):
         last_index[event[1]] = i
     table = AckerTable(initial_capacity=capacity)
-    batches = [([(k, r, v) for k, r, v, _ in batch], sender)
-               for batch, sender in batches_of(rnd, events)]
+    batches = [([(k, r, v) for k, r, v, _ in batch], sender) for batch, sender in batches_of(rnd, events)]
     folded = 0
     for first in range(0, len(batches), records_per_call):
-        call = batches[first:first + records_per_call]
+        call = batches[first : first + records_per_call]
         if records_per_call == 1:
             decided = fold(table, call[0][0], sender=call[0][1], offset=first)
         else:
@@ -521,21 +570,31 @@ def test_trees_complete_exactly_when_their_last_event_is_folded(seed, n_roots, c
 
 # ----------------------------------------------------- property: equivalence with the reference
 
-kind_strategy = st.one_of(st.sampled_from([INIT, ACK, ACK, FAIL, RESET]),
-                          st.sampled_from([4, 9, 255]))  # unknown kinds too
+kind_strategy = st.one_of(
+    st.sampled_from([INIT, ACK, ACK, FAIL, RESET]), st.sampled_from([4, 9, 255])
+)  # unknown kinds too
 entry_strategy = st.tuples(kind_strategy, st.integers(-3, 12), st.integers(0, 3))
 operation = st.one_of(
-    st.tuples(st.just("fold"), st.lists(entry_strategy, max_size=12),
-              st.sampled_from([0, SPOUT, -5]), st.one_of(st.just(0), st.integers(-5, 40)),
-              st.booleans()),
+    st.tuples(
+        st.just("fold"),
+        st.lists(entry_strategy, max_size=12),
+        st.sampled_from([0, SPOUT, -5]),
+        st.one_of(st.just(0), st.integers(-5, 40)),
+        st.booleans(),
+    ),
     st.tuples(st.just("advance"), st.integers(-5, 60)),
 )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(timeout=st.integers(1, 40), buckets=st.integers(1, 5), start=st.integers(-100, 100),
-       ops=st.lists(operation, max_size=40), seed=st.integers(0, 2**32),
-       records_per_call=st.sampled_from([1, 1, 2, 5, 40]))
+@given(
+    timeout=st.integers(1, 40),
+    buckets=st.integers(1, 5),
+    start=st.integers(-100, 100),
+    ops=st.lists(operation, max_size=40),
+    seed=st.integers(0, 2**32),
+    records_per_call=st.sampled_from([1, 1, 2, 5, 40]),
+)
 def test_equivalent_to_the_reference_model(timeout, buckets, start, ops, seed, records_per_call):
     rng = np.random.default_rng(seed)
     table = AckerTable(message_timeout_ms=timeout, buckets=buckets, initial_capacity=8)
@@ -546,9 +605,14 @@ def test_equivalent_to_the_reference_model(timeout, buckets, start, ops, seed, r
         if op[0] == "fold":
             _, entries, sender, dt, crowd = op
             if crowd:  # plus a crowd of fresh roots, to make the table grow, rehash and shrink
-                entries = entries + [(int(k), int(r), int(v)) for k, r, v in zip(
-                    rng.choice([INIT, ACK, FAIL], 40), rng.integers(-(2**63), 2**63 - 1, 40),
-                    rng.integers(0, 2**62, 40))]
+                entries = entries + [
+                    (int(k), int(r), int(v))
+                    for k, r, v in zip(
+                        rng.choice([INIT, ACK, FAIL], 40),
+                        rng.integers(-(2**63), 2**63 - 1, 40),
+                        rng.integers(0, 2**62, 40),
+                    )
+                ]
             now += dt
             if calls and calls[-1][0] == "fold" and len(calls[-1][1]) < records_per_call:
                 calls[-1][1].append((entries, sender, now, offset))
@@ -565,14 +629,25 @@ def test_equivalent_to_the_reference_model(timeout, buckets, start, ops, seed, r
             got = sorted(fold(table, entries, sender=sender, t=t, offset=offset))
             want = sorted(ref_fold(ref, entries, sender=sender, t=t, offset=offset))
         else:
-            out = table.fold_records([
-                (np.array([e[0] for e in entries], np.uint8),
-                 np.array([e[1] for e in entries], np.int64),
-                 np.array([e[2] for e in entries], np.int64), sender, t, offset)
-                for entries, sender, t, offset in arg])
+            out = table.fold_records(
+                [
+                    (
+                        np.array([e[0] for e in entries], np.uint8),
+                        np.array([e[1] for e in entries], np.int64),
+                        np.array([e[2] for e in entries], np.int64),
+                        sender,
+                        t,
+                        offset,
+                    )
+                    for entries, sender, t, offset in arg
+                ]
+            )
             got = sorted(zip(out.roots.tolist(), out.owners.tolist(), out.kinds.tolist()))
-            want = sorted(d for entries, sender, t, offset in arg
-                          for d in ref_fold(ref, entries, sender=sender, t=t, offset=offset))
+            want = sorted(
+                d
+                for entries, sender, t, offset in arg
+                for d in ref_fold(ref, entries, sender=sender, t=t, offset=offset)
+            )
         assert got == want
         assert table.pending == ref.pending
         truth = ref.low_bound()
@@ -587,8 +662,11 @@ def test_equivalent_to_the_reference_model(timeout, buckets, start, ops, seed, r
 
 
 @settings(max_examples=100, deadline=None)
-@given(groups=st.sampled_from([2, 5, 13, 31]), seed=st.integers(0, 2**32),
-       counts=st.lists(st.integers(1, 30), min_size=1, max_size=80))
+@given(
+    groups=st.sampled_from([2, 5, 13, 31]),
+    seed=st.integers(0, 2**32),
+    counts=st.lists(st.integers(1, 30), min_size=1, max_size=80),
+)
 def test_table_stays_sound_under_churn_near_its_fill_limit(groups, seed, counts):
     # Small tables kept near their fill limit: keys spill past both choices, overflow counts
     # go up and down; every pending root stays findable and its val intact.
@@ -600,13 +678,13 @@ def test_table_stays_sound_under_churn_near_its_fill_limit(groups, seed, counts)
         if live and len(live) + count > 0.84 * table.capacity:
             done = rng.choice(list(live), min(count, len(live)), replace=False).astype(np.int64)
             vals = np.array([live.pop(int(r)) for r in done], np.int64)
-            out = table.fold(np.ones(len(done), np.uint8), done, vals, sender=BOLT,
-                             event_time_ms=0, offset=offset)
+            out = table.fold(np.ones(len(done), np.uint8), done, vals, sender=BOLT, event_time_ms=0, offset=offset)
             assert sorted(out.roots.tolist()) == sorted(done.tolist())
         roots = rng.integers(-(2**63), 2**63 - 1, count, dtype=np.int64)
         vals = rng.integers(1, 2**62, count, dtype=np.int64)
-        assert len(table.fold(np.zeros(count, np.uint8), roots, vals, sender=SPOUT,
-                              event_time_ms=0, offset=offset)) == 0
+        assert (
+            len(table.fold(np.zeros(count, np.uint8), roots, vals, sender=SPOUT, event_time_ms=0, offset=offset)) == 0
+        )
         live.update(zip(roots.tolist(), vals.tolist()))
         assert table.pending == len(live)
         assert table._audit() == []
@@ -615,12 +693,20 @@ def test_table_stays_sound_under_churn_near_its_fill_limit(groups, seed, counts)
 
 
 @settings(max_examples=300, deadline=None)
-@given(records=st.lists(st.tuples(st.lists(st.tuples(st.sampled_from([INIT, ACK, ACK, FAIL, RESET]),
-                                                     st.integers(1, 6), st.integers(0, 3)),
-                                           max_size=6),
-                                  st.sampled_from([SPOUT, OTHER_SPOUT]), st.integers(0, 3)),
-                        max_size=12),
-       timeout=st.sampled_from([5, 1000]))
+@given(
+    records=st.lists(
+        st.tuples(
+            st.lists(
+                st.tuples(st.sampled_from([INIT, ACK, ACK, FAIL, RESET]), st.integers(1, 6), st.integers(0, 3)),
+                max_size=6,
+            ),
+            st.sampled_from([SPOUT, OTHER_SPOUT]),
+            st.integers(0, 3),
+        ),
+        max_size=12,
+    ),
+    timeout=st.sampled_from([5, 1000]),
+)
 def test_fold_records_decides_as_folding_one_by_one(records, timeout):
     one_by_one = AckerTable(message_timeout_ms=timeout, buckets=2, initial_capacity=8)
     together = AckerTable(message_timeout_ms=timeout, buckets=2, initial_capacity=8)
@@ -631,9 +717,16 @@ def test_fold_records_decides_as_folding_one_by_one(records, timeout):
         t += dt
         want += sorted(fold(one_by_one, entries, sender=sender, t=t, offset=offset))
         ref_fold(ref, entries, sender=sender, t=t, offset=offset)
-        calls.append((np.array([e[0] for e in entries], np.uint8),
-                      np.array([e[1] for e in entries], np.int64),
-                      np.array([e[2] for e in entries], np.int64), sender, t, offset))
+        calls.append(
+            (
+                np.array([e[0] for e in entries], np.uint8),
+                np.array([e[1] for e in entries], np.int64),
+                np.array([e[2] for e in entries], np.int64),
+                sender,
+                t,
+                offset,
+            )
+        )
     out = together.fold_records(calls)
     assert sorted(zip(out.roots.tolist(), out.owners.tolist(), out.kinds.tolist())) == sorted(want)
     assert together.stats == one_by_one.stats and together.pending == one_by_one.pending
@@ -667,8 +760,7 @@ def traffic(rnd: random.Random, n_roots: int):
         out.append((kind, root, val, sender))
     if rnd.random() < 0.3:  # any order: a FAIL or an ACK before its INIT
         rnd.shuffle(out)
-    records = [([(k, r, v) for k, r, v, _ in batch], sender)
-               for batch, sender in batches_of(rnd, out)]
+    records = [([(k, r, v) for k, r, v, _ in batch], sender) for batch, sender in batches_of(rnd, out)]
     if records and rnd.random() < 0.3:  # a duplicated record (a non-idempotent sender)
         i = rnd.randrange(len(records))
         records.insert(i + rnd.randint(0, 3), records[i])
@@ -676,22 +768,35 @@ def traffic(rnd: random.Random, n_roots: int):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32), n_roots=st.integers(1, 15),
-       per_call=st.sampled_from([1, 3, 16]), timeout=st.sampled_from([20, 10_000]),
-       buckets=st.sampled_from([1, 4]), capacity=st.sampled_from([8, 1024]))
+@given(
+    seed=st.integers(0, 2**32),
+    n_roots=st.integers(1, 15),
+    per_call=st.sampled_from([1, 3, 16]),
+    timeout=st.sampled_from([20, 10_000]),
+    buckets=st.sampled_from([1, 4]),
+    capacity=st.sampled_from([8, 1024]),
+)
 def test_grouped_traffic_with_fails_resets_duplicates_and_timeouts_matches_the_model(
-        seed, n_roots, per_call, timeout, buckets, capacity):
+    seed, n_roots, per_call, timeout, buckets, capacity
+):
     rnd = random.Random(seed)
     table = AckerTable(message_timeout_ms=timeout, buckets=buckets, initial_capacity=capacity)
     ref = ReferenceAcker(message_timeout_ms=timeout, buckets=buckets)
     records, t = [], 0
     for offset, (entries, sender, dt) in enumerate(traffic(rnd, n_roots)):
         t += dt
-        records.append((np.array([e[0] for e in entries], np.uint8),
-                        np.array([e[1] for e in entries], np.int64),
-                        np.array([e[2] for e in entries], np.int64), sender, t, offset))
+        records.append(
+            (
+                np.array([e[0] for e in entries], np.uint8),
+                np.array([e[1] for e in entries], np.int64),
+                np.array([e[2] for e in entries], np.int64),
+                sender,
+                t,
+                offset,
+            )
+        )
     for first in range(0, len(records), per_call):
-        call = records[first:first + per_call]
+        call = records[first : first + per_call]
         got = sorted(zip(*(c.tolist() for c in astuple(table.fold_records(call)))))
         assert got == sorted(ref.fold_records(call))
         assert table.pending == ref.pending
@@ -719,14 +824,15 @@ def test_fail_then_a_siblings_ack_in_one_group_is_folded_in_one_pass(monkeypatch
 
     monkeypatch.setattr(acker_table, "Group", CountingGroup)
     find = AckerTable._find
-    monkeypatch.setattr(AckerTable, "_find", lambda self, keys, *a: lookups.append(len(keys))
-                        or find(self, keys, *a))
+    monkeypatch.setattr(AckerTable, "_find", lambda self, keys, *a: lookups.append(len(keys)) or find(self, keys, *a))
     r, e, c1, c2 = 0x51, 0x0E, 0x0C1, 0x0C2
-    batches = [([(INIT, r, e)] + [(INIT, 100 + i, i + 1) for i in range(20)], SPOUT),
-               ([(ACK, r, e ^ c1 ^ c2)], BOLT),
-               ([(FAIL, r, 0)], BOLT)]                       # child 1 fails: FAILED here
+    batches = [
+        ([(INIT, r, e)] + [(INIT, 100 + i, i + 1) for i in range(20)], SPOUT),
+        ([(ACK, r, e ^ c1 ^ c2)], BOLT),
+        ([(FAIL, r, 0)], BOLT),
+    ]  # child 1 fails: FAILED here
     batches += [([(ACK, 100 + i, i + 1)], BOLT) for i in range(10)]
-    batches += [([(ACK, r, c2)], BOLT)]                       # the sibling's ack comes after
+    batches += [([(ACK, r, c2)], BOLT)]  # the sibling's ack comes after
     table = AckerTable()
     ref = ReferenceAcker(message_timeout_ms=30_000, buckets=4)
     records = records_of(batches, 0)
@@ -736,8 +842,7 @@ def test_fail_then_a_siblings_ack_in_one_group_is_folded_in_one_pass(monkeypatch
     assert created == [sum(len(b) for b, _ in batches)]  # the late ACK is in the same pass
     assert lookups == [21]  # each distinct root looked up once
     assert table.pending == ref.pending == 11  # ten INITs unacked, the late ACK's new entry
-    assert table._state_of(r) == {"val": c2, "owner": None, "failed": False,
-                                  "bucket": table._state_of(r)["bucket"]}
+    assert table._state_of(r) == {"val": c2, "owner": None, "failed": False, "bucket": table._state_of(r)["bucket"]}
 
 
 def test_a_root_decided_twice_in_one_group_is_decided_twice_in_one_pass(monkeypatch):
@@ -745,18 +850,20 @@ def test_a_root_decided_twice_in_one_group_is_decided_twice_in_one_pass(monkeypa
     # completes within the same group: both decisions, each root looked up once.
     lookups = []
     find = AckerTable._find
-    monkeypatch.setattr(AckerTable, "_find", lambda self, keys, *a: lookups.append(len(keys))
-                        or find(self, keys, *a))
+    monkeypatch.setattr(AckerTable, "_find", lambda self, keys, *a: lookups.append(len(keys)) or find(self, keys, *a))
     r, e = 0x77, 0x1E
-    batches = [([(INIT, r, e), (INIT, 5, 6)], SPOUT), ([(FAIL, r, 0), (RESET, 5, 0)], BOLT),
-               ([(INIT, r, e)], OTHER_SPOUT), ([(ACK, r, e), (RESET, r, 0)], BOLT)]
+    batches = [
+        ([(INIT, r, e), (INIT, 5, 6)], SPOUT),
+        ([(FAIL, r, 0), (RESET, 5, 0)], BOLT),
+        ([(INIT, r, e)], OTHER_SPOUT),
+        ([(ACK, r, e), (RESET, r, 0)], BOLT),
+    ]
     table = AckerTable()
     ref = ReferenceAcker(message_timeout_ms=30_000, buckets=4)
     records = records_of(batches, 0)
     got = sorted(zip(*(c.tolist() for c in astuple(table.fold_records(records)))))
     assert got == sorted(ref.fold_records(records))
-    assert got == sorted([(r, SPOUT, FAILED), (r, OTHER_SPOUT, COMPLETED),
-                          (5, SPOUT, RESET_NOTICE)])
+    assert got == sorted([(r, SPOUT, FAILED), (r, OTHER_SPOUT, COMPLETED), (5, SPOUT, RESET_NOTICE)])
     assert lookups == [2] and table.pending == ref.pending == 1
     check_stats(table, ref)
 
@@ -766,8 +873,7 @@ def test_the_model_holds_when_roots_meet_in_the_fold_scratch(monkeypatch, scratc
     # The fold finds equal roots with a scratch hash; a tiny one makes every root meet others
     # there and go round again. The property tests above must hold just the same.
     same_root = acker_fold.same_root
-    monkeypatch.setattr(acker_fold, "same_root",
-                        lambda mixed: same_root(mixed, scratch_bits=scratch_bits))
+    monkeypatch.setattr(acker_fold, "same_root", lambda mixed: same_root(mixed, scratch_bits=scratch_bits))
     test_equivalent_to_the_reference_model()
     test_grouped_traffic_with_fails_resets_duplicates_and_timeouts_matches_the_model()
     test_fold_records_decides_as_folding_one_by_one()
@@ -779,9 +885,9 @@ def test_same_root_names_one_representative_per_root(keys, scratch_bits):
     roots = np.array(keys, np.int64)
     mixed = roots.view(np.uint64) * acker_fold.MIX
     rep = acker_fold.same_root(mixed, scratch_bits=scratch_bits)
-    assert np.array_equal(roots[rep], roots)          # a representative holds the same root
-    assert np.array_equal(rep[rep], rep)              # ... and represents itself
-    assert len(np.unique(rep)) == len(set(keys))      # one per distinct root
+    assert np.array_equal(roots[rep], roots)  # a representative holds the same root
+    assert np.array_equal(rep[rep], rep)  # ... and represents itself
+    assert len(np.unique(rep)) == len(set(keys))  # one per distinct root
 
 
 # ----------------------------------------------------- the reference model itself
@@ -795,13 +901,12 @@ def test_reference_acker_decides_as_documented():
     assert model.fold([fail, ack], [8, 6], [0, 3], sender=1, event_time_ms=20, offset=2) == []
     assert model.low_bound() == 2 and model.pending == 2
     assert model.fold([init], [8], [4], sender=9, event_time_ms=30, offset=3) == [(8, 9, 1)]
-    assert model.advance(149) == []       # root 6 seen at 20: deadline bucket (20+100)//50 = 2
-    assert model.advance(150) == []       # ownerless: expires silently
+    assert model.advance(149) == []  # root 6 seen at 20: deadline bucket (20+100)//50 = 2
+    assert model.advance(150) == []  # ownerless: expires silently
     assert model.pending == 0 and model.low_bound() is None
     reset = 3  # a RESET_TIMEOUT is forwarded to the owner once it is known
     assert model.fold([reset], [5], [0], sender=1, event_time_ms=200, offset=4) == []
-    assert model.fold([init, reset], [5, 5], [4, 0], sender=9, event_time_ms=200,
-                      offset=5) == [(5, 9, 3)]
+    assert model.fold([init, reset], [5, 5], [4, 0], sender=9, event_time_ms=200, offset=5) == [(5, 9, 3)]
     assert model.stats.reset_notices == 1 and model.pending == 1
 
 

@@ -68,8 +68,12 @@ def test_multi_anchored_child_keeps_both_trees_open():
     assert after[r1] == 0 and after[r2] == 0
 
 
-@given(st.lists(st.lists(st.one_of(st.none(), st.tuples(st.sampled_from([0, 11, 12, 13]), st.integers(1, 99))),
-                         max_size=4), max_size=20))
+@given(
+    st.lists(
+        st.lists(st.one_of(st.none(), st.tuples(st.sampled_from([0, 11, 12, 13]), st.integers(1, 99))), max_size=4),
+        max_size=20,
+    )
+)
 def test_pair_anchored_outputs_complete_their_trees_exactly_with_the_owed_acks(rows):
     """A Spark batch: a tree (INIT with the input edges, the driver's input acks, the writer's owed
     acks) folds to zero once every output is acked, and stays open while any one is not."""
@@ -85,7 +89,7 @@ def test_pair_anchored_outputs_complete_their_trees_exactly_with_the_owed_acks(r
     output_acks = [(root, edge) for output in outputs for root, edge in output.items()]
     assert not any(_fold(events + output_acks).values())
     for left_out in range(len(output_acks)):
-        held_back = output_acks[:left_out] + output_acks[left_out + 1:]
+        held_back = output_acks[:left_out] + output_acks[left_out + 1 :]
         assert _fold(events + held_back)[output_acks[left_out][0]] != 0, "a tree completed with an output unacked"
 
 
@@ -95,8 +99,10 @@ def test_untracked_parents_give_untracked_children():
     assert fail_roots(Anchored({5: 1, 6: 2})) == [5, 6]
 
 
-@given(st.lists(st.tuples(st.sampled_from(list(EventKind)), st.integers(1, 2**63 - 1), st.integers()), max_size=100),
-       st.integers(1, 16))
+@given(
+    st.lists(st.tuples(st.sampled_from(list(EventKind)), st.integers(1, 2**63 - 1), st.integers()), max_size=100),
+    st.integers(1, 16),
+)
 def test_packer_groups_by_root_partition_and_keeps_every_entry(entries, partitions):
     packer = AckPacker(ack_partitions=partitions)
     for kind, root, val in entries:
@@ -111,8 +117,10 @@ def test_packer_groups_by_root_partition_and_keeps_every_entry(entries, partitio
     assert sorted(seen) == sorted((int(k), r, v % 2**63) for k, r, v in entries)
 
 
-@given(st.lists(st.tuples(st.integers(-2**63, 2**63 - 1).filter(bool), st.integers(0, 2**63 - 1)), max_size=200),
-       st.integers(1, 7))
+@given(
+    st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1).filter(bool), st.integers(0, 2**63 - 1)), max_size=200),
+    st.integers(1, 7),
+)
 def test_packer_keeps_each_partitions_entries_in_the_order_added(entries, partitions):
     # roots are signed: the partition is root mod N read unsigned, as the acker checks it
     packer = AckPacker(ack_partitions=partitions)

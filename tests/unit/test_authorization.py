@@ -27,25 +27,40 @@ class Client:
 WHO = {"component": "bolt-1", "principal": "User:bolt"}
 
 
-@pytest.mark.parametrize("code, resource_type, operation, resource", [
-    (KafkaError.TOPIC_AUTHORIZATION_FAILED, "TOPIC", "WRITE", "wc.acks"),
-    (KafkaError.GROUP_AUTHORIZATION_FAILED, "GROUP", "READ", "g"),
-    (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "TRANSACTIONAL_ID", "WRITE", "g.b1"),
-    (KafkaError.CLUSTER_AUTHORIZATION_FAILED, "CLUSTER", "IDEMPOTENT_WRITE", "kafka-cluster"),
-])
+@pytest.mark.parametrize(
+    "code, resource_type, operation, resource",
+    [
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, "TOPIC", "WRITE", "wc.acks"),
+        (KafkaError.GROUP_AUTHORIZATION_FAILED, "GROUP", "READ", "g"),
+        (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "TRANSACTIONAL_ID", "WRITE", "g.b1"),
+        (KafkaError.CLUSTER_AUTHORIZATION_FAILED, "CLUSTER", "IDEMPOTENT_WRITE", "kafka-cluster"),
+    ],
+)
 def test_each_refusal_names_operation_resource_and_principal(code, resource_type, operation, resource):
     for failure in (KafkaError(code), KafkaException(KafkaError(code))):
         error = refusal(failure, **WHO, operation="WRITE", topic="wc.acks", group="g", transactional_id="g.b1")
         assert isinstance(error, AuthorizationError) and isinstance(error, ReliableKafkaError)
         assert (error.operation, error.resource_type, error.resource, error.principal, error.component) == (
-            operation, resource_type, resource, "User:bolt", "bolt-1")
+            operation,
+            resource_type,
+            resource,
+            "User:bolt",
+            "bolt-1",
+        )
         assert error.error == KafkaError(code).name()
         text = str(error)
         assert all(part in text for part in ("bolt-1", "User:bolt", operation, resource, "kafka-acls.sh"))
 
 
-@pytest.mark.parametrize("code", [KafkaError._MSG_TIMED_OUT, KafkaError.UNKNOWN_TOPIC_OR_PART,
-                                  KafkaError._TRANSPORT, KafkaError.NOT_LEADER_FOR_PARTITION])
+@pytest.mark.parametrize(
+    "code",
+    [
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._TRANSPORT,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    ],
+)
 def test_other_errors_are_not_refusals(code):
     assert refusal(KafkaError(code), **WHO, topic="t") is None
     check_delivery(KafkaError(code), FakeMessage("t"), Client())  # no raise
@@ -79,8 +94,9 @@ def test_consumed_refusals_name_read_on_the_topic_or_group():
     assigning = Client()
     assigning.subscribed = False  # it only looks up the group's coordinator: DESCRIBE
     with pytest.raises(AuthorizationError) as raised:
-        check_consumed(FakeMessage(None, KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)), assigning,
-                       component="outcome reader")
+        check_consumed(
+            FakeMessage(None, KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)), assigning, component="outcome reader"
+        )
     assert (raised.value.operation, raised.value.component) == ("DESCRIBE", "outcome reader")
     check_consumed(FakeMessage("in", KafkaError(KafkaError._PARTITION_EOF)), Client())  # no raise
 
@@ -95,8 +111,12 @@ def test_clients_made_by_the_library_know_their_principal():
     from reliable_kafka.kafka.clients import new_consumer, new_producer
     from reliable_kafka.topology import admin_client
 
-    config = {"sasl.username": "bolt", "sasl.password": "x", "security.protocol": "SASL_PLAINTEXT",
-              "sasl.mechanism": "SCRAM-SHA-256"}
+    config = {
+        "sasl.username": "bolt",
+        "sasl.password": "x",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+    }
     producer = new_producer("127.0.0.1:1", config, ack_sender="bolt-1", **{"transactional.id": "g.b1"})
     assert (producer.component, producer.principal, producer.transactional_id) == ("bolt-1", "User:bolt", "g.b1")
     consumer = new_consumer("127.0.0.1:1", "g", config)

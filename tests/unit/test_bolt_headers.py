@@ -38,18 +38,26 @@ class _Message:
         return (1, 1000)
 
 
-@pytest.mark.parametrize("headers, user_headers, anchors", [
-    (None, [], {}),
-    ([], [], {}),
-    ([("rk-anchors", RAW)], [], {11: 22}),
-    ([("trace", b"t1")], [("trace", b"t1")], {}),
-    ([("trace", b"t1"), ("rk-anchors", RAW), ("span", b"s")], [("trace", b"t1"), ("span", b"s")], {11: 22}),
-    ([("rk-anchors", codec.encode_anchors({1: 2})), ("a", b"1"), ("rk-anchors", RAW)], [("a", b"1")], {11: 22}),
-])
+@pytest.mark.parametrize(
+    "headers, user_headers, anchors",
+    [
+        (None, [], {}),
+        ([], [], {}),
+        ([("rk-anchors", RAW)], [], {11: 22}),
+        ([("trace", b"t1")], [("trace", b"t1")], {}),
+        ([("trace", b"t1"), ("rk-anchors", RAW), ("span", b"s")], [("trace", b"t1"), ("span", b"s")], {11: 22}),
+        ([("rk-anchors", codec.encode_anchors({1: 2})), ("a", b"1"), ("rk-anchors", RAW)], [("a", b"1")], {11: 22}),
+    ],
+)
 def test_the_tuple_gets_the_last_anchors_header_and_every_other_header_in_order(headers, user_headers, anchors):
     seen = []
-    bolt = Bolt(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="words", group_id="g",
-                handler=lambda tuple_, collector: seen.append(tuple_))
+    bolt = Bolt(
+        topology="t",
+        bootstrap_servers="127.0.0.1:1",
+        source_topics="words",
+        group_id="g",
+        handler=lambda tuple_, collector: seen.append(tuple_),
+    )
     bolt._process(_Message(headers))
     assert len(seen) == 1
     assert list(seen[0].headers) == user_headers
@@ -112,8 +120,13 @@ class _Quiet:
 
 def test_one_store_per_batch_past_each_partitions_last_record_even_a_quarantined_one():
     handled = []
-    bolt = Bolt(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="words", group_id="g",
-                handler=lambda tuple_, collector: handled.append((tuple_.partition, tuple_.offset)))
+    bolt = Bolt(
+        topology="t",
+        bootstrap_servers="127.0.0.1:1",
+        source_topics="words",
+        group_id="g",
+        handler=lambda tuple_, collector: handled.append((tuple_.partition, tuple_.offset)),
+    )
     consumer = _Batch([_At(0, 5), _At(1, 40), _At(0, 6), _At(1, 41, [("rk-anchors", b"\x02bad")]), _At(0, 7)])
     bolt._consumer, bolt._producer, bolt._acks, bolt._quarantine = consumer, _Quiet(), _Quiet(), _Quiet()
     bolt.poll_once(0)
@@ -125,8 +138,13 @@ def test_one_store_per_batch_past_each_partitions_last_record_even_a_quarantined
 
 
 def test_the_loops_commits_do_not_wait_but_close_waits_for_its_commit():
-    bolt = Bolt(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="words", group_id="g",
-                handler=lambda tuple_, collector: None)
+    bolt = Bolt(
+        topology="t",
+        bootstrap_servers="127.0.0.1:1",
+        source_topics="words",
+        group_id="g",
+        handler=lambda tuple_, collector: None,
+    )
     consumer = _Batch([_At(0, 5)])
     bolt._consumer, bolt._producer, bolt._acks, bolt._quarantine = consumer, _Quiet(), _Quiet(), _Quiet()
     bolt.poll_once(0)

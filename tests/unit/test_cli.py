@@ -41,8 +41,11 @@ def test_every_kafka_command_takes_bootstrap_servers_and_its_short_alias(command
 
 
 def test_the_list_above_is_every_command_that_has_a_bootstrap_option():
-    having = {" ".join(path) for path, parser in _subcommands(build_parser())
-              if any("--bootstrap-servers" in a.option_strings for a in parser._actions)}
+    having = {
+        " ".join(path)
+        for path, parser in _subcommands(build_parser())
+        if any("--bootstrap-servers" in a.option_strings for a in parser._actions)
+    }
     assert having == set(KAFKA_COMMANDS)
 
 
@@ -74,8 +77,21 @@ def test_kafka_config_pairs_go_over_the_command_config_file(tmp_path):
 
     path = tmp_path / "c.properties"
     path.write_text("security.protocol=SASL_PLAINTEXT\nclient.id=from-file\n")
-    args = build_parser().parse_args(["status", "--topology", "t", "--bootstrap", "b", "--command-config",
-                                      str(path), "--kafka-config", "client.id=given", "--kafka-config", "a=b"])
+    args = build_parser().parse_args(
+        [
+            "status",
+            "--topology",
+            "t",
+            "--bootstrap",
+            "b",
+            "--command-config",
+            str(path),
+            "--kafka-config",
+            "client.id=given",
+            "--kafka-config",
+            "a=b",
+        ]
+    )
     assert client_settings(args) == {"security.protocol": "SASL_PLAINTEXT", "client.id": "given", "a": "b"}
 
 
@@ -93,7 +109,23 @@ def test_the_acker_command_builds_its_worker_with_the_library_names(monkeypatch)
             pass
 
     monkeypatch.setattr(acker_package, "AckerWorker", Recorder)
-    assert main(["acker", "--topology", "t", "--bootstrap", "b:1", "--timeout-ms", "700",
-                 "--kafka-config", "linger.ms=5", "--log-level", "error"]) == 0
+    assert (
+        main(
+            [
+                "acker",
+                "--topology",
+                "t",
+                "--bootstrap",
+                "b:1",
+                "--timeout-ms",
+                "700",
+                "--kafka-config",
+                "linger.ms=5",
+                "--log-level",
+                "error",
+            ]
+        )
+        == 0
+    )
     assert built["bootstrap_servers"] == "b:1" and built["message_timeout_ms"] == 700
     assert built["kafka_config"] == {"linger.ms": "5"}

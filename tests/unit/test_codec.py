@@ -59,21 +59,25 @@ def test_anchors_v2_body_is_the_avro_bytes_of_its_schema(anchors):
     body = io.BytesIO(raw[1:])
     pairs = fastavro.schemaless_reader(body, schema, None)
     assert body.tell() == len(raw) - 1
-    assert pairs == b"".join(r.to_bytes(8, "big", signed=True) + e.to_bytes(8, "big", signed=True)
-                             for r, e in anchors.items())
+    assert pairs == b"".join(
+        r.to_bytes(8, "big", signed=True) + e.to_bytes(8, "big", signed=True) for r, e in anchors.items()
+    )
 
 
-@pytest.mark.parametrize("raw, reason", [
-    (b"\x02", "cut short"),
-    (b"\x02\x20" + bytes(15), "truncated"),                       # 16 announced, 15 present
-    (b"\x02\x20" + (1).to_bytes(8, "big") + bytes(9), "trailing"),
-    (b"\x02\x1e" + bytes(15), "not a multiple of 16"),           # L = 15
-    (b"\x02\x01", "not a multiple of 16"),                        # L = -1
-    (b"\x02\x20" + bytes(16), "root id 0"),
-    (b"\x02\x40" + ((3).to_bytes(8, "big") + bytes(8)) * 2, "appears twice"),
-    (b"\x02" + b"\xff" * 11, "too long"),
-    (b"\x02\x80\x02" + (1).to_bytes(8, "big") + bytes(8), "truncated"),  # L = 128
-])
+@pytest.mark.parametrize(
+    "raw, reason",
+    [
+        (b"\x02", "cut short"),
+        (b"\x02\x20" + bytes(15), "truncated"),  # 16 announced, 15 present
+        (b"\x02\x20" + (1).to_bytes(8, "big") + bytes(9), "trailing"),
+        (b"\x02\x1e" + bytes(15), "not a multiple of 16"),  # L = 15
+        (b"\x02\x01", "not a multiple of 16"),  # L = -1
+        (b"\x02\x20" + bytes(16), "root id 0"),
+        (b"\x02\x40" + ((3).to_bytes(8, "big") + bytes(8)) * 2, "appears twice"),
+        (b"\x02" + b"\xff" * 11, "too long"),
+        (b"\x02\x80\x02" + (1).to_bytes(8, "big") + bytes(8), "truncated"),  # L = 128
+    ],
+)
 def test_anchors_v2_malformed(raw, reason):
     with pytest.raises(DecodeError, match=reason) as info:
         codec.decode_anchors(raw)
@@ -100,12 +104,17 @@ def test_anchors_encoder_rejects_ids_outside_int64():
 
 
 @settings(max_examples=500)
-@given(st.one_of(st.binary(max_size=200), st.binary(max_size=60).map(lambda b: b"\x02" + b),
-                 st.dictionaries(ids, any_long, max_size=8).flatmap(
-                     lambda a: st.tuples(st.just(codec.encode_anchors(a)), st.integers(0, 200),
-                                         st.integers(0, 255)).map(
-                         lambda t: t[0][:t[1] % (len(t[0]) + 1)] + bytes([t[2]])
-                         + t[0][t[1] % (len(t[0]) + 1) + 1:]))))
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        st.binary(max_size=60).map(lambda b: b"\x02" + b),
+        st.dictionaries(ids, any_long, max_size=8).flatmap(
+            lambda a: st.tuples(st.just(codec.encode_anchors(a)), st.integers(0, 200), st.integers(0, 255)).map(
+                lambda t: t[0][: t[1] % (len(t[0]) + 1)] + bytes([t[2]]) + t[0][t[1] % (len(t[0]) + 1) + 1 :]
+            )
+        ),
+    )
+)
 def test_anchors_fuzz_never_raises_anything_but_decode_error(raw):
     try:
         anchors = codec.decode_anchors(raw)
@@ -141,9 +150,7 @@ def test_ack_batch_layout_is_columns_of_little_endian_int64():
 
 @given(spout=any_long, entries=st.lists(st.tuples(ids, st.sampled_from(list(OutcomeKind))), max_size=200))
 def test_outcomes_round_trip(spout, entries):
-    batch = codec.decode_outcomes(
-        codec.encode_outcomes(spout, [r for r, _ in entries], [k for _, k in entries])
-    )
+    batch = codec.decode_outcomes(codec.encode_outcomes(spout, [r for r, _ in entries], [k for _, k in entries]))
     assert batch.spout == spout
     assert batch.roots.tolist() == [r for r, _ in entries]
     assert batch.kinds.tolist() == [int(k) for _, k in entries]
@@ -197,9 +204,20 @@ def test_parked_header_written_before_the_reference_fields_still_decodes():
     first = codec._schema("parked_record_first")
     buffer = io.BytesIO()
     buffer.write(b"\x01")
-    fastavro.schemaless_writer(buffer, first, {
-        "reason": "old", "attempts": 2, "source_topic": "t", "source_partition": 1, "source_offset": 9,
-        "source_timestamp_ms": 5, "component": "spout", "parked_at_ms": 7})
+    fastavro.schemaless_writer(
+        buffer,
+        first,
+        {
+            "reason": "old",
+            "attempts": 2,
+            "source_topic": "t",
+            "source_partition": 1,
+            "source_offset": 9,
+            "source_timestamp_ms": 5,
+            "component": "spout",
+            "parked_at_ms": 7,
+        },
+    )
     parked = codec.decode_parked(buffer.getvalue())
     assert parked == codec.ParkedRecord("old", 2, "t", 1, 9, 5, "spout", 7, value_omitted=False, original_bytes=-1)
 
@@ -277,16 +295,17 @@ def _ack_batch_by_fastavro(raw):
 
 
 @settings(max_examples=400)
-@given(sender=any_long, entries=st.lists(st.tuples(st.integers(0, 255), any_long, any_long),
-                                         max_size=40),
-       cut=st.integers(0, 400), junk=st.binary(max_size=12), where=st.integers(0, 400))
-def test_ack_batch_read_in_place_agrees_with_fastavro_on_good_and_damaged_bytes(
-        sender, entries, cut, junk, where):
-    good = codec.encode_ack_batch(sender, [e[0] for e in entries], [e[1] for e in entries],
-                                  [e[2] for e in entries])
+@given(
+    sender=any_long,
+    entries=st.lists(st.tuples(st.integers(0, 255), any_long, any_long), max_size=40),
+    cut=st.integers(0, 400),
+    junk=st.binary(max_size=12),
+    where=st.integers(0, 400),
+)
+def test_ack_batch_read_in_place_agrees_with_fastavro_on_good_and_damaged_bytes(sender, entries, cut, junk, where):
+    good = codec.encode_ack_batch(sender, [e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries])
     where = min(where, len(good))
-    for raw in (good, good[:cut], good[:where] + junk + good[where:],
-                good[:where] + junk + good[where + len(junk):]):
+    for raw in (good, good[:cut], good[:where] + junk + good[where:], good[:where] + junk + good[where + len(junk) :]):
         try:
             datum = _ack_batch_by_fastavro(raw)
         except DecodeError:
@@ -295,9 +314,12 @@ def test_ack_batch_read_in_place_agrees_with_fastavro_on_good_and_damaged_bytes(
             batch = codec.decode_ack_batch(raw)
         except DecodeError:
             # fastavro may read it, but then its columns do not match its count
-            assert datum is None or (len(datum["kinds"]), len(datum["roots"]),
-                                     len(datum["vals"])) != (datum["count"],) + (
-                                         8 * datum["count"],) * 2 or datum["count"] < 0
+            assert (
+                datum is None
+                or (len(datum["kinds"]), len(datum["roots"]), len(datum["vals"]))
+                != (datum["count"],) + (8 * datum["count"],) * 2
+                or datum["count"] < 0
+            )
             continue
         assert datum is not None, "read in place what fastavro refuses"
         assert batch.sender == datum["sender"] and len(batch) == datum["count"]

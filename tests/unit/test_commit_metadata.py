@@ -77,7 +77,7 @@ def test_last_kept_run_may_be_shortened_to_fit():
 def test_layout_is_commit_point_then_gap_and_length_varints():
     text, truncated = encode_done_above(100, [110, 103, 102, 104, 100, 7, 103])
     assert not truncated and text == "rk1:ZAECBAA"
-    payload = base64.urlsafe_b64decode(text[len(PREFIX):] + "=" * (-len(text) % 4))
+    payload = base64.urlsafe_b64decode(text[len(PREFIX) :] + "=" * (-len(text) % 4))
     # point 100; cursor 101: run 102..104 -> gap 1, len-1 2; cursor 106: run 110 -> gap 4, len-1 0
     assert list(payload) == [100, 1, 2, 4, 0]
 
@@ -109,11 +109,10 @@ def test_large_offsets_near_the_int64_limit():
         ("rk1:ZAE=", "not unpadded urlsafe base64"),
         ("rk1:A", "not unpadded urlsafe base64"),
         ("rk1:", "empty payload"),
-        ("rk1:gA", "ends inside a varint"),                      # 0x80
-        ("rk1:ZAE", "ends inside a run"),                         # 100, 1
-        ("rk1:" + base64.urlsafe_b64encode(b"\xff" * 10 + b"\x01").decode().rstrip("="),
-         "longer than 64 bits"),
-        ("rk1:ZQECBAA", "written for commit point 101"),          # 101 written, 100 asked
+        ("rk1:gA", "ends inside a varint"),  # 0x80
+        ("rk1:ZAE", "ends inside a run"),  # 100, 1
+        ("rk1:" + base64.urlsafe_b64encode(b"\xff" * 10 + b"\x01").decode().rstrip("="), "longer than 64 bits"),
+        ("rk1:ZQECBAA", "written for commit point 101"),  # 101 written, 100 asked
     ],
 )
 def test_malformed_metadata_raises_decode_error(metadata, reason):

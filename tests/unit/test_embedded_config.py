@@ -87,10 +87,18 @@ def test_secured_broker_properties_and_scram_users():
     assert props["super.users"] == "User:admin"
     assert props["allow.everyone.if.no.acl.found"] == "false"
     assert 'username="admin" password="a1"' in props["listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config"]
-    assert security.format_arguments() == ["--add-scram", "SCRAM-SHA-256=[name=admin,password=a1]",
-                                           "--add-scram", "SCRAM-SHA-256=[name=bolt,password=b2]"]
-    assert security.client_config("bolt") == {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
-                                              "sasl.username": "bolt", "sasl.password": "b2"}
+    assert security.format_arguments() == [
+        "--add-scram",
+        "SCRAM-SHA-256=[name=admin,password=a1]",
+        "--add-scram",
+        "SCRAM-SHA-256=[name=bolt,password=b2]",
+    ]
+    assert security.client_config("bolt") == {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "bolt",
+        "sasl.password": "b2",
+    }
 
 
 @pytest.mark.parametrize("users", [{"bolt": "x"}, {"admin": "a", "b,c": "x"}, {"admin": 'p"w'}, {"admin": ""}])

@@ -11,13 +11,20 @@ import reliable_kafka
 from reliable_kafka import errors
 
 PACKAGE = Path(reliable_kafka.__file__).parent
-BUILTIN_ERRORS = {name for name, value in vars(builtins).items()
-                  if isinstance(value, type) and issubclass(value, Exception) and name != "NotImplementedError"}
+BUILTIN_ERRORS = {
+    name
+    for name, value in vars(builtins).items()
+    if isinstance(value, type) and issubclass(value, Exception) and name != "NotImplementedError"
+}
 # A raise inside a user's handler, not the library's: the demo's and the simulation's bolts fail
 # some tuples on purpose. And the in-memory Kafka raises what confluent-kafka raises in its place
 # (a full local queue, a closed consumer), so that code under test sees the real client's errors.
-USER_CODE = {("demo.py", "RuntimeError"), ("testing/shipped_simulation.py", "RuntimeError"),
-             ("testing/memory_broker.py", "BufferError"), ("testing/memory_consumer.py", "RuntimeError")}
+USER_CODE = {
+    ("demo.py", "RuntimeError"),
+    ("testing/shipped_simulation.py", "RuntimeError"),
+    ("testing/memory_broker.py", "BufferError"),
+    ("testing/memory_consumer.py", "RuntimeError"),
+}
 
 
 def _builtin_raises():
@@ -31,8 +38,7 @@ def _builtin_raises():
 
 
 def test_the_library_raises_no_builtin_exception_directly():
-    found = [(name, kind, line) for name, kind, line in _builtin_raises()
-             if (name, kind) not in USER_CODE]
+    found = [(name, kind, line) for name, kind, line in _builtin_raises() if (name, kind) not in USER_CODE]
     assert not found, f"raise a ReliableKafkaError subclass instead (reliable_kafka/errors.py): {found}"
 
 
@@ -41,11 +47,18 @@ def test_every_error_class_is_a_reliable_kafka_error(name):
     assert issubclass(getattr(errors, name), errors.ReliableKafkaError)
 
 
-@pytest.mark.parametrize(("error", "builtin"), [
-    (errors.ConfigError, ValueError), (errors.DecodeError, ValueError), (errors.ArgumentError, ValueError),
-    (errors.StateError, RuntimeError), (errors.ComponentDiedError, RuntimeError),
-    (errors.WaitTimeoutError, TimeoutError), (errors.MissingExtraError, ImportError),
-])
+@pytest.mark.parametrize(
+    ("error", "builtin"),
+    [
+        (errors.ConfigError, ValueError),
+        (errors.DecodeError, ValueError),
+        (errors.ArgumentError, ValueError),
+        (errors.StateError, RuntimeError),
+        (errors.ComponentDiedError, RuntimeError),
+        (errors.WaitTimeoutError, TimeoutError),
+        (errors.MissingExtraError, ImportError),
+    ],
+)
 def test_errors_callers_caught_as_builtins_still_are(error, builtin):
     assert issubclass(error, builtin)
 

@@ -22,10 +22,10 @@ def test_catching_up_past_a_commit_marker_does_not_wait_out_the_timeout(monkeypa
     producer.init_transactions()
     producer.begin_transaction()
     FailureLog(producer, topic="t.failures", component="bolt", task_id=1).write(
-        FailureRecord.of(roots=[42], component="bolt", reason="bad input"))
+        FailureRecord.of(roots=[42], component="bolt", reason="bad input")
+    )
     producer.commit_transaction()
-    index = FailureIndex(bootstrap_servers="memory", topic="t.failures", group_id="reader", clients=kafka,
-                         since_ms=0)
+    index = FailureIndex(bootstrap_servers="memory", topic="t.failures", group_id="reader", clients=kafka, since_ms=0)
     before = clock()
     assert [r.reason for r in index.take([42], round_=1)[42]] == ["bad input"]
     assert index.take([7], round_=2) == {}  # not there: a second catch-up, which finds the end at once

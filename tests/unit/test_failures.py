@@ -39,8 +39,16 @@ def test_the_reason_is_the_given_one_else_the_errors_type_and_message():
 
 
 def test_a_failure_record_round_trips_and_garbage_is_no_record():
-    record = FailureRecord.of(roots=[-5, 7], component="checker", task_id=-9, error=ValueError("v"), retry=False,
-                              topic="mid", partition=1, offset=42)
+    record = FailureRecord.of(
+        roots=[-5, 7],
+        component="checker",
+        task_id=-9,
+        error=ValueError("v"),
+        retry=False,
+        topic="mid",
+        partition=1,
+        offset=42,
+    )
     back = decode_failure(encode_failure(record))
     assert back == record
     assert back.tuple == {"topic": "mid", "partition": 1, "offset": 42} and back.error_type == "ValueError"
@@ -104,17 +112,33 @@ def test_times_are_read_as_ms_iso_or_an_age():
 
 def _letter(offset, *, reason, component, topic="orders", partition=0, parked_at=1000):
     failure = FailureRecord.of(roots=[1], component=component, reason=reason).__dict__
-    parked = ParkedRecord(reason="FAILED after 1 attempts", attempts=1, source_topic=topic,
-                          source_partition=partition, source_offset=offset, component="spout",
-                          parked_at_ms=parked_at)
-    return DeadLetter(0, offset, parked_at, None, b"v", [(REASON_HEADER, reason.encode())], parked,
-                      [Attempt(1, 1, "FAILED", parked_at, [failure])])
+    parked = ParkedRecord(
+        reason="FAILED after 1 attempts",
+        attempts=1,
+        source_topic=topic,
+        source_partition=partition,
+        source_offset=offset,
+        component="spout",
+        parked_at_ms=parked_at,
+    )
+    return DeadLetter(
+        0,
+        offset,
+        parked_at,
+        None,
+        b"v",
+        [(REASON_HEADER, reason.encode())],
+        parked,
+        [Attempt(1, 1, "FAILED", parked_at, [failure])],
+    )
 
 
 def test_select_filters_by_reason_component_source_time_and_offsets():
-    letters = [_letter(0, reason="Bad date", component="parser"),
-               _letter(1, reason="timeout calling db", component="enricher", partition=2, parked_at=5000),
-               _letter(2, reason="bad date", component="parser", topic="refunds", parked_at=9000)]
+    letters = [
+        _letter(0, reason="Bad date", component="parser"),
+        _letter(1, reason="timeout calling db", component="enricher", partition=2, parked_at=5000),
+        _letter(2, reason="bad date", component="parser", topic="refunds", parked_at=9000),
+    ]
     pick = lambda **f: [d.offset for d in select(letters, **f)]  # noqa: E731
     assert pick(reason="BAD DATE") == [0, 2]
     assert pick(component="enrich") == [1]

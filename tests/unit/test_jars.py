@@ -15,9 +15,7 @@ from reliable_kafka.errors import JarResolutionError
 
 ARTIFACTS = ["org.example:alpha:1.0", "org.example:beta_2.13:2.1"]
 
-coordinate = st.from_regex(
-    r"[a-z]{1,8}(\.[a-z]{1,8}){0,2}:[a-z0-9_-]{1,10}:[0-9]{1,2}\.[0-9]{1,2}", fullmatch=True
-)
+coordinate = st.from_regex(r"[a-z]{1,8}(\.[a-z]{1,8}){0,2}:[a-z0-9_-]{1,10}:[0-9]{1,2}\.[0-9]{1,2}", fullmatch=True)
 
 
 @given(st.lists(coordinate, min_size=1, max_size=6, unique=True), st.randoms())

@@ -11,8 +11,7 @@ from reliable_kafka.testing import ManualClock, MemoryKafka
 
 
 def _consumer(kafka, group="g", **config):
-    return kafka.consumer({"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                           **config})
+    return kafka.consumer({"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False, **config})
 
 
 def _read_all(consumer, topic, partitions=1):
@@ -21,10 +20,13 @@ def _read_all(consumer, topic, partitions=1):
 
 
 # a run of writes: ("plain", n) plain records, or ("txn", n, commit?) one transaction of n records
-writes = st.lists(st.one_of(
-    st.tuples(st.just("plain"), st.integers(1, 3)),
-    st.tuples(st.just("txn"), st.integers(1, 3), st.booleans()),
-), max_size=12)
+writes = st.lists(
+    st.one_of(
+        st.tuples(st.just("plain"), st.integers(1, 3)),
+        st.tuples(st.just("txn"), st.integers(1, 3), st.booleans()),
+    ),
+    max_size=12,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -85,8 +87,10 @@ def test_read_committed_stops_at_an_open_transaction_even_before_later_plain_rec
 
 @settings(max_examples=100, deadline=None)
 # no NUL and no lone surrogates: confluent-kafka's TopicPartition takes a UTF-8 C string
-@given(st.integers(0, 2**62),
-       st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=200) | st.none())
+@given(
+    st.integers(0, 2**62),
+    st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=200) | st.none(),
+)
 def test_commit_metadata_round_trips(offset, metadata):
     kafka = MemoryKafka()
     kafka.create_topic("t")
@@ -97,10 +101,13 @@ def test_commit_metadata_round_trips(offset, metadata):
 
 
 # group events: ("join",), ("close", i), ("crash", i), ("poll", i) on the i-th live consumer
-events = st.lists(st.one_of(
-    st.tuples(st.just("join")),
-    st.tuples(st.sampled_from(["close", "crash", "poll", "poll", "poll"]), st.integers(0, 5)),
-), max_size=40)
+events = st.lists(
+    st.one_of(
+        st.tuples(st.just("join")),
+        st.tuples(st.sampled_from(["close", "crash", "poll", "poll", "poll"]), st.integers(0, 5)),
+    ),
+    max_size=40,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -117,8 +124,11 @@ def test_a_partition_never_has_two_owners_and_all_are_owned_once_members_settle(
     def join():
         consumer = _consumer(kafka, **strategy)
         name = len(log)
-        consumer.subscribe(["t"], on_assign=lambda c, ps: log.append(("assign", name, [p.partition for p in ps])),
-                           on_revoke=lambda c, ps: log.append(("revoke", name, [p.partition for p in ps])))
+        consumer.subscribe(
+            ["t"],
+            on_assign=lambda c, ps: log.append(("assign", name, [p.partition for p in ps])),
+            on_revoke=lambda c, ps: log.append(("revoke", name, [p.partition for p in ps])),
+        )
         live.append(consumer)
 
     for event in plan:
@@ -151,14 +161,17 @@ def test_the_old_owner_revokes_and_commits_before_the_new_owner_is_assigned():
 
     def revoke(consumer, partitions):
         events.append(("revoke", sorted(p.partition for p in partitions)))
-        consumer.commit(offsets=[TopicPartition("t", p.partition, 9, "done") for p in partitions],
-                        asynchronous=False)
+        consumer.commit(offsets=[TopicPartition("t", p.partition, 9, "done") for p in partitions], asynchronous=False)
 
     first.subscribe(["t"], on_revoke=revoke)
     first.poll(0)
     second = _consumer(kafka)
-    second.subscribe(["t"], on_assign=lambda c, ps: events.append(
-        ("assign", [(p.partition, tp.offset, tp.metadata) for p, tp in zip(ps, c.committed(ps))])))
+    second.subscribe(
+        ["t"],
+        on_assign=lambda c, ps: events.append(
+            ("assign", [(p.partition, tp.offset, tp.metadata) for p, tp in zip(ps, c.committed(ps))])
+        ),
+    )
     second.poll(0)  # its partition is still held by the first consumer: nothing yet
     assert events == []
     first.poll(0)

@@ -18,9 +18,18 @@ LINES = ["the cat", "the dog and the cat", "a bird"]
 def _topology(kafka: MemoryKafka, *, split=None, count=None, max_retries: int = 5, name: str = "wc"):
     acker = AckerWorker(topology=name, bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
     acker.start()
-    spout = Spout(topology=name, bootstrap_servers="memory", clients=kafka, source_topics="lines",
-                  group_id=f"{name}.spout", emit_to="sentences", commit_interval_ms=0,
-                  backoff=Backoff(initial_ms=0), max_retries=max_retries, root_index=False)
+    spout = Spout(
+        topology=name,
+        bootstrap_servers="memory",
+        clients=kafka,
+        source_topics="lines",
+        group_id=f"{name}.spout",
+        emit_to="sentences",
+        commit_interval_ms=0,
+        backoff=Backoff(initial_ms=0),
+        max_retries=max_retries,
+        root_index=False,
+    )
     counts: Counter = Counter()
 
     def split_words(tuple_, collector):
@@ -30,10 +39,24 @@ def _topology(kafka: MemoryKafka, *, split=None, count=None, max_retries: int = 
     def count_words(tuple_, collector):
         counts[tuple_.value.decode()] += 1
 
-    splitter = BasicBolt(topology=name, bootstrap_servers="memory", clients=kafka, source_topics="sentences",
-                         group_id=f"{name}.split", handler=split or split_words, commit_interval_ms=0)
-    counter = BasicBolt(topology=name, bootstrap_servers="memory", clients=kafka, source_topics="words",
-                        group_id=f"{name}.count", handler=count or count_words, commit_interval_ms=0)
+    splitter = BasicBolt(
+        topology=name,
+        bootstrap_servers="memory",
+        clients=kafka,
+        source_topics="sentences",
+        group_id=f"{name}.split",
+        handler=split or split_words,
+        commit_interval_ms=0,
+    )
+    counter = BasicBolt(
+        topology=name,
+        bootstrap_servers="memory",
+        clients=kafka,
+        source_topics="words",
+        group_id=f"{name}.count",
+        handler=count or count_words,
+        commit_interval_ms=0,
+    )
     for component in (spout, splitter, counter):
         component.start()
     return acker, spout, splitter, counter, counts
@@ -110,14 +133,24 @@ def test_a_spout_joining_the_group_takes_partitions_over_without_losing_a_line(k
     ListSource(kafka, "lines", [f"line {i}".encode() for i in range(20)], partitions=2)
     acker, first, splitter, counter, counts = _topology(kafka)
     step_until(lambda: first.stats.read >= 1, first)
-    second = Spout(topology="wc", bootstrap_servers="memory", clients=kafka, source_topics="lines",
-                   group_id="wc.spout", emit_to="sentences", commit_interval_ms=0, backoff=Backoff(initial_ms=0),
-                   root_index=False)
+    second = Spout(
+        topology="wc",
+        bootstrap_servers="memory",
+        clients=kafka,
+        source_topics="lines",
+        group_id="wc.spout",
+        emit_to="sentences",
+        commit_interval_ms=0,
+        backoff=Backoff(initial_ms=0),
+        root_index=False,
+    )
     second.start()
-    step_until(lambda: _committed(kafka, "wc.spout", "lines") == _ends(kafka, "lines"),
-               first, second, splitter, counter, acker)
-    assert {tp.partition for tp in first._consumer.assignment()} | \
-        {tp.partition for tp in second._consumer.assignment()} == {0, 1}
+    step_until(
+        lambda: _committed(kafka, "wc.spout", "lines") == _ends(kafka, "lines"), first, second, splitter, counter, acker
+    )
+    assert {tp.partition for tp in first._consumer.assignment()} | {
+        tp.partition for tp in second._consumer.assignment()
+    } == {0, 1}
     assert first._consumer.assignment() and second._consumer.assignment()
     assert all(counts[f"{i}"] >= 1 for i in range(20))  # every line counted (replays may repeat some)
 
@@ -153,16 +186,33 @@ def test_transactional_spout_and_bolts_emit_each_word_once_though_a_bolt_is_fenc
     ListSource(kafka, "lines", [f"w{i} x{i}".encode() for i in range(10)])
     acker = AckerWorker(topology="tx", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
     acker.start()
-    spout = TransactionalSpout(topology="tx", bootstrap_servers="memory", clients=kafka, source_topics="lines",
-                               group_id="tx.spout", emit_to="sentences", name="spout-1", batch_size=3,
-                               backoff=Backoff(initial_ms=0))
+    spout = TransactionalSpout(
+        topology="tx",
+        bootstrap_servers="memory",
+        clients=kafka,
+        source_topics="lines",
+        group_id="tx.spout",
+        emit_to="sentences",
+        name="spout-1",
+        batch_size=3,
+        backoff=Backoff(initial_ms=0),
+    )
 
     def split_words(tuple_, collector):
         for word in tuple_.value.split():
             collector.emit("words", word, key=word)
 
-    splitter = BasicBolt(topology="tx", bootstrap_servers="memory", clients=kafka, source_topics="sentences",
-                         group_id="tx.split", handler=split_words, transactional=True, name="split-1", batch_size=2)
+    splitter = BasicBolt(
+        topology="tx",
+        bootstrap_servers="memory",
+        clients=kafka,
+        source_topics="sentences",
+        group_id="tx.split",
+        handler=split_words,
+        transactional=True,
+        name="split-1",
+        batch_size=2,
+    )
     for component in (spout, splitter):
         component.start()
     rounds = {"n": 0}
@@ -172,8 +222,14 @@ def test_transactional_spout_and_bolts_emit_each_word_once_though_a_bolt_is_fenc
         if rounds["n"] == 3:  # a newer incarnation appeared: the open and next transaction abort
             kafka.fence("tx.split.split-1")
 
-    step_until(lambda: spout.stats.completed == 10 and len(TopicSink(kafka, "words")) == 20,
-               spout, splitter, _AckEverything(kafka, "words", "tx"), acker, between=fence_once)
+    step_until(
+        lambda: spout.stats.completed == 10 and len(TopicSink(kafka, "words")) == 20,
+        spout,
+        splitter,
+        _AckEverything(kafka, "words", "tx"),
+        acker,
+        between=fence_once,
+    )
     assert sorted(TopicSink(kafka, "words").values()) == sorted(f"{c}{i}".encode() for i in range(10) for c in "wx")
     assert splitter.stats.aborted_transactions >= 1
     assert spout.stats.replayed == 0
@@ -183,8 +239,15 @@ class _AckEverything:
     """A plain (not transactional) bolt that acks what it reads: completes the trees."""
 
     def __init__(self, kafka, topic, topology):
-        self.bolt = BasicBolt(topology=topology, bootstrap_servers="memory", clients=kafka, source_topics=topic,
-                              group_id=f"{topology}.sink", handler=lambda t, c: None, commit_interval_ms=0)
+        self.bolt = BasicBolt(
+            topology=topology,
+            bootstrap_servers="memory",
+            clients=kafka,
+            source_topics=topic,
+            group_id=f"{topology}.sink",
+            handler=lambda t, c: None,
+            commit_interval_ms=0,
+        )
         self.bolt.start()
         self.name, self.stats = "sink", self.bolt.stats
 
@@ -216,11 +279,23 @@ def test_on_revoke_the_spout_commits_what_is_done_so_the_new_owner_replays_nothi
     first.commit_interval_ms = 10**12  # only the revoke commits (the interval never passes)
     step_until(lambda: first.stats.completed == 6, first, splitter, counter, acker)
     assert _committed(kafka, "wc.spout", "lines") == {}  # nothing committed yet: no interval passed
-    second = Spout(topology="wc", bootstrap_servers="memory", clients=kafka, source_topics="lines",
-                   group_id="wc.spout", emit_to="sentences", commit_interval_ms=0, root_index=False)
+    second = Spout(
+        topology="wc",
+        bootstrap_servers="memory",
+        clients=kafka,
+        source_topics="lines",
+        group_id="wc.spout",
+        emit_to="sentences",
+        commit_interval_ms=0,
+        root_index=False,
+    )
     second.start()
-    step_until(lambda: len(first._consumer.assignment()) == 1 and len(second._consumer.assignment()) == 1,
-               second, first, second)
+    step_until(
+        lambda: len(first._consumer.assignment()) == 1 and len(second._consumer.assignment()) == 1,
+        second,
+        first,
+        second,
+    )
     assert _committed(kafka, "wc.spout", "lines") == {0: 3, 1: 3}  # committed by the revoke
     for _ in range(5):
         for component in (first, second, splitter, counter, acker):

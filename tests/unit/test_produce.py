@@ -20,8 +20,16 @@ class FakeProducer:
     def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, *, headers=None):
         if self.errors:
             raise self.errors.pop(0)
-        self.sent.append({"topic": topic, "value": value, "key": key, "partition": partition,
-                          "on_delivery": on_delivery, "headers": headers})
+        self.sent.append(
+            {
+                "topic": topic,
+                "value": value,
+                "key": key,
+                "partition": partition,
+                "on_delivery": on_delivery,
+                "headers": headers,
+            }
+        )
 
     def poll(self, timeout) -> int:
         self.polls += 1

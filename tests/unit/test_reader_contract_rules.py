@@ -36,11 +36,16 @@ def _expire(table: AckerTable, now: int) -> set:
 
 # --- bytes ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("encoded, decode", [
-    (codec.encode_ack_batch(SPOUT, [INIT], [1], [2]), codec.decode_ack_batch),
-    (codec.encode_ack_batch(SPOUT, [], [], []), codec.decode_ack_batch),
-    (codec.encode_outcomes(SPOUT, [1], [OutcomeKind.COMPLETED]), codec.decode_outcomes),
-], ids=["ack batch", "empty ack batch", "outcome batch"])
+
+@pytest.mark.parametrize(
+    "encoded, decode",
+    [
+        (codec.encode_ack_batch(SPOUT, [INIT], [1], [2]), codec.decode_ack_batch),
+        (codec.encode_ack_batch(SPOUT, [], [], []), codec.decode_ack_batch),
+        (codec.encode_outcomes(SPOUT, [1], [OutcomeKind.COMPLETED]), codec.decode_outcomes),
+    ],
+    ids=["ack batch", "empty ack batch", "outcome batch"],
+)
 @pytest.mark.parametrize("extra", [b"\x00", b"\x01\x02\x03"])
 def test_trailing_bytes_after_the_avro_body_make_the_record_bad(encoded, decode, extra):
     decode(encoded)
@@ -72,11 +77,12 @@ def test_the_ack_batch_layout_is_the_one_the_schema_documents():
 
 # --- where outcomes go ---------------------------------------------------------------------------
 
-@given(owner=st.integers(-(2 ** 63), 2 ** 63 - 1).filter(bool), partitions=st.integers(1, 64))
+
+@given(owner=st.integers(-(2**63), 2**63 - 1).filter(bool), partitions=st.integers(1, 64))
 def test_outcomes_go_to_spout_id_mod_p_read_unsigned(owner, partitions):
     listener = OutcomeListener(bootstrap_servers="unused", topics=TopologyTopics("t"))
     listener._partitions = partitions  # what start() reads from the broker
-    assert listener.partition_of(owner) == (owner % 2 ** 64) % partitions
+    assert listener.partition_of(owner) == (owner % 2**64) % partitions
 
 
 def test_p_defaults_to_the_acker_count_and_is_part_of_the_topology_shape():
@@ -90,6 +96,7 @@ def test_the_oversize_threshold_default_is_100000_entries():
 
 
 # --- deadlines -----------------------------------------------------------------------------------
+
 
 def test_the_deadline_starts_at_the_partition_clock_not_the_records_own_timestamp():
     table = AckerTable(message_timeout_ms=1000, buckets=1)
@@ -117,6 +124,7 @@ def test_ack_and_fail_entries_do_not_move_the_deadline():
 
 
 # --- duplicated records --------------------------------------------------------------------------
+
 
 def test_a_duplicated_init_record_completes_its_tree_before_any_ack():
     table = AckerTable(message_timeout_ms=1000, buckets=1)

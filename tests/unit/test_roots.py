@@ -62,9 +62,17 @@ class _Error:
 def _owner(*, max_retries=5, ratio=None, window=1000, reread=None):
     clock = [0]
     tracker = InFlightTracker(max_retries=max_retries, backoff=Backoff(initial_ms=0), clock=lambda: clock[0])
-    owner = RootOwner(component="spout-t", topics=TopologyTopics("t"), tracker=tracker, bootstrap_servers="-",
-                      kafka_config={}, max_dead_letter_ratio=ratio, dead_letter_window=window, reread=reread,
-                      read_failure_reasons=False)  # no broker here: reasons come from local failures
+    owner = RootOwner(
+        component="spout-t",
+        topics=TopologyTopics("t"),
+        tracker=tracker,
+        bootstrap_servers="-",
+        kafka_config={},
+        max_dead_letter_ratio=ratio,
+        dead_letter_window=window,
+        reread=reread,
+        read_failure_reasons=False,
+    )  # no broker here: reasons come from local failures
     owner.use_producer(RecordingProducer())
     owner.restore(TP, 0, None)
     return owner
@@ -102,8 +110,10 @@ def test_a_dead_letter_whose_write_failed_is_written_again_and_blocks_the_commit
     assert owner.stats.dead_lettered == 0 and owner.dead_letters_waiting and owner.offsets_to_commit() == []
     assert owner.write_dead_letters() == 1 and owner.confirm_dead_letters(0.0)
     assert len(owner.producer.sent) == 2 and owner.stats.dead_lettered == 1
-    assert codec.decode_parked(owner.producer.sent[1]["headers"][codec.PARKED_HEADER]).reason == \
-        "TIMED_OUT after 1 attempts"
+    assert (
+        codec.decode_parked(owner.producer.sent[1]["headers"][codec.PARKED_HEADER]).reason
+        == "TIMED_OUT after 1 attempts"
+    )
 
 
 def test_records_not_held_are_read_again_and_one_kafka_no_longer_has_is_skipped():
@@ -178,8 +188,10 @@ def test_commits_carry_done_above_and_only_what_changed():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 7), st.sampled_from(["ok", "fail", "poison", "timeout"])), max_size=60),
-       st.integers(0, 2))
+@given(
+    st.lists(st.tuples(st.integers(0, 7), st.sampled_from(["ok", "fail", "poison", "timeout"])), max_size=60),
+    st.integers(0, 2),
+)
 def test_never_commits_past_a_record_that_is_not_completed_or_confirmed_in_the_dlq(steps, max_retries):
     owner = _owner(max_retries=max_retries)
     roots: dict[int, int] = {}

@@ -37,8 +37,19 @@ def test_invariants_hold_for_the_transactional_spout_and_bolts(seed):
 
 
 def test_a_longer_run_with_more_records_and_processes():
-    result = simulate(SimConfig(seed=1234, records=80, spouts=3, bolts=3, acker_workers=2, ack_partitions=3,
-                                steps=1200, bolt_failure=0.3, max_retries=1))
+    result = simulate(
+        SimConfig(
+            seed=1234,
+            records=80,
+            spouts=3,
+            bolts=3,
+            acker_workers=2,
+            ack_partitions=3,
+            steps=1200,
+            bolt_failure=0.3,
+            max_retries=1,
+        )
+    )
     assert result.dead_lettered > 0 and result.crashes > 0
 
 
@@ -62,8 +73,9 @@ def _first_failure(seeds, **options) -> SimulationFailed:
 
 def test_it_finds_a_commit_point_one_past_a_pending_offset(monkeypatch):
     shipped = InFlightTracker.commit_points
-    monkeypatch.setattr(InFlightTracker, "commit_points",
-                        lambda self: {tp: point + 1 for tp, point in shipped(self).items()})
+    monkeypatch.setattr(
+        InFlightTracker, "commit_points", lambda self: {tp: point + 1 for tp, point in shipped(self).items()}
+    )
     found = _first_failure(range(5))
     assert found.invariant == "no loss"
     assert f"seed {found.seed}, step {found.step}" in str(found) and "last events:" in str(found)
@@ -99,8 +111,9 @@ def test_it_finds_an_acker_that_completes_before_the_init(monkeypatch):
     shipped = acker_rule.decide
 
     def complete_without_owner(val, owner, failed, bits):  # the bug: a zero val need not wait for the INIT
-        return np.where(~failed & (val == 0) & (owner == 0), np.uint8(OutcomeKind.COMPLETED),
-                        shipped(val, owner, failed, bits))
+        return np.where(
+            ~failed & (val == 0) & (owner == 0), np.uint8(OutcomeKind.COMPLETED), shipped(val, owner, failed, bits)
+        )
 
     monkeypatch.setattr(acker_rule, "decide", complete_without_owner)
     found = _first_failure(range(40), steps=120, records=12)
@@ -147,9 +160,21 @@ def test_the_seeds_exercise_every_fault_and_path():
     results = [simulate(SimConfig(seed=seed, steps=120, records=12)) for seed in range(30)]
     results += [simulate(SimConfig(seed=seed, steps=120, records=12, transactional=True)) for seed in range(30)]
     events = sum((r.events for r in results), start=Counter())
-    expected = {"clock", "outage", "fault.produce", "fault.delivery", "fault.commit", "fault.send_offsets",
-                "fault.commit_transaction", "crash.spout", "crash.bolt", "crash.acker", "expire.spout",
-                "expire.bolt", "expire.acker"}
+    expected = {
+        "clock",
+        "outage",
+        "fault.produce",
+        "fault.delivery",
+        "fault.commit",
+        "fault.send_offsets",
+        "fault.commit_transaction",
+        "crash.spout",
+        "crash.bolt",
+        "crash.acker",
+        "expire.spout",
+        "expire.bolt",
+        "expire.acker",
+    }
     assert expected <= set(events), expected - set(events)
     assert sum(r.dead_lettered for r in results) > 0 and sum(r.completed for r in results) > 0
 

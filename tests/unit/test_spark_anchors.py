@@ -45,8 +45,11 @@ def test_undecodable_header_names_the_reason():
     assert pairs is None and "anchors" in error
 
 
-@given(st.dictionaries(st.tuples(st.sampled_from(["a", "b.c", "t-1"]), st.integers(0, 99)),
-                       st.integers(-2, 2**62), max_size=12))
+@given(
+    st.dictionaries(
+        st.tuples(st.sampled_from(["a", "b.c", "t-1"]), st.integers(0, 99)), st.integers(-2, 2**62), max_size=12
+    )
+)
 def test_offsets_json_is_what_the_checkpoint_parser_reads(offsets):
     assert parse_kafka_offsets(offsets_json(offsets)) == offsets
 

@@ -46,8 +46,12 @@ def test_missing_checkpoint_means_a_fresh_query(tmp_path):
 
 
 def test_all_planned_batches_committed_resumes_at_the_last_end(tmp_path):
-    write_checkpoint(tmp_path, initial={("t", 0): 0, ("t", 1): 5},
-                     planned=[{("t", 0): 10, ("t", 1): 15}, {("t", 0): 20, ("t", 1): 30}], committed=2)
+    write_checkpoint(
+        tmp_path,
+        initial={("t", 0): 0, ("t", 1): 5},
+        planned=[{("t", 0): 10, ("t", 1): 15}, {("t", 0): 20, ("t", 1): 30}],
+        committed=2,
+    )
     resume = read_resume_point(tmp_path)
     assert resume.exists and not resume.rerun
     assert (resume.last_planned, resume.last_committed) == (1, 1)
@@ -56,8 +60,9 @@ def test_all_planned_batches_committed_resumes_at_the_last_end(tmp_path):
 
 
 def test_uncommitted_last_batch_is_rerun_from_its_start(tmp_path):
-    write_checkpoint(tmp_path, initial={("t", 0): 0},
-                     planned=[{("t", 0): 10}, {("t", 0): 20}, {("t", 0): 35}], committed=2)
+    write_checkpoint(
+        tmp_path, initial={("t", 0): 0}, planned=[{("t", 0): 10}, {("t", 0): 20}, {("t", 0): 35}], committed=2
+    )
     resume = read_resume_point(tmp_path)
     assert resume.rerun and (resume.last_planned, resume.last_committed) == (2, 1)
     assert resume.offsets == {("t", 0): 20}
@@ -104,8 +109,9 @@ def test_entry_without_version_line_is_refused(tmp_path):
 
 
 @given(
-    steps=st.lists(st.dictionaries(st.integers(0, 3), st.integers(0, 50), min_size=4, max_size=4),
-                   min_size=1, max_size=8),
+    steps=st.lists(
+        st.dictionaries(st.integers(0, 3), st.integers(0, 50), min_size=4, max_size=4), min_size=1, max_size=8
+    ),
     uncommitted=st.booleans(),
 )
 @settings(deadline=None)  # file I/O per example: a busy machine must not fail it
@@ -137,7 +143,7 @@ class DictFiles:
 
     def names(self, directory):
         prefix = directory.rstrip("/") + "/"
-        return sorted({path[len(prefix):].split("/")[0] for path in self.files if path.startswith(prefix)})
+        return sorted({path[len(prefix) :].split("/")[0] for path in self.files if path.startswith(prefix)})
 
     def read(self, path):
         return self.files.get(path)
@@ -145,13 +151,15 @@ class DictFiles:
 
 def test_reads_through_any_checkpoint_files():
     root = "s3a://bucket/checkpoints/job"
-    files = DictFiles({
-        f"{root}/sources/0/0": b"\x00v1\n" + kafka_json({("t", 0): 2}).encode(),
-        f"{root}/offsets/0": f"v1\n{METADATA}\n{kafka_json({('t', 0): 5})}".encode(),
-        f"{root}/offsets/.0.crc": b"crc",
-        f"{root}/offsets/1": f"v1\n{METADATA}\n{kafka_json({('t', 0): 8})}".encode(),
-        f"{root}/commits/0": b'v1\n{"nextBatchWatermarkMs":0}',
-    })
+    files = DictFiles(
+        {
+            f"{root}/sources/0/0": b"\x00v1\n" + kafka_json({("t", 0): 2}).encode(),
+            f"{root}/offsets/0": f"v1\n{METADATA}\n{kafka_json({('t', 0): 5})}".encode(),
+            f"{root}/offsets/.0.crc": b"crc",
+            f"{root}/offsets/1": f"v1\n{METADATA}\n{kafka_json({('t', 0): 8})}".encode(),
+            f"{root}/commits/0": b'v1\n{"nextBatchWatermarkMs":0}',
+        }
+    )
     resume = read_resume_point(root, files=files)
     assert (resume.last_planned, resume.last_committed, resume.rerun) == (1, 0, True)
     assert resume.offsets == {("t", 0): 5}

@@ -22,15 +22,18 @@ def test_master_from_a_running_spark_submit_jvm_wins():
     assert given_master(env, running_conf={"spark.master": "spark://h:7077"}) == "spark://h:7077"
 
 
-@pytest.mark.parametrize("args, master", [
-    ("--master spark://127.0.0.1:7077 pyspark-shell", "spark://127.0.0.1:7077"),
-    ("--master=yarn pyspark-shell", "yarn"),
-    ("--conf spark.master=k8s://https://h:6443 pyspark-shell", "k8s://https://h:6443"),
-    ("--verbose -c spark.master=local[4] pyspark-shell", "local[4]"),
-    ("--name x --jars a.jar,b.jar --master 'local[1]' pyspark-shell", "local[1]"),
-    # arguments after the application are the application's, not spark-submit's
-    ("app.py --master spark://nope:1", None),
-])
+@pytest.mark.parametrize(
+    "args, master",
+    [
+        ("--master spark://127.0.0.1:7077 pyspark-shell", "spark://127.0.0.1:7077"),
+        ("--master=yarn pyspark-shell", "yarn"),
+        ("--conf spark.master=k8s://https://h:6443 pyspark-shell", "k8s://https://h:6443"),
+        ("--verbose -c spark.master=local[4] pyspark-shell", "local[4]"),
+        ("--name x --jars a.jar,b.jar --master 'local[1]' pyspark-shell", "local[1]"),
+        # arguments after the application are the application's, not spark-submit's
+        ("app.py --master spark://nope:1", None),
+    ],
+)
 def test_master_from_pyspark_submit_args(args, master):
     assert given_master({"PYSPARK_SUBMIT_ARGS": args}) == master
 
@@ -60,31 +63,48 @@ def test_loopback_pinning_is_local_mode_only():
 
 
 def test_submit_command_adds_jars_before_the_application():
-    command = spark_submit_command(["--master", "spark://m:7077", "app.py", "--jars", "x"], jars=JARS,
-                                   spark_submit="/s/spark-submit")
-    assert command == ["/s/spark-submit", "--jars", ",".join(JARS), "--master", "spark://m:7077", "app.py",
-                       "--jars", "x"]
+    command = spark_submit_command(
+        ["--master", "spark://m:7077", "app.py", "--jars", "x"], jars=JARS, spark_submit="/s/spark-submit"
+    )
+    assert command == [
+        "/s/spark-submit",
+        "--jars",
+        ",".join(JARS),
+        "--master",
+        "spark://m:7077",
+        "app.py",
+        "--jars",
+        "x",
+    ]
 
 
-@pytest.mark.parametrize("given, expected", [
-    (["--jars", "u.jar", "app.py"], ["--jars", ",".join([*JARS, "u.jar"]), "app.py"]),
-    (["--verbose", "--jars=u.jar,v.jar", "app.py"], ["--verbose", f"--jars={','.join([*JARS, 'u.jar', 'v.jar'])}",
-                                                      "app.py"]),
-])
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        (["--jars", "u.jar", "app.py"], ["--jars", ",".join([*JARS, "u.jar"]), "app.py"]),
+        (
+            ["--verbose", "--jars=u.jar,v.jar", "app.py"],
+            ["--verbose", f"--jars={','.join([*JARS, 'u.jar', 'v.jar'])}", "app.py"],
+        ),
+    ],
+)
 def test_submit_command_merges_given_jars(given, expected):
     assert spark_submit_command(given, jars=JARS, spark_submit="s") == ["s", *expected]
 
 
-@given(st.lists(st.sampled_from(["--verbose", "--name", "n", "--master", "local[1]", "--conf", "a=b"]),
-                max_size=8), st.lists(st.text(min_size=1, max_size=5), max_size=4))
+@given(
+    st.lists(st.sampled_from(["--verbose", "--name", "n", "--master", "local[1]", "--conf", "a=b"]), max_size=8),
+    st.lists(st.text(min_size=1, max_size=5), max_size=4),
+)
 def test_submit_command_keeps_every_argument_in_order(options, app_args):
     args = [*options, "app.py", *app_args]
     assert spark_submit_command(args, jars=JARS, spark_submit="s") == ["s", "--jars", ",".join(JARS), *args]
 
 
 def test_cli_passes_every_argument_to_spark_submit():
-    args = build_parser().parse_args(["spark-submit", "--master", "spark://m:7077", "--conf", "a=b", "app.py",
-                                      "--x", "1"])
+    args = build_parser().parse_args(
+        ["spark-submit", "--master", "spark://m:7077", "--conf", "a=b", "app.py", "--x", "1"]
+    )
     assert args.submit_args == ["--master", "spark://m:7077", "--conf", "a=b", "app.py", "--x", "1"]
     assert not args.print_jars
     assert build_parser().parse_args(["spark-submit", "++print-jars"]).print_jars

@@ -20,8 +20,9 @@ from reliable_kafka.testing.memory_broker import new_message
     timestamp=st.tuples(st.integers(0, 2), st.integers(0, 2**41)),
 )
 def test_source_record_matches_the_dataclass(offset, key, value, headers, timestamp):
-    message = new_message(topic="t", partition=3, offset=offset, key=key, value=value, headers=headers,
-                          timestamp=timestamp)
+    message = new_message(
+        topic="t", partition=3, offset=offset, key=key, value=value, headers=headers, timestamp=timestamp
+    )
     record = _source_record(message)
     expected = SourceRecord("t", 3, offset, key, value, list(headers or []), timestamp[1])
     assert record == expected

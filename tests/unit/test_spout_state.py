@@ -30,8 +30,14 @@ def test_state_round_trips(commit_point, gaps, extra, outcome_position, attempts
     emitted_upto = offset + 1 + extra
     attempts = {commit_point + k: a for k, a in attempts.items()}
     failed = set(list(attempts)[::2])
-    metadata, truncated = encode_spout_state(commit_point, done, emitted_upto=emitted_upto,
-                                             outcome_position=outcome_position, attempts=attempts, failed=failed)
+    metadata, truncated = encode_spout_state(
+        commit_point,
+        done,
+        emitted_upto=emitted_upto,
+        outcome_position=outcome_position,
+        attempts=attempts,
+        failed=failed,
+    )
     assert not truncated and len(metadata) <= DEFAULT_MAX_BYTES
     assert decode_spout_state(commit_point, metadata) == (done, emitted_upto, outcome_position, attempts, failed)
 
@@ -44,8 +50,9 @@ def test_state_truncates_the_done_set_but_keeps_positions():
     assert kept == done[: len(kept)] and emitted_upto == 300_000 and outcome_position == 7
 
 
-@pytest.mark.parametrize("metadata", ["", "rk1:", "someone else's", "rk1:|rkx:notanumber,1", "|rkx:1",
-                                      "|rkx:1,2,3:4:5:6"])
+@pytest.mark.parametrize(
+    "metadata", ["", "rk1:", "someone else's", "rk1:|rkx:notanumber,1", "|rkx:1", "|rkx:1,2,3:4:5:6"]
+)
 def test_foreign_or_malformed_state_is_a_decode_error(metadata):
     with pytest.raises(DecodeError):
         decode_spout_state(0, metadata)
@@ -61,8 +68,9 @@ def test_ids_are_stable_non_zero_and_distinct_per_partition_offset_and_attempt()
 
 def test_runs_keep_thousands_of_retried_records_small_and_overflow_truncates_without_error():
     attempts = {offset: 2 for offset in range(1000, 3000)}
-    metadata, truncated = encode_spout_state(1000, [], emitted_upto=3000, outcome_position=5,
-                                             attempts=attempts, failed=range(1000, 2000))
+    metadata, truncated = encode_spout_state(
+        1000, [], emitted_upto=3000, outcome_position=5, attempts=attempts, failed=range(1000, 2000)
+    )
     assert not truncated and len(metadata) < 100
     assert decode_spout_state(1000, metadata)[3:] == (attempts, set(range(1000, 2000)))
     scattered = {offset: 2 + offset % 2 for offset in range(0, 20_000, 3)}

@@ -10,13 +10,27 @@ def _snapshot(progress, backlog, *, state="running", t0=1000.0):
     zero = [0] * (len(BOUNDS_S) + 1)
     later = list(zero)
     later[3] = 10  # ten observations in (5 ms, 10 ms]
-    history = [{"t": t0 + i, "progress": p, "backlog": b, "counters": {"received": 10 * i, "acked": 9 * i},
-                "partitions": {"in:0": [100 + p, 100 + p + b]}, "latency_counts": zero if i == 0 else later,
-                "latency_sum_s": 0.0}
-               for i, (p, b) in enumerate(zip(progress, backlog))]
-    return {"kind": "bolt", "state": state, "interval_s": 1.0, "published_at": history[-1]["t"],
-            "history": history, "latency_kind": "process",
-            "latency": {"bounds": list(BOUNDS_S), "counts": later, "count": 10, "sum_s": 0.08}}
+    history = [
+        {
+            "t": t0 + i,
+            "progress": p,
+            "backlog": b,
+            "counters": {"received": 10 * i, "acked": 9 * i},
+            "partitions": {"in:0": [100 + p, 100 + p + b]},
+            "latency_counts": zero if i == 0 else later,
+            "latency_sum_s": 0.0,
+        }
+        for i, (p, b) in enumerate(zip(progress, backlog))
+    ]
+    return {
+        "kind": "bolt",
+        "state": state,
+        "interval_s": 1.0,
+        "published_at": history[-1]["t"],
+        "history": history,
+        "latency_kind": "process",
+        "latency": {"bounds": list(BOUNDS_S), "counts": later, "count": 10, "sum_s": 0.08},
+    }
 
 
 def test_a_snapshot_is_judged_over_its_own_history():
@@ -42,16 +56,41 @@ def test_rates_and_latency_come_from_the_window():
 
 def test_render_names_every_component_and_partition():
     report = {
-        "topology": "t", "generated_at": 1010.0, "verdict": "STALL",
-        "components": [{"name": "bolt-1", "kind": "bolt", "verdict": "STALL", "host": "h", "pid": 7,
-                        "started_at": 1000.0, "age_s": 1.0, "rates": {"received": 5.0, "acked": 4.0},
-                        "latency": {"p50_s": 0.002, "p99_s": 0.2}, "capacity": 0.5,
-                        "reason": "no progress for 10 s with 3 waiting"}],
-        "partitions": [{"topic": "in", "partition": 0, "verdict": "OK", "committed": 5, "end": 9, "lag": 4,
-                        "done_above_commit": 2, "pending": 3, "retrying": 1,
-                        "oldest_pending": {"topic": "in", "partition": 0, "offset": 5, "age_s": 3.0}}],
+        "topology": "t",
+        "generated_at": 1010.0,
+        "verdict": "STALL",
+        "components": [
+            {
+                "name": "bolt-1",
+                "kind": "bolt",
+                "verdict": "STALL",
+                "host": "h",
+                "pid": 7,
+                "started_at": 1000.0,
+                "age_s": 1.0,
+                "rates": {"received": 5.0, "acked": 4.0},
+                "latency": {"p50_s": 0.002, "p99_s": 0.2},
+                "capacity": 0.5,
+                "reason": "no progress for 10 s with 3 waiting",
+            }
+        ],
+        "partitions": [
+            {
+                "topic": "in",
+                "partition": 0,
+                "verdict": "OK",
+                "committed": 5,
+                "end": 9,
+                "lag": 4,
+                "done_above_commit": 2,
+                "pending": 3,
+                "retrying": 1,
+                "oldest_pending": {"topic": "in", "partition": 0, "offset": 5, "age_s": 3.0},
+            }
+        ],
         "ackers": {"workers": 1, "pending_roots": 3, "table_bytes": 2_000_000},
-        "dead_letters": {"topic": "t.dlq", "records": 0}, "quarantine": {"topic": "t.quarantine", "records": None},
+        "dead_letters": {"topic": "t.dlq", "records": 0},
+        "quarantine": {"topic": "t.quarantine", "records": None},
     }
     text = render(report)
     assert "topology t: STALL" in text and "bolt-1" in text and "no progress" in text

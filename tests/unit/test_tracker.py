@@ -184,7 +184,7 @@ def test_failed_record_is_redelivered_after_backoff_then_dead_lettered():
     clock.now = 100
     assert tracker.due_redeliveries() == [Redelivery(TP, 10, 2, "FAILED")]
     assert tracker.due_redeliveries() == []  # handed out once
-    assert tracker.commit_point(TP) == 10     # still pending while redelivered
+    assert tracker.commit_point(TP) == 10  # still pending while redelivered
     root = tracker.emitted(TP, 10, attempt=2)
     action = tracker.on_outcome(root, TIMED_OUT)
     assert action.kind is ActionKind.REDELIVER and action.attempt == 2 and action.due_ms == 300
@@ -219,8 +219,7 @@ def test_max_retries_none_retries_forever_with_capped_backoff():
     assert attempt == 31
 
 
-@given(st.integers(0, 8), st.lists(st.sampled_from(["FAILED", "TIMED_OUT", "backstop"]),
-                                   min_size=9, max_size=9))
+@given(st.integers(0, 8), st.lists(st.sampled_from(["FAILED", "TIMED_OUT", "backstop"]), min_size=9, max_size=9))
 def test_retries_respect_max_retries_then_dead_letter(max_retries, reasons):
     tracker, clock = make(max_retries=max_retries, message_timeout_ms=1_000, backstop_grace_ms=0)
     attempt, redelivers = 1, 0
@@ -295,24 +294,35 @@ def test_backoff_is_exponential_monotonic_and_capped(initial, multiplier, extra,
 
 @given(st.floats(0.0, 1.0), st.integers(1, 20), st.integers(0, 2**32))
 def test_backoff_jitter_stays_within_its_band(jitter, attempt, seed):
-    backoff = Backoff(initial_ms=100, multiplier=2.0, max_ms=30_000, jitter=jitter,
-                      rng=random.Random(seed))
+    backoff = Backoff(initial_ms=100, multiplier=2.0, max_ms=30_000, jitter=jitter, rng=random.Random(seed))
     base = min(100 * 2.0 ** (attempt - 1), 30_000)
     delay = backoff.delay_ms(attempt)
     assert round(base * (1 - jitter)) - 1 <= delay <= min(30_000, round(base * (1 + jitter)) + 1)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"initial_ms": -1}, {"multiplier": 0.5}, {"initial_ms": 10, "max_ms": 5}, {"jitter": 1.5},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"initial_ms": -1},
+        {"multiplier": 0.5},
+        {"initial_ms": 10, "max_ms": 5},
+        {"jitter": 1.5},
+    ],
+)
 def test_backoff_rejects_bad_configuration(kwargs):
     with pytest.raises(ConfigError):
         Backoff(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"max_pending": 0}, {"max_retries": -1}, {"message_timeout_ms": 0}, {"backstop_grace_ms": -1},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_pending": 0},
+        {"max_retries": -1},
+        {"message_timeout_ms": 0},
+        {"backstop_grace_ms": -1},
+    ],
+)
 def test_tracker_rejects_bad_configuration(kwargs):
     with pytest.raises(ConfigError):
         InFlightTracker(**kwargs)
@@ -331,8 +341,7 @@ def test_backstop_fails_roots_without_outcome_after_timeout_plus_grace():
     assert tracker.next_due_ms() == 1_500
     assert tracker.expire_backstop(now_ms=1_499) == []
     (action,) = tracker.expire_backstop(now_ms=1_500)
-    assert action == OutcomeAction(ActionKind.REDELIVER, TP, 0, 1, "backstop timeout",
-                                   due_ms=1_600)
+    assert action == OutcomeAction(ActionKind.REDELIVER, TP, 0, 1, "backstop timeout", due_ms=1_600)
     assert tracker.on_outcome(late, COMPLETED) is None  # the acker answered after all: ignored
     clock.now = 1_700
     (action,) = tracker.expire_backstop()  # offset 1 completed: only 2 expires
@@ -409,7 +418,7 @@ def test_revoke_returns_commit_point_and_forgets_the_partition():
     assert tracker.pending_roots() == 1
     assert tracker.on_outcome(roots[1], COMPLETED) is None
     clock.now = 10**9
-    assert tracker.due_redeliveries() == []                   # its retries went with it
+    assert tracker.due_redeliveries() == []  # its retries went with it
     assert [a.tp for a in tracker.expire_backstop()] == [TP2]  # and its backstop deadlines
     assert tracker.on_outcome(other, COMPLETED) is None
 
@@ -511,8 +520,7 @@ def test_one_stuck_offset_keeps_internal_queues_bounded():
 # -- all outcomes COMPLETED: every offset ends done --------------------------------------------
 
 
-@given(st.lists(st.integers(0, 3), min_size=1, max_size=120), st.randoms(use_true_random=False),
-       st.integers(0, 50))
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=120), st.randoms(use_true_random=False), st.integers(0, 50))
 def test_every_offset_is_eventually_done_when_all_complete(gaps, rnd, start):
     tracker, _ = make()
     tracker.assign(TP, committed=start)
@@ -562,8 +570,7 @@ class _ModelPartition:
     def commit_point(self):
         if self.pending:
             return min(self.pending)
-        starts = [s for s in (self.base, None if self.max_seen is None else self.max_seen + 1)
-                  if s is not None]
+        starts = [s for s in (self.base, None if self.max_seen is None else self.max_seen + 1) if s is not None]
         if not starts:
             return None
         point = max(starts)
@@ -579,16 +586,20 @@ class TrackerMachine(RuleBasedStateMachine):
         self.max_retries = max_retries
         self.max_pending = max_pending
         self.tracker = InFlightTracker(
-            max_pending=max_pending, max_retries=max_retries,
+            max_pending=max_pending,
+            max_retries=max_retries,
             backoff=Backoff(initial_ms=INITIAL, multiplier=MULTIPLIER, max_ms=CAP),
-            message_timeout_ms=TIMEOUT, backstop_grace_ms=GRACE, clock=self.clock)
+            message_timeout_ms=TIMEOUT,
+            backstop_grace_ms=GRACE,
+            clock=self.clock,
+        )
         # TP is assigned with a committed offset; TP2 is tracked from its first emit.
         self.tracker.assign(TP, committed=0)
         self.model = {TP: _ModelPartition(0), TP2: _ModelPartition(None)}
-        self.log = {tp: [] for tp in TPS}          # offsets that exist in the source partition
-        self.cursor = {tp: 0 for tp in TPS}        # next log index the consumer reads
+        self.log = {tp: [] for tp in TPS}  # offsets that exist in the source partition
+        self.cursor = {tp: 0 for tp in TPS}  # next log index the consumer reads
         self.truly_done = {tp: set() for tp in TPS}
-        self.flights: dict[int, tuple] = {}        # root -> (tp, offset)
+        self.flights: dict[int, tuple] = {}  # root -> (tp, offset)
         self.stale: list[int] = []
         self.handed: list[Redelivery] = []
 
@@ -608,8 +619,7 @@ class TrackerMachine(RuleBasedStateMachine):
 
     def _fail(self, tp, offset, reason, action):
         entry = self.model[tp].pending[offset]
-        assert (action.tp, action.offset, action.attempt, action.reason) == (
-            tp, offset, entry.attempt, reason)
+        assert (action.tp, action.offset, action.attempt, action.reason) == (tp, offset, entry.attempt, reason)
         entry.root = None
         if entry.attempt <= self.max_retries:
             entry.state = "retry"
@@ -629,8 +639,11 @@ class TrackerMachine(RuleBasedStateMachine):
 
     # rules
 
-    @rule(tp=st.sampled_from(TPS), gap=st.sampled_from([0, 0, 0, 1, 3]),
-          tracked=st.sampled_from([True, True, True, False]))
+    @rule(
+        tp=st.sampled_from(TPS),
+        gap=st.sampled_from([0, 0, 0, 1, 3]),
+        tracked=st.sampled_from([True, True, True, False]),
+    )
     def read(self, tp, gap, tracked):
         log = self.log[tp]
         if self.cursor[tp] == len(log):
@@ -648,8 +661,7 @@ class TrackerMachine(RuleBasedStateMachine):
             self._finish(tp, offset)
 
     @precondition(lambda self: self.flights or self.stale)
-    @rule(data=st.data(), kind=st.sampled_from([k for k in OutcomeKind
-                                                if k is not OutcomeKind.RESET_TIMEOUT]))
+    @rule(data=st.data(), kind=st.sampled_from([k for k in OutcomeKind if k is not OutcomeKind.RESET_TIMEOUT]))
     def outcome(self, data, kind):
         # Insertion order, not sorted: roots are random, and draws must replay the same way.
         root = data.draw(st.sampled_from(list(self.flights) + self.stale[-4:]))
@@ -660,8 +672,9 @@ class TrackerMachine(RuleBasedStateMachine):
         tp, offset = self.flights.pop(root)
         self.stale.append(root)
         if kind is COMPLETED:
-            assert action == OutcomeAction(ActionKind.DONE, tp, offset,
-                                           self.model[tp].pending[offset].attempt, "COMPLETED")
+            assert action == OutcomeAction(
+                ActionKind.DONE, tp, offset, self.model[tp].pending[offset].attempt, "COMPLETED"
+            )
             self._finish(tp, offset)
         else:
             self._fail(tp, offset, kind.name, action)
@@ -669,9 +682,12 @@ class TrackerMachine(RuleBasedStateMachine):
     @rule(dt=st.integers(0, 80))
     def redeliveries_due(self, dt):
         self.clock.now += dt
-        expected = {(tp, off, e.attempt + 1, e.reason) for tp in TPS
-                    for off, e in self.model[tp].pending.items()
-                    if e.state == "retry" and e.at <= self.clock.now}
+        expected = {
+            (tp, off, e.attempt + 1, e.reason)
+            for tp in TPS
+            for off, e in self.model[tp].pending.items()
+            if e.state == "retry" and e.at <= self.clock.now
+        }
         got = self.tracker.due_redeliveries()
         assert len(got) == len(expected)
         assert {(r.tp, r.offset, r.attempt, r.reason) for r in got} == expected
@@ -700,8 +716,9 @@ class TrackerMachine(RuleBasedStateMachine):
     @rule(dt=st.integers(0, 150))
     def backstop(self, dt):
         self.clock.now += dt
-        expected = {(tp, off) for root, (tp, off) in self.flights.items()
-                    if self.model[tp].pending[off].at <= self.clock.now}
+        expected = {
+            (tp, off) for root, (tp, off) in self.flights.items() if self.model[tp].pending[off].at <= self.clock.now
+        }
         actions = self.tracker.expire_backstop()
         assert {(a.tp, a.offset) for a in actions} == expected and len(actions) == len(expected)
         for action in actions:
@@ -710,12 +727,10 @@ class TrackerMachine(RuleBasedStateMachine):
             self.stale.append(root)
             self._fail(action.tp, action.offset, "backstop timeout", action)
 
-    @precondition(lambda self: any(e.state == "dlq" for tp in TPS
-                                   for e in self.model[tp].pending.values()))
+    @precondition(lambda self: any(e.state == "dlq" for tp in TPS for e in self.model[tp].pending.values()))
     @rule(data=st.data())
     def dead_letter_confirmed(self, data):
-        parked = sorted((tp, off) for tp in TPS for off, e in self.model[tp].pending.items()
-                        if e.state == "dlq")
+        parked = sorted((tp, off) for tp in TPS for off, e in self.model[tp].pending.items() if e.state == "dlq")
         tp, offset = data.draw(st.sampled_from(parked))
         self.tracker.dead_lettered(tp, offset)
         self._finish(tp, offset)
@@ -742,8 +757,9 @@ class TrackerMachine(RuleBasedStateMachine):
         self.tracker.assign(tp, committed=point, done_above=decoded)
         self.model[tp] = _ModelPartition(point, decoded)
         # The next owner resumes reading at the commit point.
-        self.cursor[tp] = 0 if point is None else next(
-            (i for i, o in enumerate(self.log[tp]) if o >= point), len(self.log[tp]))
+        self.cursor[tp] = (
+            0 if point is None else next((i for i, o in enumerate(self.log[tp]) if o >= point), len(self.log[tp]))
+        )
 
     # invariants
 
@@ -769,13 +785,11 @@ class TrackerMachine(RuleBasedStateMachine):
             return
         assert self.tracker.pending_roots() == len(self.flights)
         assert self.tracker.over_max_pending() == (len(self.flights) >= self.max_pending)
-        times = [e.at for tp in TPS for e in self.model[tp].pending.values()
-                 if e.state in ("flight", "retry")]
+        times = [e.at for tp in TPS for e in self.model[tp].pending.values() if e.state in ("flight", "retry")]
         assert self.tracker.next_due_ms() == (min(times) if times else None)
 
 
-TrackerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=60,
-                                            deadline=None)
+TrackerMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=60, deadline=None)
 test_tracker_matches_model = TrackerMachine.TestCase
 
 
@@ -853,8 +867,11 @@ def test_dead_letters_are_counted_by_the_reason_of_their_last_attempt():
     assert tracker.dead_letters_by_reason == {"TIMED_OUT": 1, "FAILED": 1}
 
 
-@given(st.integers(0, 20), st.sets(st.integers(0, 40), max_size=15),
-       st.lists(st.tuples(st.integers(0, 40), st.booleans()), max_size=40))
+@given(
+    st.integers(0, 20),
+    st.sets(st.integers(0, 40), max_size=15),
+    st.lists(st.tuples(st.integers(0, 40), st.booleans()), max_size=40),
+)
 def test_should_skip_is_exactly_done_or_below_the_commit_point(committed, done_above, steps):
     # should_skip answers new offsets (at or past everything seen) without computing the commit
     # point; it must agree with its definition for every offset, before and after any history

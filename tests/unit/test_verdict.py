@@ -76,8 +76,11 @@ def test_flat_progress_with_a_backlog_in_every_sample_is_always_a_stall(backlog,
     assert judge_window(window([progress] * len(backlog), backlog)).verdict is Verdict.STALL
 
 
-@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 1000)), min_size=1, max_size=15),
-       st.floats(-1e6, 1e6), st.integers(0, 10**6))
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 1000)), min_size=1, max_size=15),
+    st.floats(-1e6, 1e6),
+    st.integers(0, 10**6),
+)
 def test_verdicts_do_not_depend_on_the_clock_origin_or_the_counters_origin(steps, shift, base):
     progress, total = [], base
     for increment, _ in steps:
