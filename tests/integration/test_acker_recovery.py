@@ -528,7 +528,7 @@ def test_committed_low_point_never_passes_the_first_event_of_a_pending_root(kafk
         topology=topics.topology,
         bootstrap_servers=bootstrap,
         ackers=2,
-        timeout_ms=MESSAGE_TIMEOUT_MS,
+        message_timeout_ms=MESSAGE_TIMEOUT_MS,
         timeout_buckets=30,
         commit_interval_ms=200,
     )
