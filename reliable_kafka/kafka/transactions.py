@@ -69,8 +69,16 @@ class Transactions:
         return producer
 
     def begin(self) -> None:
+        """Begin a transaction; a producer that went fatal since the last one (e.g. fenced while
+        idle) is replaced first: nothing of the new transaction was sent, so nothing is redone."""
         assert self.producer is not None, "Transactions.start() makes the producer"
-        self.producer.begin_transaction()
+        try:
+            self.producer.begin_transaction()
+        except KafkaException as exc:
+            if not (exc.args and exc.args[0].fatal()):
+                raise
+            log.warning("%s: producer unusable before a transaction (%s); replacing it", self.component, exc.args[0])
+            self._replace().begin_transaction()
 
     def commit(self, offsets, group_metadata) -> None:
         """Add ``offsets`` (consumer group ``group_metadata``) and commit, each call under a hard

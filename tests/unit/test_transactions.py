@@ -16,6 +16,7 @@ class Producer:
         self.number = number
         self.calls: list[str] = []
         self.abort_error = abort_error
+        self.begin_error: KafkaError | None = None
         self.block_commit = threading.Event()  # set: commit_transaction never returns
         self.released = threading.Event()
 
@@ -24,6 +25,8 @@ class Producer:
 
     def begin_transaction(self):
         self.calls.append("begin")
+        if self.begin_error is not None:
+            raise KafkaException(self.begin_error)
 
     def send_offsets_to_transaction(self, offsets, metadata, timeout):
         self.calls.append("send_offsets")
@@ -108,3 +111,19 @@ def test_a_commit_that_does_not_return_raises_stuck_call():
     finally:
         made[0].released.set()
     assert helper.abort(StuckCall("stuck")) is True and helper.producer is made[1]
+
+
+def test_a_producer_gone_fatal_between_transactions_is_replaced_before_the_next_begins():
+    helper, made, handed = _helper()
+    made[0].begin_error = FENCED
+    helper.begin()
+    assert len(made) == 2 and handed == made and helper.producer is made[1]
+    assert made[1].calls == ["init", "begin"] and helper.producers_replaced == 1
+
+
+def test_a_begin_that_fails_without_a_fatal_error_is_raised_to_the_caller():
+    helper, made, _ = _helper()
+    made[0].begin_error = KafkaError(KafkaError._STATE, "not ready")
+    with pytest.raises(KafkaException):
+        helper.begin()
+    assert len(made) == 1
