@@ -31,9 +31,9 @@ def run_until_stopped(worker: Pollable, stop: threading.Event | None, *, handle_
     if handle_signals:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
-    worker.start()
     reporter = None
     try:
+        worker.start()  # inside: a start that fails half-way (a refused topic) still closes what it made
         reporter = ops_reporter.attach(worker)  # status snapshots and /metrics (reliable_kafka.ops)
         while not stop.is_set():
             worker.poll_once()

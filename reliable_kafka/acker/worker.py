@@ -29,7 +29,7 @@ from reliable_kafka.kafka.clients import new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config, consumer_settings, producer_settings
 from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.parking import Quarantine
-from reliable_kafka.kafka.produce import flush_or_raise
+from reliable_kafka.kafka.produce import flush_or_raise, release_producer
 from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.polling import consume_batch
 from reliable_kafka.topology import (
@@ -238,8 +238,8 @@ class AckerWorker:
                 self._consumer.close()  # revokes (the callback commits once more) and leaves the group
         finally:
             self._consumer = None
-            if self._producer is not None:
-                self._producer.flush(10)
+            producer, self._producer = self._producer, None  # closed: a second close() has nothing to do
+            release_producer(producer, owner=self.name)
             log.info("%s: stopped; %s", self.name, self.stats)
 
     # --- rebalance ------------------------------------------------------------------------------

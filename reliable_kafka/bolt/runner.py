@@ -30,7 +30,7 @@ from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, n
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.parking import Quarantine
-from reliable_kafka.kafka.produce import ProducerUnusable, flush_or_raise, produce_tuple
+from reliable_kafka.kafka.produce import ProducerUnusable, flush_or_raise, produce_tuple, release_producer
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
 from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
@@ -337,8 +337,8 @@ class Bolt:
                 self._consumer.close()
         finally:
             self._consumer = None
-            if self._producer is not None:
-                self._producer.flush(10)
+            producer, self._producer = self._producer, None  # closed: a second close() has nothing to do
+            release_producer(producer, owner=self.name)
             log.info("%s: stopped; %s", self.name, self.stats)
 
     def _on_revoke(self, consumer, partitions) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -10,7 +11,9 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from reliable_kafka import codec
 from reliable_kafka.errors import DeliveryError, ReliableKafkaError
 
-__all__ = ["produce_tuple", "produce_waiting", "ProducerUnusable", "flush_or_raise"]
+__all__ = ["produce_tuple", "produce_waiting", "ProducerUnusable", "flush_or_raise", "release_producer"]
+
+log = logging.getLogger(__name__)
 
 
 def produce_tuple(
@@ -82,6 +85,41 @@ def produce_waiting(producer: Producer, topic: str, value: bytes | None, **kwarg
             if error.fatal() or error.code() in _PRODUCER_STATE_ERRORS:
                 raise ProducerUnusable(error) from exc
             raise
+
+
+def release_producer(producer: Producer | None, *, timeout: float = 10.0, owner: str = "") -> None:
+    """Flush ``producer`` on the way out, purge what it could not deliver within ``timeout``, close it.
+
+    Called after the last commit: nothing still queued was committed past, so dropping it loses
+    nothing (it is produced again after the restart). Closing ends the client at once: otherwise it
+    lives as long as the component object does (a test's, a notebook's), and keeps asking the
+    broker for its topics' metadata: for a refused topic, a denial every few hundred milliseconds.
+    """
+    if producer is None:
+        return
+    try:
+        # a delivery report may raise here (a refused write): the caller's error, raised after closing
+        remaining = producer.flush(timeout)
+        if remaining:
+            log.warning(
+                "%s: %d records not delivered within %.0f s on close; dropped (nothing was committed past them)",
+                owner or "producer",
+                remaining,
+                timeout,
+            )
+    finally:
+        _end(producer, owner)
+
+
+def _end(producer: Producer, owner: str) -> None:
+    try:
+        producer.purge()
+        producer.flush(0)  # serve the purged records' delivery reports
+        close = getattr(producer, "close", None)  # older confluent-kafka has none: the client ends when collected
+        if close is not None:
+            close()
+    except (KafkaException, ReliableKafkaError) as exc:  # the purged records' reports repeat the first error
+        log.debug("%s: while closing the producer: %s", owner or "producer", exc)
 
 
 def flush_or_raise(producer: Producer, *, timeout: float = 30.0, what: str = "records") -> None:

@@ -21,7 +21,7 @@ from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.clients import check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
-from reliable_kafka.kafka.produce import flush_or_raise
+from reliable_kafka.kafka.produce import flush_or_raise, release_producer
 from reliable_kafka.ops import reporter as ops_reporter
 from reliable_kafka.security import spark_kafka_options as spark_security_options
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
@@ -270,8 +270,7 @@ class SparkJob:
         return self._acks, self._producer
 
     def _close(self) -> None:
-        if self._producer is not None:
-            self._producer.flush(10)
+        release_producer(self._producer, owner=self.name)
         # Dropping the last references destroys the librdkafka client (its threads, connections).
         self._acks = self._producer = None
 

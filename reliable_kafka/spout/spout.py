@@ -27,7 +27,7 @@ from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, coordinates, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
-from reliable_kafka.kafka.produce import ProducerUnusable, produce_tuple
+from reliable_kafka.kafka.produce import ProducerUnusable, produce_tuple, release_producer
 from reliable_kafka.lifecycle import Pollable, run_until_stopped
 from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.polling import consume_batch
@@ -442,8 +442,8 @@ class Spout(SpoutShell):
                 self._consumer.close()
         finally:
             self._consumer = None
-            if self._producer is not None:
-                self._producer.flush(10)
+            producer, self._producer = self._producer, None  # closed: a second close() has nothing to do
+            release_producer(producer, owner=self.name)
             self._roots.close()
             log.info("%s: stopped; %s", self.name, self.stats)
 
