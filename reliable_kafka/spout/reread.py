@@ -11,6 +11,7 @@ from typing import cast
 from confluent_kafka import Consumer, TopicPartition
 
 from reliable_kafka.errors import ReliableKafkaError
+from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import new_consumer
 
 __all__ = ["SourceRereader", "RereadFailed", "clusters"]
@@ -98,6 +99,10 @@ class SourceRereader:
             while missing and position <= last and time.monotonic() < deadline:
                 for message in self._consumer.consume(num_messages=self.batch_size, timeout=0.5):
                     if message.error() is not None:
+                        # a refused READ (or DESCRIBE on the group) stops the spout, naming the
+                        # permission; anything else is librdkafka retrying, until the deadline
+                        check_consumed(message, self._consumer, component=self.component)
+                        log.debug("%s: re-reading %s[%d]: %s", self.component, *key, message.error())
                         continue
                     offset = cast(int, message.offset())  # a consumed record's, never None
                     position = offset + 1

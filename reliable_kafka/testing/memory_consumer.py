@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, Message, TopicPartition
 
 from reliable_kafka.kafka.clients import coordinates
+from reliable_kafka.testing.memory_broker import new_message
 from reliable_kafka.testing.memory_clients import cluster_metadata
 
 if TYPE_CHECKING:
@@ -184,6 +185,10 @@ class MemoryConsumer:
         self._check()
         self._rebalance()
         messages: list[Message] = []
+        fault = self._kafka.take_fault("consume")
+        if fault is not None:  # librdkafka hands errors out as messages whose error() is set
+            assigned = next(iter(self._assignment), (None, None))
+            messages.append(new_message(topic=assigned[0], partition=assigned[1], error=fault))
         keys = [k for k in self._assignment if k not in self._paused and k[0] in self._kafka.topics]
         if keys:
             self._turn = (self._turn + 1) % len(keys)

@@ -374,7 +374,10 @@ def test_bolt_that_cannot_see_the_ack_topic_says_so(deployment, secure_kafka):
         resource=deployment.topics.acks,
     )
     # the broker logs the refusal: the least-privilege tests' "no denial" can fail
-    assert any(deployment.topics.acks in line for line in denials(secure_kafka.log_path, since, deployment.topology, ("User:bolt",)))
+    assert any(
+        deployment.topics.acks in line
+        for line in denials(secure_kafka.log_path, since, deployment.topology, ("User:bolt",))
+    )
 
 
 def test_spout_refused_write_on_the_ack_topic_stops_and_dead_letters_nothing(deployment):
@@ -416,7 +419,11 @@ def test_spout_refused_write_on_its_output_stops_and_dead_letters_nothing(deploy
         # refused topic (before, it did so every few hundred milliseconds while the object lived).
         stopped_at = deployment.kafka.log_path.stat().st_size
         time.sleep(3)
-        asking = [line for line in denials(deployment.kafka.log_path, stopped_at, deployment.topology) if deployment.middle in line]
+        asking = [
+            line
+            for line in denials(deployment.kafka.log_path, stopped_at, deployment.topology)
+            if deployment.middle in line
+        ]
         assert asking == [], f"{len(asking)} requests for {deployment.middle} after the spout stopped"
     finally:
         acker.finish()
@@ -571,7 +578,10 @@ def test_least_privilege_spark_spout_completes_without_a_denial(deployment, secu
         spark.stop()
     assert (bolt.error, acker.error) == (None, None)
     assert deployment.end_offset(deployment.topics.dlq) == 0
-    assert denials(secure_kafka.log_path, since, deployment.topology, principals=("User:spark", "User:bolt", "User:acker")) == []
+    assert (
+        denials(secure_kafka.log_path, since, deployment.topology, principals=("User:spark", "User:bolt", "User:acker"))
+        == []
+    )
 
 
 @pytest.mark.spark
@@ -634,4 +644,9 @@ def test_least_privilege_spark_bolt_completes_without_a_denial(deployment, secur
     assert (spout.error, acker.error) == (None, None)
     assert spout.component.stats.dead_lettered == 0 and deployment.end_offset(deployment.topics.dlq) == 0
     assert deployment.end_offset(deployment.sink) >= RECORDS
-    assert denials(secure_kafka.log_path, since, deployment.topology, principals=("User:spark", "User:spout", "User:acker")) == []
+    assert (
+        denials(
+            secure_kafka.log_path, since, deployment.topology, principals=("User:spark", "User:spout", "User:acker")
+        )
+        == []
+    )
