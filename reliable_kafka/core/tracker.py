@@ -34,12 +34,12 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from reliable_kafka.core.backoff import Backoff
+from reliable_kafka.core.clock import monotonic_ms
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.core.outcome_actions import ActionKind, OutcomeAction, Redelivery, TopicPartition
@@ -62,10 +62,6 @@ __all__ = [
 ]
 
 BACKSTOP_REASON = "backstop timeout"
-
-
-def _monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -159,7 +155,7 @@ class InFlightTracker:
         self.max_retries = max_retries
         self.backoff = backoff if backoff is not None else Backoff()
         self._backstop_ms = None if message_timeout_ms is None else message_timeout_ms + backstop_grace_ms
-        self._clock = clock if clock is not None else _monotonic_ms
+        self._clock = clock if clock is not None else monotonic_ms()
         self.stats = TrackerStats()
         self.complete_latency = LatencyHistogram()  # emit to COMPLETED of the attempt that completed
         self.dead_letters_by_reason: dict[str, int] = {}  # the last attempt's reason: FAILED, TIMED_OUT...

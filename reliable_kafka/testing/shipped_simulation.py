@@ -1,12 +1,13 @@
 """A seeded simulation of the shipped Spout, BasicBolt and AckerWorker on the in-memory Kafka.
 
 It runs the product: the very classes users deploy, with their Kafka clients from a
-:class:`MemoryKafka` and their time from a :class:`ManualClock`. A seeded scheduler interleaves
-their polls (which reorders records across partitions and processes) with clock jumps, broker
-faults (failed produces, lost deliveries, failed commits and transactions, and outages: a burst
-of every kind at once, as a broker restart looks to its clients), crashes with restarts at any
-step (redeliveries: the duplicates the contract allows), and expired consumer sessions
-(rebalances). After every step it checks DESIGN section 8 from the logs alone:
+:class:`MemoryKafka` (``clients=``) and their time from a :class:`ManualClock` (``clock=``). A
+seeded scheduler interleaves their polls (which reorders records across partitions and processes)
+with clock jumps, broker faults (failed produces, lost deliveries, failed commits and
+transactions, and outages: a burst of every kind at once, as a broker restart looks to its
+clients), crashes with restarts at any step (redeliveries: the duplicates the contract allows),
+and expired consumer sessions (rebalances). After every step it checks DESIGN section 8 from the
+logs alone:
 
 1. no loss: every source offset below the spouts' committed offset completed (an acker published
    COMPLETED for one of its roots) or was dead-lettered;
@@ -29,7 +30,7 @@ import dataclasses
 import functools
 import hashlib
 import random
-import time as real_time
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -54,20 +55,6 @@ __all__ = ["SimConfig", "SimResult", "SimulationFailed", "simulate", "run_seeds"
 TOPOLOGY = "sim"
 SOURCE, MID = "src", "mid"
 SPOUT_GROUP, BOLT_GROUP = "sim.spouts", "sim.bolts"
-# modules of the shipped code whose ``time`` is the simulation's clock while it runs
-_TIMED_MODULES = (
-    "reliable_kafka.spout.spout",
-    "reliable_kafka.spout.roots",
-    "reliable_kafka.spout.reread",
-    "reliable_kafka.bolt.runner",
-    "reliable_kafka.acker.worker",
-    "reliable_kafka.core.tracker",
-    "reliable_kafka.kafka.outcomes",
-    "reliable_kafka.kafka.produce",
-    "reliable_kafka.ops.failures",
-    "reliable_kafka.topology",
-    "reliable_kafka.codec",
-)
 
 
 @dataclass(frozen=True)
@@ -157,46 +144,15 @@ class SimulationFailed(ReliableKafkaError, AssertionError):
         self.seed, self.step, self.invariant = seed, step, invariant
 
 
-class _SimTime:
-    """The ``time`` module as the simulated code sees it: the clock, and sleeps that move it."""
-
-    def __init__(self, clock: ManualClock) -> None:
-        self._clock = clock
-
-    def time(self) -> float:
-        return self._clock() / 1000
-
-    def time_ns(self) -> int:
-        return self._clock() * 1_000_000
-
-    monotonic = perf_counter = time
-    monotonic_ns = time_ns
-
-    def sleep(self, seconds: float) -> None:
-        self._clock.advance(max(0, int(seconds * 1000)))
-
-    def __getattr__(self, name: str):
-        return getattr(real_time, name)
-
-
 @contextlib.contextmanager
-def _simulated(clock: ManualClock, seed: int) -> Iterator[None]:
-    """Seeded ids and the simulated clock for the shipped modules; everything restored after."""
-    import importlib
-
-    modules = [importlib.import_module(name) for name in _TIMED_MODULES]
-    saved_time = [module.time for module in modules]
+def _seeded_ids(seed: int) -> Iterator[None]:
+    """Seeded ids for the shipped code; restored after."""
     saved_ids = (ids._rng.getstate(), ids._np_rng)  # ids has no seeding API: the simulation's own reach
     ids._rng.seed(seed)
     ids._np_rng = np.random.default_rng(seed)
-    shim = _SimTime(clock)
-    for module in modules:
-        module.time = shim  # type: ignore[attr-defined]  # the clock swap (no clock= keyword yet)
     try:
         yield
     finally:
-        for module, saved in zip(modules, saved_time):
-            module.time = saved  # type: ignore[attr-defined]
         ids._rng.setstate(saved_ids[0])
         ids._np_rng = saved_ids[1]
 
@@ -268,7 +224,12 @@ class _Simulation:
         for i in range(config.records):
             producer.produce(SOURCE, f"record {i}".encode(), partition=i % config.source_partitions)
         producer.flush()
-        on: dict[str, Any] = {"topology": TOPOLOGY, "bootstrap_servers": "memory", "commit_interval_ms": 0}
+        on: dict[str, Any] = {
+            "topology": TOPOLOGY,
+            "bootstrap_servers": "memory",
+            "commit_interval_ms": 0,
+            "clock": self.clock,
+        }
         spout_options = dict(
             on,
             source_topics=SOURCE,
@@ -495,7 +456,7 @@ def _forward_coordinates(record, collector) -> None:
 def simulate(config: SimConfig) -> SimResult:
     """Run one seeded simulation; raises :class:`SimulationFailed` when an invariant breaks."""
     sim = _Simulation(config)
-    with _simulated(sim.clock, config.seed):
+    with _seeded_ids(config.seed):
         sim.setup()
         for sim.step in range(config.steps):
             sim.run_step()
@@ -559,7 +520,7 @@ def run_seeds(seeds: range, *, out=print, **options) -> list[SimulationFailed]:
 
     failures = []
     logging.disable(logging.CRITICAL)  # the components log every injected fault
-    started, cpu = real_time.perf_counter(), real_time.process_time()
+    started, cpu = time.perf_counter(), time.process_time()
     try:
         for seed in seeds:
             try:
@@ -569,7 +530,7 @@ def run_seeds(seeds: range, *, out=print, **options) -> list[SimulationFailed]:
                 out(str(failure))
     finally:
         logging.disable(logging.NOTSET)
-    wall, cpu = real_time.perf_counter() - started, real_time.process_time() - cpu
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     out(
         f"{len(seeds) - len(failures)} of {len(seeds)} seeds passed ({len(seeds) / max(wall, 1e-9):.1f} seeds/s, "
         f"{len(seeds) / max(cpu, 1e-9):.1f} per CPU second)"
