@@ -38,20 +38,21 @@ def test_a_manual_clock_moves_when_a_component_sleeps_on_it():
     assert clock() == 5_250
 
 
-def test_the_acker_times_out_and_the_spout_redelivers_and_dead_letters_on_their_clock():
+def _on_one_clock() -> tuple[ManualClock, MemoryKafka, dict]:
+    """A ManualClock, a MemoryKafka on it, and the keywords that put a component on both."""
     clock = ManualClock(start_ms=START_MS)
     kafka = MemoryKafka(clock=clock)
+    return clock, kafka, {"topology": "c", "bootstrap_servers": "memory", "clients": kafka, "clock": clock}
+
+
+def test_the_acker_times_out_and_the_spout_redelivers_and_dead_letters_on_their_clock():
+    clock, kafka, on = _on_one_clock()
     kafka.create_topic("sentences")
     ListSource(kafka, "lines", [b"nobody reads this"])
-    acker = AckerWorker(
-        topology="c", bootstrap_servers="memory", clients=kafka, clock=clock, message_timeout_ms=TIMEOUT_MS
-    )
+    acker = AckerWorker(**on, message_timeout_ms=TIMEOUT_MS)
     acker.start()
     spout = Spout(
-        topology="c",
-        bootstrap_servers="memory",
-        clients=kafka,
-        clock=clock,
+        **on,
         source_topics="lines",
         group_id="c.spout",
         emit_to="sentences",
@@ -84,24 +85,14 @@ def test_the_acker_times_out_and_the_spout_redelivers_and_dead_letters_on_their_
 
 
 def test_a_bolt_stamps_its_failure_records_with_its_clock():
-    clock = ManualClock(start_ms=START_MS)
-    kafka = MemoryKafka(clock=clock)
-    AckerWorker(topology="c", bootstrap_servers="memory", clients=kafka, clock=clock).start()
+    clock, kafka, on = _on_one_clock()
+    AckerWorker(**on).start()
     ListSource(kafka, "words", [{"value": b"bad", "headers": [(codec.ANCHORS_HEADER, codec.encode_anchors({7: 9}))]}])
 
     def refuse(tuple_, collector):
         raise ValueError("not a word")
 
-    bolt = BasicBolt(
-        topology="c",
-        bootstrap_servers="memory",
-        clients=kafka,
-        clock=clock,
-        source_topics="words",
-        group_id="c.bolt",
-        handler=refuse,
-        commit_interval_ms=0,
-    )
+    bolt = BasicBolt(**on, source_topics="words", group_id="c.bolt", handler=refuse, commit_interval_ms=0)
     bolt.start()
     step_until(lambda: bolt.stats.handler_errors == 1, bolt)
     bolt.poll_once(0)  # flushes the failure record with the commit
