@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
+from reliable_kafka.core.clock import Clock
 from reliable_kafka.errors import ConfigError, TopologyError
 from reliable_kafka.kafka.authorization import principal_of, raise_if_refused, refusal
 from reliable_kafka.kafka.factory import KafkaClients, clients_or_default
@@ -124,21 +125,23 @@ def _who(admin: AdminClient) -> dict:
     }
 
 
-def partition_count(admin: AdminClient, topic: str, *, timeout: float = 10.0, wait: float = 0.0) -> int | None:
+def partition_count(
+    admin: AdminClient, topic: str, *, timeout: float = 10.0, wait: float = 0.0, clock: Clock = time
+) -> int | None:
     """Partitions of ``topic``, or None when it does not exist (after waiting up to ``wait`` s).
 
     Raises :class:`~reliable_kafka.errors.AuthorizationError` when the principal may not DESCRIBE
     it: a topic listing leaves such topics out, as if they did not exist.
     """
-    deadline = time.monotonic() + wait
+    deadline = clock.monotonic() + wait
     while True:
         described = admin.list_topics(timeout=timeout).topics.get(topic)
         if described is not None and described.error is None and described.partitions:
             return len(described.partitions)
         _raise_if_hidden(admin, topic, timeout)
-        if time.monotonic() >= deadline:
+        if clock.monotonic() >= deadline:
             return None
-        time.sleep(0.2)
+        clock.sleep(0.2)
 
 
 def _raise_if_hidden(admin: AdminClient, topic: str, timeout: float) -> None:
@@ -156,6 +159,7 @@ def ensure_topics(
     replication_factor: int = 1,
     timeout: float = 30.0,
     needed: set[str] | None = None,
+    clock: Clock = time,
 ) -> None:
     """Create the topology's missing topics; refuse existing ones with the wrong partition count.
 
@@ -201,7 +205,7 @@ def ensure_topics(
             _who(admin)["principal"],
             ", ".join(sorted(hidden)),
         )
-    _wait_for_leaders(admin, [topic for topic in topics.shapes() if topic not in hidden], timeout)
+    _wait_for_leaders(admin, [topic for topic in topics.shapes() if topic not in hidden], timeout, clock)
     ensure_status_topic(admin, topics, replication_factor=replication_factor, timeout=timeout)
 
 
@@ -264,8 +268,8 @@ def warn_if_create_time(admin: AdminClient, topics: TopologyTopics, *, timeout: 
     return True
 
 
-def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float, clock: Clock) -> None:
+    deadline = clock.monotonic() + timeout
     while True:
         metadata = admin.list_topics(timeout=timeout).topics
         ready = all(
@@ -277,6 +281,6 @@ def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> N
         )
         if ready:
             return
-        if time.monotonic() > deadline:
+        if clock.monotonic() > deadline:
             raise TopologyError(f"topics {names} have no leader after {timeout:.0f}s; is the broker healthy?")
-        time.sleep(0.1)
+        clock.sleep(0.1)

@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from reliable_kafka import codec
 from reliable_kafka.core.acker_table import AckerTable, Outcomes
+from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.errors import ConfigError, DecodeError, DeliveryError, TopologyError
@@ -124,6 +125,7 @@ class AckerWorker:
       its partitions until its session expires (static members do not leave the group).
     - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
       :class:`reliable_kafka.testing.MemoryKafka` runs the worker without a broker).
+    - ``clock`` [the ``time`` module]: what the worker reads time from (:mod:`reliable_kafka.core.clock`).
     """
 
     @renamed_keywords(timeout_ms="message_timeout_ms")
@@ -147,6 +149,7 @@ class AckerWorker:
         name: str | None = None,
         metrics_port: int | None = None,
         clients: KafkaClients | None = None,
+        clock: Clock = time,
     ) -> None:
         if ackers < 1:
             raise ConfigError(f"an acker worker needs ackers >= 1 (ack topic partitions), got {ackers}")
@@ -180,6 +183,7 @@ class AckerWorker:
         self._failed = False  # poll_once raised: the table may hold a half-folded group, commit nothing
         self.ready = threading.Event()  # set once the worker consumes (for tests and supervisors)
         self.clients = clients
+        self._clock = clock
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -195,15 +199,16 @@ class AckerWorker:
                 self.topics,
                 replication_factor=self.replication_factor,
                 needed={self.topics.acks, self.topics.outcomes, self.topics.quarantine},
+                clock=self._clock,
             )
-        self._ack_partitions = partition_count(admin, self.topics.acks) or 0
+        self._ack_partitions = partition_count(admin, self.topics.acks, clock=self._clock) or 0
         if not self._ack_partitions:
             raise TopologyError(
                 f"{self.name}: ack topic {self.topics.acks} does not exist; run with create_topics "
                 f"or create the topology's topics first"
             )
         warn_if_create_time(admin, self.topics)
-        self._outcome_partitions = partition_count(admin, self.topics.outcomes) or 0
+        self._outcome_partitions = partition_count(admin, self.topics.outcomes, clock=self._clock) or 0
         if not self._outcome_partitions:
             raise TopologyError(f"{self.name}: outcome topic {self.topics.outcomes} does not exist")
         self._producer = new_producer(
@@ -367,7 +372,7 @@ class AckerWorker:
             valid = ~bad
             kinds, roots, vals = kinds[valid], roots[valid], vals[valid]
         timestamp = message.timestamp()[1]
-        wall_ms = int(time.time() * 1000)
+        wall_ms = int(self._clock.time() * 1000)
         if timestamp <= 0:
             timestamp = wall_ms
         if state.event_ms is None or timestamp >= state.event_ms:
@@ -382,7 +387,7 @@ class AckerWorker:
         writer's transaction timeout). Its clock then moves only with the records it reads, so a
         stuck transaction elsewhere does not time out trees whose acks wait behind it.
         """
-        wall_ms = int(time.time() * 1000)
+        wall_ms = int(self._clock.time() * 1000)
         decided = []
         behind = self._partitions_behind()
         for partition, state in self._partitions.items():
@@ -461,7 +466,7 @@ class AckerWorker:
             self._send_outcome(partition, value)
 
     def _commit(self, *, force: bool = False, only: set[int] | None = None) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if not force and (now - self._last_commit) * 1000 < self.commit_interval_ms:
             return
         self._last_commit = now
@@ -477,7 +482,7 @@ class AckerWorker:
         assert self._consumer is not None and self._producer is not None and self._quarantine is not None
         try:
             # outcomes decided below the new low points must be delivered first (DESIGN section 4)
-            flush_or_raise(self._producer, what=f"{self.name} outcomes")
+            flush_or_raise(self._producer, what=f"{self.name} outcomes", clock=self._clock)
             if self._retry_outcomes or self._quarantine.unsent:  # written again on the next poll
                 return
             self._consumer.commit(

@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from reliable_kafka import codec
 from reliable_kafka.core.anchors import Anchored, anchor_child, fail_roots
+from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import AuthorizationError, ConfigError, DecodeError, TopologyError
@@ -179,6 +180,7 @@ class Bolt:
       ``name`` [random], ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
     - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
       :class:`reliable_kafka.testing.MemoryKafka` runs the bolt without a broker).
+    - ``clock`` [the ``time`` module]: what the bolt reads time from (:mod:`reliable_kafka.core.clock`).
     """
 
     _collector_class = BoltCollector
@@ -201,6 +203,7 @@ class Bolt:
         name: str | None = None,
         metrics_port: int | None = None,
         clients: KafkaClients | None = None,
+        clock: Clock = time,
     ) -> None:
         if not callable(handler):
             raise ConfigError(f"Bolt: handler must be callable, got {handler!r}")
@@ -237,6 +240,7 @@ class Bolt:
         self._transactions: Transactions | None = None
         self.ready = threading.Event()
         self.clients = clients
+        self._clock = clock
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -245,7 +249,7 @@ class Bolt:
 
     def start(self) -> None:
         admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name, clients=self.clients)
-        ack_partitions = partition_count(admin, self.topics.acks, wait=self.topic_wait_s)
+        ack_partitions = partition_count(admin, self.topics.acks, wait=self.topic_wait_s, clock=self._clock)
         if ack_partitions is None:
             raise TopologyError(
                 f"{self.name}: ack topic {self.topics.acks} does not exist; start an acker worker for "
@@ -257,7 +261,8 @@ class Bolt:
         self._ack_partitions = ack_partitions
         # a topology created by an older version has no failures topic: records to it would sit in
         # the producer's queue and hold up every flush, so reasons are then not recorded
-        self._failures_topic = self.topics.failures if partition_count(admin, self.topics.failures) else None
+        found = partition_count(admin, self.topics.failures, clock=self._clock)
+        self._failures_topic = self.topics.failures if found else None
         if self._failures_topic is None:
             log.warning(
                 "%s: %s does not exist; failure reasons are not recorded (an acker worker of this version creates it)",
@@ -326,6 +331,7 @@ class Bolt:
                 topic=tuple_.topic,
                 partition=tuple_.partition,
                 offset=tuple_.offset,
+                clock=self._clock,
             )
         )
 
@@ -388,7 +394,7 @@ class Bolt:
         One loop with its lookups hoisted: this runs once per received tuple.
         """
         stats, ends, call = self.stats, self._ends, self._call
-        observe, clock = self.process_latency.observe, time.perf_counter
+        observe, clock = self.process_latency.observe, self._clock.monotonic
         decode = codec.decode_anchors
         for message in messages:
             stats.received += 1
@@ -458,14 +464,14 @@ class Bolt:
             log.error("%s: output to %s not delivered: %s", self.name, message.topic(), error)
 
     def _flush_and_commit(self, *, force: bool = False) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if not self._uncommitted or (not force and (now - self._last_commit) * 1000 < self.commit_interval_ms):
             return
         self._last_commit = now
         try:
             # inputs are committed after their outputs and acks were delivered: fewer replays
             assert self._producer is not None and self._quarantine is not None
-            flush_or_raise(self._producer, what=f"{self.name} outputs and acks")
+            flush_or_raise(self._producer, what=f"{self.name} outputs and acks", clock=self._clock)
             if self._quarantine.unsent:  # a quarantine copy failed: not past its record until written
                 self._quarantine.retry_unsent()
                 return

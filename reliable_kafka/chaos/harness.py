@@ -11,6 +11,8 @@ it checks from the topics themselves:
   the sink (or its dead letter) with a timestamp before the sample (effects are written before the
   acks that complete their tree, and the commit follows the completion);
 - and it prints duplicates, replays and the time to recover after each kind of kill.
+
+Those checks and the report are :mod:`reliable_kafka.chaos.checks`.
 """
 
 from __future__ import annotations
@@ -23,17 +25,15 @@ import sys
 import tempfile
 import threading
 import time
-from bisect import bisect_left
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reliable_kafka import codec
-from reliable_kafka.chaos.worker import FANOUT, topic_names
-from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.chaos.checks import ChaosReport, check
+from reliable_kafka.chaos.worker import topic_names
 from reliable_kafka.offsets import committed_offsets, end_offsets
-from reliable_kafka.testing.records import produce_values, read_topic
+from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
 
@@ -65,73 +65,6 @@ class ChaosConfig:
     settle_timeout: float = 240.0  # after the faults: how long the topology may take to finish
     seed: int = 1
     bootstrap: str | None = None  # an existing cluster (then no broker faults)
-
-
-@dataclass
-class ChaosReport:
-    records: int
-    kills: Counter
-    lost: int
-    early_commits: list
-    samples: int
-    effects: int
-    duplicates: int
-    replays: int
-    dead_lettered: int
-    recovery_s: dict[str, list[float]]
-    seconds: float
-    caught_up: bool
-    exactly_once: bool | None = None
-    crashes: int = 0
-    outcomes: Counter = field(default_factory=Counter)  # OutcomeKind name -> trees decided so
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return (
-            self.lost == 0
-            and not self.early_commits
-            and self.caught_up
-            and self.samples > 0
-            and self.exactly_once is not False
-        )
-
-    def render(self) -> str:
-        kills = ", ".join(f"{kind} {n}" for kind, n in sorted(self.kills.items())) or "none"
-        lines = [
-            "",
-            "chaos summary",
-            f"  source records        {self.records}",
-            f"  kills                 {sum(self.kills.values())} ({kills})",
-            f"  lost                  {self.lost}",
-            f"  early commits         {len(self.early_commits)} in {self.samples} sampled commit points",
-            f"  effects in sink       {self.effects} ({self.records * FANOUT} distinct expected)",
-            f"  duplicates            {self.duplicates}",
-            f"  replays (re-emits)    {self.replays}",
-            f"  trees failed          {self.outcomes['FAILED']}, timed out {self.outcomes['TIMED_OUT']} "
-            f"(outcomes topic; each is replayed)",
-            f"  dead-lettered         {self.dead_lettered}",
-            f"  crashes (restarted)   {self.crashes}",
-        ]
-        for kind, times in sorted(self.recovery_s.items()):
-            if times:
-                times = sorted(times)
-                lines.append(
-                    f"  recovery after {kind:<7}median {times[len(times) // 2]:.1f} s, max {times[-1]:.1f} s "
-                    f"({len(times)} kills)"
-                )
-        lines.append(f"  time                  {self.seconds:.0f} s")
-        checks = [
-            ("lost = 0", self.lost == 0),
-            ("committed offsets never passed an incomplete record", not self.early_commits and self.samples > 0),
-            ("committed offsets reached the end of the source", self.caught_up),
-        ]
-        if self.exactly_once is not None:
-            checks.append(("exactly once: every effect in the sink once", self.exactly_once))
-        lines.append("checks")
-        lines += [f"  [{'ok' if passed else 'FAILED'}] {name}" for name, passed in checks]
-        lines += [f"  note: {note}" for note in self.notes]
-        return "\n".join(lines)
 
 
 class _Process:
@@ -315,7 +248,17 @@ def _run_topology(
         for p in processes
         if p.popen is not None and p.popen.returncode not in (0, -signal.SIGTERM)
     ]
-    report = _check(bootstrap, topology, config, samples, kills, kill_times, caught_up, started)
+    report = check(
+        bootstrap,
+        topology,
+        records=config.records,
+        transactional=config.transactional,
+        samples=samples,
+        kills=kills,
+        kill_times=kill_times,
+        caught_up=caught_up,
+        started=started,
+    )
     for process, returncode in dead:
         report.notes.append(f"{process.name} exited with {returncode}: {process.tail(5)}")
     for name, count in sorted(crashes.items()):
@@ -420,92 +363,3 @@ def _wait_caught_up(bootstrap: str, topology: str, timeout: float, log, supervis
             last = done
         time.sleep(1)
     return False
-
-
-def _check(bootstrap, topology, config, samples, kills, kill_times, caught_up, started) -> ChaosReport:
-    topics = topic_names(topology)
-    position = {int(m.value() or b""): (m.partition(), m.offset()) for m in read_topic(bootstrap, topics["source"])}
-    first_seen: dict[bytes, float] = {}
-    copies: Counter[bytes] = Counter()
-    for message in read_topic(bootstrap, topics["sink"]):
-        effect = message.value() or b""
-        copies[effect] += 1
-        stamp = message.timestamp()[1] / 1000
-        first_seen[effect] = min(first_seen.get(effect, stamp), stamp)
-    dead = {}
-    for message in read_topic(bootstrap, TopologyTopics(topology).dlq):
-        dead[int(message.value() or b"")] = message.timestamp()[1] / 1000
-    # when each source record's effects were all in the sink (or it was dead-lettered)
-    complete_at: dict[int, float] = {}
-    lost = 0
-    for record in range(config.records):
-        seen = [first_seen.get(f"{record}:{j}".encode()) for j in range(FANOUT)]
-        effects_at = [t for t in seen if t is not None]
-        if len(effects_at) == FANOUT:
-            complete_at[record] = max(effects_at)
-        elif record in dead:
-            complete_at[record] = dead[record]
-        else:
-            lost += 1
-    early = _early_commits(samples, position, complete_at)
-    stage1 = sum(1 for _ in read_topic(bootstrap, topics["stage1"]))
-    effects = sum(copies.values())
-    report = ChaosReport(
-        records=config.records,
-        kills=kills,
-        lost=lost,
-        early_commits=early,
-        samples=len(samples),
-        effects=effects,
-        duplicates=effects - len(copies),
-        replays=stage1 - len(position),
-        dead_lettered=len(dead),
-        recovery_s=_recovery_times(samples, kill_times),
-        seconds=time.monotonic() - started,
-        caught_up=caught_up,
-    )
-    for message in read_topic(bootstrap, TopologyTopics(topology).outcomes):
-        batch = codec.decode_outcomes(message.value())
-        report.outcomes.update(OutcomeKind(kind).name for kind in batch.kinds.tolist())
-    if config.transactional:  # no tree fails or times out on purpose here: nothing may repeat
-        report.exactly_once = report.duplicates == 0 and lost == 0
-    return report
-
-
-def _early_commits(samples, position, complete_at) -> list:
-    """Samples whose committed offset passed a record that was not complete at the sample's time."""
-    by_partition: dict[int, list[tuple[int, float]]] = defaultdict(list)
-    for record, (partition, offset) in position.items():
-        by_partition[partition].append((offset, complete_at.get(record, float("inf"))))
-    prefix_offsets, prefix_latest = {}, {}
-    for partition, entries in by_partition.items():
-        entries.sort()
-        prefix_offsets[partition] = [offset for offset, _ in entries]
-        latest, running = [], 0.0
-        for _, when in entries:
-            running = max(running, when)
-            latest.append(running)
-        prefix_latest[partition] = latest
-    early = []
-    for when, committed in samples:
-        for partition, offset in committed.items():
-            if offset <= 0 or partition not in prefix_offsets:
-                continue
-            below = bisect_left(prefix_offsets[partition], offset)  # records at offsets < committed
-            if below and prefix_latest[partition][below - 1] > when:
-                early.append((when, partition, offset))
-    return early
-
-
-def _recovery_times(samples, kill_times) -> dict[str, list[float]]:
-    """Per kind of kill: seconds until the committed total moved again after the kill."""
-    totals = [(when, sum(max(0, c) for c in committed.values())) for when, committed in samples]
-    times: dict[str, list[float]] = defaultdict(list)
-    for kind, killed_at in kill_times:
-        before = [total for when, total in totals if when <= killed_at]
-        if not before:
-            continue
-        after = next((when for when, total in totals if when > killed_at and total > before[-1]), None)
-        if after is not None:
-            times[kind].append(after - killed_at)
-    return dict(times)

@@ -32,17 +32,22 @@ Typical shell loop::
 from __future__ import annotations
 
 import dataclasses
-import enum
 import heapq
 import itertools
-import random
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from reliable_kafka.core.backoff import Backoff
+from reliable_kafka.core.clock import monotonic_ms
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.latency import LatencyHistogram
+from reliable_kafka.core.outcome_actions import ActionKind, OutcomeAction, Redelivery, TopicPartition
+
+# the tracker's short names for its per-partition bookkeeping
+from reliable_kafka.core.pending import PartitionOffsets as _Partition
+from reliable_kafka.core.pending import PendingOffset as _Entry
+from reliable_kafka.core.pending import PendingState as _State
 from reliable_kafka.errors import ArgumentError, ConfigError
 from reliable_kafka.ids import new_id
 
@@ -56,51 +61,7 @@ __all__ = [
     "InFlightTracker",
 ]
 
-TopicPartition = tuple[str, int]
-"""A source partition: ``(topic, partition)``."""
-
 BACKSTOP_REASON = "backstop timeout"
-
-
-def _monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
-class ActionKind(enum.Enum):
-    """What the shell must do after an outcome."""
-
-    DONE = "DONE"  # the offset is done; nothing to do
-    REDELIVER = "REDELIVER"  # due_redeliveries() will hand it out after the backoff
-    DEAD_LETTER = "DEAD_LETTER"  # write it to the DLQ, then call dead_lettered(tp, offset)
-
-
-@dataclass(frozen=True, slots=True)
-class OutcomeAction:
-    """The tracker's decision about one root's outcome.
-
-    ``attempt`` is the attempt the outcome was about (1 = first delivery), so for DEAD_LETTER it is
-    the number of attempts made. ``due_ms`` is set for REDELIVER: when the redelivery becomes due.
-    """
-
-    kind: ActionKind
-    tp: TopicPartition
-    offset: int
-    attempt: int
-    reason: str
-    due_ms: int | None = None
-    # the root the outcome was about, to look up why it failed (reliable_kafka.ops.failures);
-    # informational, so not part of equality
-    root: int | None = field(default=None, compare=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Redelivery:
-    """A record to re-read and emit again, with a new root, as attempt ``attempt`` (>= 2)."""
-
-    tp: TopicPartition
-    offset: int
-    attempt: int
-    reason: str
 
 
 @dataclass(slots=True)
@@ -123,54 +84,6 @@ class TrackerStats:
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Backoff:
-    """Exponential backoff before a redelivery.
-
-    ``delay_ms(n)`` is the wait after attempt ``n`` failed: ``initial_ms * multiplier**(n-1)``,
-    capped at ``max_ms``. With ``jitter = j > 0`` the delay is multiplied by a uniform factor in
-    ``[1-j, 1+j]`` (then capped again); with ``jitter = 0`` (default) it is deterministic.
-    Defaults: 100 ms, x2, at most 30 s.
-    """
-
-    initial_ms: int = 100
-    multiplier: float = 2.0
-    max_ms: int = 30_000
-    jitter: float = 0.0
-    rng: random.Random | None = field(default=None, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.initial_ms < 0:
-            raise ConfigError(f"Backoff: initial_ms must be >= 0, got {self.initial_ms}")
-        if not self.multiplier >= 1.0:
-            raise ConfigError(f"Backoff: multiplier must be >= 1.0, got {self.multiplier}")
-        if self.max_ms < self.initial_ms:
-            raise ConfigError(f"Backoff: max_ms ({self.max_ms}) must be >= initial_ms ({self.initial_ms})")
-        if not 0.0 <= self.jitter <= 1.0:
-            raise ConfigError(f"Backoff: jitter must be within [0, 1], got {self.jitter}")
-        if self.rng is None:
-            object.__setattr__(self, "rng", random.Random())
-
-    def delay_ms(self, attempt: int) -> int:
-        """Milliseconds to wait before redelivering a record whose attempt ``attempt`` failed."""
-        if attempt < 1:
-            raise ArgumentError(f"Backoff: attempt numbers start at 1, got {attempt}")
-        try:
-            delay = min(self.initial_ms * self.multiplier ** (attempt - 1), self.max_ms)
-        except OverflowError:
-            delay = self.max_ms
-        if self.jitter and self.rng is not None:  # rng is set in __post_init__
-            delay = min(delay * (1.0 + self.rng.uniform(-self.jitter, self.jitter)), self.max_ms)
-        return int(round(delay))
-
-
-class _State(enum.Enum):
-    IN_FLIGHT = 1  # held under a root, waiting for its outcome
-    RETRY = 2  # failed; waiting for its backoff to elapse
-    REDELIVERING = 3  # handed out by due_redeliveries; waiting for emitted() again
-    DEAD_LETTER = 4  # retries exhausted; waiting for dead_lettered()
 
 
 # Enum members read through their class cost ~0.17 us each on Python 3.11, and ``OutcomeKind(kind)``
@@ -196,85 +109,6 @@ def _done_action(tp: TopicPartition, offset: int, attempt: int) -> OutcomeAction
     _SET_DUE_MS(action, None)
     _SET_ROOT(action, None)
     return action
-
-
-class _Entry:
-    """One pending offset. ``token`` changes on every state change, so queued heap/deque items
-    that carry an older token are stale and skipped (lazy deletion)."""
-
-    __slots__ = ("tp", "offset", "root", "attempt", "state", "reason", "token", "first_ms", "emitted_ms")
-
-    def __init__(self, tp: TopicPartition, offset: int) -> None:
-        self.tp = tp
-        self.offset = offset
-        self.root: int | None = None
-        self.attempt = 1
-        self.state = _IN_FLIGHT
-        self.reason = ""
-        self.token = 0
-        self.first_ms = 0  # first emit: the age of the oldest pending record (status)
-        self.emitted_ms = 0  # this attempt's emit: complete latency
-
-
-class _Partition:
-    """Pending and done offsets of one source partition."""
-
-    __slots__ = ("pending", "_pending_heap", "done", "_done_heap", "position")
-
-    def __init__(self, committed: int | None, done_above: Iterable[int] = ()) -> None:
-        self.pending: dict[int, _Entry] = {}
-        self._pending_heap: list[int] = []  # min-heap over pending offsets, lazily cleaned
-        self.done: set[int] = set()  # offsets done above the commit point
-        self._done_heap: list[int] = []
-        # Next offset after everything seen (None: nothing seen, nothing committed).
-        self.position = committed
-        if committed is not None:
-            self.done.update(o for o in done_above if o >= committed)
-            self._done_heap = list(self.done)
-            heapq.heapify(self._done_heap)
-
-    def add_pending(self, entry: _Entry) -> None:
-        offset = entry.offset
-        heapq.heappush(self._pending_heap, offset)
-        self.pending[offset] = entry
-        self.done.discard(offset)
-        if self.position is None or offset >= self.position:
-            self.position = offset + 1
-
-    def mark_done(self, offset: int) -> None:
-        self.pending.pop(offset, None)
-        if offset not in self.done:
-            self.done.add(offset)
-            heapq.heappush(self._done_heap, offset)
-        if self.position is None or offset >= self.position:
-            self.position = offset + 1
-        if len(self._pending_heap) > 2 * len(self.pending) + 64:
-            # One stuck offset at the top would keep stale items forever: rebuild (amortised O(1)).
-            self._pending_heap = list(self.pending)
-            heapq.heapify(self._pending_heap)
-        self.commit_point()  # keeps ``done`` small: offsets below the commit point leave it
-
-    def commit_point(self) -> int | None:
-        """Smallest pending offset, else the position advanced over offsets already done."""
-        heap = self._pending_heap
-        while heap and heap[0] not in self.pending:
-            heapq.heappop(heap)
-        if heap:
-            point = heap[0]
-        elif self.position is None:
-            return None
-        else:
-            point = self.position
-            while point in self.done:  # done offsets primed from metadata, skipped on replay
-                point += 1
-            self.position = point
-        done_heap = self._done_heap
-        while done_heap and done_heap[0] < point:
-            self.done.discard(heapq.heappop(done_heap))
-        if len(done_heap) > 2 * len(self.done) + 64:
-            self._done_heap = list(self.done)
-            heapq.heapify(self._done_heap)
-        return point
 
 
 class InFlightTracker:
@@ -321,7 +155,7 @@ class InFlightTracker:
         self.max_retries = max_retries
         self.backoff = backoff if backoff is not None else Backoff()
         self._backstop_ms = None if message_timeout_ms is None else message_timeout_ms + backstop_grace_ms
-        self._clock = clock if clock is not None else _monotonic_ms
+        self._clock = clock if clock is not None else monotonic_ms()
         self.stats = TrackerStats()
         self.complete_latency = LatencyHistogram()  # emit to COMPLETED of the attempt that completed
         self.dead_letters_by_reason: dict[str, int] = {}  # the last attempt's reason: FAILED, TIMED_OUT...
@@ -445,7 +279,7 @@ class InFlightTracker:
         arrives after the partition was revoked, even if it was assigned back since (an eager
         rebalance does that), belongs to an earlier incarnation of the partition and is ignored:
         counting it would move the commit point over offsets the new incarnation has not read
-        again (found by the protocol simulation, seed 749).
+        again, and a record below it would be lost.
         """
         part = self._partitions.get(tp)
         entry = part.pending.get(offset) if part is not None else None

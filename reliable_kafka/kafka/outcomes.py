@@ -9,6 +9,7 @@ from typing import cast
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka import codec
+from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError, StateError
 from reliable_kafka.kafka.authorization import check_consumed
@@ -41,6 +42,7 @@ class OutcomeListener:
         kafka_config: dict | None = None,
         quarantine: Quarantine | None = None,
         clients: KafkaClients | None = None,
+        clock: Clock = time,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.topics = topics
@@ -48,6 +50,7 @@ class OutcomeListener:
         self.kafka_config = kafka_config
         self.quarantine = quarantine
         self.clients = clients
+        self._clock = clock
         self.undecodable = 0
         self._owners: set[int] = set()
         self._next: dict[int, int] = {}  # partition -> next offset to deliver (all before: delivered)
@@ -66,6 +69,7 @@ class OutcomeListener:
             admin_client(self.bootstrap_servers, self.kafka_config, clients=self.clients),
             self.topics.outcomes,
             wait=timeout,
+            clock=self._clock,
         )
         if partitions is None:
             self._consumer.close()
@@ -104,17 +108,17 @@ class OutcomeListener:
         a moment (seen on a loaded machine): a spout must not die of that at start.
         """
         assert self._consumer is not None
-        deadline = time.monotonic() + timeout
+        deadline = self._clock.monotonic() + timeout
         while True:
             try:
                 _, high = self._consumer.get_watermark_offsets(
                     TopicPartition(self.topics.outcomes, partition),
-                    timeout=max(1.0, deadline - time.monotonic()),
+                    timeout=max(1.0, deadline - self._clock.monotonic()),
                     cached=False,
                 )
                 return high
             except KafkaException as exc:
-                if time.monotonic() >= deadline:
+                if self._clock.monotonic() >= deadline:
                     raise
                 log.info(
                     "outcome partition %s[%s] not ready (%s); asking again",
@@ -122,7 +126,7 @@ class OutcomeListener:
                     partition,
                     exc.args[0],
                 )
-                time.sleep(0.2)
+                self._clock.sleep(0.2)
 
     def unfollow(self, owner: int) -> None:
         self._owners.discard(owner)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from reliable_kafka import codec
+from reliable_kafka.core.clock import Clock
 from reliable_kafka.errors import DeliveryError, ReliableKafkaError
 
 __all__ = ["produce_tuple", "produce_waiting", "ProducerUnusable", "flush_or_raise", "release_producer"]
@@ -122,11 +123,11 @@ def _end(producer: Producer, owner: str) -> None:
         log.debug("%s: while closing the producer: %s", owner or "producer", exc)
 
 
-def flush_or_raise(producer: Producer, *, timeout: float = 30.0, what: str = "records") -> None:
+def flush_or_raise(producer: Producer, *, timeout: float = 30.0, what: str = "records", clock: Clock = time) -> None:
     """Flush and raise :class:`DeliveryError` if anything is still queued after ``timeout``."""
-    deadline = time.monotonic() + timeout
+    deadline = clock.monotonic() + timeout
     remaining = producer.flush(timeout)
-    while remaining and time.monotonic() < deadline:
-        remaining = producer.flush(max(0.1, deadline - time.monotonic()))
+    while remaining and clock.monotonic() < deadline:
+        remaining = producer.flush(max(0.1, deadline - clock.monotonic()))
     if remaining:
         raise DeliveryError(f"{remaining} {what} not delivered within {timeout:.0f}s; is the broker up?")

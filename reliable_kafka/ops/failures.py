@@ -25,6 +25,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, overload
 
+from reliable_kafka.core.clock import Clock
 from reliable_kafka.errors import AuthorizationError, TopologyError
 
 if TYPE_CHECKING:
@@ -55,8 +56,8 @@ _MAX_TEXT = 1000  # a reason or error message longer than this is cut: records a
 _MAX_ATTEMPTS_HEADER = 16_000  # bytes; older attempts are dropped first, the count stays in rk-parked
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def _now_ms(clock: Clock) -> int:
+    return int(clock.time() * 1000)
 
 
 @overload
@@ -106,6 +107,7 @@ class FailureRecord:
         topic: str | None = None,
         partition: int | None = None,
         offset: int | None = None,
+        clock: Clock = time,
     ) -> FailureRecord:
         coordinates = None if topic is None else {"topic": topic, "partition": partition, "offset": offset}
         return cls(
@@ -117,7 +119,7 @@ class FailureRecord:
             error_message=_cut(str(error)) if error is not None else None,
             retry=bool(retry),
             tuple=coordinates,
-            at_ms=_now_ms(),
+            at_ms=_now_ms(clock),
         )
 
     def summary(self) -> str:
@@ -249,13 +251,15 @@ class FailureIndex:
         since_ms: int | None = None,
         max_roots: int = 50_000,
         clients=None,
+        clock: Clock = time,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.clients = clients  # a reliable_kafka.kafka.factory.KafkaClients, None: confluent-kafka
         self.topic = topic
         self.group_id = group_id
         self.kafka_config = kafka_config
-        self.since_ms = _now_ms() if since_ms is None else since_ms
+        self._clock = clock
+        self.since_ms = _now_ms(clock) if since_ms is None else since_ms
         self.max_roots = max_roots
         self._by_root: OrderedDict[int, list[FailureRecord]] = OrderedDict()
         self._consumer: Consumer | None = None
@@ -271,7 +275,7 @@ class FailureIndex:
         if round_ is not None:
             due = round_ != self._caught_up_round
         else:
-            due = time.monotonic() - self._caught_up > 0.05
+            due = self._clock.monotonic() - self._caught_up > 0.05
         if any(root not in self._by_root for root in roots) and due:
             self._caught_up_round = round_
             try:
@@ -280,7 +284,7 @@ class FailureIndex:
                 if isinstance(exc, AuthorizationError):
                     raise  # a missing permission: the spout stops and says which (DESIGN 10)
                 log.warning("failure records of %s not read: %s", self.topic, exc)
-            self._caught_up = time.monotonic()
+            self._caught_up = self._clock.monotonic()
         return {root: self._by_root.pop(root) for root in roots if root in self._by_root}
 
     def _open(self) -> Consumer:
@@ -319,8 +323,8 @@ class FailureIndex:
             ends[partition] = consumer.get_watermark_offsets(
                 TopicPartition(self.topic, partition), timeout=timeout, cached=False
             )[1]
-        deadline = time.monotonic() + timeout
-        while any(self._next[p] < end for p, end in ends.items()) and time.monotonic() < deadline:
+        deadline = self._clock.monotonic() + timeout
+        while any(self._next[p] < end for p, end in ends.items()) and self._clock.monotonic() < deadline:
             for message in consumer.consume(num_messages=500, timeout=0.2):
                 read_from, offset = message.partition(), message.offset()
                 if message.error() is not None:

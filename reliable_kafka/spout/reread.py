@@ -10,6 +10,7 @@ from typing import cast
 
 from confluent_kafka import Consumer, TopicPartition
 
+from reliable_kafka.core.clock import Clock
 from reliable_kafka.errors import ReliableKafkaError
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import new_consumer
@@ -51,6 +52,7 @@ class SourceRereader:
         gone: Callable[[TopicPartitionKey, int, str], None],
         batch_size: int = 500,
         timeout_s: float = REREAD_TIMEOUT_S,
+        clock: Clock = time,
     ) -> None:
         self.component = component
         self.bootstrap_servers = bootstrap_servers
@@ -62,6 +64,7 @@ class SourceRereader:
         self.gone = gone
         self.batch_size = batch_size
         self.timeout_s = timeout_s
+        self._clock = clock
         self._consumer: Consumer | None = None  # made on the first read again
 
     def __call__(self, wanted: Iterable[tuple[TopicPartitionKey, int]]) -> None:
@@ -93,10 +96,10 @@ class SourceRereader:
             return
         last = max(missing)
         self._consumer.assign([TopicPartition(key[0], key[1], min(missing))])
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self._clock.monotonic() + self.timeout_s
         position = min(missing)
         try:
-            while missing and position <= last and time.monotonic() < deadline:
+            while missing and position <= last and self._clock.monotonic() < deadline:
                 for message in self._consumer.consume(num_messages=self.batch_size, timeout=0.5):
                     if message.error() is not None:
                         # a refused READ (or DESCRIBE on the group) stops the spout, naming the

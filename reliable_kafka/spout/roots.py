@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, cast
 from confluent_kafka import TopicPartition
 
 from reliable_kafka.codec import ParkedRecord
+from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import ActionKind, InFlightTracker, OutcomeAction
@@ -76,6 +77,7 @@ class RootOwner:
     that does not keep records gives ``reread(keys)``, which puts them there when a dead letter
     needs one (a record it cannot find because Kafka deleted it is counted and marked done by it).
     ``lock`` (optional) guards the tracker when several threads share it (the Spark driver).
+    ``clock`` (:mod:`reliable_kafka.core.clock`) stamps attempts and dead letters; the tracker has its own.
     ``read_failure_reasons``: look up why a root FAILED in ``<topology>.failures`` (a consumer made
     at the first FAILED outcome); without it, only local failures give reasons.
     """
@@ -98,6 +100,7 @@ class RootOwner:
         read_failure_reasons: bool = True,
         on_completed: Callable[[object], None] | None = None,
         lock=None,
+        clock: Clock = time,
     ) -> None:
         check_guard_config(component, max_dead_letter_ratio, dead_letter_window)
         self.component = component
@@ -106,6 +109,7 @@ class RootOwner:
         self.bootstrap_servers = bootstrap_servers
         self.kafka_config = kafka_config
         self.clients = clients  # the component's client factory (None: confluent-kafka)
+        self._clock = clock
         self.stats = stats if stats is not None else RootStats()
         self.records: dict[RecordKey, object] = {}
         self.producer: Producer | None = None  # set by use_producer before anything is written
@@ -126,7 +130,7 @@ class RootOwner:
         self._local_reasons: dict[int, FailureRecord] = {}
         self._outcome_round = 0
         self._failure_index: FailureIndex | None = None
-        self._started_ms = int(time.time() * 1000)
+        self._started_ms = int(clock.time() * 1000)
         self._bound: list[OutcomeAction] = []  # bound for the DLQ, not written yet
         self._unconfirmed: list[_DeadLetterWrite] = []  # written, delivery not known yet
         self._dead_letter_marks: deque[int] = deque()  # settled count when each dead letter was bound
@@ -150,6 +154,7 @@ class RootOwner:
             spout_id=spout_id,
             kafka_config=self.kafka_config,
             clients=self.clients,
+            clock=self._clock,
             quarantine=Quarantine(
                 cast("Producer", self.producer),  # set by use_producer
                 topic=self.topics.quarantine,
@@ -238,10 +243,11 @@ class RootOwner:
                         kafka_config=self.kafka_config,
                         clients=self.clients,
                         since_ms=self._started_ms - 60_000,
+                        clock=self._clock,
                     )
                 failures = self._failure_index.take([action.root], round_=self._outcome_round).get(action.root, [])
         attempt = Attempt(
-            action.attempt, action.root, action.reason, int(time.time() * 1000), [asdict(f) for f in failures]
+            action.attempt, action.root, action.reason, int(self._clock.time() * 1000), [asdict(f) for f in failures]
         )
         self._attempts.setdefault((action.tp, action.offset), []).append(attempt)
         if action.kind is ActionKind.REDELIVER and attempt.poison:
@@ -353,6 +359,7 @@ class RootOwner:
                 source_offset=record.offset,
                 source_timestamp_ms=record.timestamp_ms,
                 component=self.component,
+                parked_at_ms=int(self._clock.time() * 1000),
             ),
             on_delivery=failed,
         )

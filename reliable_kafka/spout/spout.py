@@ -18,6 +18,7 @@ from typing import Literal, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka.core.anchors import Anchored, spout_root
+from reliable_kafka.core.clock import Clock, monotonic_ms
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker
 from reliable_kafka.errors import AuthorizationError, ConfigError, TopologyError
@@ -179,6 +180,7 @@ class SpoutShell:
         dead_letter_window: int = 1000,
         root_index: bool = True,
         clients: KafkaClients | None = None,
+        clock: Clock = time,
     ) -> None:
         check_guard_config("Spout", max_dead_letter_ratio, dead_letter_window)
         if (emit_to is None) == (handler is None):
@@ -198,6 +200,7 @@ class SpoutShell:
             kafka_config, consumer_config=consumer_config, producer_config=producer_config
         )
         self.clients = clients
+        self._clock = clock
         self.task_id = new_id()
         self.name = name or f"spout-{self.task_id & 0xFFFF:04x}"
         self._sends_acks = guarantee == "at_least_once" and ackers != 0
@@ -209,6 +212,7 @@ class SpoutShell:
             backoff=backoff,
             message_timeout_ms=message_timeout_ms,
             backstop_grace_ms=backstop_grace_ms,
+            clock=monotonic_ms(clock),
         )
         self.stats = SpoutStats()
         self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
@@ -228,6 +232,7 @@ class SpoutShell:
             max_dead_letter_ratio=max_dead_letter_ratio,
             dead_letter_window=dead_letter_window,
             on_completed=cast("Callable[[object], None]", lambda record: self._completed(record)),
+            clock=clock,
         )  # a SourceRecord
         self._collector = SpoutCollector(self)
         self._derive_root: Callable[[SourceRecord], int] | None = None  # None: a random root per attempt
@@ -273,7 +278,7 @@ class SpoutShell:
         ack_partitions = 0
         if self._sends_acks:
             admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name, clients=self.clients)
-            found = partition_count(admin, self.topics.acks, wait=self.topic_wait_s)
+            found = partition_count(admin, self.topics.acks, wait=self.topic_wait_s, clock=self._clock)
             if found is None:
                 raise TopologyError(
                     f"{self.name}: ack topic {self.topics.acks} does not exist; start an acker worker "
@@ -284,7 +289,11 @@ class SpoutShell:
             ack_partitions = found
             # an older topology has no root index topic (an acker of this version creates it); a
             # spout that derives its roots (transactional) writes no index: it does not look for one
-            self.root_index = self.root_index and index_roots and partition_count(admin, self.topics.roots) is not None
+            self.root_index = (
+                self.root_index
+                and index_roots
+                and partition_count(admin, self.topics.roots, clock=self._clock) is not None
+            )
             self._roots.listen(spout_id)
         self._acks = AckSender(
             producer, acks_topic=self.topics.acks, ack_partitions=ack_partitions, sender=self.task_id
@@ -333,6 +342,7 @@ class SpoutShell:
                     topic=record.topic,
                     partition=record.partition,
                     offset=record.offset,
+                    clock=self._clock,
                 ),
             )
             return
@@ -412,6 +422,8 @@ class Spout(SpoutShell):
       batch, 16 bytes a root, so that ``reliable-kafka trace`` finds a record's trees.
     - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
       :class:`reliable_kafka.testing.MemoryKafka` runs the spout without a broker).
+    - ``clock`` [the ``time`` module]: what the spout reads time from (:mod:`reliable_kafka.core.clock`;
+      :class:`reliable_kafka.testing.ManualClock` moves only when told to).
     """
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -520,7 +532,7 @@ class Spout(SpoutShell):
     def _commit(self, *, force: bool = False, only: set[TopicPartitionKey] | None = None) -> None:
         if self.guarantee != "at_least_once":
             return
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if not force and (now - self._last_commit) * 1000 < self.commit_interval_ms:
             return
         self._last_commit = now

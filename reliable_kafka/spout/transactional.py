@@ -157,6 +157,7 @@ class TransactionalSpout(SpoutShell):
             to_record=_source_record,
             gone=self._gone,
             batch_size=self.batch_size,
+            clock=self._clock,
         )
         self._roots.reread = self._read_again
         self._roots.encode_metadata = self._state_metadata

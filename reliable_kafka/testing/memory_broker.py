@@ -109,6 +109,16 @@ class ManualClock:
             raise ArgumentError(f"ManualClock: time does not go back ({ms} ms)")
         self.now_ms += ms
 
+    # a component's clock too (reliable_kafka.core.clock.Clock): ``Spout(..., clock=manual_clock)``
+
+    def monotonic(self) -> float:
+        return self.now_ms / 1000
+
+    time = monotonic
+
+    def sleep(self, seconds: float, /) -> None:
+        self.advance(max(0, int(seconds * 1000)))
+
 
 @dataclass
 class Transaction:

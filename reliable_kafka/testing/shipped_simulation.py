@@ -1,12 +1,13 @@
 """A seeded simulation of the shipped Spout, BasicBolt and AckerWorker on the in-memory Kafka.
 
 It runs the product: the very classes users deploy, with their Kafka clients from a
-:class:`MemoryKafka` and their time from a :class:`ManualClock`. A seeded scheduler interleaves
-their polls (which reorders records across partitions and processes) with clock jumps, broker
-faults (failed produces, lost deliveries, failed commits and transactions, and outages: a burst
-of every kind at once, as a broker restart looks to its clients), crashes with restarts at any
-step (redeliveries: the duplicates the contract allows), and expired consumer sessions
-(rebalances). After every step it checks DESIGN section 8 from the logs alone:
+:class:`MemoryKafka` (``clients=``) and their time from a :class:`ManualClock` (``clock=``). A
+seeded scheduler interleaves their polls (which reorders records across partitions and processes)
+with clock jumps, broker faults (failed produces, lost deliveries, failed commits and
+transactions, and outages: a burst of every kind at once, as a broker restart looks to its
+clients), crashes with restarts at any step (redeliveries: the duplicates the contract allows),
+and expired consumer sessions (rebalances). After every step it checks DESIGN section 8 from the
+logs alone:
 
 1. no loss: every source offset below the spouts' committed offset completed (an acker published
    COMPLETED for one of its roots) or was dead-lettered;
@@ -20,183 +21,57 @@ a bound; and a quiet run (no faults, no failing handler) completes every record 
 attempt. A failing seed raises :class:`SimulationFailed` naming the seed, the step, the invariant
 and the command that replays it; the same seed replays the same run (the ids, the clock and the
 scheduler are seeded). Many seeds: ``./rk sim --seeds 0:2000 [--transactional]``.
+
+This module is the world and its scheduler; the checks live in
+:mod:`~reliable_kafka.testing.simulation_checks`, the configuration and result in
+:mod:`~reliable_kafka.testing.simulation_config`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import hashlib
 import random
-import time as real_time
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import numpy as np
 
-from reliable_kafka import codec, ids
+from reliable_kafka import ids
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt.runner import BasicBolt
-from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import Backoff
-from reliable_kafka.errors import ConfigError, ReliableKafkaError
-from reliable_kafka.ids import partitions_for_roots
 from reliable_kafka.spout.spout import Spout
 from reliable_kafka.spout.transactional import TransactionalSpout
 from reliable_kafka.testing.memory_broker import ManualClock, MemoryKafka
-from reliable_kafka.testing.reference_acker import ReferenceAcker
+from reliable_kafka.testing.simulation_checks import LogChecker
+from reliable_kafka.testing.simulation_config import (
+    BOLT_GROUP,
+    MID,
+    SOURCE,
+    SPOUT_GROUP,
+    TOPOLOGY,
+    SimConfig,
+    SimResult,
+    SimulationFailed,
+)
 
 __all__ = ["SimConfig", "SimResult", "SimulationFailed", "simulate", "run_seeds"]
 
-TOPOLOGY = "sim"
-SOURCE, MID = "src", "mid"
-SPOUT_GROUP, BOLT_GROUP = "sim.spouts", "sim.bolts"
-# modules of the shipped code whose ``time`` is the simulation's clock while it runs
-_TIMED_MODULES = (
-    "reliable_kafka.spout.spout",
-    "reliable_kafka.spout.roots",
-    "reliable_kafka.spout.reread",
-    "reliable_kafka.bolt.runner",
-    "reliable_kafka.acker.worker",
-    "reliable_kafka.core.tracker",
-    "reliable_kafka.kafka.outcomes",
-    "reliable_kafka.kafka.produce",
-    "reliable_kafka.ops.failures",
-    "reliable_kafka.topology",
-    "reliable_kafka.codec",
-)
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    seed: int
-    records: int = 24
-    source_partitions: int = 2
-    ack_partitions: int = 2
-    spouts: int = 2
-    bolts: int = 2
-    acker_workers: int = 1
-    steps: int = 300
-    bolt_failure: float = 0.1  # chance that a bolt's handler raises (the tuple fails)
-    max_retries: int = 3
-    settle_rounds: int = 3000
-    faults: bool = True
-    transactional: bool = False  # TransactionalSpout and transactional bolts (stable names: restarts fence)
-
-    def __post_init__(self) -> None:
-        small = [
-            name
-            for name in (
-                "records",
-                "source_partitions",
-                "ack_partitions",
-                "spouts",
-                "bolts",
-                "acker_workers",
-                "settle_rounds",
-            )
-            if getattr(self, name) < 1
-        ]
-        if small or self.steps < 0 or not 0 <= self.bolt_failure <= 1:
-            raise ConfigError(
-                f"SimConfig: {', '.join(small) or 'steps or bolt_failure'} out of range "
-                f"in {self}; counts are at least 1, steps at least 0, bolt_failure in [0, 1]"
-            )
-
-    @property
-    def quiet(self) -> bool:
-        """No faults, no crashes, no failing handler: every record must complete on its first attempt."""
-        return not self.faults and self.bolt_failure == 0
-
-    def replay(self) -> str:
-        """The command that runs this very configuration again."""
-        changed = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name != "seed" and getattr(self, f.name) != f.default
-        }
-        flags = {
-            "steps": "--steps",
-            "records": "--records",
-            "transactional": "--transactional",
-            "faults": "--quiet",
-            "bolt_failure": "--quiet",
-        }
-        if set(changed) <= set(flags) and ("faults" in changed) == ("bolt_failure" in changed):
-            options = "".join(
-                f" {flags[k]} {v}" if k in ("steps", "records") else f" {flags[k]}"
-                for k, v in changed.items()
-                if k != "bolt_failure"
-            )
-            return f"./rk sim --seeds {self.seed}{options}"
-        return f".venv/bin/python -c 'from reliable_kafka.testing.shipped_simulation import *; simulate({self!r})'"
-
-
-@dataclass
-class SimResult:
-    seed: int
-    steps: int
-    settle_rounds: int
-    completed: int
-    dead_lettered: int
-    crashes: int
-    faults: int
-    trace: list[str] = field(default_factory=list)
-    events: Counter = field(default_factory=Counter)  # what the scheduler did, by kind (crash.spout, fault.commit, ...)
-    log_digest: str = ""  # of every record in every topic: equal digests, equal runs
-
-
-class SimulationFailed(ReliableKafkaError, AssertionError):
-    """An invariant broke; the message names the seed, the step, the invariant and the replay command."""
-
-    def __init__(self, message: str, *, seed: int, step: int, invariant: str) -> None:
-        super().__init__(message)
-        self.seed, self.step, self.invariant = seed, step, invariant
-
-
-class _SimTime:
-    """The ``time`` module as the simulated code sees it: the clock, and sleeps that move it."""
-
-    def __init__(self, clock: ManualClock) -> None:
-        self._clock = clock
-
-    def time(self) -> float:
-        return self._clock() / 1000
-
-    def time_ns(self) -> int:
-        return self._clock() * 1_000_000
-
-    monotonic = perf_counter = time
-    monotonic_ns = time_ns
-
-    def sleep(self, seconds: float) -> None:
-        self._clock.advance(max(0, int(seconds * 1000)))
-
-    def __getattr__(self, name: str):
-        return getattr(real_time, name)
-
 
 @contextlib.contextmanager
-def _simulated(clock: ManualClock, seed: int) -> Iterator[None]:
-    """Seeded ids and the simulated clock for the shipped modules; everything restored after."""
-    import importlib
-
-    modules = [importlib.import_module(name) for name in _TIMED_MODULES]
-    saved_time = [module.time for module in modules]
+def _seeded_ids(seed: int) -> Iterator[None]:
+    """Seeded ids for the shipped code; restored after."""
     saved_ids = (ids._rng.getstate(), ids._np_rng)  # ids has no seeding API: the simulation's own reach
     ids._rng.seed(seed)
     ids._np_rng = np.random.default_rng(seed)
-    shim = _SimTime(clock)
-    for module in modules:
-        module.time = shim  # type: ignore[attr-defined]  # the clock swap (no clock= keyword yet)
     try:
         yield
     finally:
-        for module, saved in zip(modules, saved_time):
-            module.time = saved  # type: ignore[attr-defined]
         ids._rng.setstate(saved_ids[0])
         ids._np_rng = saved_ids[1]
 
@@ -250,13 +125,7 @@ class _Simulation:
         self.crashes = 0
         self.faults = 0
         self.events: Counter = Counter()
-        self._reference: dict[int, ReferenceAcker] = {}  # ack partition -> the model, fed its log
-        self._decided: dict[int, tuple[int, int]] = {}  # root -> (OutcomeKind, owner) the model decided
-        self._attempts: dict[tuple[int, int], int] = {}  # source (partition, offset) -> roots written
-        self._read: dict[tuple[str, int], int] = {}
-        self._mid_roots: dict[int, tuple[int, int]] = {}  # root -> source (partition, offset)
-        self._completed: dict[int, set[int]] = {p: set() for p in range(config.source_partitions)}
-        self._dead: dict[int, set[int]] = {p: set() for p in range(config.source_partitions)}
+        self.checker = LogChecker(config, self.kafka, acked_roots=self.acked_roots, fail=self.fail)
 
     # --- the world ------------------------------------------------------------------------------
 
@@ -268,7 +137,12 @@ class _Simulation:
         for i in range(config.records):
             producer.produce(SOURCE, f"record {i}".encode(), partition=i % config.source_partitions)
         producer.flush()
-        on: dict[str, Any] = {"topology": TOPOLOGY, "bootstrap_servers": "memory", "commit_interval_ms": 0}
+        on: dict[str, Any] = {
+            "topology": TOPOLOGY,
+            "bootstrap_servers": "memory",
+            "commit_interval_ms": 0,
+            "clock": self.clock,
+        }
         spout_options = dict(
             on,
             source_topics=SOURCE,
@@ -372,111 +246,7 @@ class _Simulation:
                 return False
         return True
 
-    # --- the invariants, from the logs ----------------------------------------------------------
-
-    def check(self) -> None:
-        for message in self._new(MID):
-            anchors = codec.decode_anchors(dict(message.headers() or []).get(codec.ANCHORS_HEADER))
-            partition, offset = (int(x) for x in message.value().split(b":"))
-            source = (partition, offset)
-            for root in anchors:
-                self._mid_roots[root] = source
-                self._attempts[source] = self._attempts.get(source, 0) + 1
-        # the acks before the outcomes: an acker decides only on acks already in the log
-        for message in self._new(TOPOLOGY + ".acks"):
-            self._model_fold(message)
-        for message in self._new(TOPOLOGY + ".outcomes"):
-            batch = codec.decode_outcomes(message.value())
-            for root, kind in zip(batch.roots.tolist(), batch.kinds.tolist()):
-                model = self._decided.get(root)
-                if kind in (OutcomeKind.COMPLETED, OutcomeKind.FAILED) and model != (kind, batch.spout):
-                    self.fail(
-                        "sound outcomes",
-                        f"an acker published {OutcomeKind(kind).name} for root {root} to "
-                        f"owner {batch.spout}; the reference acker, fed the ack log, decided "
-                        f"{'nothing' if model is None else f'{OutcomeKind(model[0]).name} for owner {model[1]}'}",
-                    )
-                if kind != OutcomeKind.COMPLETED:
-                    continue
-                if root not in self._mid_roots or root not in self.acked_roots:
-                    self.fail(
-                        "no premature completion",
-                        f"root {root} COMPLETED but its tuple was "
-                        f"{'never written' if root not in self._mid_roots else 'never acked'}",
-                    )
-                partition, offset = self._mid_roots[root]
-                self._completed[partition].add(offset)
-        for message in self._new(TOPOLOGY + ".dlq"):
-            parked = codec.decode_parked(dict(message.headers())[codec.PARKED_HEADER])
-            self._dead[parked.source_partition].add(parked.source_offset)
-        for partition in range(self.config.source_partitions):
-            committed = self.kafka.committed(SPOUT_GROUP, SOURCE, partition)
-            if committed is None:
-                continue
-            for offset in range(committed[0]):
-                if offset not in self._completed[partition] and offset not in self._dead[partition]:
-                    self.fail(
-                        "no loss",
-                        f"{SOURCE}[{partition}] committed at {committed[0]}, but offset "
-                        f"{offset} neither completed nor went to the DLQ",
-                    )
-
-    def _model_fold(self, message) -> None:
-        """Feed one ack record to its partition's reference acker; keep each root's first decision.
-
-        The model never times a root out (its timeout is out of reach): a TIMED_OUT depends on the
-        worker's clock and is not judged; a COMPLETED or FAILED must be the model's.
-        """
-        model = self._reference.setdefault(message.partition(), ReferenceAcker(message_timeout_ms=1 << 60, buckets=1))
-        batch = codec.decode_ack_batch(message.value())
-        keep = partitions_for_roots(batch.roots, self.config.ack_partitions) == message.partition()
-        for root, owner, kind in model.fold(
-            batch.kinds[keep],
-            batch.roots[keep],
-            batch.vals[keep],
-            sender=batch.sender,
-            event_time_ms=message.timestamp()[1],
-            offset=message.offset(),
-        ):
-            self._decided.setdefault(root, (kind, owner))
-
-    def check_quiet(self) -> None:
-        """A run without faults, crashes or failing handlers completes every record on its first attempt."""
-        for partition in range(self.config.source_partitions):
-            for offset in range(self.kafka.topics[SOURCE].partitions[partition].end):
-                attempts = self._attempts.get((partition, offset), 0)
-                if offset not in self._completed[partition] or attempts != 1 or offset in self._dead[partition]:
-                    self.fail(
-                        "quiet run completes on the first attempt",
-                        f"{SOURCE}[{partition}]@{offset}: {attempts} tuple(s) written, "
-                        f"{'completed' if offset in self._completed[partition] else 'never completed'}"
-                        f"{', dead-lettered' if offset in self._dead[partition] else ''}",
-                    )
-
-    def _new(self, topic: str) -> list:
-        """The records of ``topic`` a read_committed consumer sees now and this checker has not seen yet.
-
-        Reads on from where it stopped, up to the first open transaction (``MemoryKafka.messages``
-        would build every message of the log again on every step: the checker's cost grew with the
-        square of the log).
-        """
-        if topic not in self.kafka.topics:
-            return []
-        fresh = []
-        for partition, log in enumerate(self.kafka.topics[topic].partitions):
-            at = self._read.get((topic, partition), 0)  # an index into log.records
-            records = log.records
-            while at < len(records):
-                record = records[at]
-                if record.transaction is not None and record.transaction.state == "open":
-                    break  # the last stable offset: what follows may still be aborted
-                if record.visible(True):
-                    fresh.append(record.message(topic, partition))
-                at += 1
-            self._read[(topic, partition)] = at
-        return fresh
-
-    def fail(self, invariant: str, detail: str) -> None:
+    def fail(self, invariant: str, detail: str) -> NoReturn:
         tail = "\n  ".join(self.trace[-15:])
         raise SimulationFailed(
             f"seed {self.config.seed}, step {self.step}: {invariant} broken: {detail}\n"
@@ -495,11 +265,11 @@ def _forward_coordinates(record, collector) -> None:
 def simulate(config: SimConfig) -> SimResult:
     """Run one seeded simulation; raises :class:`SimulationFailed` when an invariant breaks."""
     sim = _Simulation(config)
-    with _simulated(sim.clock, config.seed):
+    with _seeded_ids(config.seed):
         sim.setup()
         for sim.step in range(config.steps):
             sim.run_step()
-            sim.check()
+            sim.checker.check()
         rounds = 0
         while not sim.settled():
             if rounds >= config.settle_rounds:
@@ -512,16 +282,16 @@ def simulate(config: SimConfig) -> SimResult:
             sim.step += 1
             rounds += 1
             sim.settle_round()
-            sim.check()
+            sim.checker.check()
         if config.quiet:
-            sim.check_quiet()
-    done = sum(len(s) for s in sim._completed.values())
+            sim.checker.check_quiet()
+    done = sum(len(s) for s in sim.checker.completed.values())
     return SimResult(
         config.seed,
         config.steps,
         rounds,
         done,
-        sum(len(s) for s in sim._dead.values()),
+        sum(len(s) for s in sim.checker.dead.values()),
         sim.crashes,
         sim.faults,
         sim.trace,
@@ -559,7 +329,7 @@ def run_seeds(seeds: range, *, out=print, **options) -> list[SimulationFailed]:
 
     failures = []
     logging.disable(logging.CRITICAL)  # the components log every injected fault
-    started, cpu = real_time.perf_counter(), real_time.process_time()
+    started, cpu = time.perf_counter(), time.process_time()
     try:
         for seed in seeds:
             try:
@@ -569,7 +339,7 @@ def run_seeds(seeds: range, *, out=print, **options) -> list[SimulationFailed]:
                 out(str(failure))
     finally:
         logging.disable(logging.NOTSET)
-    wall, cpu = real_time.perf_counter() - started, real_time.process_time() - cpu
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     out(
         f"{len(seeds) - len(failures)} of {len(seeds)} seeds passed ({len(seeds) / max(wall, 1e-9):.1f} seeds/s, "
         f"{len(seeds) / max(cpu, 1e-9):.1f} per CPU second)"

@@ -7,15 +7,12 @@ offset that never comes, on every FAILED outcome whose reason it did not hold.
 
 from __future__ import annotations
 
-from reliable_kafka.ops import failures
 from reliable_kafka.ops.failures import FailureIndex, FailureLog, FailureRecord
 from reliable_kafka.testing import ManualClock, MemoryKafka
-from reliable_kafka.testing.shipped_simulation import _SimTime
 
 
-def test_catching_up_past_a_commit_marker_does_not_wait_out_the_timeout(monkeypatch):
+def test_catching_up_past_a_commit_marker_does_not_wait_out_the_timeout():
     clock = ManualClock(start_ms=10_000_000)
-    monkeypatch.setattr(failures, "time", _SimTime(clock))  # the index's deadlines on the same clock
     kafka = MemoryKafka(clock=clock, idle_waits_advance_clock=True)  # a wait for nothing moves the clock
     kafka.create_topic("t.failures")
     producer = kafka.producer({"transactional.id": "bolt"})
@@ -25,7 +22,9 @@ def test_catching_up_past_a_commit_marker_does_not_wait_out_the_timeout(monkeypa
         FailureRecord.of(roots=[42], component="bolt", reason="bad input")
     )
     producer.commit_transaction()
-    index = FailureIndex(bootstrap_servers="memory", topic="t.failures", group_id="reader", clients=kafka, since_ms=0)
+    index = FailureIndex(
+        bootstrap_servers="memory", topic="t.failures", group_id="reader", clients=kafka, since_ms=0, clock=clock
+    )  # its deadlines on the broker's clock
     before = clock()
     assert [r.reason for r in index.take([42], round_=1)[42]] == ["bad input"]
     assert index.take([7], round_=2) == {}  # not there: a second catch-up, which finds the end at once

@@ -794,8 +794,8 @@ test_tracker_matches_model = TrackerMachine.TestCase
 
 
 def test_a_dead_letter_confirmation_from_before_a_rebalance_moves_nothing():
-    # found by the protocol simulation (seed 749): an eager rebalance gives the partition back
-    # while the dead-letter write's delivery report is still on its way
+    # an eager rebalance gives the partition back while the dead-letter write's delivery report is
+    # still on its way: the report belongs to the partition's earlier incarnation and counts nothing
     tracker = InFlightTracker(max_retries=0, message_timeout_ms=None, clock=lambda: 0)
     tp = ("orders", 0)
     tracker.assign(tp, committed=0)
