@@ -59,19 +59,17 @@ def same_root(mixed: np.ndarray, *, scratch_bits: int | None = None) -> np.ndarr
     bits = scratch_bits or max(4, (8 * n - 1).bit_length())
     scratch = np.empty(1 << bits, np.int32)
     rep = np.empty(n, np.intp)
-    todo, keys = np.arange(n), mixed
+    todo, keys = np.arange(n, dtype=np.int32), mixed
     mask = np.uint64((1 << bits) - 1)
     shift = 64 - bits
     while True:
         at = ((keys >> np.uint64(shift)) & mask).astype(np.intp)
         scratch[at] = todo
         winner = scratch[at]
+        rep[todo] = winner  # final where the winner holds the same key; the others go round again
         met = mixed[winner] != keys
         if not met.any():
-            rep[todo] = winner
             return rep
-        settled = ~met
-        rep[todo[settled]] = winner[settled]
         todo, keys = todo[met], keys[met]
         shift = shift - bits if shift >= bits else 64 - bits + (shift + 7) % bits
 

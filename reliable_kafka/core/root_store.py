@@ -136,10 +136,11 @@ class RootStore:
 
     def _choices(self, home: np.ndarray, step: np.ndarray) -> np.ndarray:
         """The two groups (probe positions 0 and 1) each key may sit in; one row per key."""
-        pair = np.empty((len(home), 2), np.intp)
-        pair[:, 0] = home
-        np.remainder(home + step, self.groups, out=pair[:, 1])
-        return pair
+        pair = np.empty((2, len(home)), np.intp)  # one column a choice: lookups read them whole
+        pair[0] = home
+        np.remainder(home + step, self.groups, out=pair[1])
+        by_key: np.ndarray = pair.T
+        return by_key
 
     def find(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray) -> np.ndarray:
         """Slot of each of the distinct ``keys``, -1 where absent.
@@ -151,10 +152,10 @@ class RootStore:
         use, in one round).
         """
         groups = self.keys.reshape(-1, _GROUP)
-        slots = self._find_in(groups, keys, pair[:, 0], np.arange(len(keys)), np.full(len(keys), -1, np.intp))
-        second = np.flatnonzero(slots < 0)  # roots found in their first choice: one row read
+        slots = self._find_in(groups, keys, pair[:, 0])  # most roots: found in their first choice
+        second = np.flatnonzero(slots < 0)
         if len(second):
-            self._find_in(groups, keys[second], pair[second, 1], second, slots)
+            slots[second] = self._find_in(groups, keys[second], pair[second, 1])
         todo = np.flatnonzero(slots < 0)
         if len(todo):
             overflow = np.take(self.overflow, pair[todo])
@@ -164,19 +165,16 @@ class RootStore:
         return slots
 
     @staticmethod
-    def _find_in(
-        groups: np.ndarray, keys: np.ndarray, group: np.ndarray, rows: np.ndarray, slots: np.ndarray
-    ) -> np.ndarray:
-        """Sets ``slots[rows]`` for the ``keys`` found in their ``group``; returns ``slots``."""
-        match = np.take(groups, group, axis=0) == keys[:, None]
+    def _find_in(groups: np.ndarray, keys: np.ndarray, group: np.ndarray) -> np.ndarray:
+        """Slot of each key in its ``group``, -1 where it is not there."""
+        match = np.take(groups, group, axis=0).ravel() == np.repeat(keys, _GROUP)
         # 8 booleans are one little-endian uint64; True is bit 0 of its byte, so the bits up to
-        # the lowest one set count 8 * (slot in the group) + 1
-        word = match.view(np.uint64).ravel()
-        hit = np.flatnonzero(word)
-        if len(hit):
-            word = word[hit]
-            slots[rows[hit]] = (group[hit] << _GROUP_BITS) + (np.bitwise_count(word ^ (word - _ONE)) >> 3)
-        return slots
+        # the lowest one set count 8 * (slot in the group) + 1 (all 64 when none is set)
+        word = match.view(np.uint64)
+        found: np.ndarray = np.where(
+            word != 0, (group << _GROUP_BITS) + (np.bitwise_count(word ^ (word - _ONE)) >> 3).astype(np.intp), -1
+        )
+        return found
 
     def _find_further(
         self, keys: np.ndarray, home: np.ndarray, step: np.ndarray, todo: np.ndarray, slots: np.ndarray
@@ -219,7 +217,7 @@ class RootStore:
         """Store new roots with their state, in bucket ``head``, first seen at ``offset``."""
         slots = self._place(keys, pair, step)
         self.vals[slots] = vals
-        self.owner[slots] = owner
+        self.owner[slots] = owner.astype(self.owner.dtype, copy=False)
         self.meta[slots] |= np.where(failed, np.uint8(_FAILED | head), np.uint8(head))
         self.live += len(slots)
         self.bucket_count[head] += len(slots)
@@ -286,31 +284,35 @@ class RootStore:
         slot, or the next group on their path).
         """
         meta8 = self.meta.view(_META8)
-        room = np.bitwise_count(~np.take(meta8, pair) & _HIGH_BITS)
+        free = ~np.take(meta8, pair) & _HIGH_BITS  # the high bit of each free slot's meta byte
+        room = np.bitwise_count(free)
         position = (room[:, 1] > room[:, 0]).astype(np.intp)
         group = np.where(position, pair[:, 1], pair[:, 0])
+        free = np.where(position, free[:, 1], free[:, 0])
         slots = np.empty(len(keys), np.intp)
         todo = np.arange(len(keys))
         while True:
-            free = ~meta8[group] & _HIGH_BITS  # the high bit of each free slot's meta byte
             full = free == 0
             if full.any():  # look at the next _WIDE_PROBE groups on their paths at once
                 at = np.flatnonzero(full)
                 ahead = (group[at, None] + step[todo[at], None] * _AHEAD) % self.groups
-                room = (~np.take(meta8, ahead) & _HIGH_BITS) != 0
-                jump = np.where(room.any(axis=1), room.argmax(axis=1), _WIDE_PROBE - 1)
+                has_room = (~np.take(meta8, ahead) & _HIGH_BITS) != 0
+                jump = np.where(has_room.any(axis=1), has_room.argmax(axis=1), _WIDE_PROBE - 1)
                 position[todo[at]] += jump + 1
                 group[at] = ahead[np.arange(len(at)), jump]
+                free[at] = ~meta8[group[at]] & _HIGH_BITS
                 continue
             slot = (group << _GROUP_BITS) + (np.bitwise_count(free ^ (free - _ONE)) >> 3) - 1
-            self.keys[slot] = keys[todo]
-            won = self.keys[slot] == keys[todo]
+            mine = keys[todo]
+            self.keys[slot] = mine
+            won = self.keys[slot] == mine
             if won.all():
                 slots[todo] = slot
                 break
             slots[todo[won]] = slot[won]
             self.meta[slot[won]] = _LIVE  # taken: the losers look past it
             todo, group = todo[~won], group[~won]
+            free = ~meta8[group] & _HIGH_BITS
         far = position > 1
         self.meta[slots] = np.where(far, np.uint8(_LIVE | _FAR), np.uint8(_LIVE))
         if far.any():
