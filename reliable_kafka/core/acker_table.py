@@ -347,7 +347,7 @@ class AckerTable:
         if len(moved):
             store.move_to_head(at[moved], self._head_bucket())
 
-        ended = folded.ended
+        ended, decided = folded.ended, np.flatnonzero(decided)
         kinds = np.concatenate([folded.decision[decided], folded.ended_kind])
         n_failed = int(np.count_nonzero(kinds == _FAILED_KIND))
         self._stats.failed += n_failed
