@@ -138,7 +138,8 @@ class RootStore:
         """The two groups (probe positions 0 and 1) each key may sit in; one row per key."""
         pair = np.empty((2, len(home)), np.intp)  # one column a choice: lookups read them whole
         pair[0] = home
-        np.remainder(home + step, self.groups, out=pair[1])
+        second = np.add(home, step, out=pair[1])
+        second -= self.groups * (second >= self.groups)  # home < groups, step < groups: no division
         by_key: np.ndarray = pair.T
         return by_key
 
