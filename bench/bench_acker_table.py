@@ -16,7 +16,8 @@ The FAIL trace (``--fail-rate``, 0.1% by default) is the steady trace with some 
 turned into a FAIL and a sibling's ACK in the next record: decode+fold and fold alone, with the
 count of extra passes over the table a fold group needed (a fallback; 0 expected).
 ``--baseline REV`` also folds it with the table and codec of git revision REV, alternating with
-this code round by round (``--rounds``), so both see the same machine load.
+this code round by round (``--rounds``), so both see the same machine load, and then taking turns
+fold group by fold group (a steadier ratio on a busy machine).
 
 Prints figures, asserts nothing. Sized for a shared 2-core machine: the default (1M roots) runs in
 about a minute (more with ``--baseline``). Usage: ``./rk bench acker_table [--roots N]
@@ -261,6 +262,31 @@ def fold_figures(table_class, codec_module, fill, failing, raw_failing, per_call
     return figures
 
 
+def interleaved(implementations: dict, fill, raw_failing, per_call: int) -> dict[str, float]:
+    """decode+fold of the FAIL trace by every implementation from its own filled table, taking
+    turns fold group by fold group (the order flips each group), so that all of them meet the same
+    moments of machine load; M entries per CPU-second each. The tables share the caches, so the
+    rates are lower than alone; the ratio is the steadier figure."""
+    tables = {name: (table_class(), codec_module) for name, (table_class, codec_module) in implementations.items()}
+    for table, _ in tables.values():
+        run_grouped(table, fill, per_call)
+    cpu = dict.fromkeys(tables, 0.0)
+    names, t0 = list(tables), len(fill)
+    entries = sum(len(codec.decode_ack_batch(raw)) for raw in raw_failing)
+    gc.collect()
+    for g, first in enumerate(range(0, len(raw_failing), per_call)):
+        for name in names if g % 2 == 0 else names[::-1]:
+            table, codec_module = tables[name]
+            start = time.process_time()
+            records = []
+            for j, raw in enumerate(raw_failing[first : first + per_call]):
+                batch = codec_module.decode_ack_batch(raw)
+                records.append((batch.kinds, batch.roots, batch.vals, batch.sender, t0 + first + j, t0 + first + j))
+            table.fold_records(records)
+            cpu[name] += time.process_time() - start
+    return {name: entries / cpu[name] / 1e6 for name in names}
+
+
 def compare(revision: str, rounds: int, fill, failing, raw_failing, per_call: int) -> None:
     """This code against ``revision``, alternating, on the FAIL trace; CPU-second rates."""
     implementations = {"this code": (AckerTable, codec), f"git {revision}": load_revision(revision)}
@@ -292,6 +318,13 @@ def compare(revision: str, rounds: int, fill, failing, raw_failing, per_call: in
             f"  this code / git {revision}, {key}: {np.median(ratios):.2f}x "
             f"[{ratios[0]:.2f} to {ratios[-1]:.2f}] (per round)"
         )
+    turns = [interleaved(implementations, fill, raw_failing, per_call) for _ in range(rounds)]
+    ratios = sorted(t["this code"] / t[f"git {revision}"] for t in turns)
+    print(
+        f"  taking turns fold group by fold group, decode+fold ({rounds} passes, tables sharing the caches): "
+        + ", ".join(f"{name} {np.median([t[name] for t in turns]):.2f}" for name in implementations)
+        + f"; this code / git {revision} {np.median(ratios):.2f}x [{ratios[0]:.2f} to {ratios[-1]:.2f}]"
+    )
 
 
 def dict_bytes_per_root(fill_batches) -> float:

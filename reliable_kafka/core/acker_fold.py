@@ -59,19 +59,17 @@ def same_root(mixed: np.ndarray, *, scratch_bits: int | None = None) -> np.ndarr
     bits = scratch_bits or max(4, (8 * n - 1).bit_length())
     scratch = np.empty(1 << bits, np.int32)
     rep = np.empty(n, np.intp)
-    todo, keys = np.arange(n), mixed
+    todo, keys = np.arange(n, dtype=np.int32), mixed
     mask = np.uint64((1 << bits) - 1)
     shift = 64 - bits
     while True:
         at = ((keys >> np.uint64(shift)) & mask).astype(np.intp)
         scratch[at] = todo
         winner = scratch[at]
+        rep[todo] = winner  # final where the winner holds the same key; the others go round again
         met = mixed[winner] != keys
         if not met.any():
-            rep[todo] = winner
             return rep
-        settled = ~met
-        rep[todo[settled]] = winner[settled]
         todo, keys = todo[met], keys[met]
         shift = shift - bits if shift >= bits else 64 - bits + (shift + 7) % bits
 
@@ -118,23 +116,20 @@ class Group:
         if len(reps) == n:  # every root once: nothing to group
             return
         # Roots with several entries: sort only their entries, by root then record order.
-        several = np.zeros(n, bool)
-        several[rep[~first]] = True
-        entries = np.flatnonzero(several[rep])
+        repeats = np.flatnonzero(~first)
+        entries = np.union1d(rep[repeats], repeats)  # theirs and their representatives, in order
         entries = entries[np.argsort(rep[entries], kind="stable")]
         root_first = run_starts(rep[entries])
         segment = root_first
         if record is not None:
             segment = root_first.copy()
             segment[1:] |= record[entries[1:]] != record[entries[:-1]]
-        position = np.empty(n, np.intp)
-        position[reps] = np.arange(len(reps))
         seg_starts = np.flatnonzero(segment)
         e_bits = KIND_BITS[kinds[entries]]
         e_xor = np.where(e_bits & _XOR_BITS, vals[entries], 0)
         seg_record = np.zeros(len(seg_starts), np.intp) if record is None else record[entries[seg_starts]]
         self._multi = (
-            position[rep[entries[root_first]]],  # their root indices
+            np.searchsorted(reps, rep[entries[root_first]]),  # their root indices (reps is sorted)
             root_first[seg_starts],
             np.bitwise_xor.reduceat(e_xor, seg_starts),
             np.bitwise_or.reduceat(e_bits, seg_starts),

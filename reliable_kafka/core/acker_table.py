@@ -1,11 +1,19 @@
-"""The acker's per-partition table: root -> (ack val, owner, failed flag, deadline bucket).
+"""The acker's per-partition table: folds ack records into pending roots and keeps time.
 
 One :class:`AckerTable` per ack-topic partition. The shell decodes an ack record into columns and
 calls :meth:`AckerTable.fold` (or hands several records to :meth:`AckerTable.fold_records`, which
 decides the same and shares the per-call cost) and publishes the roots it decided
-(:class:`Outcomes`). The rule itself, Storm's few lines, is :mod:`reliable_kafka.core.acker_rule`;
-:mod:`reliable_kafka.core.acker_fold` applies it record by record to a group of records at once.
-This module stores the result and keeps time:
+(:class:`Outcomes`). Three pieces, each in its own module:
+
+* the rule, Storm's few lines: the XOR update, the decision (COMPLETED, FAILED, a RESET_TIMEOUT
+  notice, or nothing), and the one out-of-order rule (a FAIL or ACK before the INIT waits for the
+  owner): :mod:`reliable_kafka.core.acker_rule`;
+* the rule applied to a group of records at once, deciding as record by record would:
+  :mod:`reliable_kafka.core.acker_fold`;
+* storage (insert, look up, update, remove, expire a bucket): :mod:`reliable_kafka.core.root_store`.
+
+This module looks the group's roots up once, folds them (:meth:`AckerTable._apply`), stores what
+stays pending, and keeps time:
 
 * Timeouts use event time. The partition clock is the largest event time seen (record timestamps
   passed to ``fold``, wall time passed to ``advance``); it never moves back. Time is cut into
@@ -22,17 +30,8 @@ This module stores the result and keeps time:
   that still hold roots: never above the first offset of any pending root, so a replay from it
   rebuilds the table. A root that moves bucket (RESET_TIMEOUT, a late INIT) carries its old
   bucket's minimum along, which can only be lower than its own.
-
-Storage is columnar NumPy, no Python object per root: an open-addressing hash table of groups of
-8 slots (keys and vals int64; owner as a one-byte index into the spout task ids seen, two bytes
-once more than 255 own pending roots; one meta byte: live, failed, "far", ring bucket), 18 bytes
-a slot, plus one overflow byte a group. A root may sit
-in two groups (its home and the next on its double-hashing path, the group count being prime)
-and goes to the one with more room, so one vectorised round finds nearly every root. Only when
-both are full does it go further along its path; it is then marked far and counted in both
-groups' overflow counts (as in Facebook's F14 tables), and lookups go past a pair only if both
-counts are non-zero. No tombstones: a deleted slot is free at once. Loads stay between 0.68 and
-0.9 (grow at 0.9 to 0.68, shrink below 0.15): about 20 to 27 bytes a pending root.
+* Owners: the store keeps a small index per root; this table maps it to the spout task id
+  (one byte a root while at most 255 spout tasks own pending roots, two bytes beyond).
 """
 
 from __future__ import annotations
@@ -48,52 +47,18 @@ from numpy.typing import ArrayLike
 from reliable_kafka.core.acker_fold import MIX, Group, run_starts
 from reliable_kafka.core.acker_rule import FAIL_BIT, INIT_BIT, KIND_BITS, NOTHING, RESET_BIT
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.core.root_store import MAX_BUCKETS, RootStore
 from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.errors import ArgumentError, ConfigError, ReliableKafkaError
 
 __all__ = ["AckerTable", "AckerStats", "Outcomes"]
 
-# Table geometry and sizing.
-_GROUP = 8  # slots a lookup compares at once (8 int64 keys: one cache line)
-_GROUP_BITS = 3
-_WIDE_PROBE = 8  # probe positions a second lookup round looks at, at least
-_AHEAD = np.arange(1, _WIDE_PROBE + 1)
-_MAX_FILL = 0.90  # grow when the live roots would exceed this share of the slots ...
-_TARGET_LOAD = 0.68  # ... to a size where they fill this share
-_SHRINK_AT = 0.15  # shrink (to _TARGET_LOAD) when they fill less than this share
-
-# One meta byte per slot; 0 is a free slot.
-_LIVE = 0x80
-_FAILED = 0x40  # a FAIL was seen
-_FAR = 0x20  # the root sits past both its choices (it is in their overflow counts)
-_BUCKET = 0x1F  # ring index of the root's deadline bucket
-_MAX_BUCKETS = _BUCKET - 1  # the ring has buckets + 1 indices
-
-# Bit tricks on a group's 8 meta bytes read as one little-endian word (byte i = slot i).
-_META8 = np.dtype("<u8")
-_HIGH_BITS = np.uint64(0x8080808080808080)
-_ONE = np.uint64(1)
-_SHIFT32 = np.uint64(32)
-_LOW32 = np.uint64(0xFFFFFFFF)
-_STUCK = 255  # an overflow count that reached this stays there until a rebuild
-
 _MAX_OWNER_INDEX = 0xFFFF  # owner indices are uint16 at most; 0 means "INIT not seen yet"
 _NARROW_OWNERS = 192  # owners that one byte a slot keeps after a compaction, at most
-_NO_OFFSET = np.iinfo(np.int64).max
 
 _MAX_KIND = len(KIND_BITS) - 1
 _INIT = int(EventKind.INIT)  # plain ints: comparing arrays with an IntEnum member is slow
 _FAILED_KIND = int(OutcomeKind.FAILED)
-_MIX = MIX
-
-
-def _prime_at_least(n: int) -> int:
-    """Smallest prime >= max(n, 2): a group count that every probe step is coprime with."""
-    n = max(n, 2)
-    while True:
-        if (n % 2 or n == 2) and all(n % d for d in range(3, int(n**0.5) + 1, 2)):
-            return n
-        n += 1
 
 
 def _columns(kinds: ArrayLike, roots: ArrayLike, vals: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -192,19 +157,14 @@ class AckerTable:
         timeout_ms = message_timeout_ms
         if not isinstance(timeout_ms, int) or timeout_ms < 1:
             raise ConfigError(f"AckerTable: message_timeout_ms must be a positive int, got {timeout_ms!r}")
-        if not isinstance(buckets, int) or not 1 <= buckets <= _MAX_BUCKETS:
-            raise ConfigError(f"AckerTable: buckets must be an int from 1 to {_MAX_BUCKETS}, got {buckets!r}")
+        if not isinstance(buckets, int) or not 1 <= buckets <= MAX_BUCKETS:
+            raise ConfigError(f"AckerTable: buckets must be an int from 1 to {MAX_BUCKETS}, got {buckets!r}")
         if not isinstance(initial_capacity, int) or initial_capacity < 1:
             raise ConfigError(f"AckerTable: initial_capacity must be a positive int, got {initial_capacity!r}")
         self._timeout = timeout_ms
         self._width = -(-timeout_ms // buckets)
         self._ring = buckets + 1
-        self._min_groups = _prime_at_least(-(-initial_capacity // _GROUP))
-        self._owner_dtype: type = np.uint8  # one byte a slot while at most 255 owners are known
-        self._allocate(self._min_groups)
-        self._live = 0
-        self._bucket_count = np.zeros(self._ring, np.int64)
-        self._bucket_low = np.full(self._ring, _NO_OFFSET, np.int64)
+        self._store = RootStore(ring=self._ring, initial_capacity=initial_capacity)
         self._clock: int | None = None
         self._owner_index: dict[int, int] = {}
         self._owner_ids = np.zeros(16, np.int64)  # owner index -> spout task id; [0] unused
@@ -235,29 +195,17 @@ class AckerTable:
     @property
     def pending(self) -> int:
         """Roots held (not yet decided)."""
-        return self._live
+        return self._store.live
 
     @property
     def capacity(self) -> int:
         """Slots allocated."""
-        return len(self._keys)
+        return self._store.capacity
 
     @property
     def nbytes(self) -> int:
         """Bytes held by all of the table's arrays."""
-        return sum(
-            a.nbytes
-            for a in (
-                self._keys,
-                self._vals,
-                self._owner,
-                self._meta,
-                self._overflow,
-                self._bucket_count,
-                self._bucket_low,
-                self._owner_ids,
-            )
-        )
+        return self._store.nbytes + self._owner_ids.nbytes
 
     @property
     def stats(self) -> AckerStats:
@@ -266,10 +214,7 @@ class AckerTable:
 
     def low_offset(self) -> int | None:
         """Smallest ack-record offset a replay must start from; None when nothing is pending."""
-        held = self._bucket_count > 0
-        if not held.any():
-            return None
-        return int(self._bucket_low[held].min())
+        return self._store.low_offset()
 
     def advance(self, now_ms: int) -> Outcomes:
         """Move the clock to ``now_ms`` (wall time, when the partition is idle) and expire."""
@@ -360,58 +305,49 @@ class AckerTable:
         return senders
 
     def _apply(self, group: Group, offsets: np.ndarray) -> Outcomes:
-        """Look up the group's roots (once), fold them (:meth:`Group.fold`), store what stays
-        pending and drop what was decided; returns the decisions and RESET_TIMEOUT notices."""
-        mixed, roots = group.mixed, group.roots
-        step = self._step(mixed)
-        pair = self._choices(self._home(mixed), step)
+        """Look up the group's roots (once), fold them by the rule (:meth:`Group.fold`), store
+        what stays pending and drop what was decided; returns the decisions and notices."""
+        store, roots = self._store, group.roots
+        pair, step = store.locate(group.mixed)
         slots = self._find(roots, pair, step)
+        folded = group.fold(*store.read(slots))
         found = slots >= 0
-        at = np.where(found, slots, 0)
-        meta = self._meta[at]
-        folded = group.fold(
-            np.where(found, self._vals[at], 0), np.where(found, self._owner[at], 0), found & ((meta & _FAILED) != 0)
-        )
         decided = folded.decision != NOTHING
-        keep = ~decided
         # A fresh entry began after an earlier decision in the group: the stored one is gone.
-        stale = found if folded.fresh is None else found & ~folded.fresh
-        new = keep & ~stale
-        n_new = int(np.count_nonzero(new))
-        gone = np.flatnonzero(found & ~(keep & stale))
-        need = self._live + n_new
-        if need > self._fill_limit or (need < self._shrink_limit and self._groups > self._min_groups):
+        stored = found if folded.fresh is None else found & ~folded.fresh
+        stays = ~decided & stored  # pending before and after
+        new = np.flatnonzero(~decided & ~stored)
+        gone = np.flatnonzero(found & ~stays)
+        need = store.live + len(new)
+        if not store.fits(need):
             self._rebuild(need)  # then look again: the groups changed
-            step = self._step(mixed)
-            pair = self._choices(self._home(mixed), step)
+            pair, step = store.locate(group.mixed)
             slots = self._find(roots, pair, step)
         if len(gone):
-            self._remove(slots[gone], self._meta[slots[gone]])
-        if n_new:  # where the new entries were first seen: their first records
-            self._insert(
+            store.remove(slots[gone])
+        if len(new):  # where the new entries were first seen: their first records
+            store.insert(
                 roots[new],
                 pair[new],
                 step[new],
-                int(offsets[folded.first_record[new]].min()),
-                folded.val[new],
-                folded.owner[new],
-                folded.failed[new],
+                head=self._head_bucket(),
+                offset=int(offsets[folded.first_record[new]].min()),
+                vals=folded.val[new],
+                owner=folded.owner[new],
+                failed=folded.failed[new],
             )
         # Roots that stay: write only what changed (each write is a random access).
-        stay = np.flatnonzero(keep & stale)
+        stay = np.flatnonzero(stays)
         at, bits = slots[stay], folded.bits[stay]
-        self._vals[at] = folded.val[stay]
         init = np.flatnonzero(bits & INIT_BIT)
-        if len(init):
-            self._owner[at[init]] = folded.owner[stay[init]]
-        fail = np.flatnonzero(bits & FAIL_BIT)
-        if len(fail):
-            self._meta[at[fail]] |= np.uint8(_FAILED)
+        store.update(
+            at, folded.val[stay], owned=init, owner=folded.owner[stay[init]], failed=np.flatnonzero(bits & FAIL_BIT)
+        )
         moved = np.flatnonzero(bits & (INIT_BIT | RESET_BIT))
         if len(moved):
-            self._move_to_head(at[moved], self._meta[at[moved]], np.ones(len(moved), bool))
+            store.move_to_head(at[moved], self._head_bucket())
 
-        ended = folded.ended
+        ended, decided = folded.ended, np.flatnonzero(decided)
         kinds = np.concatenate([folded.decision[decided], folded.ended_kind])
         n_failed = int(np.count_nonzero(kinds == _FAILED_KIND))
         self._stats.failed += n_failed
@@ -424,6 +360,15 @@ class AckerTable:
             self._owner_ids[np.concatenate([folded.owner[decided], folded.ended_owner, folded.notice_owner])],
             np.concatenate([kinds, np.full(len(folded.notices), OutcomeKind.RESET_TIMEOUT, np.uint8)]),
         )
+
+    def _find(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """Slot of each of the distinct ``keys`` (-1: absent); one lookup per fold group."""
+        return self._store.find(keys, pair, step)
+
+    def _rebuild(self, need: int) -> None:
+        """Rehash into a table where ``need`` roots fill the target load."""
+        self._store.rebuild(need)
+        self._stats.rebuilds += 1
 
     # ----------------------------------------------------------------------------- time
 
@@ -443,239 +388,14 @@ class AckerTable:
         if new == old:
             return Outcomes.empty()
         # Live deadlines lie in [old, old + buckets]; every one below ``new`` is due.
-        due = [(old + i) % self._ring for i in range(min(new - old, self._ring))]
-        if not self._bucket_count[due].any():
+        keys, owner = self._store.expire([(old + i) % self._ring for i in range(min(new - old, self._ring))])
+        if not len(keys):
             return Outcomes.empty()
-        is_due = np.zeros(256, dtype=bool)
-        for flags in (_LIVE, _LIVE | _FAILED, _LIVE | _FAR, _LIVE | _FAILED | _FAR):
-            is_due[[flags | b for b in due]] = True
-        slots = np.flatnonzero(is_due[self._meta])
-        owner = self._owner[slots]
         known = owner != 0
         n_known = int(np.count_nonzero(known))
         self._stats.timed_out += n_known
-        self._stats.expired_ownerless += len(slots) - n_known
-        timed_out = Outcomes(
-            self._keys[slots[known]], self._owner_ids[owner[known]], np.full(n_known, OutcomeKind.TIMED_OUT, np.uint8)
-        )
-        self._remove(slots, self._meta[slots])
-        return timed_out
-
-    def _move_to_head(self, slots: np.ndarray, meta: np.ndarray, touched: np.ndarray) -> np.ndarray:
-        """Give the ``touched`` ones of ``slots`` (whose meta bytes are ``meta``) the newest
-        deadline, carrying their old buckets' low offsets along; returns the new meta."""
-        head = self._head_bucket()
-        old = meta & _BUCKET
-        moving = touched & (old != head)
-        if not moving.any():
-            return meta
-        old = old[moving]
-        meta = np.where(moving, (meta & np.uint8(~_BUCKET & 0xFF)) | np.uint8(head), meta)
-        self._meta[slots] = meta
-        self._bucket_low[head] = min(self._bucket_low[head], self._bucket_low[old].min())
-        self._bucket_count -= np.bincount(old, minlength=self._ring)
-        self._bucket_count[head] += len(old)
-        self._bucket_low[self._bucket_count == 0] = _NO_OFFSET
-        return meta
-
-    # ----------------------------------------------------------------------------- hash table
-
-    def _allocate(self, groups: int) -> None:
-        self._groups = groups
-        slots = groups * _GROUP
-        self._keys = np.zeros(slots, np.int64)
-        self._vals = np.zeros(slots, np.int64)
-        self._owner: np.ndarray = np.zeros(slots, self._owner_dtype)
-        self._meta = np.zeros(slots, np.uint8)
-        self._overflow = np.zeros(groups, np.uint8)  # far roots that have the group as a choice
-        self._max_probe = 0  # furthest probe position of any root
-        self._fill_limit = int(_MAX_FILL * slots)
-        self._shrink_limit = int(_SHRINK_AT * slots)
-
-    def _home(self, mixed: np.ndarray) -> np.ndarray:
-        """Home group of each mixed key: its high 32 bits scaled to the group count."""
-        home: np.ndarray = (((mixed >> _SHIFT32) * np.uint64(self._groups)) >> _SHIFT32).astype(np.intp)
-        return home
-
-    def _step(self, mixed: np.ndarray) -> np.ndarray:
-        """Probe step of each mixed key (double hashing), from its low bits. The group count is
-        prime, so every step visits every group."""
-        step: np.ndarray = (((mixed & _LOW32) * np.uint64(self._groups - 1)) >> _SHIFT32).astype(np.intp) + 1
-        return step
-
-    def _choices(self, home: np.ndarray, step: np.ndarray) -> np.ndarray:
-        """The two groups (probe positions 0 and 1) each key may sit in; one row per key."""
-        pair = np.empty((len(home), 2), np.intp)
-        pair[:, 0] = home
-        np.remainder(home + step, self._groups, out=pair[:, 1])
-        return pair
-
-    def _find(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray) -> np.ndarray:
-        """Slot of each of the distinct ``keys``, -1 where absent.
-
-        A key lives in one of its two groups unless both were full when it came: each key reads
-        its first group's row of keys, and only keys not found there read their second (a
-        random read each, the main cost of a fold). Past both, the overflow counts of both
-        say so, and only such keys look further (at every position up to the longest path in
-        use, in one round).
-        """
-        groups = self._keys.reshape(-1, _GROUP)
-        slots = self._find_in(groups, keys, pair[:, 0], np.arange(len(keys)), np.full(len(keys), -1, np.intp))
-        second = np.flatnonzero(slots < 0)  # roots found in their first choice: one row read
-        if len(second):
-            self._find_in(groups, keys[second], pair[second, 1], second, slots)
-        todo = np.flatnonzero(slots < 0)
-        if len(todo):
-            overflow = np.take(self._overflow, pair[todo])
-            todo = todo[np.minimum(overflow[:, 0], overflow[:, 1]) != 0]
-        if len(todo):
-            self._find_further(keys[todo], pair[todo, 0], step[todo], todo, slots)
-        return slots
-
-    @staticmethod
-    def _find_in(
-        groups: np.ndarray, keys: np.ndarray, group: np.ndarray, rows: np.ndarray, slots: np.ndarray
-    ) -> np.ndarray:
-        """Sets ``slots[rows]`` for the ``keys`` found in their ``group``; returns ``slots``."""
-        match = np.take(groups, group, axis=0) == keys[:, None]
-        # 8 booleans are one little-endian uint64; True is bit 0 of its byte, so the bits up to
-        # the lowest one set count 8 * (slot in the group) + 1
-        word = match.view(np.uint64).ravel()
-        hit = np.flatnonzero(word)
-        if len(hit):
-            word = word[hit]
-            slots[rows[hit]] = (group[hit] << _GROUP_BITS) + (np.bitwise_count(word ^ (word - _ONE)) >> 3)
-        return slots
-
-    def _find_further(
-        self, keys: np.ndarray, home: np.ndarray, step: np.ndarray, todo: np.ndarray, slots: np.ndarray
-    ) -> None:
-        """Look at probe positions 2 .. max(longest path, _WIDE_PROBE) of keys ``todo``."""
-        reach = max(self._max_probe, _WIDE_PROBE)
-        path = (home[:, None] + step[:, None] * np.arange(2, reach + 1)) % self._groups
-        hit = np.flatnonzero(
-            np.take(self._keys.reshape(-1, _GROUP), path.ravel(), axis=0).reshape(len(todo), -1) == keys[:, None]
-        )
-        slots[todo[hit // ((reach - 1) * _GROUP)]] = (path.ravel()[hit >> _GROUP_BITS] << _GROUP_BITS) + (
-            hit & (_GROUP - 1)
-        )
-
-    def _insert(
-        self,
-        keys: np.ndarray,
-        pair: np.ndarray,
-        step: np.ndarray,
-        offset: int,
-        vals: np.ndarray,
-        owner: np.ndarray,
-        failed: np.ndarray,
-    ) -> None:
-        """Store new roots with their state, in the newest bucket, first seen at ``offset``."""
-        slots = self._place(keys, pair, step)
-        head = self._head_bucket()
-        self._vals[slots] = vals
-        self._owner[slots] = owner
-        self._meta[slots] |= np.where(failed, np.uint8(_FAILED | head), np.uint8(head))
-        self._live += len(slots)
-        self._bucket_count[head] += len(slots)
-        self._bucket_low[head] = min(self._bucket_low[head], offset)
-
-    def _place(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray) -> np.ndarray:
-        """Claim a free slot for each of the distinct, absent ``keys``: in whichever of its two
-        groups has more room, or, both full, in the first group with room further on its
-        probe path. Claimed slots get the key and a live mark; keys placed past both choices
-        also get _FAR and are counted in their two choices' overflow counts.
-
-        Every key writes itself into the first free slot of its group; where several chose
-        one slot a single write survives, and the others try again (that group's next free
-        slot, or the next group on their path).
-        """
-        meta8 = self._meta.view(_META8)
-        room = np.bitwise_count(~np.take(meta8, pair) & _HIGH_BITS)
-        position = (room[:, 1] > room[:, 0]).astype(np.intp)
-        group = np.where(position, pair[:, 1], pair[:, 0])
-        slots = np.empty(len(keys), np.intp)
-        todo = np.arange(len(keys))
-        while True:
-            free = ~meta8[group] & _HIGH_BITS  # the high bit of each free slot's meta byte
-            full = free == 0
-            if full.any():  # look at the next _WIDE_PROBE groups on their paths at once
-                at = np.flatnonzero(full)
-                ahead = (group[at, None] + step[todo[at], None] * _AHEAD) % self._groups
-                room = (~np.take(meta8, ahead) & _HIGH_BITS) != 0
-                jump = np.where(room.any(axis=1), room.argmax(axis=1), _WIDE_PROBE - 1)
-                position[todo[at]] += jump + 1
-                group[at] = ahead[np.arange(len(at)), jump]
-                continue
-            slot = (group << _GROUP_BITS) + (np.bitwise_count(free ^ (free - _ONE)) >> 3) - 1
-            self._keys[slot] = keys[todo]
-            won = self._keys[slot] == keys[todo]
-            if won.all():
-                slots[todo] = slot
-                break
-            slots[todo[won]] = slot[won]
-            self._meta[slot[won]] = _LIVE  # taken: the losers look past it
-            todo, group = todo[~won], group[~won]
-        far = position > 1
-        self._meta[slots] = np.where(far, np.uint8(_LIVE | _FAR), np.uint8(_LIVE))
-        if far.any():
-            self._max_probe = max(self._max_probe, int(position.max()))
-            self._count_overflow(pair[far], +1)
-        return slots
-
-    def _count_overflow(self, pair: np.ndarray, delta: int) -> None:
-        """Add ``delta`` to the overflow counts of the groups in ``pair`` (the two choices of
-        keys placed further on). A count that reaches _STUCK stays there until a rebuild."""
-        groups = pair.ravel()
-        count = self._overflow[groups]
-        if delta < 0:
-            np.subtract.at(self._overflow, groups[count < _STUCK], 1)
-        elif int(count.max()) + len(groups) < _STUCK:
-            np.add.at(self._overflow, groups, 1)
-        else:
-            groups, passes = np.unique(groups, return_counts=True)
-            self._overflow[groups] = np.minimum(self._overflow[groups] + passes, _STUCK)
-
-    def _remove(self, slots: np.ndarray, meta: np.ndarray) -> None:
-        """Drop decided roots (``meta``: their meta bytes); their slots are free at once."""
-        self._bucket_count -= np.bincount(meta & _BUCKET, minlength=self._ring)
-        self._bucket_low[self._bucket_count == 0] = _NO_OFFSET
-        self._live -= len(slots)
-        far = np.flatnonzero(meta & _FAR)
-        if len(far):
-            mixed = self._keys[slots[far]].view(np.uint64) * _MIX
-            self._count_overflow(self._choices(self._home(mixed), self._step(mixed)), -1)
-        self._keys[slots] = 0
-        self._meta[slots] = 0
-
-    def _rebuild(self, need: int) -> None:
-        """Rehash the live roots into a fresh table where ``need`` roots fill _TARGET_LOAD."""
-        groups = _prime_at_least(max(self._min_groups, -(-int(need / _TARGET_LOAD) // _GROUP)))
-        old_vals, old_owner, old_meta = self._vals, self._owner, self._meta
-        live = np.flatnonzero(old_meta >= _LIVE)
-        keys = self._keys[live]
-        mixed = keys.view(np.uint64) * _MIX
-        self._allocate(groups)
-        home = self._home(mixed)
-        order = np.argsort(home)
-        live, keys, mixed, home = live[order], keys[order], mixed[order], home[order]
-        # The table is empty: the first 8 keys of each home group go straight into it, the
-        # rest to their second choice or further.
-        rank = np.arange(len(home))
-        rank -= np.maximum.accumulate(np.where(run_starts(home), rank, 0))
-        direct = rank < _GROUP
-        placed = np.empty(len(keys), np.intp)
-        placed[direct] = home[direct] * _GROUP + rank[direct]
-        self._keys[placed[direct]] = keys[direct]
-        self._meta[placed[direct]] = _LIVE
-        spill = np.flatnonzero(~direct)
-        if len(spill):
-            step = self._step(mixed[spill])
-            placed[spill] = self._place(keys[spill], self._choices(home[spill], step), step)
-        self._vals[placed] = old_vals[live]
-        self._owner[placed] = old_owner[live]
-        self._meta[placed] |= old_meta[live] & np.uint8(~_FAR & 0xFF)
-        self._stats.rebuilds += 1
+        self._stats.expired_ownerless += len(keys) - n_known
+        return Outcomes(keys[known], self._owner_ids[owner[known]], np.full(n_known, OutcomeKind.TIMED_OUT, np.uint8))
 
     # ----------------------------------------------------------------------------- owners
 
@@ -692,12 +412,11 @@ class AckerTable:
                     f"AckerTable: more than {_MAX_OWNER_INDEX} spout tasks own pending roots in "
                     "one ack partition; use more ack partitions"
                 )
-        if index > np.iinfo(self._owner.dtype).max:  # 255 owners in one byte: make room
+        if index > np.iinfo(self._store.owner.dtype).max:  # 255 owners in one byte: make room
             self._compact_owners()
             index = len(self._owner_index) + 1
             if index > _NARROW_OWNERS:  # still many: two bytes a slot from now on
-                self._owner_dtype = np.uint16
-                self._owner = self._owner.astype(np.uint16)
+                self._store.widen_owners()
         if index >= len(self._owner_ids):
             self._owner_ids = np.concatenate([self._owner_ids, np.zeros_like(self._owner_ids)])
         self._owner_ids[index] = sender
@@ -706,11 +425,10 @@ class AckerTable:
 
     def _compact_owners(self) -> None:
         """Forget spout tasks that own no pending root (e.g. earlier incarnations)."""
-        used = np.unique(self._owner[self._meta >= _LIVE])
-        used = used[used != 0]
+        used = self._store.owners_in_use()
         remap = np.zeros(_MAX_OWNER_INDEX + 1, np.uint16)
         remap[used] = np.arange(1, len(used) + 1, dtype=np.uint16)
-        self._owner[:] = remap[self._owner]
+        self._store.renumber_owners(remap)
         ids = self._owner_ids[used]
         self._owner_ids = np.zeros(max(16, 2 * (len(used) + 1)), np.int64)
         self._owner_ids[1 : len(used) + 1] = ids
@@ -719,64 +437,33 @@ class AckerTable:
 
     # ----------------------------------------------------------------------------- checks
 
+    @property
+    def _owner(self) -> np.ndarray:
+        """The store's owner indices (tests look at their width)."""
+        return self._store.owner
+
+    @property
+    def _overflow(self) -> np.ndarray:
+        """The store's overflow counts (tests check that far roots were made)."""
+        return self._store.overflow
+
     def _state_of(self, root: int) -> dict[str, Any] | None:
         """One root's entry (for tests and debugging): val, owner, failed, bucket."""
         if root == 0:  # 0 marks free slots; no root has it
             return None
         key = np.array([root], np.int64)
-        mixed = key.view(np.uint64) * _MIX
-        step = self._step(mixed)
-        slot = int(self._find(key, self._choices(self._home(mixed), step), step)[0])
+        pair, step = self._store.locate(key.view(np.uint64) * MIX)
+        slot = int(self._find(key, pair, step)[0])
         if slot < 0:
             return None
-        meta = int(self._meta[slot])
-        owner = int(self._owner[slot])
+        val, owner, failed, bucket = self._store.state_at(slot)
         return {
-            "val": int(self._vals[slot]),
+            "val": val,
             "owner": int(self._owner_ids[owner]) if owner else None,
-            "failed": bool(meta & _FAILED),
-            "bucket": meta & _BUCKET,
+            "failed": failed,
+            "bucket": bucket,
         }
 
     def _audit(self) -> list[str]:
         """Internal invariants that do not hold; empty when the table is sound."""
-        problems = []
-        live = np.flatnonzero(self._meta >= _LIVE)
-        if len(live) != self._live:
-            problems.append(f"live slots {len(live)} != pending {self._live}")
-        if np.any(self._keys[live] == 0) or np.any(self._keys[self._meta < _LIVE] != 0):
-            problems.append("key 0 in a live slot or a key in a free slot")
-        if np.any(self._meta[self._meta < _LIVE] != 0):
-            problems.append("a free slot with meta bits")
-        if self._bucket_count.sum() != self._live or np.any(self._bucket_count < 0):
-            problems.append(f"bucket counts {self._bucket_count.tolist()} vs {self._live}")
-        counts = np.bincount(self._meta[live] & _BUCKET, minlength=self._ring)
-        if len(counts) > self._ring or not np.array_equal(counts, self._bucket_count):
-            problems.append("bucket counts do not match the slots' buckets")
-        if np.any(self._bucket_low[self._bucket_count == 0] != _NO_OFFSET):
-            problems.append("an empty bucket still holds a low offset")
-        keys = self._keys[live]
-        if len(np.unique(keys)) != len(keys):
-            problems.append("a root is stored twice")
-        mixed = keys.view(np.uint64) * _MIX
-        step = self._step(mixed)
-        pair = self._choices(self._home(mixed), step)
-        # Roots outside both choices must be marked _FAR (in tiny tables a probe path can come
-        # back to a choice, so _FAR roots may sit in one); _FAR roots are the counted ones.
-        in_pair = ((live >> _GROUP_BITS)[:, None] == pair).any(axis=1)
-        far = np.flatnonzero(self._meta[live] & _FAR)
-        if np.any(~in_pair & ((self._meta[live] & _FAR) == 0)):
-            problems.append("a root outside both its choices is not marked _FAR")
-        if len(far):
-            path = (pair[far, :1] + step[far, None] * np.arange(self._max_probe + 1)) % self._groups
-            if not (path == (live[far] >> _GROUP_BITS)[:, None]).any(axis=1).all():
-                problems.append("a root lies beyond the longest recorded probe path")
-        expected = np.zeros(self._groups, np.int64)
-        np.add.at(expected, pair[far].ravel(), 1)
-        actual = self._overflow.astype(np.int64)
-        if np.any((actual != expected) & (actual != _STUCK)) or np.any(actual < np.minimum(expected, _STUCK)):
-            problems.append("overflow counts do not match the far roots")
-        found = self._find(keys, pair, step)
-        if not np.array_equal(found, live):
-            problems.append("a live root is not found where it is stored")
-        return problems
+        return self._store.audit()
