@@ -133,6 +133,15 @@ class _BasicCollector(BoltCollector):
 
     def emit(self, topic, value, *, key=None, anchors=None, headers=None, partition=None) -> None:
         # BoltCollector.emit, inlined: this runs once per output tuple
+        current = self.current
+        if anchors is None and headers is None and current is not None:
+            parent = current.anchored
+            if len(parent.anchors) == 1:  # the common case: one tree, no headers of the user's
+                edge = new_id()
+                parent.ack_val ^= edge
+                for root in parent.anchors:
+                    self._bolt._produce_in_tree(topic, value, key, partition, root, edge)
+                return
         self._bolt._produce(
             topic, value, key, headers, partition, _child_anchors(self.current if anchors is None else anchors)
         )
