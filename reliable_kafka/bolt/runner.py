@@ -24,7 +24,7 @@ from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import AuthorizationError, ConfigError, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
-from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD, AckSender
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
@@ -48,6 +48,8 @@ __all__ = ["Tuple", "BoltCollector", "Bolt", "BasicBolt", "BoltStats"]
 log = logging.getLogger(__name__)
 
 _ANCHORS = codec.ANCHORS_HEADER
+ACK_HOLD_ENTRIES = MAX_ENTRIES_PER_RECORD  # while behind, acks wait for this many entries...
+ACK_HOLD_S = 0.02  # ...or this long (a tree is as late as its last ack)
 _ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per batch here
 
 
@@ -121,6 +123,7 @@ class Bolt:
         self._uncommitted = False
         self._failed_in_a_row = 0
         self._ends: dict[tuple[str, int], int] = {}  # of the batch in hand: partition -> next offset
+        self._acks_sent_at = 0.0  # acks held while behind wait at most ACK_HOLD_S from here
         self._ack_roots: list[int] = []  # ACK entries of the batch in hand (BasicBolt), packed after it
         self._ack_vals: list[int] = []
         self._transactions: Transactions | None = None
@@ -238,7 +241,8 @@ class Bolt:
 
     def poll_once(self, timeout: float = 0.1) -> None:
         assert self._consumer is not None  # made by start()
-        messages = [m for m in consume_batch(self._consumer, self.batch_size, timeout) if self._usable(m)]
+        consumed = consume_batch(self._consumer, self.batch_size, timeout)
+        messages = [m for m in consumed if self._usable(m)]
         if self.transactional:
             if messages:
                 self._process_in_transaction(messages)
@@ -255,10 +259,19 @@ class Bolt:
             assert self._producer is not None
             self._producer.flush(10)
         assert self._acks is not None
-        self._acks.send()
+        if len(consumed) < self.batch_size or self._acks_due():
+            self._acks.send()  # caught up: at once; while behind, a few batches' acks share a record
+            self._acks_sent_at = time.monotonic()
         assert self._producer is not None
         self._producer.poll(0)
         self._flush_and_commit()
+
+    def _acks_due(self) -> bool:
+        """While full batches keep coming (the bolt is behind), acks wait for a few more batches, up
+        to :data:`ACK_HOLD_ENTRIES` or :data:`ACK_HOLD_S`: fewer, larger ack records (each is about
+        one produce request to the broker and one fetch and fold for the acker)."""
+        assert self._acks is not None
+        return len(self._acks) >= ACK_HOLD_ENTRIES or time.monotonic() - self._acks_sent_at >= ACK_HOLD_S
 
     def _usable(self, message: Message) -> bool:
         if message.error() is None:
@@ -277,7 +290,8 @@ class Bolt:
         One loop with its lookups hoisted: this runs once per received tuple.
         """
         stats, ends, call = self.stats, self._ends, self._call
-        clock, took = time.perf_counter, []  # handler seconds, observed once per batch
+        clock = time.perf_counter
+        took: list[float] = []  # handler seconds, observed once per batch
         decode = codec.decode_anchors
         try:
             self._handle(messages, stats, ends, call, clock, took.append, decode)
@@ -366,10 +380,14 @@ class Bolt:
 
     def _flush_and_commit(self, *, force: bool = False) -> None:
         now = time.monotonic()
+        if force and self._acks is not None:
+            self._acks.send()  # held acks go before the partitions do (revoke) or the producer (close)
         if not self._uncommitted or (not force and (now - self._last_commit) * 1000 < self.commit_interval_ms):
             return
         self._last_commit = now
         try:
+            assert self._acks is not None
+            self._acks.send()  # acks held while behind: committed past only once delivered (fewer replays)
             # inputs are committed after their outputs and acks were delivered: fewer replays
             assert self._producer is not None and self._quarantine is not None
             flush_or_raise(self._producer, what=f"{self.name} outputs and acks")

@@ -57,7 +57,7 @@ def produce_headers(
     value: bytes | None,
     key: bytes | None,
     partition: int | None,
-    headers: list[tuple[str, bytes]] | None,
+    headers: list | None,
     on_delivery: Callable | None = None,
 ) -> None:
     """:func:`produce_tuple` with the headers already made (``rk-anchors`` included, if tracked)."""

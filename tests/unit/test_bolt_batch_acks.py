@@ -3,6 +3,7 @@ XOR rule (DESIGN 2) exactly as the per-tuple ``collector.ack`` and ``anchor_chil
 
 from __future__ import annotations
 
+import time
 from functools import reduce
 
 import pytest
@@ -161,3 +162,68 @@ def test_observe_many_is_observe_each(values):
     many.observe_many(values)
     assert one.counts == many.counts and one.count == many.count
     assert one.sum_s == pytest.approx(many.sum_s)
+
+
+class _Consumer:
+    """Hands out the scripted batches, one per consume call (confluent-kafka's batch consume)."""
+
+    def __init__(self, batches) -> None:
+        self.batches = list(batches)
+
+    def consume(self, num_messages, timeout):
+        return self.batches.pop(0) if self.batches else []
+
+    def store_offsets(self, *, offsets):
+        pass
+
+    def commit(self, asynchronous=True):
+        pass
+
+
+class _Quarantine:
+    unsent = 0
+
+
+def _ack_records(producer: _Producer) -> int:
+    return sum(1 for topic, *_ in producer.sent if topic == "t.acks")
+
+
+def _polling_bolt(batches, batch_size: int) -> tuple[BasicBolt, _Producer]:
+    bolt, producer = _bolt(lambda tuple_, collector: None)
+    bolt.batch_size, bolt.commit_interval_ms, bolt._last_commit = batch_size, 3_600_000, time.monotonic()
+    bolt._consumer, bolt._quarantine, bolt._failures = _Consumer(batches), _Quarantine(), None
+    producer.poll = producer.flush = lambda timeout=0: 0
+    return bolt, producer
+
+
+def test_while_full_batches_come_acks_wait_for_more_and_go_when_the_bolt_catches_up(monkeypatch):
+    monkeypatch.setattr("reliable_kafka.bolt.runner.ACK_HOLD_S", 3600.0)
+    full = [[_message(10 * b + i, {10 * b + i + 1: 7}) for i in range(2)] for b in range(3)]
+    bolt, producer = _polling_bolt([*full, [_message(99, {100: 7})]], batch_size=2)
+    bolt._acks_sent_at = float("inf")  # as if just sent
+    for _ in full:
+        bolt.poll_once(0)
+    assert _ack_records(producer) == 0 and len(bolt._acks) == 6  # behind: held
+    bolt.poll_once(0)  # a short batch: caught up, everything goes in one record
+    assert _ack_records(producer) == 1 and len(bolt._acks) == 0
+    assert bolt._acks.entries_sent == 7
+
+
+def test_held_acks_go_at_the_entry_bound_the_time_bound_and_before_a_forced_commit(monkeypatch):
+    monkeypatch.setattr("reliable_kafka.bolt.runner.ACK_HOLD_S", 3600.0)
+    monkeypatch.setattr("reliable_kafka.bolt.runner.ACK_HOLD_ENTRIES", 4)
+    full = [[_message(10 * b + i, {10 * b + i + 1: 7}) for i in range(2)] for b in range(3)]
+    bolt, producer = _polling_bolt(full, batch_size=2)
+    bolt._acks_sent_at = float("inf")
+    bolt.poll_once(0)
+    assert _ack_records(producer) == 0
+    bolt.poll_once(0)  # 4 entries: the bound
+    assert _ack_records(producer) == 1
+    bolt.poll_once(0)
+    assert len(bolt._acks) == 2
+    bolt._flush_and_commit(force=True)  # close and revoke: nothing stays held
+    assert _ack_records(producer) == 2 and len(bolt._acks) == 0
+    monkeypatch.setattr("reliable_kafka.bolt.runner.ACK_HOLD_S", 0.0)
+    bolt._consumer = _Consumer([[_message(50, {51: 7}), _message(51, {52: 7})]])
+    bolt.poll_once(0)  # held past ACK_HOLD_S: sent although still behind
+    assert _ack_records(producer) == 3
