@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 _ANCHORS = codec.ANCHORS_HEADER
 ACK_HOLD_ENTRIES = MAX_ENTRIES_PER_RECORD  # while behind, acks wait for this many entries...
 ACK_HOLD_S = 0.02  # ...or this long (a tree is as late as its last ack)
+ACK_FLUSH_S = 0.005  # longest wait for a last stage's ack record to be delivered
 _ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per batch here
 
 
@@ -248,6 +249,7 @@ class Bolt:
                 self._process_in_transaction(messages)
             return
         ends = self._ends = {}  # _process_batch notes each partition's next offset (it reads the coordinates anyway)
+        emitted_before = self.stats.emitted
         self._process_batch(messages)
         if ends:  # one store per batch: the offset after each partition's last processed message
             self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()])
@@ -259,10 +261,16 @@ class Bolt:
             assert self._producer is not None
             self._producer.flush(10)
         assert self._acks is not None
-        if len(consumed) < self.batch_size or self._acks_due():
-            self._acks.send()  # caught up: at once; while behind, a few batches' acks share a record
-            self._acks_sent_at = time.monotonic()
         assert self._producer is not None
+        caught_up = len(consumed) < self.batch_size
+        if caught_up or self._acks_due():
+            # caught up: at once; while behind, a few batches' acks share a record
+            if self._acks.send() and caught_up and self.stats.emitted == emitted_before:
+                # a poll that only acked (a last stage): its ack record is the whole produce request
+                # linger.ms would wait for, and each tree is as late as its last ack: send it now
+                # (flush ignores linger.ms; bounded: it is delivered meanwhile, or later)
+                self._producer.flush(ACK_FLUSH_S)
+            self._acks_sent_at = time.monotonic()
         self._producer.poll(0)
         self._flush_and_commit()
 

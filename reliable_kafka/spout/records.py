@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from confluent_kafka import Message
 
@@ -78,12 +78,14 @@ class SpoutCollector:
         """Send a tuple of the current tree to ``topic`` (tracked when the spout tracks)."""
         parent = self._parent
         if parent is None:
-            anchors = {}
-        else:  # anchor_child([parent]) for the one parent a spout tuple has, without its loop
-            edge = new_id()
-            parent.ack_val ^= edge
-            anchors = {self._root: edge}
-        self._spout._produce_output(topic, value, key, headers, partition, anchors)
+            self._spout._produce_output(topic, value, key, headers, partition, {})
+            return
+        # anchor_child([parent]) for the one parent a spout tuple has, without its loop
+        edge = new_id()
+        parent.ack_val ^= edge
+        self._spout._produce_in_tree(
+            topic, value, key, headers, partition, cast(int, self._root), edge
+        )  # set with the parent
 
     def emit_unanchored(
         self,

@@ -16,6 +16,8 @@ from typing import Literal, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from reliable_kafka.codec import ANCHORS_HEADER as _ANCHORS
+from reliable_kafka.codec import encode_one_anchor
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker
 from reliable_kafka.errors import AuthorizationError, ConfigError, TopologyError
@@ -25,7 +27,7 @@ from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, coordinates, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
-from reliable_kafka.kafka.produce import ProducerUnusable, produce_tuple, release_producer
+from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple, release_producer
 from reliable_kafka.lifecycle import Pollable, run_until_stopped
 from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.polling import consume_batch
@@ -57,7 +59,7 @@ Guarantee = Literal["at_least_once", "at_most_once", "none"]
 TopicPartitionKey = tuple[str, int]
 
 _INIT = EventKind.INIT  # an enum member read through its class costs ~0.17 us: once per root
-OUTCOME_WAIT_S = 0.005  # longest wait for source records while trees are in flight: outcomes come first
+OUTCOME_WAIT_S = 0.002  # longest wait for source records while trees are in flight: outcomes come first
 DEAD_LETTER_FLUSH_S = 1.0  # how long a round waits to learn that its dead letters were written
 
 
@@ -269,6 +271,16 @@ class SpoutShell:
         produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
         if anchors:
             self.stats.emitted += 1
+        self.output_topics.add(topic)
+
+    def _produce_in_tree(self, topic, value, key, headers, partition, root: int, edge: int) -> None:
+        """:meth:`_produce_output` of a tuple of one tree (``{root: edge}``): once per emit."""
+        if headers:
+            self._produce_output(topic, value, key, headers, partition, {root: edge})
+            return
+        assert self._producer is not None  # made by start()
+        produce_headers(self._producer, topic, value, key, partition, [(_ANCHORS, encode_one_anchor(root, edge))])
+        self.stats.emitted += 1
         self.output_topics.add(topic)
 
     def _output_failed(self, error, message) -> None:

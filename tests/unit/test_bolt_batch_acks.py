@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from reliable_kafka import codec
 from reliable_kafka.bolt import BasicBolt
+from reliable_kafka.bolt.runner import ACK_FLUSH_S
 from reliable_kafka.core.ack_packer import AckPacker
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
@@ -227,3 +228,14 @@ def test_held_acks_go_at_the_entry_bound_the_time_bound_and_before_a_forced_comm
     bolt._consumer = _Consumer([[_message(50, {51: 7}), _message(51, {52: 7})]])
     bolt.poll_once(0)  # held past ACK_HOLD_S: sent although still behind
     assert _ack_records(producer) == 3
+
+
+def test_a_caught_up_poll_that_only_acked_sends_its_ack_record_without_waiting_for_linger():
+    bolt, producer = _polling_bolt([[_message(0, {1: 7})], [_message(1, {2: 7})]], batch_size=10)
+    flushes = []
+    producer.flush = lambda timeout=0: flushes.append(timeout) or 0
+    bolt.poll_once(0)  # the last stage: acks only
+    assert _ack_records(producer) == 1 and flushes == [ACK_FLUSH_S]
+    bolt.handler = lambda tuple_, collector: collector.emit("out", b"x")
+    bolt.poll_once(0)  # outputs went too: linger.ms batches them as configured
+    assert _ack_records(producer) == 2 and flushes == [ACK_FLUSH_S]
