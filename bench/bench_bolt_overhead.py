@@ -110,14 +110,16 @@ def main() -> None:
         )
     splitter = _bolt(counts, split=True)
     split_process = splitter._process_batch
-    messages = _messages(True)
+    for tracked in (False, True):
+        messages = _messages(tracked)
 
-    def split_batch() -> None:
-        split_process(messages)
-        splitter._acks.send()
+        def split_batch(messages=messages) -> None:
+            split_process(messages)
+            splitter._acks.send()
 
-    per_input = per_tuple_us(split_batch, max(1, args.batches // 8), args.repeat)
-    print(f"     split: {per_input / len(WORDS):6.2f} per emitted tuple (8 per tracked input, acked)")
+        per_input = per_tuple_us(split_batch, max(1, args.batches // 8), args.repeat)
+        label = "tracked" if tracked else "untracked"
+        print(f"     split: {per_input / len(WORDS):6.2f} per emitted tuple (8 per {label} input)")
 
 
 if __name__ == "__main__":

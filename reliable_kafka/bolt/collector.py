@@ -136,11 +136,15 @@ class _BasicCollector(BoltCollector):
         current = self.current
         if anchors is None and headers is None and current is not None:
             parent = current.anchored
-            if len(parent.anchors) == 1:  # the common case: one tree, no headers of the user's
+            trees = len(parent.anchors)
+            if trees == 1:  # the common case: one tree, no headers of the user's
                 edge = new_id()
                 parent.ack_val ^= edge
                 for root in parent.anchors:
                     self._bolt._produce_in_tree(topic, value, key, partition, root, edge)
+                return
+            if not trees:  # an untracked input: an untracked child, no header
+                self._bolt._produce_in_tree(topic, value, key, partition, None, 0)
                 return
         self._bolt._produce(
             topic, value, key, headers, partition, _child_anchors(self.current if anchors is None else anchors)

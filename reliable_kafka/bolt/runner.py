@@ -373,10 +373,12 @@ class Bolt:
         self.stats.emitted += 1
         self.output_topics.add(topic)
 
-    def _produce_in_tree(self, topic, value, key, partition, root: int, edge: int) -> None:
-        """:meth:`_produce` of a child in one tree (``{root: edge}``) with no headers of the user's."""
+    def _produce_in_tree(self, topic, value, key, partition, root: int | None, edge: int) -> None:
+        """:meth:`_produce` of a child in one tree (``{root: edge}``; root None: in none) with no
+        headers of the user's."""
         assert self._producer is not None  # made by start()
-        produce_headers(self._producer, topic, value, key, partition, [(_ANCHORS, codec.encode_one_anchor(root, edge))])
+        headers = None if root is None else [(_ANCHORS, codec.encode_one_anchor(root, edge))]
+        produce_headers(self._producer, topic, value, key, partition, headers)
         self.stats.emitted += 1
         self.output_topics.add(topic)
 

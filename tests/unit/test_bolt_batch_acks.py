@@ -239,3 +239,10 @@ def test_a_caught_up_poll_that_only_acked_sends_its_ack_record_without_waiting_f
     bolt.handler = lambda tuple_, collector: collector.emit("out", b"x")
     bolt.poll_once(0)  # outputs went too: linger.ms batches them as configured
     assert _ack_records(producer) == 2 and flushes == [ACK_FLUSH_S]
+
+
+def test_children_of_an_untracked_input_are_untracked_and_nothing_is_acked():
+    bolt, producer = _bolt(lambda tuple_, collector: collector.emit("out", b"x", key=b"k", partition=1))
+    bolt._process_batch([_message(0, None)])
+    assert producer.sent == [("out", b"x", b"k", 1, None)]
+    assert _entries(bolt) == [] and bolt.stats.emitted == 1 and bolt.stats.untracked == 1
