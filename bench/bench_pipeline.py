@@ -27,6 +27,7 @@ Also: CPU seconds per 1,000 sentences at each offered rate, and each process's C
 Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--configs off,tracked]
 [--no-throughput] [--kafka-config JSON] [--bootstrap-servers H:P [--broker-pid PID]]``.
 Sized for a 2-core machine: the default run takes a few minutes, ``--quick`` about two.
+``RK_BENCH_PROFILE=DIR`` runs every component process under cProfile (``DIR/<config>-<role>.prof``).
 """
 
 from __future__ import annotations

@@ -69,6 +69,10 @@ class Bolt:
       ``name`` [random], ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
     - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
       :class:`reliable_kafka.testing.MemoryKafka` runs the bolt without a broker).
+
+    Ack entries go out as one ack record per consumed batch; while full batches keep coming (the
+    bolt is behind) a few batches share one, up to :data:`ACK_HOLD_ENTRIES` entries or
+    :data:`ACK_HOLD_S`. Commits, revokes and close send what is held first.
     """
 
     _collector_class = BoltCollector
