@@ -1,6 +1,7 @@
 """A basic bolt's own CPU per received tuple, without a broker: the word count's count bolt
 (handler: one dict increment) over batches of consumed messages, tracked (one ``rk-anchors``
-pair, acked) and untracked, plus the ack records' encoding per batch.
+pair, acked) and untracked, plus the ack records' encoding per batch; and the split bolt's (8
+anchored emits per received tuple, to a producer that drops them), per emitted tuple.
 
 Each figure is microseconds of CPU time of this process per tuple, best of ``--repeat`` rounds;
 ``bare`` is the same handler called in a plain loop over the same messages (what any consumer
@@ -21,6 +22,7 @@ from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.testing.memory_broker import new_message
 
 BATCH = 500
+WORDS = [b"w%03d" % i for i in range(8)]
 
 
 class _NullProducer:
@@ -46,14 +48,23 @@ def _messages(tracked: bool) -> list:
     ]
 
 
-def _bolt(counts) -> BasicBolt:
+def _bolt(counts, *, split: bool = False) -> BasicBolt:
     def count(word, collector) -> None:
         counts[word.key] += 1
 
+    def split_words(sentence, collector) -> None:
+        for word in WORDS:
+            collector.emit("words", sentence.value, key=word)
+
     bolt = BasicBolt(
-        topology="bench", bootstrap_servers="unused:9092", source_topics="words", group_id="bench", handler=count
+        topology="bench",
+        bootstrap_servers="unused:9092",
+        source_topics="words",
+        group_id="bench",
+        handler=split_words if split else count,
     )
-    bolt._acks = AckSender(_NullProducer(), acks_topic="bench.acks", ack_partitions=1, sender=1)
+    bolt._producer = _NullProducer()
+    bolt._acks = AckSender(bolt._producer, acks_topic="bench.acks", ack_partitions=1, sender=1)
     bolt._ends = {}
     return bolt
 
@@ -97,6 +108,18 @@ def main() -> None:
             f"{label:>10}: bolt {per_tuple_us(ours, args.batches, args.repeat):6.2f}"
             f"   bare loop {per_tuple_us(bare, args.batches, args.repeat):6.2f}"
         )
+    splitter = _bolt(counts, split=True)
+    split_process = splitter._process_batch
+    for tracked in (False, True):
+        messages = _messages(tracked)
+
+        def split_batch(messages=messages) -> None:
+            split_process(messages)
+            splitter._acks.send()
+
+        per_input = per_tuple_us(split_batch, max(1, args.batches // 8), args.repeat)
+        label = "tracked" if tracked else "untracked"
+        print(f"     split: {per_input / len(WORDS):6.2f} per emitted tuple (8 per {label} input)")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ Also: CPU seconds per 1,000 sentences at each offered rate, and each process's C
 Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--configs off,tracked]
 [--no-throughput] [--kafka-config JSON] [--bootstrap-servers H:P [--broker-pid PID]]``.
 Sized for a 2-core machine: the default run takes a few minutes, ``--quick`` about two.
+``RK_BENCH_PROFILE=DIR`` runs every component process under cProfile (``DIR/<config>-<role>.prof``).
 """
 
 from __future__ import annotations
@@ -188,7 +189,46 @@ def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
 def component_main(
     roles: list[str], config: str, topics: dict, bootstrap: str, counter, completed, ready, stop, results
 ) -> None:
-    """One component process (or, with several roles, a LocalCluster of threads)."""
+    """One component process (or, with several roles, a LocalCluster of threads).
+
+    With ``RK_BENCH_PROFILE=DIR`` in the environment each process runs under cProfile and writes
+    ``DIR/<config>-<roles>.prof`` (``python -m pstats`` reads it; threads: the main thread only).
+    """
+    profile_dir = os.environ.get("RK_BENCH_PROFILE")
+    if profile_dir:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        try:
+            if len(roles) == 1 and config != "plain":  # in this thread, where cProfile sees it
+                probe = _Probe(counter, completed)
+                component = _ours(roles[0], config, topics, bootstrap, probe)
+                component.start()
+                ready.set()
+                profiler.enable()
+                while not stop.is_set():
+                    component.poll_once()
+                profiler.disable()
+                component.close()
+                results.put(
+                    {
+                        "roles": roles,
+                        "latencies": dict(probe.latencies),
+                        "completion": dict(probe.completion),
+                        "client_stats": probe.client_stats,
+                    }
+                )
+            else:
+                profiler.enable()
+                _component(roles, config, topics, bootstrap, counter, completed, ready, stop, results)
+        finally:
+            profiler.disable()
+            profiler.dump_stats(Path(profile_dir) / f"{config}-{'+'.join(roles)}.prof")
+        return
+    _component(roles, config, topics, bootstrap, counter, completed, ready, stop, results)
+
+
+def _component(roles, config, topics, bootstrap, counter, completed, ready, stop, results) -> None:
     import logging
 
     logging.basicConfig(level=logging.WARNING)

@@ -37,6 +37,7 @@ __all__ = [
     "ParkedRecord",
     "schema_dir",
     "encode_anchors",
+    "encode_one_anchor",
     "decode_anchors",
     "encode_ack_batch",
     "decode_ack_batch",
@@ -155,6 +156,14 @@ def encode_anchors(anchors: Mapping[int, int] | Iterable[tuple[int, int]]) -> by
     except struct.error as exc:
         raise ArgumentError(f"rk-anchors: root and edge ids must be 64-bit signed ints: {exc}") from exc
     return bytes([_ANCHORS_V2]) + _zigzag_varint(len(body)) + body
+
+
+def encode_one_anchor(root: int, edge: int) -> bytes:
+    """:func:`encode_anchors` of ``{root: edge}`` (a tuple in one tree, once per emit) without the dict."""
+    try:
+        return _ONE_PAIR_PREFIX + _PAIR.pack(root, edge)
+    except struct.error as exc:
+        raise ArgumentError(f"rk-anchors: root and edge ids must be 64-bit signed ints: {exc}") from exc
 
 
 def _encode_anchors_v1(anchors: Mapping[int, int] | Iterable[tuple[int, int]]) -> bytes:

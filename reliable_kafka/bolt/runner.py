@@ -12,26 +12,32 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka import codec
-from reliable_kafka.core.anchors import Anchored, anchor_child, fail_roots
+from reliable_kafka.bolt.collector import BoltCollector, BoltStats, Tuple, _BasicCollector
+from reliable_kafka.core.anchors import Anchored
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import AuthorizationError, ConfigError, DecodeError, TopologyError
 from reliable_kafka.ids import new_id
-from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD, AckSender
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.parking import Quarantine
-from reliable_kafka.kafka.produce import ProducerUnusable, flush_or_raise, produce_tuple, release_producer
+from reliable_kafka.kafka.produce import (
+    ProducerUnusable,
+    flush_or_raise,
+    produce_headers,
+    produce_tuple,
+    release_producer,
+)
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
 from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
@@ -43,126 +49,10 @@ __all__ = ["Tuple", "BoltCollector", "Bolt", "BasicBolt", "BoltStats"]
 log = logging.getLogger(__name__)
 
 _ANCHORS = codec.ANCHORS_HEADER
-_ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per acked tuple
-
-
-class Tuple:
-    """A record of a data topic as a bolt sees it; ``tracked`` when it carries ``rk-anchors``."""
-
-    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms", "anchored")
-
-    def __init__(self, topic, partition, offset, key, value, headers, timestamp_ms, anchored: Anchored):
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.key = key
-        self.value = value
-        self.headers = headers  # the record's headers without rk-anchors
-        self.timestamp_ms = timestamp_ms
-        self.anchored = anchored
-
-    @property
-    def tracked(self) -> bool:
-        return self.anchored.tracked
-
-    @property
-    def roots(self) -> list[int]:
-        return list(self.anchored.anchors)
-
-    @property
-    def coordinates(self) -> str:
-        return f"{self.topic}[{self.partition}]@{self.offset}"
-
-    def __repr__(self) -> str:
-        return f"Tuple({self.coordinates}, key={self.key!r}, tracked={self.tracked})"
-
-
-@dataclass
-class BoltStats:
-    received: int = 0
-    untracked: int = 0
-    emitted: int = 0
-    acked: int = 0
-    failed: int = 0
-    handler_errors: int = 0
-    quarantined: int = 0
-    delivery_errors: int = 0
-    transactions: int = 0
-    aborted_transactions: int = 0
-
-
-def _child_anchors(anchors: Tuple | Sequence[Tuple] | None) -> dict[int, int]:
-    """The new child's anchors (updating its parents' ack vals), as ``anchor_child``."""
-    if anchors is None:
-        return {}
-    if isinstance(anchors, Tuple):  # the common case: anchor_child([anchored]) without its loop
-        parent = anchors.anchored
-        if not parent.anchors:
-            return {}
-        edge = new_id()
-        parent.ack_val ^= edge
-        return dict.fromkeys(parent.anchors, edge)
-    return anchor_child(parent.anchored for parent in anchors)
-
-
-class BoltCollector:
-    """Emits tuples and acks, fails or resets the timeout of inputs; entries are packed per batch."""
-
-    def __init__(self, bolt: Bolt) -> None:
-        self._bolt = bolt
-
-    def emit(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        anchors: Tuple | Sequence[Tuple] | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
-        partition: int | None = None,
-    ) -> None:
-        """Send a record to ``topic``, anchored to ``anchors`` (one tuple or several; None: unanchored)."""
-        self._bolt._produce(topic, value, key, headers, partition, _child_anchors(anchors))
-
-    def ack(self, tuple_: Tuple) -> None:
-        anchored = tuple_.anchored
-        if anchored.anchors:
-            acks = self._bolt._acks
-            assert acks is not None  # made by start()
-            add, ack_val = acks.add, anchored.ack_val
-            for root, edge in anchored.anchors.items():  # ack_entries(anchored)
-                add(_ACK, root, edge ^ ack_val)
-        self._bolt.stats.acked += 1
-
-    def fail(
-        self, tuple_: Tuple, reason: str | None = None, error: BaseException | None = None, retry: bool = True
-    ) -> None:
-        """Fail ``tuple_``'s trees; ``reason``/``error`` go to ``<topology>.failures`` (only on
-        failure), ``retry=False`` asks the spout to dead-letter the source record at once."""
-        if tuple_.tracked:
-            self._bolt._record_failure(tuple_, reason, error, retry)
-        for root in fail_roots(tuple_.anchored):
-            assert self._bolt._acks is not None  # made by start()
-            self._bolt._acks.add(EventKind.FAIL, root)
-        self._bolt.stats.failed += 1
-
-    def reset_timeout(self, tuple_: Tuple) -> None:
-        """Push the deadline of ``tuple_``'s trees (for long work on one tuple)."""
-        for root in tuple_.anchored.anchors:
-            assert self._bolt._acks is not None  # made by start()
-            self._bolt._acks.add(EventKind.RESET_TIMEOUT, root)
-
-
-class _BasicCollector(BoltCollector):
-    """A basic bolt's collector: outputs are anchored to the current input unless told otherwise."""
-
-    current: Tuple | None = None
-
-    def emit(self, topic, value, *, key=None, anchors=None, headers=None, partition=None) -> None:
-        # BoltCollector.emit, inlined: this runs once per output tuple
-        self._bolt._produce(
-            topic, value, key, headers, partition, _child_anchors(self.current if anchors is None else anchors)
-        )
+ACK_HOLD_ENTRIES = MAX_ENTRIES_PER_RECORD  # while behind, acks wait for this many entries...
+ACK_HOLD_S = 0.02  # ...or this long (a tree is as late as its last ack)
+ACK_FLUSH_S = 0.005  # longest wait for a last stage's ack record to be delivered
+_ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per batch here
 
 
 class Bolt:
@@ -181,6 +71,10 @@ class Bolt:
     - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
       :class:`reliable_kafka.testing.MemoryKafka` runs the bolt without a broker).
     - ``clock`` [the ``time`` module]: what the bolt reads time from (:mod:`reliable_kafka.core.clock`).
+
+    Ack entries go out as one ack record per consumed batch; while full batches keep coming (the
+    bolt is behind) a few batches share one, up to :data:`ACK_HOLD_ENTRIES` entries or
+    :data:`ACK_HOLD_S`. Commits, revokes and close send what is held first.
     """
 
     _collector_class = BoltCollector
@@ -237,6 +131,9 @@ class Bolt:
         self._uncommitted = False
         self._failed_in_a_row = 0
         self._ends: dict[tuple[str, int], int] = {}  # of the batch in hand: partition -> next offset
+        self._acks_sent_at = 0.0  # acks held while behind wait at most ACK_HOLD_S from here
+        self._ack_roots: list[int] = []  # ACK entries of the batch in hand (BasicBolt), packed after it
+        self._ack_vals: list[int] = []
         self._transactions: Transactions | None = None
         self.ready = threading.Event()
         self.clients = clients
@@ -355,12 +252,14 @@ class Bolt:
 
     def poll_once(self, timeout: float = 0.1) -> None:
         assert self._consumer is not None  # made by start()
-        messages = [m for m in consume_batch(self._consumer, self.batch_size, timeout) if self._usable(m)]
+        consumed = consume_batch(self._consumer, self.batch_size, timeout)
+        messages = [m for m in consumed if self._usable(m)]
         if self.transactional:
             if messages:
                 self._process_in_transaction(messages)
             return
         ends = self._ends = {}  # _process_batch notes each partition's next offset (it reads the coordinates anyway)
+        emitted_before = self.stats.emitted
         self._process_batch(messages)
         if ends:  # one store per batch: the offset after each partition's last processed message
             self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()])
@@ -372,10 +271,25 @@ class Bolt:
             assert self._producer is not None
             self._producer.flush(10)
         assert self._acks is not None
-        self._acks.send()
         assert self._producer is not None
+        caught_up = len(consumed) < self.batch_size
+        if caught_up or self._acks_due():
+            # caught up: at once; while behind, a few batches' acks share a record
+            if self._acks.send() and caught_up and self.stats.emitted == emitted_before:
+                # a poll that only acked (a last stage): its ack record is the whole produce request
+                # linger.ms would wait for, and each tree is as late as its last ack: send it now
+                # (flush ignores linger.ms; bounded: it is delivered meanwhile, or later)
+                self._producer.flush(ACK_FLUSH_S)
+            self._acks_sent_at = self._clock.monotonic()
         self._producer.poll(0)
         self._flush_and_commit()
+
+    def _acks_due(self) -> bool:
+        """While full batches keep coming (the bolt is behind), acks wait for a few more batches, up
+        to :data:`ACK_HOLD_ENTRIES` or :data:`ACK_HOLD_S`: fewer, larger ack records (each is about
+        one produce request to the broker and one fetch and fold for the acker)."""
+        assert self._acks is not None
+        return len(self._acks) >= ACK_HOLD_ENTRIES or self._clock.monotonic() - self._acks_sent_at >= ACK_HOLD_S
 
     def _usable(self, message: Message) -> bool:
         if message.error() is None:
@@ -394,8 +308,20 @@ class Bolt:
         One loop with its lookups hoisted: this runs once per received tuple.
         """
         stats, ends, call = self.stats, self._ends, self._call
-        observe, clock = self.process_latency.observe, self._clock.monotonic
+        clock = self._clock.monotonic
+        took: list[float] = []  # handler seconds, observed once per batch
         decode = codec.decode_anchors
+        try:
+            self._handle(messages, stats, ends, call, clock, took.append, decode)
+        finally:
+            self.process_latency.observe_many(took)
+            acks, roots, vals = self._acks, self._ack_roots, self._ack_vals
+            if roots and acks is not None:  # what BasicBolt acked in this batch, into the packer at once
+                acks.extend(_ACK, roots, vals)
+            roots.clear()
+            vals.clear()
+
+    def _handle(self, messages, stats, ends, call, clock, took, decode) -> None:
         for message in messages:
             stats.received += 1
             topic, partition, offset = message.topic(), message.partition(), message.offset()
@@ -434,7 +360,7 @@ class Bolt:
             )
             started = clock()
             call(tuple_)
-            observe(clock() - started)
+            took(clock() - started)
 
     def _call(self, tuple_: Tuple) -> None:
         try:
@@ -457,6 +383,15 @@ class Bolt:
         self.stats.emitted += 1
         self.output_topics.add(topic)
 
+    def _produce_in_tree(self, topic, value, key, partition, root: int | None, edge: int) -> None:
+        """:meth:`_produce` of a child in one tree (``{root: edge}``; root None: in none) with no
+        headers of the user's."""
+        assert self._producer is not None  # made by start()
+        headers = None if root is None else [(_ANCHORS, codec.encode_one_anchor(root, edge))]
+        produce_headers(self._producer, topic, value, key, partition, headers)
+        self.stats.emitted += 1
+        self.output_topics.add(topic)
+
     def _delivered(self, error, message) -> None:
         """The producer's delivery report, for failed messages only (:data:`ERRORS_ONLY`)."""
         if error is not None:  # the child's edge stays in its tree: it times out and replays
@@ -465,10 +400,14 @@ class Bolt:
 
     def _flush_and_commit(self, *, force: bool = False) -> None:
         now = self._clock.monotonic()
+        if force and self._acks is not None:
+            self._acks.send()  # held acks go before the partitions do (revoke) or the producer (close)
         if not self._uncommitted or (not force and (now - self._last_commit) * 1000 < self.commit_interval_ms):
             return
         self._last_commit = now
         try:
+            assert self._acks is not None
+            self._acks.send()  # acks held while behind: committed past only once delivered (fewer replays)
             # inputs are committed after their outputs and acks were delivered: fewer replays
             assert self._producer is not None and self._quarantine is not None
             flush_or_raise(self._producer, what=f"{self.name} outputs and acks", clock=self._clock)
@@ -541,7 +480,13 @@ class BasicBolt(Bolt):
                 exc,
             )
             self.collector.fail(tuple_, error=exc)
-        else:
-            self.collector.ack(tuple_)
+        else:  # collector.ack(tuple_), its entries kept in the batch's lists (no call per tuple)
+            anchors = tuple_.anchored.anchors
+            if anchors:
+                ack_val = tuple_.anchored.ack_val
+                for root, edge in anchors.items():
+                    self._ack_roots.append(root)
+                    self._ack_vals.append(edge ^ ack_val)
+            self.stats.acked += 1
         finally:
             self.collector.current = None

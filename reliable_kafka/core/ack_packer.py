@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.errors import ConfigError
+from reliable_kafka.errors import ArgumentError, ConfigError
 from reliable_kafka.ids import partitions_for_roots
 
 __all__ = ["AckPacker", "PackedEntries"]
@@ -51,6 +51,16 @@ class AckPacker:
             self._kinds.append(kind)
             self._roots.append(root)
             self._vals.append(val)
+
+    def extend(self, kind: EventKind, roots: list[int], vals: list[int]) -> None:
+        """Add ``(roots[i], vals[i])`` entries of one kind: a batch's acks, collected by its loop."""
+        if self.ack_partitions == 0:
+            return
+        if len(roots) != len(vals):
+            raise ArgumentError(f"AckPacker.extend: {len(roots)} roots but {len(vals)} vals")
+        self._kinds.extend([kind] * len(roots))
+        self._roots.extend(roots)
+        self._vals.extend(vals)
 
     def drain(self) -> dict[int, PackedEntries]:
         """Everything collected, per partition, as columns (in the order added); empty afterwards."""

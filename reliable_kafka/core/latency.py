@@ -51,6 +51,14 @@ class LatencyHistogram:
         self.count += 1
         self.sum_s += seconds
 
+    def observe_many(self, seconds: Sequence[float]) -> None:
+        """:meth:`observe` each of ``seconds`` (a bolt's batch: one call instead of one per tuple)."""
+        counts, bounds = self.counts, self.bounds
+        for value in seconds:
+            counts[bisect.bisect_left(bounds, value)] += 1
+        self.count += len(seconds)
+        self.sum_s += sum(seconds)
+
     def snapshot(self) -> dict[str, object]:
         """``{"bounds", "counts", "count", "sum_s"}``, a copy safe to keep while observing goes on."""
         return {"bounds": list(self.bounds), "counts": list(self.counts), "count": self.count, "sum_s": self.sum_s}

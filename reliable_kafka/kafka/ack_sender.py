@@ -57,6 +57,9 @@ class AckSender:
     def add_many(self, kind: EventKind, entries: Iterable[tuple[int, int]]) -> None:
         self._packer.add_many(kind, entries)
 
+    def extend(self, kind: EventKind, roots: list[int], vals: list[int]) -> None:
+        self._packer.extend(kind, roots, vals)
+
     def send(self) -> int:
         """Produce everything added so far (does not flush the producer); returns entries sent."""
         sent = 0

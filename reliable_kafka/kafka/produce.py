@@ -12,7 +12,14 @@ from reliable_kafka import codec
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.errors import DeliveryError, ReliableKafkaError
 
-__all__ = ["produce_tuple", "produce_waiting", "ProducerUnusable", "flush_or_raise", "release_producer"]
+__all__ = [
+    "produce_tuple",
+    "produce_headers",
+    "produce_waiting",
+    "ProducerUnusable",
+    "flush_or_raise",
+    "release_producer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,19 @@ def produce_tuple(
         headers = [(codec.ANCHORS_HEADER, codec.encode_anchors(anchors))]
     else:
         headers = None
+    produce_headers(producer, topic, value, key, partition, headers, on_delivery)
+
+
+def produce_headers(
+    producer: Producer,
+    topic: str,
+    value: bytes | None,
+    key: bytes | None,
+    partition: int | None,
+    headers: list | None,
+    on_delivery: Callable | None = None,
+) -> None:
+    """:func:`produce_tuple` with the headers already made (``rk-anchors`` included, if tracked)."""
     try:  # positional, partition -1 = the partitioner's choice: this runs once per emitted tuple
         producer.produce(
             topic, value, key, _ANY_PARTITION if partition is None else partition, on_delivery, headers=headers

@@ -12,12 +12,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Literal, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from reliable_kafka.core.anchors import Anchored, spout_root
+from reliable_kafka.codec import ANCHORS_HEADER as _ANCHORS
+from reliable_kafka.codec import encode_one_anchor
 from reliable_kafka.core.clock import Clock, monotonic_ms
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker
@@ -28,10 +28,18 @@ from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, coordinates, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
-from reliable_kafka.kafka.produce import ProducerUnusable, produce_tuple, release_producer
+from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple, release_producer
 from reliable_kafka.lifecycle import Pollable, run_until_stopped
 from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.polling import consume_batch
+from reliable_kafka.spout.records import (
+    SourceRecord,
+    SpoutCollector,
+    SpoutStats,
+    _replace_attempt,
+    _source_record,
+    forward_to,
+)
 from reliable_kafka.spout.roots import POISON_PILL, RootOwner, check_guard_config
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 
@@ -52,96 +60,8 @@ Guarantee = Literal["at_least_once", "at_most_once", "none"]
 TopicPartitionKey = tuple[str, int]
 
 _INIT = EventKind.INIT  # an enum member read through its class costs ~0.17 us: once per root
-OUTCOME_WAIT_S = 0.005  # longest wait for source records while trees are in flight: outcomes come first
+OUTCOME_WAIT_S = 0.002  # longest wait for source records while trees are in flight: outcomes come first
 DEAD_LETTER_FLUSH_S = 1.0  # how long a round waits to learn that its dead letters were written
-
-
-@dataclass(frozen=True)
-class SourceRecord:
-    """A record read from a source topic, as the spout's handler sees it."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes]]
-    timestamp_ms: int
-    attempt: int = 1
-
-    @property
-    def coordinates(self) -> str:
-        return f"{self.topic}[{self.partition}]@{self.offset}"
-
-
-@dataclass
-class SpoutStats:
-    read: int = 0
-    emitted: int = 0
-    completed: int = 0
-    replayed: int = 0
-    dead_lettered: int = 0
-    handler_errors: int = 0
-    output_delivery_errors: int = 0
-    metadata_truncated: int = 0
-    skipped_done: int = 0
-    expired_in_flight: int = 0  # deleted by retention before a redelivery could read it
-    paused: bool = False
-    committed: dict[TopicPartitionKey, int] = field(default_factory=dict)
-
-
-class SpoutCollector:
-    """What a spout handler emits with: every tuple is anchored to the current record's root."""
-
-    def __init__(self, spout: SpoutShell) -> None:
-        self._spout = spout
-        self._root: int | None = None
-        self._parent: Anchored | None = None
-
-    def _begin(self, root: int | None) -> None:
-        self._root = root
-        self._parent = spout_root(root) if root is not None else None
-
-    def emit(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
-        partition: int | None = None,
-    ) -> None:
-        """Send a tuple of the current tree to ``topic`` (tracked when the spout tracks)."""
-        parent = self._parent
-        if parent is None:
-            anchors = {}
-        else:  # anchor_child([parent]) for the one parent a spout tuple has, without its loop
-            edge = new_id()
-            parent.ack_val ^= edge
-            anchors = {self._root: edge}
-        self._spout._produce_output(topic, value, key, headers, partition, anchors)
-
-    def emit_unanchored(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
-        partition: int | None = None,
-    ) -> None:
-        """Send a record that belongs to no tree (not tracked, never replayed)."""
-        self._spout._produce_output(topic, value, key, headers, partition, {})
-
-
-def forward_to(topic: str) -> Callable[[SourceRecord, SpoutCollector], None]:
-    """The default handler: emit the source record unchanged (key, value, headers) to ``topic``."""
-
-    def forward(record: SourceRecord, collector: SpoutCollector) -> None:
-        collector.emit(topic, record.value, key=record.key, headers=record.headers)
-
-    forward.__name__ = f"forward_to({topic})"
-    return forward
 
 
 class SpoutShell:
@@ -363,6 +283,16 @@ class SpoutShell:
             self.stats.emitted += 1
         self.output_topics.add(topic)
 
+    def _produce_in_tree(self, topic, value, key, headers, partition, root: int, edge: int) -> None:
+        """:meth:`_produce_output` of a tuple of one tree (``{root: edge}``): once per emit."""
+        if headers:
+            self._produce_output(topic, value, key, headers, partition, {root: edge})
+            return
+        assert self._producer is not None  # made by start()
+        produce_headers(self._producer, topic, value, key, partition, [(_ANCHORS, encode_one_anchor(root, edge))])
+        self.stats.emitted += 1
+        self.output_topics.add(topic)
+
     def _output_failed(self, error, message) -> None:
         """The producer's delivery report, for failed messages only (:data:`ERRORS_ONLY`).
 
@@ -546,36 +476,3 @@ class Spout(SpoutShell):
             log.warning("%s: commit postponed: %s", self.name, exc)
             return
         self._roots.committed(offsets)
-
-
-_new_object = object.__new__
-
-
-def _source_record(message: Message) -> SourceRecord:
-    # SourceRecord(...) field by field through its __dict__: a frozen dataclass's __init__ sets each
-    # field with object.__setattr__ (3.3 us a record against 0.6 us, ~9% of a tracked spout's CPU)
-    timestamp = message.timestamp()
-    record = _new_object(SourceRecord)
-    fields = record.__dict__
-    fields["topic"] = message.topic()
-    fields["partition"] = message.partition()
-    fields["offset"] = message.offset()
-    fields["key"] = message.key()
-    fields["value"] = message.value()
-    fields["headers"] = list(message.headers() or [])
-    fields["timestamp_ms"] = timestamp[1] if timestamp else -1
-    fields["attempt"] = 1
-    return record
-
-
-def _replace_attempt(record: SourceRecord, attempt: int) -> SourceRecord:
-    return SourceRecord(
-        record.topic,
-        record.partition,
-        record.offset,
-        record.key,
-        record.value,
-        record.headers,
-        record.timestamp_ms,
-        attempt,
-    )

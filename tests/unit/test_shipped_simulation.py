@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from reliable_kafka.acker.worker import AckerWorker
-from reliable_kafka.bolt.runner import BoltCollector
 from reliable_kafka.core import acker_rule
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import InFlightTracker
 from reliable_kafka.errors import ConfigError
+from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.spout.spout import SpoutCollector
 from reliable_kafka.testing.shipped_simulation import SimConfig, SimulationFailed, run_seeds, simulate
 
@@ -126,13 +126,13 @@ def test_a_quiet_run_completes_every_record_on_its_first_attempt():
 
 
 def test_it_finds_an_ack_counted_twice(monkeypatch):
-    shipped = BoltCollector.ack
+    shipped = AckSender.extend  # where a basic bolt's batch loop packs its ACK entries
 
-    def ack_twice(self, tuple_):  # the bug: the second ACK cancels the first (XOR)
-        shipped(self, tuple_)
-        shipped(self, tuple_)
+    def ack_twice(self, kind, roots, vals):  # the bug: the second ACK cancels the first (XOR)
+        shipped(self, kind, roots, vals)
+        shipped(self, kind, roots, vals)
 
-    monkeypatch.setattr(BoltCollector, "ack", ack_twice)
+    monkeypatch.setattr(AckSender, "extend", ack_twice)
     found = _first_failure(range(3), faults=False, bolt_failure=0.0)
     assert found.invariant == "quiet run completes on the first attempt" and "never completed" in str(found)
     assert f"replay: ./rk sim --seeds {found.seed} --quiet" in str(found)

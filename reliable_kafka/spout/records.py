@@ -1,0 +1,143 @@
+"""What a spout's handler sees: the :class:`SourceRecord` it is given and the :class:`SpoutCollector`
+it emits with; the spout's counters. :mod:`reliable_kafka.spout.spout` runs them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
+
+from confluent_kafka import Message
+
+from reliable_kafka.core.anchors import Anchored, spout_root
+from reliable_kafka.ids import new_id
+
+if TYPE_CHECKING:
+    from reliable_kafka.spout.spout import SpoutShell
+
+__all__ = ["SourceRecord", "SpoutStats", "SpoutCollector", "forward_to"]
+
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """A record read from a source topic, as the spout's handler sees it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp_ms: int
+    attempt: int = 1
+
+    @property
+    def coordinates(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+@dataclass
+class SpoutStats:
+    read: int = 0
+    emitted: int = 0
+    completed: int = 0
+    replayed: int = 0
+    dead_lettered: int = 0
+    handler_errors: int = 0
+    output_delivery_errors: int = 0
+    metadata_truncated: int = 0
+    skipped_done: int = 0
+    expired_in_flight: int = 0  # deleted by retention before a redelivery could read it
+    paused: bool = False
+    committed: dict[TopicPartitionKey, int] = field(default_factory=dict)
+
+
+class SpoutCollector:
+    """What a spout handler emits with: every tuple is anchored to the current record's root."""
+
+    def __init__(self, spout: SpoutShell) -> None:
+        self._spout = spout
+        self._root: int | None = None
+        self._parent: Anchored | None = None
+
+    def _begin(self, root: int | None) -> None:
+        self._root = root
+        self._parent = spout_root(root) if root is not None else None
+
+    def emit(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Send a tuple of the current tree to ``topic`` (tracked when the spout tracks)."""
+        parent = self._parent
+        if parent is None:
+            self._spout._produce_output(topic, value, key, headers, partition, {})
+            return
+        # anchor_child([parent]) for the one parent a spout tuple has, without its loop
+        edge = new_id()
+        parent.ack_val ^= edge
+        self._spout._produce_in_tree(
+            topic, value, key, headers, partition, cast(int, self._root), edge
+        )  # set with the parent
+
+    def emit_unanchored(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Send a record that belongs to no tree (not tracked, never replayed)."""
+        self._spout._produce_output(topic, value, key, headers, partition, {})
+
+
+def forward_to(topic: str) -> Callable[[SourceRecord, SpoutCollector], None]:
+    """The default handler: emit the source record unchanged (key, value, headers) to ``topic``."""
+
+    def forward(record: SourceRecord, collector: SpoutCollector) -> None:
+        collector.emit(topic, record.value, key=record.key, headers=record.headers)
+
+    forward.__name__ = f"forward_to({topic})"
+    return forward
+
+
+_new_object = object.__new__
+
+
+def _source_record(message: Message) -> SourceRecord:
+    # SourceRecord(...) field by field through its __dict__: a frozen dataclass's __init__ sets each
+    # field with object.__setattr__ (3.3 us a record against 0.6 us, ~9% of a tracked spout's CPU)
+    timestamp = message.timestamp()
+    record = _new_object(SourceRecord)
+    fields = record.__dict__
+    fields["topic"] = message.topic()
+    fields["partition"] = message.partition()
+    fields["offset"] = message.offset()
+    fields["key"] = message.key()
+    fields["value"] = message.value()
+    fields["headers"] = list(message.headers() or [])
+    fields["timestamp_ms"] = timestamp[1] if timestamp else -1
+    fields["attempt"] = 1
+    return record
+
+
+def _replace_attempt(record: SourceRecord, attempt: int) -> SourceRecord:
+    return SourceRecord(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.key,
+        record.value,
+        record.headers,
+        record.timestamp_ms,
+        attempt,
+    )

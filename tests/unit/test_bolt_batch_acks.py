@@ -1,0 +1,248 @@
+"""A basic bolt's batch loop: its one-tree emit path and the acks it packs once per batch keep the
+XOR rule (DESIGN 2) exactly as the per-tuple ``collector.ack`` and ``anchor_child`` do."""
+
+from __future__ import annotations
+
+import time
+from functools import reduce
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reliable_kafka import codec
+from reliable_kafka.bolt import BasicBolt
+from reliable_kafka.bolt.runner import ACK_FLUSH_S
+from reliable_kafka.core.ack_packer import AckPacker
+from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.core.latency import LatencyHistogram
+from reliable_kafka.errors import ArgumentError
+from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.testing.memory_broker import new_message
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+NONZERO = INT64.filter(bool)
+
+
+class _Producer:
+    """Records what is produced (positional, as the hot path calls it, or by keyword)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple] = []
+
+    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, *, headers=None, **kwargs):
+        self.sent.append((topic, value, key, partition, headers))
+
+
+def _bolt(handler) -> tuple[BasicBolt, _Producer]:
+    bolt = BasicBolt(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="in", group_id="g", handler=handler)
+    producer = _Producer()
+    bolt._producer = producer
+    bolt._acks = AckSender(producer, acks_topic="t.acks", ack_partitions=1, sender=1)
+    return bolt, producer
+
+
+def _message(offset: int, anchors: dict[int, int] | None, headers=None):
+    raw = [(codec.ANCHORS_HEADER, codec.encode_anchors(anchors))] if anchors else []
+    return new_message(
+        topic="in", partition=0, offset=offset, key=b"k", value=b"v", headers=(headers or []) + raw or None
+    )
+
+
+def _entries(bolt: BasicBolt) -> list[tuple[int, int, int]]:
+    drained = bolt._acks._packer.drain()
+    if not drained:
+        return []
+    kinds, roots, vals = drained[0]
+    return list(zip(kinds.tolist(), roots.tolist(), vals.tolist()))
+
+
+@given(root=NONZERO, edge=INT64, children=st.integers(min_value=0, max_value=5))
+def test_one_tree_emits_balance_the_inputs_ack(root, edge, children):
+    def split(tuple_, collector):
+        for i in range(children):
+            collector.emit("out", b"%d" % i, key=b"w")
+
+    bolt, producer = _bolt(split)
+    bolt._process_batch([_message(0, {root: edge})])
+    outputs = [codec.decode_anchors(dict(headers)[codec.ANCHORS_HEADER]) for *_, headers in producer.sent]
+    assert all(list(anchors) == [root] for anchors in outputs)
+    child_edges = [anchors[root] for anchors in outputs]
+    assert len(set(child_edges)) == children  # one fresh edge per child
+    [(kind, acked_root, val)] = _entries(bolt)
+    assert (kind, acked_root) == (EventKind.ACK, root)
+    # the tree's XOR: the input's edge, its ack and every child's edge cancel out
+    assert reduce(lambda a, b: a ^ b, child_edges, edge ^ val) == 0
+    assert bolt.stats.emitted == children and bolt.stats.acked == 1
+
+
+def test_user_headers_or_several_trees_take_the_general_path_with_the_same_rule():
+    def forward(tuple_, collector):
+        collector.emit("out", b"x", headers=[("trace", b"t")])
+        collector.emit("out", b"y")
+
+    bolt, producer = _bolt(forward)
+    bolt._process_batch([_message(0, {5: 50, 6: 60})])
+    first, second = (dict(headers) for *_, headers in producer.sent)
+    assert first["trace"] == b"t"
+    a, b = codec.decode_anchors(first[codec.ANCHORS_HEADER]), codec.decode_anchors(second[codec.ANCHORS_HEADER])
+    assert set(a) == set(b) == {5, 6}
+    acks = {root: val for _, root, val in _entries(bolt)}
+    for root, edge in ((5, 50), (6, 60)):
+        assert edge ^ acks[root] ^ a[root] ^ b[root] == 0
+
+
+def test_a_batch_acks_every_handled_tracked_tuple_in_order_and_fails_the_one_that_raised():
+    def handler(tuple_, collector):
+        if tuple_.offset == 2:
+            raise ValueError("bad word")
+
+    bolt, _ = _bolt(handler)
+    bolt._failures = None
+    bolt._process_batch([_message(0, {1: 10}), _message(1, None), _message(2, {3: 30}), _message(3, {4: 40})])
+    assert _entries(bolt) == [(EventKind.FAIL, 3, 0), (EventKind.ACK, 1, 10), (EventKind.ACK, 4, 40)]
+    assert bolt.stats.acked == 3 and bolt.stats.failed == 1 and bolt.stats.untracked == 1
+    assert bolt.process_latency.count == 4  # every handler call, observed once per batch
+    assert bolt._ends == {("in", 0): 4}
+
+
+def test_acks_of_a_batch_cut_short_by_an_error_are_still_packed():
+    class Stop(BaseException):
+        pass
+
+    def handler(tuple_, collector):
+        if tuple_.offset == 1:
+            raise Stop
+
+    bolt, _ = _bolt(handler)
+    with pytest.raises(Stop):
+        bolt._process_batch([_message(0, {1: 10}), _message(1, {2: 20})])
+    assert _entries(bolt) == [(EventKind.ACK, 1, 10)]
+    assert bolt._ack_roots == [] and bolt._ack_vals == []  # the next batch starts empty
+
+
+@given(root=INT64, edge=INT64)
+def test_encode_one_anchor_is_encode_anchors_of_one_pair(root, edge):
+    assert codec.encode_one_anchor(root, edge) == codec.encode_anchors({root: edge})
+
+
+def test_encode_one_anchor_rejects_ids_outside_int64():
+    with pytest.raises(ArgumentError):
+        codec.encode_one_anchor(2**63, 1)
+
+
+@given(st.lists(st.tuples(st.sampled_from(list(EventKind)), NONZERO, INT64), max_size=20))
+def test_packer_extend_is_add_per_entry(entries):
+    one, many = AckPacker(ack_partitions=3), AckPacker(ack_partitions=3)
+    for kind, root, val in entries:
+        one.add(kind, root, val)
+    for kind in EventKind:
+        chosen = [(root, val) for k, root, val in entries if k == kind]
+        many.extend(kind, [root for root, _ in chosen], [val for _, val in chosen])
+    drained_one, drained_many = one.drain(), many.drain()
+    assert drained_one.keys() == drained_many.keys()
+    for partition, (kinds, roots, vals) in drained_one.items():
+        assert sorted(zip(kinds.tolist(), roots.tolist(), vals.tolist())) == sorted(
+            zip(*(column.tolist() for column in drained_many[partition]))
+        )
+
+
+def test_packer_extend_refuses_columns_of_different_lengths_and_drops_without_ackers():
+    with pytest.raises(ArgumentError):
+        AckPacker(ack_partitions=1).extend(EventKind.ACK, [1, 2], [3])
+    off = AckPacker(ack_partitions=0)
+    off.extend(EventKind.ACK, [1], [2])
+    assert len(off) == 0
+
+
+@given(st.lists(st.floats(min_value=0, max_value=500, allow_nan=False), max_size=30))
+def test_observe_many_is_observe_each(values):
+    one, many = LatencyHistogram(), LatencyHistogram()
+    for value in values:
+        one.observe(value)
+    many.observe_many(values)
+    assert one.counts == many.counts and one.count == many.count
+    assert one.sum_s == pytest.approx(many.sum_s)
+
+
+class _Consumer:
+    """Hands out the scripted batches, one per consume call (confluent-kafka's batch consume)."""
+
+    def __init__(self, batches) -> None:
+        self.batches = list(batches)
+
+    def consume(self, num_messages, timeout):
+        return self.batches.pop(0) if self.batches else []
+
+    def store_offsets(self, *, offsets):
+        pass
+
+    def commit(self, asynchronous=True):
+        pass
+
+
+class _Quarantine:
+    unsent = 0
+
+
+def _ack_records(producer: _Producer) -> int:
+    return sum(1 for topic, *_ in producer.sent if topic == "t.acks")
+
+
+def _polling_bolt(batches, batch_size: int) -> tuple[BasicBolt, _Producer]:
+    bolt, producer = _bolt(lambda tuple_, collector: None)
+    bolt.batch_size, bolt.commit_interval_ms, bolt._last_commit = batch_size, 3_600_000, time.monotonic()
+    bolt._consumer, bolt._quarantine, bolt._failures = _Consumer(batches), _Quarantine(), None
+    producer.poll = producer.flush = lambda timeout=0: 0
+    return bolt, producer
+
+
+def test_while_full_batches_come_acks_wait_for_more_and_go_when_the_bolt_catches_up(monkeypatch):
+    monkeypatch.setattr("reliable_kafka.bolt.runner.ACK_HOLD_S", 3600.0)
+    full = [[_message(10 * b + i, {10 * b + i + 1: 7}) for i in range(2)] for b in range(3)]
+    bolt, producer = _polling_bolt([*full, [_message(99, {100: 7})]], batch_size=2)
+    bolt._acks_sent_at = float("inf")  # as if just sent
+    for _ in full:
+        bolt.poll_once(0)
+    assert _ack_records(producer) == 0 and len(bolt._acks) == 6  # behind: held
+    bolt.poll_once(0)  # a short batch: caught up, everything goes in one record
+    assert _ack_records(producer) == 1 and len(bolt._acks) == 0
+    assert bolt._acks.entries_sent == 7
+
+
+def test_held_acks_go_at_the_entry_bound_the_time_bound_and_before_a_forced_commit(monkeypatch):
+    monkeypatch.setattr("reliable_kafka.bolt.runner.ACK_HOLD_S", 3600.0)
+    monkeypatch.setattr("reliable_kafka.bolt.runner.ACK_HOLD_ENTRIES", 4)
+    full = [[_message(10 * b + i, {10 * b + i + 1: 7}) for i in range(2)] for b in range(3)]
+    bolt, producer = _polling_bolt(full, batch_size=2)
+    bolt._acks_sent_at = float("inf")
+    bolt.poll_once(0)
+    assert _ack_records(producer) == 0
+    bolt.poll_once(0)  # 4 entries: the bound
+    assert _ack_records(producer) == 1
+    bolt.poll_once(0)
+    assert len(bolt._acks) == 2
+    bolt._flush_and_commit(force=True)  # close and revoke: nothing stays held
+    assert _ack_records(producer) == 2 and len(bolt._acks) == 0
+    monkeypatch.setattr("reliable_kafka.bolt.runner.ACK_HOLD_S", 0.0)
+    bolt._consumer = _Consumer([[_message(50, {51: 7}), _message(51, {52: 7})]])
+    bolt.poll_once(0)  # held past ACK_HOLD_S: sent although still behind
+    assert _ack_records(producer) == 3
+
+
+def test_a_caught_up_poll_that_only_acked_sends_its_ack_record_without_waiting_for_linger():
+    bolt, producer = _polling_bolt([[_message(0, {1: 7})], [_message(1, {2: 7})]], batch_size=10)
+    flushes = []
+    producer.flush = lambda timeout=0: flushes.append(timeout) or 0
+    bolt.poll_once(0)  # the last stage: acks only
+    assert _ack_records(producer) == 1 and flushes == [ACK_FLUSH_S]
+    bolt.handler = lambda tuple_, collector: collector.emit("out", b"x")
+    bolt.poll_once(0)  # outputs went too: linger.ms batches them as configured
+    assert _ack_records(producer) == 2 and flushes == [ACK_FLUSH_S]
+
+
+def test_children_of_an_untracked_input_are_untracked_and_nothing_is_acked():
+    bolt, producer = _bolt(lambda tuple_, collector: collector.emit("out", b"x", key=b"k", partition=1))
+    bolt._process_batch([_message(0, None)])
+    assert producer.sent == [("out", b"x", b"k", 1, None)]
+    assert _entries(bolt) == [] and bolt.stats.emitted == 1 and bolt.stats.untracked == 1
