@@ -28,6 +28,7 @@ FAULTS = {
     "produce": None,  # produce() raises BufferError, librdkafka's queue-full (or the KafkaException given)
     "delivery": KafkaError._MSG_TIMED_OUT,  # the record is not written; its delivery report has the error
     "commit": KafkaError.REQUEST_TIMED_OUT,  # consumer.commit() raises, nothing is committed
+    "committed": KafkaError.NOT_COORDINATOR,  # consumer.committed() raises (a fresh broker's coordinator)
     "send_offsets": KafkaError.COORDINATOR_NOT_AVAILABLE,  # send_offsets_to_transaction raises (abortable)
     "commit_transaction": KafkaError.REQUEST_TIMED_OUT,  # commit_transaction raises (abortable), nothing commits
 }
