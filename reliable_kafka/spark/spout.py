@@ -283,14 +283,14 @@ class SparkSpout(SparkJob):
 
         frames = []
         if fresh is not None:
-            frames.append(fresh.select(*SOURCE_COLUMNS).withColumn("attempt", F.lit(1)))
+            frames.append(fresh.select(*SOURCE_COLUMNS, F.lit(1).alias("attempt")))
         if redeliveries:
             frames.append(read_redeliveries(self.spark, redeliveries, **self._connection()))
         if not frames:
             return
         batch = functools.reduce(lambda a, b: a.unionByName(b), frames)
         salt = new_id()
-        batch = batch.withColumn("root", root_column(salt)).withColumn("edge", edge_column(salt))
+        batch = batch.select("*", root_column(salt).alias("root"), edge_column(salt).alias("edge"))
         ranges = self._batches.stream_ranges(batch_id) if not redeliveries else None
         if ranges is None:  # collected: one Spark job reads the batch; the write reads the cache
             batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
@@ -313,7 +313,7 @@ class SparkSpout(SparkJob):
                 spark = batch.sparkSession
                 done = spark.createDataFrame([(root,) for root in skipped], "root long")
                 inputs = batch.join(F.broadcast(done), "root", "left_anti")
-            inputs = inputs.withColumn("anchors", F.array(F.struct(F.col("root"), F.col("edge")))).drop("root", "edge")
+            inputs = inputs.select(*SOURCE_COLUMNS, "attempt", F.array(F.struct("root", "edge")).alias("anchors"))
             self.stats.inputs += len(entries)
             _, _, children = self._write(inputs, salt)  # (2)
             if children is not None:  # the JVM sink wrote them: their XOR goes into the final acks

@@ -143,3 +143,20 @@ def test_rows_without_children_are_counted_in_the_null_root_group(spark):
     per_root = column_arrays(child_xor_by_root(with_children(outputs, 4)), ["root", "xor", "rows"])
     got = {r: n for r, n in zip(per_root["root"].tolist(), per_root["rows"].tolist())}
     assert sum(got.values()) == 4 and got[0] == 2  # b and d: no children (null root, read as 0)
+
+
+def test_with_children_is_the_same_without_lateral_column_aliases(spark):
+    """One projection (lateral aliases, Spark's default) or three: the same row ids, children and headers."""
+    rows = [(f"v{i}", [(i % 7 + 1, i)], [("trace", b"x")]) for i in range(500)]
+    schema = f"value string, anchors {ANCHORS_TYPE}, headers array<struct<key:string,value:binary>>"
+    outputs = spark.createDataFrame(rows, schema).repartition(3).persist()
+    key = "spark.sql.lateralColumnAlias.enableImplicitResolution"
+    try:
+        one = sorted(with_children(outputs, 5).collect())
+        spark.conf.set(key, "false")
+        three = sorted(with_children(outputs, 5).collect())
+    finally:
+        spark.conf.unset(key)
+        outputs.unpersist()
+    assert one == three and len(one) == 500
+    assert all(c.edge == derive_child_edge(5, row[ROW_ID], c.root) for row in one for c in row[CHILDREN])
