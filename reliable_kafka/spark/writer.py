@@ -218,9 +218,9 @@ def anchors_header_v2(pairs: str):
 
 
 def _child_edge_sql(salt: int, row_id: str, root: str) -> str:
-    from reliable_kafka.spark.derive import CHILD_TAG, ZERO_REPLACEMENT
+    from reliable_kafka.spark.derive import CHILD_TAG, ZERO_REPLACEMENT, salt_sql
 
-    h = f"xxhash64(CAST({salt} AS BIGINT), CAST({row_id} AS BIGINT), CAST({root} AS BIGINT), CAST({CHILD_TAG} AS INT))"
+    h = f"xxhash64({salt_sql(salt)}, CAST({row_id} AS BIGINT), CAST({root} AS BIGINT), CAST({CHILD_TAG} AS INT))"
     return f"coalesce(nullif({h}, 0), CAST({ZERO_REPLACEMENT} AS BIGINT))"
 
 

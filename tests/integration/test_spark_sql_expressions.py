@@ -160,3 +160,24 @@ def test_with_children_is_the_same_without_lateral_column_aliases(spark):
         outputs.unpersist()
     assert one == three and len(one) == 500
     assert all(c.edge == derive_child_edge(5, row[ROW_ID], c.root) for row in one for c in row[CHILDREN])
+
+
+def test_a_new_salt_reuses_the_compiled_code(spark):
+    """Each batch has its own salt: as a binary literal it reaches the generated code by reference,
+    so the second batch's stage compiles nothing (a bigint literal is inlined: a compile per batch)."""
+    from reliable_kafka.spark.derive import edge_column, root_column
+
+    compilations = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    source = spark.range(0, 300, 1, 2).selectExpr(
+        "'orders' AS topic", "CAST(id % 2 AS INT) AS partition", "id AS offset", "1 AS attempt"
+    )
+
+    def batch(salt: int) -> list:
+        ids = source.select(root_column(salt).alias("root"), edge_column(salt).alias("edge"))
+        outputs = ids.selectExpr("'w' AS value", "array(named_struct('root', root, 'edge', edge)) AS anchors")
+        return with_children(outputs, salt).selectExpr(f"bit_xor(xxhash64({CHILDREN}, rk_headers)) AS s").collect()
+
+    batch(11)
+    before = compilations.getCount()
+    batch(-(2**62))
+    assert compilations.getCount() == before
