@@ -116,26 +116,6 @@ def _profiled(function):
     return run
 
 
-def _wait_for_group_coordinator(bootstrap: str, topic: str, timeout: float = 120.0) -> None:
-    """A fresh broker creates __consumer_offsets on the first group request and answers
-    NOT_COORDINATOR until it is ready; the tracked job's start would fail on that."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("bench-warm-up")})
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            try:
-                consumer.committed([TopicPartition(topic, 0)], timeout=30)
-                return
-            except KafkaException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1)
-    finally:
-        consumer.close()
-
-
 class Meter:
     """Wall and CPU seconds (this Python process, the Spark JVM) over a span."""
 
@@ -270,7 +250,6 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.sentences)
         ]
         produce_values(bootstrap, source, lines, timeout=300)
-        _wait_for_group_coordinator(bootstrap, source)
         spark = spark_session("rk-bench-spark-pipeline", master="local[2]")
         jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
         n = args.sentences

@@ -268,6 +268,40 @@ class InFlightTracker:
         self.stats.emitted += 1
         return root
 
+    def emitted_many(
+        self, tp: TopicPartition, offsets: Iterable[int], roots: Iterable[int], *, attempt: int = 1
+    ) -> None:
+        """``emitted(tp, offset, root=root, attempt=attempt)`` for each (offset, root) pair in one
+        call (the Spark driver registers a batch at a time). Fresh offsets take an inlined path;
+        an offset already pending, or a root that is held or 0, goes through :meth:`emitted`."""
+        if attempt < 1:
+            raise ArgumentError(f"emitted {tp}: attempt numbers start at 1, got {attempt}")
+        part = self._partitions.get(tp)
+        if part is None:
+            part = self._partitions[tp] = _Partition(None)
+        held, pending, tokens = self._roots, part.pending, self._tokens
+        now = self._clock()
+        backstop = self._backstop if self._backstop_ms is not None else None
+        deadline = now + (self._backstop_ms or 0)
+        fresh = 0
+        for offset, root in zip(offsets, roots):
+            if offset in pending or root in held or not root:
+                self.emitted(tp, offset, root=root, attempt=attempt)  # re-emission, or the error it raises
+                continue
+            entry = _Entry(tp, offset)
+            entry.first_ms = entry.emitted_ms = now
+            entry.root = root
+            entry.attempt = attempt
+            entry.token = token = next(tokens)
+            part.add_pending(entry)
+            held[root] = entry
+            if backstop is not None:
+                backstop.append((deadline, token, entry))
+            fresh += 1
+        self.stats.emitted += fresh
+        if backstop is not None and len(backstop) > 2 * len(held) + 1024:
+            self._backstop = deque(item for item in backstop if item[2].token == item[1])
+
     def done_immediately(self, tp: TopicPartition, offset: int) -> None:
         """Mark ``offset`` done without tracking (untracked, no tuples emitted, at-most-once)."""
         self._finish(tp, offset)

@@ -9,12 +9,15 @@ ids of different batches (and of a redelivery) unrelated. A hash of 0 is replace
 
 :func:`derive_root` / :func:`derive_edge` compute the same values in plain Python (a port of
 xxHash64 as Spark applies it: seed 42, chained over the columns), so the driver and tests can
-check what Spark computed.
+check what Spark computed. :func:`derive_ids` computes a partition's run of offsets at once in
+NumPy: the Spark spout's driver derives a batch's ids from its offset ranges, collecting nothing.
 """
 
 from __future__ import annotations
 
 import struct
+
+import numpy as np
 
 from reliable_kafka.errors import ArgumentError
 
@@ -28,6 +31,8 @@ __all__ = [
     "derive_root",
     "derive_edge",
     "derive_child_edge",
+    "derive_ids",
+    "salt_sql",
     "root_column",
     "edge_column",
 ]
@@ -140,12 +145,71 @@ def derive_child_edge(salt: int, row_id: int, root: int) -> int:
     return h if h != 0 else ZERO_REPLACEMENT
 
 
+_U = np.uint64
+
+
+def _rotl_vec(x, r: int):
+    return (x << _U(r)) | (x >> _U(64 - r))
+
+
+def _fmix_vec(h):
+    h ^= h >> _U(33)
+    h *= _U(_P2)
+    h ^= h >> _U(29)
+    h *= _U(_P3)
+    h ^= h >> _U(32)
+    return h
+
+
+def _hash_long_vec(values, seeds):
+    """Spark's ``XXH64.hashLong`` of int64 ``values`` under uint64 ``seeds`` (arrays; wrapping arithmetic)."""
+    h = seeds + _U((_P5 + 8) & _M)
+    h ^= _rotl_vec(values.astype(np.uint64) * _U(_P2), 31) * _U(_P1)
+    return _fmix_vec(_rotl_vec(h, 27) * _U(_P1) + _U(_P4))
+
+
+def _hash_int_vec(value: int, seeds):
+    """Spark's ``XXH64.hashInt`` of one int under uint64 ``seeds``."""
+    h = seeds + _U((_P5 + 4) & _M)
+    h ^= _U(((value & 0xFFFFFFFF) * _P1) & _M)
+    return _fmix_vec(_rotl_vec(h, 23) * _U(_P2) + _U(_P3))
+
+
+def _signed_nonzero(h):
+    ids = h.view(np.int64)
+    ids[ids == 0] = _signed(ZERO_REPLACEMENT)
+    return ids
+
+
+def derive_ids(salt: int, topic: str, partition: int, offsets, attempt: int = 1):
+    """(roots, edges) as int64 arrays for the records at ``offsets`` of ``topic[partition]``: the
+    values :func:`derive_root` and :func:`derive_edge` give one by one (and Spark's
+    :func:`root_column`/:func:`edge_column`), the offsets vectorised. Spark chains xxHash64 over the
+    columns, so the hash of (salt, topic, partition) is computed once and only the rest per offset."""
+    prefix = _SPARK_SEED
+    for data in (struct.pack("<q", salt), topic.encode("utf-8"), struct.pack("<i", partition)):
+        prefix = xxh64(data, prefix)
+    with np.errstate(over="ignore"):
+        seeds = _hash_long_vec(np.asarray(offsets, dtype=np.int64), np.full(len(offsets), prefix, dtype=np.uint64))
+        seeds = _hash_int_vec(attempt, seeds)
+        return _signed_nonzero(_hash_int_vec(ROOT_TAG, seeds)), _signed_nonzero(_hash_int_vec(EDGE_TAG, seeds))
+
+
+def salt_sql(salt: int) -> str:
+    """SQL for the salt as xxhash64 takes it: its 8 little-endian bytes, a binary literal, which
+    hashes as the bigint does (``XXH64.hashLong`` is ``hashUnsafeBytes`` of those bytes). Spark's
+    generated code holds a bigint literal inline, so a new salt per batch meant compiling the
+    batch's stages anew (measured about 100 ms a stage); a binary literal is passed to the compiled
+    code as a reference, which is reused."""
+    return f"X'{struct.pack('<q', salt).hex()}'"
+
+
 def _column(salt: int, tag: int):
     from pyspark.sql import functions as F
 
     # SQL text: one py4j call, where a Column tree costs dozens (each slow on a busy driver).
     h = (
-        f"xxhash64(CAST({salt} AS BIGINT), CAST(`topic` AS STRING), CAST(`partition` AS INT), "
+        f"xxhash64({salt_sql(salt)}, CAST(`topic` AS STRING), CAST(`partition` AS INT), "
         f"CAST(`offset` AS BIGINT), CAST(`attempt` AS INT), CAST({tag} AS INT))"
     )
     return F.expr(f"coalesce(nullif({h}, 0), CAST({ZERO_REPLACEMENT} AS BIGINT))")

@@ -3,9 +3,10 @@
 Spark's Kafka source and micro-batch engine do the reading; ``foreachBatch`` adds tracking
 (DESIGN 7 and 7.1). Per batch the driver
 
-1. derives each record's root and edge from a fresh salt (``reliable_kafka.spark.derive``),
-   collects the batch's (coordinates, root, edge) as columns, registers them with the in-flight
-   tracker and sends INIT for every root, flushed before anything else happens;
+1. derives each record's root and edge from a fresh salt (``reliable_kafka.spark.derive``): for
+   a stream batch in NumPy from its offset ranges in Spark's offset log, otherwise collected as
+   columns (``reliable_kafka.spark.batch_roots``); registers them with the in-flight tracker a
+   partition at a time and sends INIT for every root, flushed before anything else happens;
 2. runs the user's ``transform`` over the batch (key, value, topic, partition, offset,
    timestamp, headers, attempt, anchors) and writes its outputs through Spark's Kafka sink, with
    the per-root XOR of their child edges from an aggregation (``writer.write_in_jvm``; outputs
@@ -18,7 +19,7 @@ micro-batch or run on their own when no data arrives), dead-letters records past
 and commits the job's consumer group up to the tracker's commit point, with the offsets done above
 it in the commit metadata. Only that commit says what is done: Spark's checkpoint says only what
 was read. On start, records between the group's commit and the point where Spark resumes
-(``reliable_kafka.spark.checkpoint``) that are not recorded as done are processed again first.
+(``reliable_kafka.spark.recovery``) that are not recorded as done are processed again first.
 """
 
 from __future__ import annotations
@@ -32,16 +33,17 @@ from dataclasses import asdict
 import numpy as np
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker, Redelivery
 from reliable_kafka.errors import ConfigError, StateError
 from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.clients import new_consumer
-from reliable_kafka.ops.failures import FailureRecord
-from reliable_kafka.spark.checkpoint import read_resume_point
+from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog
+from reliable_kafka.spark.checkpoint import HadoopFiles, read_resume_point
 from reliable_kafka.spark.derive import edge_column, root_column
-from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, offsets_json
+from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform
 from reliable_kafka.spark.offset_reads import chunks, read_ranges, read_redeliveries
+from reliable_kafka.spark.recovery import committed_offsets, plan_recovery
 from reliable_kafka.spark.writer import fold_by_root
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
@@ -147,10 +149,8 @@ class SparkSpout(SparkJob):
         )
         self.partitions: list[TP] = []
         self.recovered = 0  # records processed again on start (between group commit and checkpoint)
-        self.skipped = 0  # records Spark handed over again that were already done
         self.commits = 0
         self.throttled = 0  # micro-batches held back by max_pending
-        self._not_redelivered = 0  # redeliveries Kafka no longer had (retention)
         self._group: Consumer | None = None  # commits the job's consumer group (made by start())
         self._watermarks: Consumer | None = None
         self._watermarks_lock = threading.Lock()
@@ -181,6 +181,19 @@ class SparkSpout(SparkJob):
             gone=self._gone,
         )
         self._roots.reread = self._rereader
+        self._batches = BatchRoots(  # stream batches' offset log: set by start()
+            component=self.name,
+            owner=self._roots,
+            offset_log=None,
+            low_watermark=self._low_watermark,
+            max_offsets_per_trigger=max_offsets_per_trigger,
+            lock=self._lock,
+        )
+
+    @property
+    def skipped(self) -> int:
+        """Records Spark handed over again that were already done."""
+        return self._batches.skipped
 
     @property
     def dead_lettered(self) -> int:
@@ -192,7 +205,7 @@ class SparkSpout(SparkJob):
 
     @property
     def lost_to_retention(self) -> int:
-        return self._not_redelivered + self._roots.stats.expired_in_flight
+        return self._batches.not_redelivered + self._roots.stats.expired_in_flight
 
     # --- start ----------------------------------------------------------------------------------
 
@@ -206,6 +219,7 @@ class SparkSpout(SparkJob):
         admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
         if partition_count(admin, self.topics.roots):
             self._roots.index_roots(self.task_id)  # so that `reliable-kafka trace` finds a record's trees
+        self._batches.offset_log = OffsetLog(self.checkpoint_dir, HadoopFiles(self.spark))
         self._recover()
         self._loop = threading.Thread(target=self._drive, name=f"{self.name}-driver", daemon=True)
         self._loop.start()
@@ -214,27 +228,8 @@ class SparkSpout(SparkJob):
         """Track from the group's commit; process again what Spark will not re-read."""
         resume = read_resume_point(self.checkpoint_dir, spark=self.spark)  # any Hadoop file system
         assert self._group is not None  # start() made it just before
-        committed = self._group.committed([TopicPartition(t, p) for t, p in self.partitions], timeout=30)
-        ranges: dict[TP, tuple[int, int]] = {}
-        starting: dict[TP, int] = {}
-        for tp in committed:
-            key = (tp.topic, tp.partition)
-            start = tp.offset if tp.offset >= 0 else None
-            if start is not None:
-                self._roots.restore(key, start, tp.metadata)
-            elif resume.exists:
-                start = resume.initial.get(key)  # never committed: from where the query began
-                if start is not None:
-                    self._roots.restore(key, start, None, recorded=False)
-            if start is None:
-                continue
-            starting[key] = start
-            end = resume.offsets.get(key) if resume.exists else None
-            if end is not None and end > start:
-                ranges[key] = (start, end)
-        if not resume.exists and starting:
-            all_partitions = {tp: starting.get(tp, -2) for tp in self.partitions}  # -2: earliest
-            self._starting = offsets_json(all_partitions)
+        committed = committed_offsets(self._group, self.partitions, component=self.name, group_id=self.group_id)
+        ranges, self._starting = plan_recovery(self._roots, committed, resume, self.partitions)
         if ranges:
             log.info(
                 "%s: recovering %s (group commit .. checkpoint resume point)",
@@ -265,7 +260,7 @@ class SparkSpout(SparkJob):
             self.stats.batches += 1
             with self._lock:
                 redeliveries = self.tracker.due_redeliveries()
-            self._run_batch(df, redeliveries, what=f"batch {batch_id}")
+            self._run_batch(df, redeliveries, what=f"batch {batch_id}", batch_id=batch_id)
 
     def _wait_below_max_pending(self) -> None:
         """Backpressure: the next micro-batch waits while ``max_pending`` roots are in flight."""
@@ -278,29 +273,31 @@ class SparkSpout(SparkJob):
             time.sleep(0.05)
         self.throttled += waited
 
-    def _run_batch(self, fresh, redeliveries: list[Redelivery], *, what: str, recovery: bool = False) -> None:
-        """Track, transform, write and ack one batch (fresh records and/or redeliveries)."""
+    def _run_batch(
+        self, fresh, redeliveries: list[Redelivery], *, what: str, recovery: bool = False, batch_id: int | None = None
+    ) -> None:
+        """Track, transform, write and ack one batch (fresh records and/or redeliveries); a stream
+        batch (``batch_id``) without redeliveries is registered from its offset ranges."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         frames = []
         if fresh is not None:
-            frames.append(fresh.select(*SOURCE_COLUMNS).withColumn("attempt", F.lit(1)))
+            frames.append(fresh.select(*SOURCE_COLUMNS, F.lit(1).alias("attempt")))
         if redeliveries:
             frames.append(read_redeliveries(self.spark, redeliveries, **self._connection()))
         if not frames:
             return
         batch = functools.reduce(lambda a, b: a.unionByName(b), frames)
         salt = new_id()
-        batch = (
-            batch.withColumn("root", root_column(salt))
-            .withColumn("edge", edge_column(salt))
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
+        batch = batch.select("*", root_column(salt).alias("root"), edge_column(salt).alias("edge"))
+        ranges = self._batches.stream_ranges(batch_id) if not redeliveries else None
+        if ranges is None:  # collected: one Spark job reads the batch; the write reads the cache
+            batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
         roots: list[int] = []
         try:
             try:
-                entries, skipped = self._register(_record_columns(batch), redeliveries)
+                entries, skipped = self._batches.register(batch, ranges, salt, redeliveries)
             except Exception as exc:
                 raise _BeforeEmit(str(exc)) from exc
             roots = [root for root, _ in entries]
@@ -316,77 +313,26 @@ class SparkSpout(SparkJob):
                 spark = batch.sparkSession
                 done = spark.createDataFrame([(root,) for root in skipped], "root long")
                 inputs = batch.join(F.broadcast(done), "root", "left_anti")
-            inputs = inputs.withColumn("anchors", F.array(F.struct(F.col("root"), F.col("edge")))).drop("root", "edge")
+            inputs = inputs.select(*SOURCE_COLUMNS, "attempt", F.array(F.struct("root", "edge")).alias("anchors"))
             self.stats.inputs += len(entries)
             _, _, children = self._write(inputs, salt)  # (2)
             if children is not None:  # the JVM sink wrote them: their XOR goes into the final acks
-                roots_array, vals = fold_by_root(
-                    np.concatenate([np.array([r for r, _ in entries], dtype=np.int64), children[0]]),
-                    np.concatenate([np.array([e for _, e in entries], dtype=np.int64), children[1]]),
-                )
-                entries = list(zip(roots_array.tolist(), vals.tolist()))
+                pairs = np.concatenate([np.array(entries, dtype=np.int64), np.column_stack(children)])
+                folded = fold_by_root(pairs[:, 0], pairs[:, 1])
+                entries = list(zip(folded[0].tolist(), folded[1].tolist()))
             self._send_entries(EventKind.ACK, entries, what=f"input acks of {what}")  # (3)
         except _BeforeEmit as exc:
-            self._requeue(redeliveries)
+            self._batches.requeue(redeliveries)
             cause = exc.__cause__ or exc
             log.error("%s: %s failed before its records were tracked: %s", self.name, what, cause)
             raise cause  # noqa: B904 (the original error itself, keeping its own cause)
         except Exception as exc:
-            self._fail_locally(roots, exc)
+            if roots:
+                self._batches.fail_locally(roots, exc, task_id=self.task_id)
+                self._send_fails(roots)
             self._batch_failed(what, exc)
         finally:
             batch.unpersist()
-
-    def _register(self, columns: dict[str, list], redeliveries: list[Redelivery]):
-        """Tracker entries for the batch's records (``_record_columns``); returns ((root, edge)
-        list, skipped roots)."""
-        wanted = {(r.tp, r.offset): r for r in redeliveries}
-        entries: list[tuple[int, int]] = []
-        skipped: list[int] = []
-        with self._lock:
-            tracker = self.tracker
-            for topic, partition, offset, attempt, root, edge in zip(*(columns[n] for n in _RECORD_COLUMNS)):
-                tp = (topic, partition)
-                if attempt == 1:
-                    if tracker.should_skip(tp, offset):
-                        skipped.append(root)
-                        continue
-                elif wanted.pop((tp, offset), None) is None:
-                    skipped.append(root)
-                    continue
-                self._roots.track(tp, offset, root, attempt)
-                entries.append((root, edge))
-            for redelivery in wanted.values():
-                # Kafka deleted it (retention) before it could be processed again: nothing to send.
-                self._not_redelivered += 1
-                log.error(
-                    "%s: %s[%d]@%d is no longer in Kafka; it cannot be redelivered (attempt %d, %s)",
-                    self.name,
-                    *redelivery.tp,
-                    redelivery.offset,
-                    redelivery.attempt,
-                    redelivery.reason,
-                )
-                self.tracker.done_immediately(redelivery.tp, redelivery.offset)
-            self.skipped += len(skipped)
-        return entries, skipped
-
-    def _requeue(self, redeliveries: list[Redelivery]) -> None:
-        """Redeliveries whose batch failed before they were emitted: count a failed attempt."""
-        with self._lock:
-            for redelivery in redeliveries:
-                root = self.tracker.emitted(redelivery.tp, redelivery.offset, attempt=redelivery.attempt)
-                self._roots.act(self.tracker.on_outcome(root, OutcomeKind.FAILED))
-
-    def _fail_locally(self, roots: list[int], error: BaseException) -> None:
-        if not roots:
-            return
-        with self._lock:
-            for root in roots:
-                self._roots.fail_locally(
-                    root, FailureRecord.of(roots=[root], component=self.name, task_id=self.task_id, error=error)
-                )
-        self._send_fails(roots)
 
     # --- the driver loop ------------------------------------------------------------------------
 
@@ -475,6 +421,11 @@ class SparkSpout(SparkJob):
                 for t, p in self.partitions
             }
 
+    def _low_watermark(self, tp: TP) -> int:
+        with self._watermarks_lock:
+            assert self._watermarks is not None, "SparkSpout.start() was not called"
+            return self._watermarks.get_watermark_offsets(TopicPartition(*tp), timeout=10, cached=False)[0]
+
     def caught_up(self) -> bool:
         """True when the committed offsets reached the current end of every source partition."""
         committed = self.committed_offsets()
@@ -546,14 +497,3 @@ class SparkSpout(SparkJob):
                 "metadata_truncated": self.metadata_truncated,
                 "throttled": self.throttled,
             }
-
-
-_RECORD_COLUMNS = ("topic", "partition", "offset", "attempt", "root", "edge")
-
-
-def _record_columns(batch) -> dict[str, list]:
-    """The batch's record coordinates and ids as one list per column: packed into one row of
-    arrays in the JVM, so the driver unpickles a few lists instead of building a Row per record."""
-    packed = batch.selectExpr(f"collect_list(struct({', '.join(_RECORD_COLUMNS)})) AS r")
-    row = packed.selectExpr(*[f"transform(r, s -> s.`{n}`) AS `{n}`" for n in _RECORD_COLUMNS]).collect()[0]
-    return {n: row[n] or [] for n in _RECORD_COLUMNS}

@@ -218,9 +218,9 @@ def anchors_header_v2(pairs: str):
 
 
 def _child_edge_sql(salt: int, row_id: str, root: str) -> str:
-    from reliable_kafka.spark.derive import CHILD_TAG, ZERO_REPLACEMENT
+    from reliable_kafka.spark.derive import CHILD_TAG, ZERO_REPLACEMENT, salt_sql
 
-    h = f"xxhash64(CAST({salt} AS BIGINT), CAST({row_id} AS BIGINT), CAST({root} AS BIGINT), CAST({CHILD_TAG} AS INT))"
+    h = f"xxhash64({salt_sql(salt)}, CAST({row_id} AS BIGINT), CAST({root} AS BIGINT), CAST({CHILD_TAG} AS INT))"
     return f"coalesce(nullif({h}, 0), CAST({ZERO_REPLACEMENT} AS BIGINT))"
 
 
@@ -241,11 +241,18 @@ def child_edges_sql(salt: int, anchors: str, row_id: str) -> str:
     )
 
 
+def _lateral_aliases(df) -> bool:
+    """True when a projection may refer to aliases it defines (Spark's lateral column aliases, on
+    by default): one ``selectExpr`` then does what took three, each analysed on its own."""
+    conf = df.sparkSession.conf.get("spark.sql.lateralColumnAlias.enableImplicitResolution", "true")
+    return str(conf).lower() == "true"
+
+
 def with_children(outputs, salt: int):
     """Outputs plus ``rk_row``, ``rk_children`` and ``rk_headers`` (the user's headers minus any
     ``rk-anchors``, plus ours when the row has roots), as Spark's Kafka sink wants them."""
-    rows = outputs.selectExpr("*", f"monotonically_increasing_id() AS {ROW_ID}")
-    rows = rows.selectExpr("*", f"{child_edges_sql(salt, f'`{ANCHORS_COLUMN}`', ROW_ID)} AS {CHILDREN}")
+    row_id = f"monotonically_increasing_id() AS {ROW_ID}"
+    children = f"{child_edges_sql(salt, f'`{ANCHORS_COLUMN}`', ROW_ID)} AS {CHILDREN}"
     key = f"'{codec.ANCHORS_HEADER}'"
     ours = (
         f"IF(size({CHILDREN}) > 0, array(named_struct('key', {key}, 'value', "
@@ -257,20 +264,21 @@ def with_children(outputs, salt: int):
             f"h -> named_struct('key', CAST(h.key AS STRING), 'value', CAST(h.value AS BINARY)))"
         )
         ours = f"concat({theirs}, {ours})"
-    return rows.selectExpr("*", f"{ours} AS rk_headers")
+    if _lateral_aliases(outputs):  # the row id is still computed once: Spark stacks the projections
+        return outputs.selectExpr("*", row_id, children, f"{ours} AS rk_headers")
+    return outputs.selectExpr("*", row_id).selectExpr("*", children).selectExpr("*", f"{ours} AS rk_headers")
 
 
 def child_xor_by_root(rows):
     """Per root of the rows' children: (root, XOR of its child edges, ``bit_xor``, and ``rows``:
     the rows whose first child it is). One more group, root null, holds the rows without
     children; the sum of ``rows`` over all groups is the row count, so no second job counts them."""
+    from pyspark.sql import functions as F
+
     return (
         rows.selectExpr(f"posexplode_outer({CHILDREN}) AS (pos, c)")
-        .selectExpr("c.root AS root", "c.edge AS edge", "IF(pos = 0 OR pos IS NULL, 1, 0) AS first")
-        .groupBy("root")
-        .agg({"edge": "bit_xor", "first": "sum"})
-        .withColumnRenamed("bit_xor(edge)", "xor")
-        .withColumnRenamed("sum(first)", "rows")
+        .groupBy(F.expr("c.root").alias("root"))
+        .agg(F.expr("bit_xor(c.edge)").alias("xor"), F.expr("sum(IF(pos = 0 OR pos IS NULL, 1, 0))").alias("rows"))
     )
 
 
@@ -280,8 +288,8 @@ def column_arrays(df, names: list[str]) -> dict[str, np.ndarray]:
     import numpy as np
 
     fields = ", ".join(f"'{n}', coalesce(CAST(`{n}` AS BIGINT), 0)" for n in names)
-    packed = df.selectExpr(f"collect_list(named_struct({fields})) AS r")
-    row = packed.selectExpr(*[f"transform(r, s -> s.`{n}`) AS `{n}`" for n in names]).collect()[0]
+    packed = f"collect_list(named_struct({fields}))"  # one aggregate: Spark merges the equal ones
+    row = df.selectExpr(*[f"transform({packed}, s -> s.`{n}`) AS `{n}`" for n in names]).collect()[0]
     return {n: np.array(row[n] or [], dtype=np.int64) for n in names}
 
 

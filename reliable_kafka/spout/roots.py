@@ -184,6 +184,13 @@ class RootOwner:
         if self.root_index is not None:
             self.root_index.add(key, offset, root)
 
+    def track_many(self, key: TopicPartitionKey, offsets: list[int], roots: list[int], attempt: int) -> None:
+        """:meth:`track` for a batch of records of ``key`` (no records kept)."""
+        self.tracker.emitted_many(key, offsets, roots, attempt=attempt)
+        if self.root_index is not None:
+            for offset, root in zip(offsets, roots):
+                self.root_index.add(key, offset, root)
+
     def fail_locally(self, root: int, failure: FailureRecord | None = None) -> None:
         """Fail ``root`` here (a handler raised, a batch failed), with why, as an acker's FAILED."""
         with self._lock:

@@ -29,6 +29,7 @@ FAULTS = {
     "delivery": KafkaError._MSG_TIMED_OUT,  # the record is not written; its delivery report has the error
     "commit": KafkaError.REQUEST_TIMED_OUT,  # consumer.commit() raises, nothing is committed
     "consume": KafkaError.TOPIC_AUTHORIZATION_FAILED,  # consume() returns an error event (no record) first
+    "committed": KafkaError.NOT_COORDINATOR,  # consumer.committed() raises (a fresh broker's coordinator)
     "send_offsets": KafkaError.COORDINATOR_NOT_AVAILABLE,  # send_offsets_to_transaction raises (abortable)
     "commit_transaction": KafkaError.REQUEST_TIMED_OUT,  # commit_transaction raises (abortable), nothing commits
 }

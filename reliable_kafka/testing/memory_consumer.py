@@ -313,6 +313,9 @@ class MemoryConsumer:
 
     def committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
         self._check()
+        fault = self._kafka.take_fault("committed")
+        if fault is not None:
+            raise KafkaException(fault)
         return self._group().committed(partitions)
 
     def consumer_group_metadata(self):

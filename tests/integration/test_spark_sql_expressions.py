@@ -143,3 +143,41 @@ def test_rows_without_children_are_counted_in_the_null_root_group(spark):
     per_root = column_arrays(child_xor_by_root(with_children(outputs, 4)), ["root", "xor", "rows"])
     got = {r: n for r, n in zip(per_root["root"].tolist(), per_root["rows"].tolist())}
     assert sum(got.values()) == 4 and got[0] == 2  # b and d: no children (null root, read as 0)
+
+
+def test_with_children_is_the_same_without_lateral_column_aliases(spark):
+    """One projection (lateral aliases, Spark's default) or three: the same row ids, children and headers."""
+    rows = [(f"v{i}", [(i % 7 + 1, i)], [("trace", b"x")]) for i in range(500)]
+    schema = f"value string, anchors {ANCHORS_TYPE}, headers array<struct<key:string,value:binary>>"
+    outputs = spark.createDataFrame(rows, schema).repartition(3).persist()
+    key = "spark.sql.lateralColumnAlias.enableImplicitResolution"
+    try:
+        one = sorted(with_children(outputs, 5).collect())
+        spark.conf.set(key, "false")
+        three = sorted(with_children(outputs, 5).collect())
+    finally:
+        spark.conf.unset(key)
+        outputs.unpersist()
+    assert one == three and len(one) == 500
+    assert all(c.edge == derive_child_edge(5, row[ROW_ID], c.root) for row in one for c in row[CHILDREN])
+
+
+def test_a_new_salt_reuses_the_compiled_code(spark):
+    """Each batch has its own salt: as a binary literal it reaches the generated code by reference,
+    so the second batch's stage compiles nothing (a bigint literal is inlined: a compile per batch)."""
+    from reliable_kafka.spark.derive import edge_column, root_column
+
+    compilations = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    source = spark.range(0, 300, 1, 2).selectExpr(
+        "'orders' AS topic", "CAST(id % 2 AS INT) AS partition", "id AS offset", "1 AS attempt"
+    )
+
+    def batch(salt: int) -> list:
+        ids = source.select(root_column(salt).alias("root"), edge_column(salt).alias("edge"))
+        outputs = ids.selectExpr("'w' AS value", "array(named_struct('root', root, 'edge', edge)) AS anchors")
+        return with_children(outputs, salt).selectExpr(f"bit_xor(xxhash64({CHILDREN}, rk_headers)) AS s").collect()
+
+    batch(11)
+    before = compilations.getCount()
+    batch(-(2**62))
+    assert compilations.getCount() == before

@@ -1,0 +1,153 @@
+"""A Spark spout's stream batches registered from their offset ranges (reliable_kafka.spark.batch_roots)
+and its start on a group coordinator that is not ready yet. Real broker and acker, Spark in local mode.
+
+A transactional source has offsets that hold no record (commit and abort markers, aborted records
+that read_committed skips): they get roots from their batch's range, complete by the final ack
+alone and never hold the group commit back; after a failed batch they are redelivered, found
+missing, and done without being counted as lost to retention."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from pyspark.sql import functions as F
+from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running
+
+from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.spark import SparkSpout, spark_session
+from reliable_kafka.testing.topics import create_topics, unique_name
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = spark_session("rk-test-spark-spout-ranges", master="local[2]")
+    yield session
+    session.stop()
+
+
+def _tag(df):
+    value = F.concat_ws(
+        "|", *(F.col(c).cast("string") for c in ("value", "partition", "offset", "attempt"))
+    )  # what the acking bolt reads
+    return df.select("key", value.alias("value"), "anchors")
+
+
+def _produce_transactions(bootstrap: str, topic: str) -> set[tuple[int, int]]:
+    """Three committed transactions of 30 records and one aborted between them; returns the
+    committed records' (partition, offset)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_name("rk-src-txn")})
+    producer.init_transactions(30)
+    placed: set[tuple[int, int]] = set()
+
+    def delivered(error, message) -> None:
+        if error is None and message.value().startswith(b"ok"):
+            placed.add((message.partition(), message.offset()))
+
+    for round_ in range(4):
+        producer.begin_transaction()
+        for i in range(30):
+            prefix = "aborted" if round_ == 1 else "ok"
+            producer.produce(topic, f"{prefix}-{round_}-{i}".encode(), partition=i % 2, on_delivery=delivered)
+        producer.flush(30)
+        if round_ == 1:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+    return placed
+
+
+def test_a_transactional_source_completes_and_commits_past_its_markers(spark, kafka_bootstrap, tmp_path):
+    topology = unique_name("rk-spark-ranges")
+    source, output = f"{topology}.src", f"{topology}.out"
+    create_topics(kafka_bootstrap, {source: 2, output: 2})
+    placed = _produce_transactions(kafka_bootstrap, source)
+    assert len(placed) == 90
+    calls = []
+
+    def fail_first_batch(df):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the first batch fails on purpose: its roots are redelivered")
+        return _tag(df)
+
+    log = DownstreamLog()
+    group = f"{topology}.job"
+    with acker_running(kafka_bootstrap, topology), bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
+        spout = SparkSpout(
+            spark,
+            topology=topology,
+            bootstrap_servers=kafka_bootstrap,
+            source_topics=source,
+            group_id=group,
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            transform=fail_first_batch,
+            output_topic=output,
+            max_offsets_per_trigger=40,
+            available_now=True,
+            message_timeout_ms=20_000,
+            commit_interval_ms=200,
+        )
+        spout.start()
+        try:
+            assert spout.run_until(lambda job: job.caught_up() and job.idle(), timeout=180), spout.progress()
+            progress = spout.progress()
+        finally:
+            spout.stop()
+
+    ends = end_offsets(kafka_bootstrap, source)
+    assert sum(ends.values()) == 120 + 8, "4 transactions: 120 records and a marker per partition each"
+    assert committed_offsets(kafka_bootstrap, group, source) == ends
+    assert set(log.ok) == placed, "every committed record reached the downstream, no aborted one"
+    assert spout._batches.from_ranges >= 1, "no stream batch was registered from its offset range"
+    assert progress["lost_to_retention"] == 0, "offsets that never held a record were counted as lost"
+    assert progress["failed_batches"] == 1
+
+
+class _CoordinatorNotReadyYet:
+    """The group consumer of a fresh broker: committed() answers NOT_COORDINATOR a few times."""
+
+    def __init__(self, consumer, failures: int) -> None:
+        self._consumer = consumer
+        self.failures = failures
+
+    def committed(self, partitions, timeout=None):
+        if self.failures:
+            self.failures -= 1
+            raise KafkaException(KafkaError(KafkaError.NOT_COORDINATOR, "Broker: Not coordinator"))
+        return self._consumer.committed(partitions, timeout=timeout)
+
+    def __getattr__(self, name):
+        return getattr(self._consumer, name)
+
+
+def test_start_waits_for_a_group_coordinator_that_is_not_ready(spark, kafka_bootstrap, tmp_path):
+    topology = unique_name("rk-spark-coordinator")
+    source, output = f"{topology}.src", f"{topology}.out"
+    create_topics(kafka_bootstrap, {source: 1, output: 1})
+    wrappers = []
+
+    class Spout(SparkSpout):
+        def _new_group_consumer(self):
+            wrappers.append(_CoordinatorNotReadyYet(super()._new_group_consumer(), failures=3))
+            return wrappers[-1]
+
+    with acker_running(kafka_bootstrap, topology):
+        spout = Spout(
+            spark,
+            topology=topology,
+            bootstrap_servers=kafka_bootstrap,
+            source_topics=source,
+            group_id=f"{topology}.job",
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            transform=_tag,
+            output_topic=output,
+            available_now=True,
+        )
+        spout.start()  # raised KafkaException(NOT_COORDINATOR) before
+        try:
+            assert spout.run_until(timeout=60), spout.progress()
+        finally:
+            spout.stop()
+    assert wrappers and wrappers[0].failures == 0

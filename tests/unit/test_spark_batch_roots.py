@@ -1,0 +1,200 @@
+"""A Spark spout's batch made roots in the driver, without Spark: ids derived in NumPy from offset
+ranges, the ranges read from a checkpoint's offset log, bulk registration with the tracker, and
+reading the group's commit while a fresh broker's coordinator is not ready
+(reliable_kafka.spark.batch_roots, derive.derive_ids, recovery.committed_offsets,
+InFlightTracker.emitted_many)."""
+
+import numpy as np
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.core.tracker import InFlightTracker
+from reliable_kafka.errors import ArgumentError, WaitTimeoutError
+from reliable_kafka.spark import derive
+from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog, register_ranges
+from reliable_kafka.spark.checkpoint import LocalFiles
+from reliable_kafka.spark.derive import ZERO_REPLACEMENT, derive_edge, derive_ids, derive_root
+from reliable_kafka.spark.recovery import committed_offsets
+from reliable_kafka.spout.roots import RootOwner
+from reliable_kafka.testing.memory_broker import MemoryKafka
+from reliable_kafka.topology import TopologyTopics
+
+longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+# --- ids in NumPy -----------------------------------------------------------------------------
+
+
+def test_derive_ids_matches_values_spark_computed():
+    roots, edges = derive_ids(7, "orders", 3, [1234567], 2)
+    assert roots.tolist() == [1285762449740019174] and edges.tolist() == [4703857042546730475]
+
+
+@settings(max_examples=60)
+@given(
+    longs,
+    st.text(min_size=1, max_size=40),
+    st.integers(0, 10_000),
+    st.lists(st.integers(0, 2**62), min_size=0, max_size=20),
+    st.integers(1, 50),
+)
+def test_derive_ids_is_the_python_port_vectorised(salt, topic, partition, offsets, attempt):
+    roots, edges = derive_ids(salt, topic, partition, np.array(offsets, dtype=np.int64), attempt)
+    assert roots.dtype == np.int64 and edges.dtype == np.int64
+    assert roots.tolist() == [derive_root(salt, topic, partition, o, attempt) for o in offsets]
+    assert edges.tolist() == [derive_edge(salt, topic, partition, o, attempt) for o in offsets]
+
+
+def test_a_zero_hash_is_replaced_as_spark_does():
+    ids = derive._signed_nonzero(np.array([0, 5, 2**64 - 1], dtype=np.uint64))
+    assert ids.tolist() == [ZERO_REPLACEMENT, 5, -1]
+
+
+# --- offset ranges from the offset log --------------------------------------------------------
+
+
+def _checkpoint(tmp_path, initial: str | None, batches: dict[int, str]) -> str:
+    (tmp_path / "offsets").mkdir(parents=True)
+    if initial is not None:
+        (tmp_path / "sources" / "0").mkdir(parents=True)
+        (tmp_path / "sources" / "0" / "0").write_bytes(b"\x00v1\n" + initial.encode())
+    for batch_id, ends in batches.items():
+        metadata = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
+        (tmp_path / "offsets" / str(batch_id)).write_text(f"v1\n{metadata}\n{ends}")
+    return str(tmp_path)
+
+
+def test_offset_log_gives_each_batch_its_range(tmp_path):
+    root = _checkpoint(
+        tmp_path,
+        '{"t":{"0":0,"1":5}}',
+        {0: '{"t":{"0":10,"1":5}}', 1: '{"t":{"0":25,"1":7}}', 2: '{"t":{"0":25,"1":7,"2":3}}'},
+    )
+    log = OffsetLog(root, LocalFiles())
+    assert log.ranges(0) == {("t", 0): (0, 10)}  # partition 1 read nothing
+    assert log.ranges(1) == {("t", 0): (10, 25), ("t", 1): (5, 7)}
+    assert log.ranges(2) is None, "a partition without a start must be collected"
+    assert OffsetLog(root, LocalFiles()).ranges(1) == {("t", 0): (10, 25), ("t", 1): (5, 7)}  # no cache needed
+    assert log.ranges(7) is None, "a batch the log does not hold is collected"
+
+
+def test_offset_log_without_initial_offsets_or_going_backwards_is_not_trusted(tmp_path):
+    assert OffsetLog(_checkpoint(tmp_path / "a", None, {0: '{"t":{"0":3}}'}), LocalFiles()).ranges(0) is None
+    backwards = _checkpoint(tmp_path / "b", '{"t":{"0":9}}', {0: '{"t":{"0":3}}'})
+    assert OffsetLog(backwards, LocalFiles()).ranges(0) is None
+    unresolved = _checkpoint(tmp_path / "c", '{"t":{"0":-2}}', {0: '{"t":{"0":3}}'})
+    assert OffsetLog(unresolved, LocalFiles()).ranges(0) is None
+
+
+def test_ranges_wider_than_the_limit_are_collected(tmp_path):
+    root = _checkpoint(tmp_path, '{"t":{"0":0}}', {0: '{"t":{"0":150000}}', 1: '{"t":{"0":150001}}'})
+    batches = BatchRoots(component="c", owner=None, offset_log=OffsetLog(root, LocalFiles()), low_watermark=None)
+    assert batches.stream_ranges(0) is None
+    assert batches.stream_ranges(1) == {("t", 0): (150000, 150001)}
+    assert batches.stream_ranges(None) is None
+    wide = BatchRoots(
+        component="c",
+        owner=None,
+        offset_log=OffsetLog(root, LocalFiles()),
+        low_watermark=None,
+        max_offsets_per_trigger=200_000,
+    )
+    assert wide.stream_ranges(0) == {("t", 0): (0, 150000)}
+
+
+# --- registration -----------------------------------------------------------------------------
+
+emissions = st.lists(st.tuples(st.integers(0, 30), st.integers(1, 3)), max_size=40)
+
+
+@given(emissions, st.integers(1, 3))
+def test_emitted_many_is_emitted_one_by_one(emitted, attempt):
+    """Same roots, pending offsets, commit points, counters and outcomes, re-emissions included."""
+    clock = [0]
+    one, many = (InFlightTracker(max_pending=None, clock=lambda: clock[0]) for _ in range(2))
+    next_root = iter(range(1, 10_000))
+    for chunk in (emitted[: len(emitted) // 2], emitted[len(emitted) // 2 :]):
+        offsets = [offset for offset, _ in chunk]
+        roots = [next(next_root) for _ in chunk]
+        for offset, root in zip(offsets, roots):
+            one.emitted(("t", 0), offset, root=root, attempt=attempt)
+        many.emitted_many(("t", 0), offsets, roots, attempt=attempt)
+        clock[0] += 10
+    assert many.pending_offsets(("t", 0)) == one.pending_offsets(("t", 0))
+    assert many.commit_points() == one.commit_points()
+    assert many.stats.emitted == one.stats.emitted and many.pending_roots() == one.pending_roots()
+    for root in range(1, 50):
+        assert many.on_outcome(root, OutcomeKind.COMPLETED) == one.on_outcome(root, OutcomeKind.COMPLETED)
+    assert many.commit_points() == one.commit_points()
+    assert [a.offset for a in many.expire_backstop(10**9)] == [a.offset for a in one.expire_backstop(10**9)]
+
+
+def test_emitted_many_refuses_what_emitted_refuses():
+    tracker = InFlightTracker()
+    tracker.emitted_many(("t", 0), [1], [11])
+    with pytest.raises(ArgumentError, match="already held"):
+        tracker.emitted_many(("t", 0), [2], [11])
+    with pytest.raises(ArgumentError, match="non-zero"):
+        tracker.emitted_many(("t", 0), [3], [0])
+    with pytest.raises(ArgumentError, match="attempt"):
+        tracker.emitted_many(("t", 0), [4], [44], attempt=0)
+
+
+def _owner(tracker: InFlightTracker) -> RootOwner:
+    return RootOwner(component="c", topics=TopologyTopics("tp"), tracker=tracker, bootstrap_servers="", kafka_config={})
+
+
+def test_register_ranges_tracks_every_offset_except_those_done():
+    owner = _owner(InFlightTracker(max_pending=None))
+    owner.tracker.assign(("t", 0), committed=10, done_above=[12, 13])
+    entries, skipped = register_ranges(owner, {("t", 0): (8, 15), ("t", 1): (0, 2)}, salt=99)
+    expected_skipped = [derive_root(99, "t", 0, o, 1) for o in (8, 9, 12, 13)]
+    assert sorted(skipped) == sorted(expected_skipped)
+    kept = [(0, 10), (0, 11), (0, 14), (1, 0), (1, 1)]
+    assert entries == [(derive_root(99, "t", p, o, 1), derive_edge(99, "t", p, o, 1)) for p, o in kept]
+    assert owner.tracker.pending_offsets(("t", 0)) == [10, 11, 14]
+    assert owner.tracker.pending_offsets(("t", 1)) == [0, 1]
+    # an offset with no record (a transaction marker) completes by its final ack like any root
+    for root, _ in entries:
+        owner.act(owner.tracker.on_outcome(root, OutcomeKind.COMPLETED))
+    assert owner.tracker.commit_points() == {("t", 0): 15, ("t", 1): 2}
+
+
+# --- the group's commit on a fresh broker -----------------------------------------------------
+
+
+def _group_consumer():
+    kafka = MemoryKafka()
+    kafka.create_topic("src", 2)
+    consumer = kafka.consumer({"group.id": "g"})
+    consumer.commit(offsets=[TopicPartition("src", 0, 7)], asynchronous=False)
+    return kafka, consumer
+
+
+@pytest.mark.parametrize("code", [KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS])
+def test_committed_offsets_waits_out_a_coordinator_that_is_not_ready(code):
+    kafka, consumer = _group_consumer()
+    kafka.fail_next("committed", 3, error=code)
+    with pytest.raises(KafkaException):  # what the spout's start met before
+        consumer.committed([TopicPartition("src", 0)])
+    sleeps = []
+    found = committed_offsets(consumer, [("src", 0), ("src", 1)], component="c", group_id="g", sleep=sleeps.append)
+    assert [(tp.partition, tp.offset) for tp in found] == [(0, 7), (1, -1001)]
+    assert len(sleeps) == 2
+
+
+def test_committed_offsets_gives_up_after_its_deadline_with_a_clear_error():
+    kafka, consumer = _group_consumer()
+    kafka.fail_next("committed", 10_000, error=KafkaError.NOT_COORDINATOR)
+    with pytest.raises(WaitTimeoutError, match=r"group 'g'.*NOT_COORDINATOR.*start the job again"):
+        committed_offsets(consumer, [("src", 0)], component="c", group_id="g", timeout=0.3)
+
+
+def test_committed_offsets_raises_other_errors_at_once():
+    kafka, consumer = _group_consumer()
+    kafka.fail_next("committed", 1, error=KafkaError.GROUP_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaException, match="injected"):
+        committed_offsets(consumer, [("src", 0)], component="c", group_id="g", sleep=lambda s: None)
