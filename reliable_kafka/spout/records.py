@@ -15,7 +15,7 @@ from reliable_kafka.ids import new_id
 if TYPE_CHECKING:
     from reliable_kafka.spout.spout import SpoutShell
 
-__all__ = ["SourceRecord", "SpoutStats", "SpoutCollector", "forward_to"]
+__all__ = ["SourceRecord", "SpoutStats", "SpoutCollector", "forward_to", "with_attempt"]
 
 TopicPartitionKey = tuple[str, int]
 
@@ -130,7 +130,8 @@ def _source_record(message: Message) -> SourceRecord:
     return record
 
 
-def _replace_attempt(record: SourceRecord, attempt: int) -> SourceRecord:
+def with_attempt(record: SourceRecord, attempt: int) -> SourceRecord:
+    """``record`` again, as its ``attempt``-th delivery (a redelivery)."""
     return SourceRecord(
         record.topic,
         record.partition,

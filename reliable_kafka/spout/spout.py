@@ -36,9 +36,9 @@ from reliable_kafka.spout.records import (
     SourceRecord,
     SpoutCollector,
     SpoutStats,
-    _replace_attempt,
     _source_record,
     forward_to,
+    with_attempt,
 )
 from reliable_kafka.spout.roots import POISON_PILL, RootOwner, check_guard_config
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
@@ -445,7 +445,7 @@ class Spout(SpoutShell):
             if record is None:  # its partition was revoked meanwhile: the next owner replays it
                 continue
             self.stats.replayed += 1
-            self._process(_replace_attempt(cast(SourceRecord, record), redelivery.attempt))
+            self._process(with_attempt(cast(SourceRecord, record), redelivery.attempt))
 
     # --- commits --------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import coordinates
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
+from reliable_kafka.spout.records import with_attempt
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.reread import clusters as _clusters  # noqa: F401 (its old name)
 from reliable_kafka.spout.spout import SourceRecord, SpoutShell, TopicPartitionKey, _source_record
@@ -301,7 +302,7 @@ class TransactionalSpout(SpoutShell):
                 record = roots.records.get((redelivery.tp, redelivery.offset))
                 if record is not None:
                     self.stats.replayed += 1
-                    self._process(_with_attempt(cast(SourceRecord, record), redelivery.attempt))
+                    self._process(with_attempt(cast(SourceRecord, record), redelivery.attempt))
             for message in messages:
                 self.stats.read += 1
                 self._process(_source_record(message))
@@ -351,16 +352,3 @@ class TransactionalSpout(SpoutShell):
         for tp in assignment:
             self._forget((tp.topic, tp.partition))
         self._on_assign(self._consumer, assignment)
-
-
-def _with_attempt(record: SourceRecord, attempt: int) -> SourceRecord:
-    return SourceRecord(
-        record.topic,
-        record.partition,
-        record.offset,
-        record.key,
-        record.value,
-        record.headers,
-        record.timestamp_ms,
-        attempt,
-    )
