@@ -39,24 +39,19 @@ def _topology(kafka: MemoryKafka, *, split=None, count=None, max_retries: int = 
     def count_words(tuple_, collector):
         counts[tuple_.value.decode()] += 1
 
-    splitter = BasicBolt(
-        topology=name,
-        bootstrap_servers="memory",
-        clients=kafka,
-        source_topics="sentences",
-        group_id=f"{name}.split",
-        handler=split or split_words,
-        commit_interval_ms=0,
-    )
-    counter = BasicBolt(
-        topology=name,
-        bootstrap_servers="memory",
-        clients=kafka,
-        source_topics="words",
-        group_id=f"{name}.count",
-        handler=count or count_words,
-        commit_interval_ms=0,
-    )
+    def bolt(stage: str, source: str, handler) -> BasicBolt:
+        return BasicBolt(
+            topology=name,
+            bootstrap_servers="memory",
+            clients=kafka,
+            source_topics=source,
+            group_id=f"{name}.{stage}",
+            handler=handler,
+            commit_interval_ms=0,
+        )
+
+    splitter = bolt("split", "sentences", split or split_words)
+    counter = bolt("count", "words", count or count_words)
     for component in (spout, splitter, counter):
         component.start()
     return acker, spout, splitter, counter, counts
