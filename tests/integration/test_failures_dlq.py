@@ -12,7 +12,7 @@ from reliable_kafka.cli import main
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.errors import DeadLetterGuardTripped
-from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.offsets import committed_offsets, lag
 from reliable_kafka.ops.dlq import LINEAGE_HEADER
 from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER, decode_attempts, decode_failure
 from reliable_kafka.testing.records import produce_values, read_topic
@@ -61,9 +61,7 @@ def failed_run(kafka_bootstrap):
     placed = produce_values(kafka_bootstrap, source, values)
     with LocalCluster(*components) as cluster:
         cluster.wait_until(
-            lambda: (
-                committed_offsets(kafka_bootstrap, f"{topology}-spout", source) == end_offsets(kafka_bootstrap, source)
-            ),
+            lambda: lag(kafka_bootstrap, f"{topology}-spout", source) == 0,
             timeout=120,
             what="every record completed or dead-lettered",
             progress=lambda: str(components[1].stats),
@@ -274,9 +272,7 @@ def test_trace_shows_a_completed_a_failed_and_a_timed_out_record(kafka_bootstrap
     placed = produce_values(kafka_bootstrap, source, [b"ok", b"bad", b"lost", b"half"])
     with LocalCluster(*components) as cluster:
         cluster.wait_until(
-            lambda: (
-                committed_offsets(kafka_bootstrap, f"{topology}-spout", source) == end_offsets(kafka_bootstrap, source)
-            ),
+            lambda: lag(kafka_bootstrap, f"{topology}-spout", source) == 0,
             timeout=120,
             what="all four records settled",
             progress=lambda: str(components[1].stats),
@@ -345,7 +341,7 @@ def test_a_transactional_spout_dead_letters_a_poison_pill_at_once_in_its_transac
     placed = produce_values(kafka_bootstrap, source, [b"ok", b"poison", b"ok"])
     with LocalCluster(*components) as cluster:
         cluster.wait_until(
-            lambda: committed_offsets(kafka_bootstrap, plain.group_id, source) == end_offsets(kafka_bootstrap, source),
+            lambda: lag(kafka_bootstrap, plain.group_id, source) == 0,
             timeout=120,
             what="every record completed or dead-lettered",
             progress=lambda: str(components[1].stats),

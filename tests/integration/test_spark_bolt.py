@@ -13,7 +13,7 @@ from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_runnin
 
 from reliable_kafka import codec
 from reliable_kafka.core.tracker import Backoff
-from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.offsets import committed_offsets, end_offsets, lag
 from reliable_kafka.spark import SparkBolt, SparkSpout, merge_anchors, spark_session
 from reliable_kafka.spout import Spout
 from reliable_kafka.testing.records import produce_values, read_topic
@@ -100,10 +100,7 @@ def test_python_spout_spark_bolt_python_bolt(spark, kafka_bootstrap, tmp_path):
         bolt.start()
         try:
             wait_for(
-                lambda: (
-                    committed_offsets(kafka_bootstrap, f"{topology}.spout", source)
-                    == end_offsets(kafka_bootstrap, source)
-                ),
+                lambda: lag(kafka_bootstrap, f"{topology}.spout", source) == 0,
                 timeout=300,
                 what="the Python spout's commit to reach the end (every tree completed)",
             )

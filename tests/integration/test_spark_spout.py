@@ -24,7 +24,7 @@ from reliable_kafka import codec
 from reliable_kafka.bolt import Bolt
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import Backoff
-from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.offsets import committed_offsets, lag
 from reliable_kafka.spark import SparkSpout, spark_session
 from reliable_kafka.spark.derive import derive_edge, derive_root, edge_column, root_column
 from reliable_kafka.testing.records import produce_values, read_topic
@@ -168,7 +168,7 @@ def test_commits_only_completed_trees_and_redelivers_downstream_failures(spark, 
         finally:
             spout.stop()
 
-    assert committed_offsets(kafka_bootstrap, group, source) == end_offsets(kafka_bootstrap, source)
+    assert lag(kafka_bootstrap, group, source) == 0
     passed_unhandled = [
         (partition, offset)
         for committed, handled in samples
@@ -249,7 +249,7 @@ def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_pat
     assert all(OutcomeKind.TIMED_OUT in decided.get(root, []) for root in withheld_roots)
     assert sum(OutcomeKind.COMPLETED in kinds for kinds in decided.values()) >= len(placed) - len(withheld_roots)
     assert handled == set(placed)
-    assert committed_offsets(kafka_bootstrap, group, source) == end_offsets(kafka_bootstrap, source)
+    assert lag(kafka_bootstrap, group, source) == 0
 
 
 def test_record_that_always_fails_is_dead_lettered_and_does_not_stall_the_commit(spark, kafka_bootstrap, tmp_path):
@@ -311,7 +311,7 @@ def test_record_that_always_fails_is_dead_lettered_and_does_not_stall_the_commit
     assert parked.attempts == 3 and parked.reason == "FAILED"
     assert progress["dead_lettered"] == 1
     assert set(log.ok) == set(placed), "every other record reached the downstream"
-    assert committed_offsets(kafka_bootstrap, group, source) == end_offsets(kafka_bootstrap, source)
+    assert lag(kafka_bootstrap, group, source) == 0
 
 
 def test_restart_processes_again_what_spark_will_not_reread_minus_what_is_done(spark, kafka_bootstrap, tmp_path):
@@ -372,7 +372,7 @@ def test_restart_processes_again_what_spark_will_not_reread_minus_what_is_done(s
     assert progress["recovered"] == len(odds)
     assert progress["batches"] == 0, "Spark re-read records although its checkpoint was committed"
     assert set(log.ok) == {(0, offset) for offset in odds}
-    assert committed_offsets(kafka_bootstrap, group, source) == end_offsets(kafka_bootstrap, source)
+    assert lag(kafka_bootstrap, group, source) == 0
 
 
 def fail_first_attempt_of_rec_13(df):
@@ -413,7 +413,7 @@ def test_failed_batch_fails_its_roots_and_the_stream_goes_on(spark, kafka_bootst
     # its redelivery may itself time out under load and be redelivered again (at-least-once)
     assert log.ok[rec_13] and min(log.ok[rec_13]) >= 2, "rec-13 was written only by its redeliveries"
     assert set(log.ok) == set(placed)
-    assert committed_offsets(kafka_bootstrap, group, source) == end_offsets(kafka_bootstrap, source)
+    assert lag(kafka_bootstrap, group, source) == 0
 
 
 def test_failed_batch_stops_the_query_when_told_to(spark, kafka_bootstrap, tmp_path):

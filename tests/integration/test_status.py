@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from examples.word_count import build
 from reliable_kafka import LocalCluster
 from reliable_kafka.demo import SENTENCES
-from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.offsets import committed_offsets, end_offsets, lag
 from reliable_kafka.ops.metrics import METRICS
 from reliable_kafka.ops.reporter import HISTORY
 from reliable_kafka.ops.status import build_report, read_snapshots, render
@@ -45,7 +45,7 @@ def _word_count(bootstrap: str, prefix: str, **options):
 
 
 def _caught_up(bootstrap: str, group: str, topic: str) -> bool:
-    return committed_offsets(bootstrap, group, topic) == end_offsets(bootstrap, topic)
+    return lag(bootstrap, group, topic) == 0
 
 
 def _wait(condition, *, timeout: float, what: str, detail=lambda: ""):

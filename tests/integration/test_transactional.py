@@ -10,7 +10,7 @@ from reliable_kafka import AckerWorker, LocalCluster
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, encode_done_above
 from reliable_kafka.core.tracker import Backoff
-from reliable_kafka.offsets import committed_offsets, end_offsets
+from reliable_kafka.offsets import committed_offsets, lag
 from reliable_kafka.spout import TransactionalSpout
 from reliable_kafka.spout.transactional import encode_spout_state
 from reliable_kafka.testing.records import produce_values, read_topic
@@ -58,7 +58,7 @@ def _components(bootstrap: str, topology: str, topics: dict[str, str]):
 
 
 def _caught_up(bootstrap: str, topology: str, source: str) -> bool:
-    return committed_offsets(bootstrap, f"{topology}-spout", source) == end_offsets(bootstrap, source)
+    return lag(bootstrap, f"{topology}-spout", source) == 0
 
 
 def _effects(bootstrap: str, topic: str) -> Counter:

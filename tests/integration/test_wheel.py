@@ -28,7 +28,7 @@ USER_PROGRAM = textwrap.dedent("""
     import reliable_kafka
     from reliable_kafka import BasicBolt, LocalCluster, Spout
     from reliable_kafka.errors import MissingExtraError
-    from reliable_kafka.offsets import committed_offsets, end_offsets
+    from reliable_kafka.offsets import committed_offsets, end_offsets, lag
 
     bootstrap, topology, source, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     report = {"module": reliable_kafka.__file__, "version": reliable_kafka.__version__}
@@ -43,8 +43,8 @@ USER_PROGRAM = textwrap.dedent("""
         BasicBolt(**on, source_topics=f"{topology}.out", group_id=f"{topology}-bolt",
                   handler=lambda t, collector: seen.append(t.value)),
     ) as cluster:
-        cluster.wait_until(lambda: committed_offsets(bootstrap, f"{topology}-spout", source)
-                           == end_offsets(bootstrap, source), timeout=180, what="every record done")
+        cluster.wait_until(lambda: lag(bootstrap, f"{topology}-spout", source) == 0,
+                           timeout=180, what="every record done")
     report["seen"] = sorted(v.decode() for v in set(seen))
     print(json.dumps(report))
 """)
