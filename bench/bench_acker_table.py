@@ -27,9 +27,12 @@ about a minute (more with ``--baseline``). Usage: ``./rk bench acker_table [--ro
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import importlib
+import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -220,9 +223,10 @@ class PassCounter:
 
 def load_revision(revision: str):
     """(AckerTable class, codec module) of git revision ``revision``, imported from a copy of
-    its package renamed ``rk_rev``, beside this code."""
+    its package renamed ``rk_rev``, beside this code; the copy is removed when the bench exits."""
     root = pathlib.Path(__file__).resolve().parent.parent
     where = pathlib.Path(tempfile.mkdtemp(prefix="rk-bench-rev-"))
+    atexit.register(shutil.rmtree, where, ignore_errors=True)  # the copy is needed until the bench ends
     archive = subprocess.run(
         ["git", "-C", str(root), "archive", revision, "reliable_kafka"], check=True, capture_output=True
     ).stdout
@@ -291,6 +295,7 @@ def compare(revision: str, rounds: int, fill, failing, raw_failing, per_call: in
     """This code against ``revision``, alternating, on the FAIL trace; CPU-second rates."""
     implementations = {"this code": (AckerTable, codec), f"git {revision}": load_revision(revision)}
     results: dict[str, list[dict]] = {name: [] for name in implementations}
+    load_before = os.getloadavg()
     for r in range(rounds):
         names = list(implementations)
         for name in names if r % 2 == 0 else names[::-1]:
@@ -298,7 +303,9 @@ def compare(revision: str, rounds: int, fill, failing, raw_failing, per_call: in
     print()
     print(
         f"FAIL trace, {per_call} records a call, {rounds} alternating rounds "
-        "(median [min to max], M entries per CPU-second):"
+        "(median [min to max], M entries per CPU-second); load average (1, 5, 15 min) "
+        + " before, ".join(", ".join(f"{x:.1f}" for x in load) for load in (load_before, os.getloadavg()))
+        + " after:"
     )
     print(f"{'':<22}{'decode+fold':>26}{'fold alone':>26}{'fallbacks':>11}{'bytes/root':>12}")
     for name, rows in results.items():

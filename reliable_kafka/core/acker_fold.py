@@ -106,12 +106,16 @@ class Group:
         rep = same_root(mixed)
         index = np.arange(n)
         first = rep == index
-        reps = np.flatnonzero(first) if not first.all() else index
-        self.roots, self.mixed = roots[reps], mixed[reps]
-        bits = KIND_BITS[kinds[reps]]
-        xor = np.where(bits & _XOR_BITS, vals[reps], 0)
-        record_of = np.zeros(len(reps), np.intp) if record is None else record[reps]
-        self._one = (xor, bits, sender[record_of], record_of)  # each root's first entry
+        if first.all():  # every root once (take() below: faster than indexing with an array)
+            reps, self.roots, self.mixed, one_kinds, one_vals = index, roots, mixed, kinds, vals
+        else:
+            reps = np.flatnonzero(first)
+            self.roots, self.mixed = roots.take(reps), mixed.take(reps)
+            one_kinds, one_vals = kinds.take(reps), vals.take(reps)
+        bits = KIND_BITS.take(one_kinds)
+        xor = np.where(bits & _XOR_BITS, one_vals, 0)
+        record_of = np.zeros(len(reps), np.intp) if record is None else record.take(reps)
+        self._one = (xor, bits, sender.take(record_of), record_of)  # each root's first entry
         self._multi = None
         if len(reps) == n:  # every root once: nothing to group
             return
@@ -146,6 +150,7 @@ class Group:
         folded.notices = folded.notices[~_is_in(folded.notices, multi, len(val))]
         folded.notice_owner = folded.owner[folded.notices]
         folded.fresh = np.zeros(len(val), bool)
+        folded.first_record = folded.first_record.copy()  # the Group's array stays as it was
         folded.first_record[multi] = record[seg_first]  # their representative may be a later one
         notices, notice_owner = [folded.notices], [folded.notice_owner]
         ended, ended_owner, ended_kind = [], [], []
@@ -202,13 +207,15 @@ def _fold_once(
     val, owner, failed = rule.update(val, owner, failed, xor, bits, sender)
     decision = rule.decide(val, owner, failed, bits)
     notices = np.flatnonzero(decision == _RESET)
+    if len(notices):
+        decision[notices] = rule.NOTHING  # notified, not ended (decide() made it: ours to change)
     return Folded(
         val,
         owner,
         failed,
         bits,
-        _final(decision),
-        record.copy(),
+        decision,
+        record,
         None,
         notices,
         owner[notices],

@@ -48,10 +48,8 @@ def update(
 
 def decide(val: np.ndarray, owner: np.ndarray, failed: np.ndarray, bits: np.ndarray) -> np.ndarray:
     """Each root's decision after a record: an OutcomeKind value, or NOTHING."""
-    known = owner != 0
     decision: np.ndarray = np.where(
-        known & failed,
-        _FAILED,
-        np.where(known & (val == 0), _COMPLETED, np.where(known & ((bits & RESET_BIT) != 0), _RESET, NOTHING)),
+        failed, _FAILED, np.where(val == 0, _COMPLETED, np.where(bits & RESET_BIT, _RESET, NOTHING))
     )
+    decision[owner == 0] = NOTHING  # no INIT yet: whatever came waits for the owner
     return decision

@@ -286,20 +286,22 @@ class AckerTable:
         if not len(roots):
             return _NO_OUTCOMES
         self._stats.entries_folded += len(roots)
-        senders = self._senders(records, kinds, record)
+        senders = self._senders(records)
         offsets = np.array([r[5] for r in records], np.int64)
         return self._apply(Group(kinds, roots, vals, record, senders), offsets)
 
-    def _senders(self, records: list[tuple[Any, ...]], kinds: np.ndarray, record: np.ndarray | None) -> np.ndarray:
-        """The owner index of each record's sender (0 for records without an INIT)."""
-        init = kinds == _INIT
-        with_init = record[init] if record is not None else np.zeros(int(init.any()), np.intp)
+    def _senders(self, records: list[tuple[Any, ...]]) -> np.ndarray:
+        """The owner index of each record's sender; 0 for an unknown sender whose record holds no
+        valid INIT (only INITs read it). A sender becomes an owner only with a valid INIT: a dict
+        look-up a record, no pass over the entries unless the sender is new."""
         senders = np.zeros(len(records), np.uint16)
-        with_init = np.flatnonzero(np.bincount(with_init, minlength=len(records))).tolist()
         for _attempt in range(2):  # owner indices renumbered meanwhile: once more
             compactions = self._owner_compactions
-            for i in with_init:
-                senders[i] = self._owner_index_of(records[i][3])
+            for i, (kinds, roots, *_) in enumerate(records):
+                index = self._owner_index.get(records[i][3])
+                if index is None and ((kinds == _INIT) & (roots != 0)).any():
+                    index = self._owner_index_of(records[i][3])
+                senders[i] = index or 0
             if self._owner_compactions == compactions:
                 break
         return senders
@@ -324,24 +326,28 @@ class AckerTable:
             pair, step = store.locate(group.mixed)
             slots = self._find(roots, pair, step)
         if len(gone):
-            store.remove(slots[gone])
+            store.remove(slots.take(gone))
         if len(new):  # where the new entries were first seen: their first records
             store.insert(
-                roots[new],
+                roots.take(new),
                 pair[new],
-                step[new],
+                step.take(new),
                 head=self._head_bucket(),
-                offset=int(offsets[folded.first_record[new]].min()),
-                vals=folded.val[new],
-                owner=folded.owner[new],
-                failed=folded.failed[new],
+                offset=int(offsets[folded.first_record.take(new)].min()),
+                vals=folded.val.take(new),
+                owner=folded.owner.take(new),
+                failed=folded.failed.take(new),
             )
         # Roots that stay: write only what changed (each write is a random access).
         stay = np.flatnonzero(stays)
-        at, bits = slots[stay], folded.bits[stay]
+        at, bits = slots.take(stay), folded.bits.take(stay)
         init = np.flatnonzero(bits & INIT_BIT)
         store.update(
-            at, folded.val[stay], owned=init, owner=folded.owner[stay[init]], failed=np.flatnonzero(bits & FAIL_BIT)
+            at,
+            folded.val.take(stay),
+            owned=init,
+            owner=folded.owner[stay[init]],
+            failed=np.flatnonzero(bits & FAIL_BIT),
         )
         moved = np.flatnonzero(bits & (INIT_BIT | RESET_BIT))
         if len(moved):

@@ -84,9 +84,12 @@ class RootStore:
         self.groups = groups
         slots = groups * _GROUP
         self.keys = np.zeros(slots, np.int64)
-        self.vals = np.zeros(slots, np.int64)
-        self.owner: np.ndarray = np.zeros(slots, self.owner_dtype)
-        self.meta = np.zeros(slots, np.uint8)
+        # vals, owner and meta end in one blank element past the last slot: slot -1 (absent)
+        # reads it, so a lookup's state reads need no mask (see read()).
+        self._vals_all = np.zeros(slots + 1, np.int64)
+        self._owner_all: np.ndarray = np.zeros(slots + 1, self.owner_dtype)
+        self._meta_all = np.zeros(slots + 1, np.uint8)
+        self.vals, self.owner, self.meta = self._vals_all[:-1], self._owner_all[:-1], self._meta_all[:-1]
         self.overflow = np.zeros(groups, np.uint8)  # far roots that have the group as a choice
         self.max_probe = 0  # furthest probe position of any root
         self.fill_limit = int(_MAX_FILL * slots)
@@ -102,7 +105,8 @@ class RootStore:
     @property
     def nbytes(self) -> int:
         """Bytes held by the store's arrays."""
-        arrays = (self.keys, self.vals, self.owner, self.meta, self.overflow, self.bucket_count, self.bucket_low)
+        arrays = (self.keys, self._vals_all, self._owner_all, self._meta_all, self.overflow, self.bucket_count)
+        arrays += (self.bucket_low,)
         return sum(a.nbytes for a in arrays)
 
     def low_offset(self) -> int | None:
@@ -153,16 +157,19 @@ class RootStore:
         use, in one round).
         """
         groups = self.keys.reshape(-1, _GROUP)
-        slots = self._find_in(groups, keys, pair[:, 0])  # most roots: found in their first choice
-        second = np.flatnonzero(slots < 0)
-        if len(second):
-            slots[second] = self._find_in(groups, keys[second], pair[second, 1])
+        first, second = pair[:, 0], pair[:, 1]  # contiguous: pair is the transpose of two rows
+        slots = self._find_in(groups, keys, first)  # most roots: found in their first choice
         todo = np.flatnonzero(slots < 0)
+        if not len(todo):
+            return slots
+        found = self._find_in(groups, keys.take(todo), second.take(todo))
+        slots[todo] = found
+        todo = todo[found < 0]
         if len(todo):
-            overflow = np.take(self.overflow, pair[todo])
-            todo = todo[np.minimum(overflow[:, 0], overflow[:, 1]) != 0]
+            overflow = self.overflow
+            todo = todo[np.minimum(overflow.take(first.take(todo)), overflow.take(second.take(todo))) != 0]
         if len(todo):
-            self._find_further(keys[todo], pair[todo, 0], step[todo], todo, slots)
+            self._find_further(keys.take(todo), first.take(todo), step.take(todo), todo, slots)
         return slots
 
     @staticmethod
@@ -191,15 +198,9 @@ class RootStore:
         )
 
     def read(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(val, owner, failed) at each slot; zeros where the slot is -1 (absent)."""
-        found = slots >= 0
-        at = np.where(found, slots, 0)
-        meta = self.meta[at]
-        return (
-            np.where(found, self.vals[at], 0),
-            np.where(found, self.owner[at], 0),
-            found & ((meta & _FAILED) != 0),
-        )
+        """(val, owner, failed) at each slot; zeros where the slot is -1 (absent: the blank element)."""
+        failed: np.ndarray = (self._meta_all.take(slots) & _FAILED) != 0
+        return self._vals_all.take(slots), self._owner_all.take(slots), failed
 
     # ----------------------------------------------------------------------------- changes
 
@@ -216,10 +217,9 @@ class RootStore:
         failed: np.ndarray,
     ) -> None:
         """Store new roots with their state, in bucket ``head``, first seen at ``offset``."""
-        slots = self._place(keys, pair, step)
+        slots = self._place(keys, pair, step, flags=np.where(failed, np.uint8(_FAILED | head), np.uint8(head)))
         self.vals[slots] = vals
-        self.owner[slots] = owner.astype(self.owner.dtype, copy=False)
-        self.meta[slots] |= np.where(failed, np.uint8(_FAILED | head), np.uint8(head))
+        self.owner[slots] = owner
         self.live += len(slots)
         self.bucket_count[head] += len(slots)
         self.bucket_low[head] = min(self.bucket_low[head], offset)
@@ -251,7 +251,7 @@ class RootStore:
 
     def remove(self, slots: np.ndarray) -> None:
         """Drop roots; their slots are free at once."""
-        meta = self.meta[slots]
+        meta = self.meta.take(slots)
         self.bucket_count -= np.bincount(meta & _BUCKET, minlength=self.ring)
         self.bucket_low[self.bucket_count == 0] = _NO_OFFSET
         self.live -= len(slots)
@@ -274,11 +274,14 @@ class RootStore:
         self.remove(slots)
         return keys, owner
 
-    def _place(self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray) -> np.ndarray:
+    def _place(
+        self, keys: np.ndarray, pair: np.ndarray, step: np.ndarray, *, flags: np.ndarray | int = 0
+    ) -> np.ndarray:
         """Claim a free slot for each of the distinct, absent ``keys``: in whichever of its two
         groups has more room, or, both full, in the first group with room further on its
-        probe path. Claimed slots get the key and a live mark; keys placed past both choices
-        also get _FAR and are counted in their two choices' overflow counts.
+        probe path. Claimed slots get the key and a live mark with the meta bits ``flags``; keys
+        placed past both choices also get _FAR and are counted in their two choices' overflow
+        counts.
 
         Every key writes itself into the first free slot of its group; where several chose
         one slot a single write survives, and the others try again (that group's next free
@@ -315,7 +318,7 @@ class RootStore:
             todo, group = todo[~won], group[~won]
             free = ~meta8[group] & _HIGH_BITS
         far = position > 1
-        self.meta[slots] = np.where(far, np.uint8(_LIVE | _FAR), np.uint8(_LIVE))
+        self.meta[slots] = np.where(far, np.uint8(_LIVE | _FAR), np.uint8(_LIVE)) | flags
         if far.any():
             self.max_probe = max(self.max_probe, int(position.max()))
             self._count_overflow(pair[far], +1)
@@ -377,7 +380,8 @@ class RootStore:
     def widen_owners(self) -> None:
         """Two bytes an owner index from now on (more than 255 owners in use)."""
         self.owner_dtype = np.uint16
-        self.owner = self.owner.astype(np.uint16)
+        self._owner_all = self._owner_all.astype(np.uint16)
+        self.owner = self._owner_all[:-1]
 
     # ----------------------------------------------------------------------------- checks
 
