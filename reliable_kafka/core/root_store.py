@@ -105,9 +105,8 @@ class RootStore:
     @property
     def nbytes(self) -> int:
         """Bytes held by the store's arrays."""
-        arrays = (self.keys, self._vals_all, self._owner_all, self._meta_all, self.overflow, self.bucket_count)
-        arrays += (self.bucket_low,)
-        return sum(a.nbytes for a in arrays)
+        arrays = (self.keys, self._vals_all, self._owner_all, self._meta_all, self.overflow, self.bucket_low)
+        return sum(a.nbytes for a in arrays) + self.bucket_count.nbytes
 
     def low_offset(self) -> int | None:
         """Smallest first-seen offset over the buckets that hold roots; None when empty."""
