@@ -177,6 +177,14 @@ class Group:
             failed0 = np.zeros(len(multi), bool)
             folded.fresh[multi] = True
             folded.first_record[multi] = record[seg_first]
+            if len(multi) == len(xor):  # one segment each (a FAIL, then a sibling's ACK): the scan
+                # over one segment is the rule applied once, as to the group's single entries
+                last = _fold_once(val0, owner0, failed0, xor, bits, sender, record)
+                folded.val[multi], folded.owner[multi], folded.failed[multi] = last.val, last.owner, last.failed
+                folded.bits[multi], folded.decision[multi] = last.bits, last.decision
+                notices.append(multi[last.notices])
+                notice_owner.append(last.notice_owner)
+                break
         folded.notices = np.concatenate(notices)
         folded.notice_owner = np.concatenate(notice_owner)
         if ended:
