@@ -10,8 +10,9 @@ says which bucket is the newest and which are due.
 Storage is columnar NumPy, no Python object per root: an open-addressing hash table of groups of
 8 slots (keys and vals int64; owner as a one-byte index, two bytes once more than 255 owners are
 in use; one meta byte: live, failed, "far", ring bucket), 18 bytes a slot, plus one overflow byte
-a group. A root may sit in two groups (its home and the next on its double-hashing path, the
-group count being prime) and goes to the one with more room, so one vectorised round finds nearly
+a group (and one blank element at the end of vals, owner and meta, which absent roots read). A
+root may sit in two groups (its home and the next on its double-hashing path, the group count being
+prime) and goes to the one with more room, so one vectorised round finds nearly
 every root. Only when both are full does it go further along its path; it is then marked far and
 counted in both groups' overflow counts (as in Facebook's F14 tables), and lookups go past a pair
 only if both counts are non-zero. No tombstones: a deleted slot is free at once. Loads stay
