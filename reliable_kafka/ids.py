@@ -22,10 +22,15 @@ _rng = random.Random(os.urandom(32))
 _np_rng = np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
 
 
+_POOL_SIZE = 1024
+_pool: list[int] = []  # ids drawn in bulk, handed out by new_id (a list pop: ~0.05 us, a draw ~0.2)
+
+
 def _reseed() -> None:
     global _np_rng
     _rng.seed(os.urandom(32))
     _np_rng = np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
+    _pool.clear()  # the parent's undrawn ids are the parent's
 
 
 os.register_at_fork(after_in_child=_reseed)
@@ -43,11 +48,13 @@ def to_unsigned(value: int) -> int:
 
 
 def new_id() -> int:
-    """A fresh random non-zero signed 64-bit id."""
-    while True:
-        value = _rng.getrandbits(64)
-        if value:
-            return value - (1 << 64) if value & _SIGN else value
+    """A fresh random non-zero signed 64-bit id (once per emit and per root: taken from a pool that
+    :func:`new_ids` refills, 1024 at a time)."""
+    try:
+        return _pool.pop()
+    except IndexError:
+        _pool.extend(new_ids(_POOL_SIZE).tolist())
+        return _pool.pop()
 
 
 def new_ids(count: int) -> np.ndarray:

@@ -49,6 +49,7 @@ __all__ = ["Tuple", "BoltCollector", "Bolt", "BasicBolt", "BoltStats"]
 log = logging.getLogger(__name__)
 
 _ANCHORS = codec.ANCHORS_HEADER
+_ONE_PAIR, _unpack_pair = codec._ONE_PAIR_PREFIX, codec._PAIR.unpack_from  # the common rk-anchors value
 ACK_HOLD_ENTRIES = MAX_ENTRIES_PER_RECORD  # while behind, acks wait for this many entries...
 ACK_HOLD_S = 0.02  # ...or this long (a tree is as late as its last ack)
 ACK_FLUSH_S = 0.005  # longest wait for a last stage's ack record to be delivered
@@ -337,7 +338,10 @@ class Bolt:
                     raw, headers = found[-1], [(k, v) for k, v in headers if k != _ANCHORS]
             if raw is not None:
                 try:
-                    anchors = decode(raw)
+                    if len(raw) == 18 and raw[:2] == _ONE_PAIR and (pair := _unpack_pair(raw, 2))[0]:
+                        anchors = {pair[0]: pair[1]}  # decode(raw) of one v2 pair, inlined: once per tuple
+                    else:
+                        anchors = decode(raw)
                 except DecodeError as error:
                     # its tree cannot be acked: upstream times it out and replays it; the copy keeps it
                     assert self._quarantine is not None  # made by start()

@@ -347,21 +347,32 @@ class InFlightTracker:
             if not self.reset_timeout(root):
                 self.stats.ignored_outcomes += 1
             return None
+        if kind is _COMPLETED:
+            entry = self.complete(root)
+            return None if entry is None else _done_action(entry.tp, entry.offset, entry.attempt)
         entry = self._roots.pop(root, None)
         if entry is None:
             self.stats.ignored_outcomes += 1
             return None
-        if kind is _COMPLETED:
-            self.stats.completed += 1
-            self.complete_latency.observe((self._clock() - entry.emitted_ms) / 1000.0)
-            entry.token = 0
-            self._partitions[entry.tp].mark_done(entry.offset)
-            return _done_action(entry.tp, entry.offset, entry.attempt)
         if kind is OutcomeKind.FAILED:
             self.stats.failed += 1
         else:
             self.stats.timed_out += 1
         return self._failed(entry, kind.name, self._clock())
+
+    def complete(self, root: int) -> _Entry | None:
+        """``on_outcome(root, COMPLETED)`` without making its DONE action (~0.75 us, once per root on
+        a spout's hot path): the entry that was done (read its ``tp``, ``offset`` and ``attempt``),
+        or None (and counted) when ``root`` is not held."""
+        entry = self._roots.pop(root, None)
+        if entry is None:
+            self.stats.ignored_outcomes += 1
+            return None
+        self.stats.completed += 1
+        self.complete_latency.observe((self._clock() - entry.emitted_ms) / 1000.0)
+        entry.token = 0
+        self._partitions[entry.tp].mark_done(entry.offset)
+        return entry
 
     def _failed(self, entry: _Entry, reason: str, now_ms: int) -> OutcomeAction:
         """Retry path shared by acker outcomes and backstop expiry; the offset stays pending."""

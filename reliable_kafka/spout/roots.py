@@ -44,6 +44,7 @@ __all__ = ["RootOwner", "RootStats", "POISON_PILL", "check_guard_config"]
 
 log = logging.getLogger(__name__)
 _DONE = ActionKind.DONE  # an enum member read through its class is ~0.17 us on 3.11: once per root
+_COMPLETED = OutcomeKind.COMPLETED
 
 POISON_PILL = "POISON_PILL"  # the dead-letter reason of a record a component failed with retry=False
 TopicPartitionKey = tuple[str, int]
@@ -205,8 +206,14 @@ class RootOwner:
         outcomes = self.listener.poll(timeout, max_records=max_records) if self.listener is not None else ()
         with self._lock:
             self._outcome_round += 1  # reasons of this batch's FAILED outcomes are read at most once
+            tracker, done = self.tracker, self._done
             for root, kind in outcomes:
-                self.act(self.tracker.on_outcome(root, kind))
+                if kind is _COMPLETED:  # act(on_outcome(root, kind)) without the DONE action (once per root)
+                    entry = tracker.complete(root)
+                    if entry is not None:
+                        done(entry.tp, entry.offset, entry.attempt)
+                else:
+                    self.act(tracker.on_outcome(root, kind))
             for action in self.tracker.expire_backstop():
                 self.act(action)
 
@@ -214,14 +221,8 @@ class RootOwner:
         """Done, scheduled for redelivery (the tracker keeps the schedule) or bound for the DLQ."""
         if action is None:
             return
-        record_key = (action.tp, action.offset)
         if action.kind is _DONE:
-            self.stats.completed += 1
-            record = self.records.pop(record_key, None)
-            if record is not None and self._on_completed is not None:
-                self._on_completed(record)
-            if action.attempt > 1:
-                self._attempts.pop(record_key, None)
+            self._done(action.tp, action.offset, action.attempt)
             return
         if action.reason != POISON_PILL:  # a poison pill's attempt was noted when it failed
             given_up = self._note_attempt(action)
@@ -232,6 +233,16 @@ class RootOwner:
             self.max_dead_letter_ratio is None or self._dead_letter_allowed()
         ):
             self._bound.append(action)
+
+    def _done(self, tp: TopicPartitionKey, offset: int, attempt: int) -> None:
+        """The record at ``tp``@``offset`` is done (its tree completed): forget it."""
+        self.stats.completed += 1
+        record_key = (tp, offset)
+        record = self.records.pop(record_key, None)
+        if record is not None and self._on_completed is not None:
+            self._on_completed(record)
+        if attempt > 1:
+            self._attempts.pop(record_key, None)
 
     def _note_attempt(self, action: OutcomeAction) -> OutcomeAction | None:
         """Failure path only: remember why this attempt ended. A poison pill skips its retries: the

@@ -66,14 +66,17 @@ __all__ = ["SimConfig", "SimResult", "SimulationFailed", "simulate", "run_seeds"
 @contextlib.contextmanager
 def _seeded_ids(seed: int) -> Iterator[None]:
     """Seeded ids for the shipped code; restored after."""
-    saved_ids = (ids._rng.getstate(), ids._np_rng)  # ids has no seeding API: the simulation's own reach
+    # ids has no seeding API: the simulation's own reach
+    saved_ids = (ids._rng.getstate(), ids._np_rng, list(ids._pool))
     ids._rng.seed(seed)
     ids._np_rng = np.random.default_rng(seed)
+    ids._pool.clear()  # ids drawn before the seed would make a run depend on what ran before it
     try:
         yield
     finally:
         ids._rng.setstate(saved_ids[0])
         ids._np_rng = saved_ids[1]
+        ids._pool[:] = saved_ids[2]
 
 
 class _Clients:

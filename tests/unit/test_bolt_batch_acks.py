@@ -16,7 +16,7 @@ from reliable_kafka.bolt.runner import ACK_FLUSH_S
 from reliable_kafka.core.ack_packer import AckPacker
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
-from reliable_kafka.errors import ArgumentError
+from reliable_kafka.errors import ArgumentError, DecodeError
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.testing.memory_broker import new_message
 
@@ -246,3 +246,37 @@ def test_children_of_an_untracked_input_are_untracked_and_nothing_is_acked():
     bolt._process_batch([_message(0, None)])
     assert producer.sent == [("out", b"x", b"k", 1, None)]
     assert _entries(bolt) == [] and bolt.stats.emitted == 1 and bolt.stats.untracked == 1
+
+
+class _Parked:
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+
+    def decode_error(self, message, error) -> None:
+        self.offsets.append(message.offset())
+
+
+_ONE_PAIR_VALUES = st.one_of(
+    st.builds(codec.encode_one_anchor, INT64, INT64),  # root 0 included: a bad header
+    st.builds(lambda body: b"\x02\x20" + body, st.binary(min_size=16, max_size=16)),
+    st.binary(max_size=20),
+)
+
+
+@given(raw=_ONE_PAIR_VALUES)
+def test_the_bolts_inlined_one_pair_read_is_decode_anchors(raw):
+    """The batch loop reads one v2 pair itself: the same anchors as ``decode_anchors``, and the
+    same records parked (root 0, bad bytes) instead of handed to the handler."""
+    seen: list[dict[int, int]] = []
+    bolt, _ = _bolt(lambda tuple_, collector: seen.append(dict(tuple_.anchored.anchors)))
+    bolt._quarantine = parked = _Parked()
+    bolt._ends = {}
+    bolt._process_batch(
+        [new_message(topic="in", partition=0, offset=7, key=b"k", value=b"v", headers=[(codec.ANCHORS_HEADER, raw)])]
+    )
+    try:
+        expected = codec.decode_anchors(raw)
+    except DecodeError:
+        assert seen == [] and parked.offsets == [7] and bolt.stats.quarantined == 1
+    else:
+        assert seen == [expected] and parked.offsets == []

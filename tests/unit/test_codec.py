@@ -325,3 +325,89 @@ def test_ack_batch_read_in_place_agrees_with_fastavro_on_good_and_damaged_bytes(
         assert batch.sender == datum["sender"] and len(batch) == datum["count"]
         assert batch.kinds.tobytes() == datum["kinds"] and batch.roots.tobytes() == datum["roots"]
         assert batch.vals.tobytes() == datum["vals"]
+
+
+def _outcomes_by_fastavro(raw):
+    """The outcome batch as fastavro reads it (what decode_outcomes did before reading with NumPy)."""
+    datum, _ = codec._decode("outcome_batch", raw)
+    entries = datum["entries"]
+    return datum["spout"], [e["root"] for e in entries], [int(OutcomeKind[e["kind"]]) for e in entries]
+
+
+_outcome_entry = st.tuples(any_long, st.sampled_from(list(OutcomeKind)))
+# short records go to fastavro, long ones are read with NumPy: both kinds, often
+_outcome_entries = st.one_of(
+    st.lists(_outcome_entry, max_size=codec._NUMPY_OUTCOMES - 1),
+    st.lists(_outcome_entry, min_size=codec._NUMPY_OUTCOMES, max_size=120),
+)
+
+
+@settings(max_examples=400)
+@given(
+    spout=any_long,
+    entries=_outcome_entries,
+    cut=st.integers(0, 1400),
+    junk=st.binary(max_size=12),
+    where=st.integers(0, 1400),
+)
+def test_outcomes_read_with_numpy_agree_with_fastavro_on_good_and_damaged_bytes(spout, entries, cut, junk, where):
+    good = codec.encode_outcomes(spout, [r for r, _ in entries], [k for _, k in entries])
+    where = min(where, len(good))
+    for raw in (good, good[:cut], good[:where] + junk + good[where:], good[:where] + junk + good[where + len(junk) :]):
+        try:
+            expected = _outcomes_by_fastavro(raw)
+        except DecodeError:
+            expected = None
+        try:
+            batch = codec.decode_outcomes(raw)
+        except DecodeError:
+            assert expected is None, "fastavro reads what decode_outcomes refuses"
+            continue
+        assert expected is not None, "read with NumPy what fastavro refuses"
+        assert (batch.spout, batch.roots.tolist(), batch.kinds.tolist()) == expected
+        assert batch.roots.dtype == np.int64 and batch.kinds.dtype == np.uint8
+
+
+@pytest.mark.parametrize("count", [codec._NUMPY_OUTCOMES, 300])
+def test_outcomes_read_with_numpy_at_varint_edges(count):
+    edges = [0, 1, -1, 63, 64, -64, -65, 2**63 - 1, -(2**63), 2**56, -(2**56) - 1, 2**62, -(2**62) - 1]
+    roots = (edges * count)[:count]
+    kinds = [i % len(OutcomeKind) for i in range(count)]
+    raw = codec.encode_outcomes(-(2**63), roots, kinds)
+    batch = codec._outcomes_in_place(raw)
+    assert batch is not None, "the encoder's layout is read with NumPy"
+    assert (batch.spout, batch.roots.tolist(), batch.kinds.tolist()) == (-(2**63), roots, kinds)
+
+
+def test_outcomes_in_other_valid_layouts_go_to_fastavro():
+    """Two blocks, or a kind index beyond the symbols: not the encoder's layout, fastavro decides."""
+    count = codec._NUMPY_OUTCOMES
+    raw = codec.encode_outcomes(7, list(range(1, count + 1)), [0] * count)
+    assert codec._outcomes_in_place(raw) is not None
+    head = raw[:2]  # version byte, spout 7
+    body = raw[3:-1]  # after the block count (one byte: zigzag 80), before the end marker
+    half = 2 * (count // 2)  # the roots 1..count are one byte each: two bytes an entry
+    split = head + codec._zigzag_varint(count // 2) + body[:half] + codec._zigzag_varint(count - count // 2)
+    split += body[half:] + b"\x00"
+    assert codec._outcomes_in_place(split) is None
+    assert codec.decode_outcomes(split).roots.tolist() == list(range(1, count + 1))
+    for last_kind in (b"\x08", b"\x01"):  # enum index 4, past the four symbols; index -1 (zigzag 1)
+        unknown = raw[:-2] + last_kind + b"\x00"
+        assert codec._outcomes_in_place(unknown) is None
+        try:  # whatever fastavro makes of it (its enum default, or an error), decode_outcomes does too
+            expected = _outcomes_by_fastavro(unknown)
+        except DecodeError:
+            with pytest.raises(DecodeError):
+                codec.decode_outcomes(unknown)
+        else:
+            batch = codec.decode_outcomes(unknown)
+            assert (batch.spout, batch.roots.tolist(), batch.kinds.tolist()) == expected
+    beyond_64_bits = raw[:-3] + b"\xff" * 9 + b"\x02" + raw[-2:]  # the last root: a 10-byte varint of 65 bits
+    assert codec._outcomes_in_place(beyond_64_bits) is None
+    padded = raw[:-3] + b"\x80" * 10 + b"\x00" + raw[-2:]  # the last root: 0 in 11 bytes
+    assert codec._outcomes_in_place(padded) is None
+
+
+def test_outcome_kinds_are_their_indexes():
+    """The outcome listener maps kind values to members by indexing ``tuple(OutcomeKind)``."""
+    assert [int(kind) for kind in OutcomeKind] == list(range(len(OutcomeKind)))

@@ -112,6 +112,28 @@ def test_outcome_for_unknown_or_already_decided_root_is_ignored():
     assert tracker.commit_point(TP) == 1
 
 
+@given(st.lists(st.tuples(st.integers(0, 30), st.sampled_from(["emit", "complete", "complete_unknown"])), max_size=60))
+def test_complete_is_on_outcome_completed_without_the_action(steps):
+    """The spout's hot path (``complete``) leaves the tracker as ``on_outcome(root, COMPLETED)`` does."""
+    by_outcome, by_complete = make()[0], make()[0]
+    roots: dict[int, int] = {}
+    for offset, step in steps:
+        if step == "emit":
+            roots[offset] = by_outcome.emitted(TP, offset)
+            by_complete.emitted(TP, offset, root=roots[offset])
+            continue
+        root = roots.get(offset, 0) if step == "complete" else 99_999
+        action = by_outcome.on_outcome(root, COMPLETED)
+        entry = by_complete.complete(root)
+        if action is None:
+            assert entry is None
+        else:
+            assert entry is not None and (entry.tp, entry.offset, entry.attempt) == (action.tp, action.offset, 1)
+        assert by_outcome.commit_point(TP) == by_complete.commit_point(TP)
+        assert by_outcome.stats == by_complete.stats
+        assert by_outcome.pending_roots() == by_complete.pending_roots()
+
+
 def test_outcome_kind_may_be_a_plain_int_from_the_wire():
     tracker, _ = make()
     root = tracker.emitted(TP, 0)
