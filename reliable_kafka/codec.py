@@ -59,7 +59,6 @@ _SCHEMA_FILES = {
     "parked_record": "parked_record.avsc",
 }
 _OUTCOME_SYMBOLS = [kind.name for kind in OutcomeKind]
-_OUTCOME_BY_SYMBOL = {kind.name: int(kind) for kind in OutcomeKind}
 
 
 def schema_dir() -> Path:
@@ -75,6 +74,10 @@ def _schema(name: str):
     if name == "parked_record_first":  # the header as first written: its first eight fields
         schema = json.loads(_schema_text("parked_record"))
         schema["fields"] = schema["fields"][:_PARKED_FIRST_FIELDS]
+        return fastavro.parse_schema(schema, named_schemas={})
+    if name == "outcome_batch_indexed":  # the kind read as its enum index (an int on the wire too)
+        schema = json.loads(_schema_text("outcome_batch"))
+        schema["fields"][1]["type"]["items"]["fields"][1]["type"] = "int"
         return fastavro.parse_schema(schema, named_schemas={})
     return fastavro.parse_schema(json.loads(_schema_text(name)))
 
@@ -103,7 +106,7 @@ def _encode(name: str, datum) -> bytes:
     return buffer.getvalue()
 
 
-def _decode(name: str, raw: bytes | None):
+def _decode(name: str, raw: bytes | None, *, schema: str | None = None):
     if raw is None:
         raise DecodeError(name, "no bytes (null value)", raw)
     if not isinstance(raw, (bytes, bytearray, memoryview)):
@@ -116,7 +119,7 @@ def _decode(name: str, raw: bytes | None):
     buffer = io.BytesIO(raw)
     buffer.seek(1)
     try:
-        datum = fastavro.schemaless_reader(buffer, _schema(name), None)
+        datum = fastavro.schemaless_reader(buffer, _schema(schema or name), None)
     except Exception as exc:  # fastavro raises many kinds (EOFError, ValueError, IndexError...)
         raise DecodeError(name, f"{type(exc).__name__}: {exc}", raw) from exc
     if buffer.tell() != len(raw):
@@ -431,12 +434,22 @@ def decode_outcomes(raw: bytes | None) -> OutcomeBatch:
             batch = None  # not the common layout, or bad bytes: fastavro's reading below decides
         if batch is not None:
             return batch
-    datum, _ = _decode("outcome_batch", raw)
+    # Kinds are read as enum indexes: fastavro would read index -1 (a negative index is not Avro)
+    # as the last symbol, RESET_TIMEOUT, by Python's list indexing.
+    datum, raw = _decode("outcome_batch", raw, schema="outcome_batch_indexed")
     entries = datum["entries"]
+    kinds = np.fromiter((e["kind"] for e in entries), dtype=np.int64, count=len(entries))
+    bad = np.flatnonzero((kinds < 0) | (kinds >= len(_OUTCOME_SYMBOLS)))
+    if len(bad):
+        raise DecodeError(
+            "outcome_batch",
+            f"entry {bad[0]}: kind index {kinds[bad[0]]} is not one of the {len(_OUTCOME_SYMBOLS)} symbols",
+            raw,
+        )
     return OutcomeBatch(
         spout=datum["spout"],
         roots=np.fromiter((e["root"] for e in entries), dtype=np.int64, count=len(entries)),
-        kinds=np.fromiter((_OUTCOME_BY_SYMBOL[e["kind"]] for e in entries), dtype=np.uint8, count=len(entries)),
+        kinds=kinds.astype(np.uint8),
     )
 
 
