@@ -253,7 +253,7 @@ class Bolt:
     def poll_once(self, timeout: float = 0.1) -> None:
         assert self._consumer is not None  # made by start()
         consumed = consume_batch(self._consumer, self.batch_size, timeout)
-        messages = [m for m in consumed if self._usable(m)]
+        messages = [m for m in consumed if m.error() is None or self._usable(m)]  # no call per good message
         if self.transactional:
             if messages:
                 self._process_in_transaction(messages)
@@ -326,9 +326,11 @@ class Bolt:
             stats.received += 1
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             ends[(topic, partition)] = offset + 1
-            headers = message.headers() or []  # read only: a new list is made when one is removed
+            headers = message.headers()  # read only: a new list is made when one is removed
             raw = None
-            if len(headers) == 1:  # the common case: rk-anchors alone, or one header of the user's
+            if headers is None:  # no header at all: untracked (tracking off upstream)
+                headers = []
+            elif len(headers) == 1:  # the common case: rk-anchors alone, or one header of the user's
                 if headers[0][0] == _ANCHORS:
                     raw, headers = headers[0][1], []
             elif headers:
