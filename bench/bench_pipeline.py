@@ -111,7 +111,12 @@ def _plain_role(role: str, topics: dict, bootstrap: str, probe: _Probe, stop, re
                 elif role == "split":
                     prefix, words = _split_words(message.value())
                     for word in words:
-                        producer.produce(topics["words"], prefix, key=word)
+                        while True:
+                            try:
+                                producer.produce(topics["words"], prefix, key=word)
+                                break
+                            except BufferError:  # librdkafka's queue is full: wait for room, as any producer must
+                                producer.poll(0.01)
                 else:
                     counts[message.key()] += 1
                     probe.counted(message.value())
