@@ -129,6 +129,7 @@ class Bolt:
         self._failures_topic: str | None = None
         self._last_commit = 0.0
         self._uncommitted = False
+        self._commit_waits_since: float | None = None  # a due commit waiting for the producer to drain
         self._failed_in_a_row = 0
         self._ends: dict[tuple[str, int], int] = {}  # of the batch in hand: partition -> next offset
         self._acks_sent_at = 0.0  # acks held while behind wait at most ACK_HOLD_S from here
@@ -406,6 +407,15 @@ class Bolt:
             self._acks.send()  # held acks go before the partitions do (revoke) or the producer (close)
         if not self._uncommitted or (not force and (now - self._last_commit) * 1000 < self.commit_interval_ms):
             return
+        if not force and self._in_flight():
+            # a commit waits for its batches' outputs and acks: rather than block the loop in a flush
+            # (a round trip, each second, for every tuple behind it), commit on a later round once
+            # they are delivered; a producer that never drains is flushed after one more interval
+            if self._commit_waits_since is None:
+                self._commit_waits_since = now
+            if (now - self._commit_waits_since) * 1000 < self.commit_interval_ms:
+                return
+        self._commit_waits_since = None
         self._last_commit = now
         try:
             assert self._acks is not None
@@ -430,6 +440,11 @@ class Bolt:
             raise  # a delivery report said a permission is missing: stop
         except Exception as exc:  # DeliveryError: the broker is away; try again next round
             log.warning("%s: commit postponed: %s", self.name, exc)
+
+    def _in_flight(self) -> bool:
+        """Outputs or acks not delivered yet: queued or held in the ack packer, or awaiting the broker."""
+        assert self._producer is not None and self._acks is not None
+        return len(self._acks) > 0 or len(self._producer) > 0
 
     def _process_in_transaction(self, messages: list[Message]) -> None:
         consumer, transactions = self._consumer, self._transactions
