@@ -74,7 +74,10 @@ class Bolt:
 
     Ack entries go out as one ack record per consumed batch; while full batches keep coming (the
     bolt is behind) a few batches share one, up to :data:`ACK_HOLD_ENTRIES` entries or
-    :data:`ACK_HOLD_S`. Commits, revokes and close send what is held first.
+    :data:`ACK_HOLD_S`. Commits, revokes and close send what is held first. Input offsets are
+    committed once their batches' outputs and acks are delivered: every ``commit_interval_ms``, on
+    the first round with nothing in flight (no flush needed), else after one more interval with a
+    flush; revoke and close flush and commit at once.
     """
 
     _collector_class = BoltCollector
