@@ -25,7 +25,7 @@ source timestamp -> the spout learns COMPLETED (tracked). The curve is written a
 Also: CPU seconds per 1,000 sentences at each offered rate, and each process's CPU at idle.
 
 Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--configs off,tracked]
-[--no-throughput] [--kafka-config JSON] [--bootstrap-servers H:P [--broker-pid PID]]``.
+[--no-throughput] [--hops] [--kafka-config JSON] [--bootstrap-servers H:P [--broker-pid PID]]``.
 Sized for a 2-core machine: the default run takes a few minutes, ``--quick`` about two.
 ``RK_BENCH_PROFILE=DIR`` runs every component process under cProfile (``DIR/<config>-<role>.prof``).
 """
@@ -68,6 +68,7 @@ class _Probe:
         self.completed = completed  # trees completed (tracked spout), shared with the parent
         self.latencies: dict[int, list[float]] = defaultdict(list)  # phase -> ms
         self.completion: dict[int, list[float]] = defaultdict(list)
+        self.hops: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))  # --hops
         self.client_stats: dict[str, dict] = {}  # client name -> last librdkafka statistics
 
     def stats_cb(self, raw: str) -> None:
@@ -78,6 +79,15 @@ class _Probe:
         phase, stamp = value.split(b" ", 1)
         self.latencies[int(phase)].append(_now_ms() - float(stamp))
         self.counter.value += 1
+
+    def hop(self, name: str, value: bytes, appended_ms: int) -> None:
+        """With --hops: ``value``'s source timestamp -> broker append of the record read now, and
+        that append -> now (the data topics keep LogAppendTime)."""
+        now = _now_ms()
+        phase, stamp = value.split(b" ", 2)[:2]
+        hops = self.hops[int(phase)]
+        hops[f"{name} appended"].append(appended_ms - float(stamp))
+        hops[f"{name} read"].append(now - float(stamp))
 
 
 def _split_words(value: bytes) -> tuple[bytes, list[bytes]]:
@@ -111,7 +121,12 @@ def _plain_role(role: str, topics: dict, bootstrap: str, probe: _Probe, stop, re
                 elif role == "split":
                     prefix, words = _split_words(message.value())
                     for word in words:
-                        producer.produce(topics["words"], prefix, key=word)
+                        while True:
+                            try:
+                                producer.produce(topics["words"], prefix, key=word)
+                                break
+                            except BufferError:  # librdkafka's queue is full: wait for room, as any producer must
+                                producer.poll(0.01)
                 else:
                     counts[message.key()] += 1
                     probe.counted(message.value())
@@ -130,6 +145,12 @@ def _tracked_spout_class():
         """Records source timestamp -> COMPLETED per phase (the bench's only hook into the spout)."""
 
         probe: _Probe
+        hops = False
+
+        def _process(self, record) -> None:
+            if self.hops and record.attempt == 1:
+                self.probe.hop("source", record.value, record.timestamp_ms)
+            super()._process(record)
 
         def _completed(self, record) -> None:
             super()._completed(record)
@@ -168,19 +189,26 @@ def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
             **options,
         )
         spout.probe = probe
+        spout.hops = bool(topics.get("hops"))
         return spout
     if role == "split":
+        hops = bool(topics.get("hops"))
 
         def split(sentence, collector):
+            if hops:
+                probe.hop("sentences", sentence.value, sentence.timestamp_ms)
             prefix, words = _split_words(sentence.value)
             for word in words:
                 collector.emit(topics["words"], prefix, key=word)
 
         return BasicBolt(**on, source_topics=topics["sentences"], group_id=f"{topics['topology']}-split", handler=split)
     counts: dict[bytes, int] = defaultdict(int)
+    hops = bool(topics.get("hops"))
 
     def count(word, collector):
         counts[word.key] += 1
+        if hops:
+            probe.hop("words", word.value, word.timestamp_ms)
         probe.counted(word.value)
 
     return BasicBolt(**on, source_topics=topics["words"], group_id=f"{topics['topology']}-count", handler=count)
@@ -215,6 +243,7 @@ def component_main(
                         "roles": roles,
                         "latencies": dict(probe.latencies),
                         "completion": dict(probe.completion),
+                        "hops": {phase: dict(hops) for phase, hops in probe.hops.items()},
                         "client_stats": probe.client_stats,
                     }
                 )
@@ -249,6 +278,7 @@ def _component(roles, config, topics, bootstrap, counter, completed, ready, stop
             "roles": roles,
             "latencies": dict(probe.latencies),
             "completion": dict(probe.completion),
+            "hops": {phase: dict(hops) for phase, hops in probe.hops.items()},
             "client_stats": probe.client_stats,
         }
     )
@@ -339,6 +369,7 @@ class Pipeline:
     broker_pids: list[int]
     threads: bool = False
     kafka_config: dict | None = None  # librdkafka settings for reliable-kafka's components
+    hops: bool = False  # data topics keep LogAppendTime; components note each hop (--hops)
     topics: dict = field(default_factory=dict)
     processes: dict = field(default_factory=dict)
     results: list = field(default_factory=list)
@@ -358,8 +389,13 @@ class Pipeline:
             "sentences": f"{topology}-sentences",
             "words": f"{topology}-words",
             "kafka_config": self.kafka_config,
+            "hops": self.hops,
         }
-        create_topics(self.bootstrap, {self.topics[t]: PARTITIONS for t in ("source", "sentences", "words")})
+        create_topics(
+            self.bootstrap,
+            {self.topics[t]: PARTITIONS for t in ("source", "sentences", "words")},
+            config={"message.timestamp.type": "LogAppendTime"} if self.hops else None,
+        )
         ensure_topics(admin_client(self.bootstrap), TopologyTopics(topology, ackers=1))
         roles = ["spout", "split", "count"] + (["acker"] if self.config.startswith("tracked") else [])
         groups = [roles] if self.threads else [[role] for role in roles]
@@ -496,6 +532,19 @@ class Pipeline:
     def latencies(self, phase: int, kind: str) -> list[float]:
         return [ms for result in self.results for ms in result[kind].get(phase, [])]
 
+    def hop_line(self, phase: int) -> str:
+        """--hops: p50 / p99 ms from the source timestamp to each hop's broker append and read."""
+        hops: dict[str, list[float]] = defaultdict(list)
+        for result in self.results:
+            for name, values in result["hops"].get(phase, {}).items():
+                hops[name].extend(values)
+        order = [f"{topic} {step}" for topic in ("source", "sentences", "words") for step in ("appended", "read")]
+        return "  ".join(
+            f"{name} {_percentile(hops[name], 0.5):.0f}/{_percentile(hops[name], 0.99):.0f}"
+            for name in order
+            if hops[name]
+        )
+
     def client_totals(self) -> dict[str, dict[str, float]]:
         """Per process: produce/fetch/commit requests and records per produce batch (librdkafka)."""
         totals = {}
@@ -619,10 +668,12 @@ def _report_throughput(
     return rates, totals
 
 
-def _latency_curve(ctx, bootstrap, broker_pids, pool, configs, rates, *, seconds, kafka_config=None) -> list[RatePoint]:
+def _latency_curve(
+    ctx, bootstrap, broker_pids, pool, configs, rates, *, seconds, kafka_config=None, hops=False
+) -> list[RatePoint]:
     points = []
     for config in configs:
-        pipeline = Pipeline(config, bootstrap, broker_pids, kafka_config=kafka_config).start(ctx, pool)
+        pipeline = Pipeline(config, bootstrap, broker_pids, kafka_config=kafka_config, hops=hops).start(ctx, pool)
         measured = []
         try:
             pipeline.burst(500, timeout=300)  # warm-up
@@ -658,7 +709,8 @@ def _latency_curve(ctx, bootstrap, broker_pids, pool, configs, rates, *, seconds
                 f"  {config:<8} offered {rate:>7,.0f}/s achieved {achieved:>7,.0f}/s | counted p50 "
                 f"{point.counted_p50:7.1f} ms p99 {point.counted_p99:7.1f} ms{extra}"
                 f"{'  (saturated)' if point.saturated else ''}\n"
-                f"           CPU s per 1,000 sentences: {_cpu_line(cpu)}",
+                f"           CPU s per 1,000 sentences: {_cpu_line(cpu)}"
+                + (f"\n           from the source timestamp, p50/p99 ms: {pipeline.hop_line(phase)}" if hops else ""),
                 flush=True,
             )
     return points
@@ -715,6 +767,11 @@ def main() -> None:
     parser.add_argument("--no-threads", action="store_true", help="skip the LocalCluster (threads) figures")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency curve")
     parser.add_argument("--no-throughput", action="store_true", help="skip the throughput bursts")
+    parser.add_argument(
+        "--hops",
+        action="store_true",
+        help="latency per hop: data topics keep LogAppendTime; prints source -> each append and read",
+    )
     parser.add_argument("--configs", default=",".join(CONFIGS), help="which of plain,off,tracked to measure")
     parser.add_argument(
         "--kafka-config",
@@ -792,6 +849,7 @@ def main() -> None:
                 rates,
                 seconds=seconds,
                 kafka_config=args.kafka_config,
+                hops=args.hops,
             )
     rates_by_config, cpu_by_config = (
         _report_throughput(bursts, clients, title="throughput, one process per component") if bursts else ({}, {})

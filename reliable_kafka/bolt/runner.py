@@ -75,7 +75,10 @@ class Bolt:
 
     Ack entries go out as one ack record per consumed batch; while full batches keep coming (the
     bolt is behind) a few batches share one, up to :data:`ACK_HOLD_ENTRIES` entries or
-    :data:`ACK_HOLD_S`. Commits, revokes and close send what is held first.
+    :data:`ACK_HOLD_S`. Commits, revokes and close send what is held first. Input offsets are
+    committed once their batches' outputs and acks are delivered: every ``commit_interval_ms``, on
+    the first round with nothing in flight (no flush needed), else after one more interval with a
+    flush; revoke and close flush and commit at once.
     """
 
     _collector_class = BoltCollector
@@ -130,6 +133,7 @@ class Bolt:
         self._failures_topic: str | None = None
         self._last_commit = 0.0
         self._uncommitted = False
+        self._commit_waits_since: float | None = None  # a due commit waiting for the producer to drain
         self._failed_in_a_row = 0
         self._ends: dict[tuple[str, int], int] = {}  # of the batch in hand: partition -> next offset
         self._acks_sent_at = 0.0  # acks held while behind wait at most ACK_HOLD_S from here
@@ -254,7 +258,7 @@ class Bolt:
     def poll_once(self, timeout: float = 0.1) -> None:
         assert self._consumer is not None  # made by start()
         consumed = consume_batch(self._consumer, self.batch_size, timeout)
-        messages = [m for m in consumed if self._usable(m)]
+        messages = [m for m in consumed if m.error() is None or self._usable(m)]  # no call per good message
         if self.transactional:
             if messages:
                 self._process_in_transaction(messages)
@@ -327,9 +331,11 @@ class Bolt:
             stats.received += 1
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             ends[(topic, partition)] = offset + 1
-            headers = message.headers() or []  # read only: a new list is made when one is removed
+            headers = message.headers()  # read only: a new list is made when one is removed
             raw = None
-            if len(headers) == 1:  # the common case: rk-anchors alone, or one header of the user's
+            if headers is None:  # no header at all: untracked (tracking off upstream)
+                headers = []
+            elif len(headers) == 1:  # the common case: rk-anchors alone, or one header of the user's
                 if headers[0][0] == _ANCHORS:
                     raw, headers = headers[0][1], []
             elif headers:
@@ -408,6 +414,15 @@ class Bolt:
             self._acks.send()  # held acks go before the partitions do (revoke) or the producer (close)
         if not self._uncommitted or (not force and (now - self._last_commit) * 1000 < self.commit_interval_ms):
             return
+        if not force and self._in_flight():
+            # a commit waits for its batches' outputs and acks: rather than block the loop in a flush
+            # (a round trip, each second, for every tuple behind it), commit on a later round once
+            # they are delivered; a producer that never drains is flushed after one more interval
+            if self._commit_waits_since is None:
+                self._commit_waits_since = now
+            if (now - self._commit_waits_since) * 1000 < self.commit_interval_ms:
+                return
+        self._commit_waits_since = None
         self._last_commit = now
         try:
             assert self._acks is not None
@@ -432,6 +447,11 @@ class Bolt:
             raise  # a delivery report said a permission is missing: stop
         except Exception as exc:  # DeliveryError: the broker is away; try again next round
             log.warning("%s: commit postponed: %s", self.name, exc)
+
+    def _in_flight(self) -> bool:
+        """Outputs or acks not delivered yet: queued or held in the ack packer, or awaiting the broker."""
+        assert self._producer is not None and self._acks is not None
+        return len(self._acks) > 0 or len(self._producer) > 0
 
     def _process_in_transaction(self, messages: list[Message]) -> None:
         consumer, transactions = self._consumer, self._transactions

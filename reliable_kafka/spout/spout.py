@@ -124,6 +124,9 @@ class SpoutShell:
         self.task_id = new_id()
         self.name = name or f"spout-{self.task_id & 0xFFFF:04x}"
         self._sends_acks = guarantee == "at_least_once" and ackers != 0
+        # only at-least-once commits the tracker's commit point ("none" auto-commits, at-most-once
+        # commits before emitting): the others keep no per-record bookkeeping (issue 11)
+        self._tracks_offsets = guarantee == "at_least_once"
         if self._sends_acks:
             check_ack_sender_config(self.kafka_config, component=self.name)
         self.tracker = InFlightTracker(
@@ -226,7 +229,8 @@ class SpoutShell:
 
     def _process(self, record: SourceRecord) -> None:
         key = (record.topic, record.partition)
-        if record.attempt == 1 and self.tracker.should_skip(key, record.offset):
+        tracks_offsets = self._tracks_offsets
+        if tracks_offsets and record.attempt == 1 and self.tracker.should_skip(key, record.offset):
             self.stats.skipped_done += 1
             return
         root = None
@@ -249,7 +253,8 @@ class SpoutShell:
                 record.attempt,
             )
             if root is None:
-                self.tracker.done_immediately(key, record.offset)
+                if tracks_offsets:
+                    self.tracker.done_immediately(key, record.offset)
                 return
             self._roots.track(key, record.offset, root, record.attempt, record)
             self._roots.fail_locally(
@@ -269,7 +274,8 @@ class SpoutShell:
         finally:
             self._collector._begin(None)
         if root is None or self.stats.emitted == emitted_before:
-            self.tracker.done_immediately(key, record.offset)
+            if tracks_offsets:
+                self.tracker.done_immediately(key, record.offset)
             return
         self._roots.track(key, record.offset, root, record.attempt, record)
         sender = self._acks if self._senders is None else self._senders[key]
@@ -278,7 +284,10 @@ class SpoutShell:
 
     def _produce_output(self, topic, value, key, headers, partition, anchors) -> None:
         assert self._producer is not None  # made by start()
-        produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
+        if headers or anchors:
+            produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
+        else:  # untracked, no headers (tracking off): nothing to build
+            produce_headers(self._producer, topic, value, key, partition, None)
         if anchors:
             self.stats.emitted += 1
         self.output_topics.add(topic)
