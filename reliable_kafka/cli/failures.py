@@ -154,7 +154,8 @@ def _dlq_replay(args: argparse.Namespace) -> int:
             print(f"{verb} {item['dlq']} -> {item['to']}{partition}")
         for item in report.skipped:
             print(f"skipped {item['dlq']}: {item['why']}")
-        print(f"{len(report.sent)} {verb}, {len(report.skipped)} skipped")
+        references = f" ({report.references} references without the record)" if report.references else ""
+        print(f"{len(report.sent)} {verb}, {len(report.skipped)} skipped{references}")
     return 0
 
 

@@ -20,7 +20,7 @@ from reliable_kafka.kafka.authorization import check_delivery
 from reliable_kafka.kafka.clients import coordinates, message_coordinates
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_waiting
 
-__all__ = ["Quarantine", "park"]
+__all__ = ["Quarantine", "park", "park_reference"]
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,17 @@ def park(
     if (topic, parked.source_topic, parked.source_partition, parked.source_offset) in _TOO_LARGE:
         parked = _as_reference(parked, "refused as too large before")  # e.g. in an aborted transaction
     _park(producer, topic, key, value, headers, parked, on_delivery, in_callback=False)
+
+
+def park_reference(
+    producer: Producer, topic: str, *, parked: ParkedRecord, on_delivery: Callable | None = None
+) -> None:
+    """Park a reference to a record that cannot be copied because Kafka no longer has it (deleted by
+    retention or ``delete_records`` while in flight): no key, no value, only the ``rk-parked`` header
+    with its coordinates, ``value_omitted`` and ``original_bytes`` -1 (unknown). ``reliable-kafka
+    dlq`` shows it as such and ``dlq replay`` skips it. Raises as :func:`park`."""
+    parked = dataclasses.replace(parked, value_omitted=True, original_bytes=-1)
+    _park(producer, topic, None, None, [], parked, on_delivery, in_callback=False)
 
 
 def _park(

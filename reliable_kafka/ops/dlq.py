@@ -73,6 +73,18 @@ class DeadLetter:
         return found
 
     @property
+    def reference(self) -> str | None:
+        """Why this dead letter holds no copy of the record (None: it does): a reference parks only
+        the ``rk-parked`` header, with the record's coordinates."""
+        parked = self.parked
+        if parked is None or not parked.value_omitted:
+            return None
+        where = f"{parked.source_topic}[{parked.source_partition}]@{parked.source_offset}"
+        if parked.original_bytes < 0:  # kafka.parking.park_reference: the record was gone
+            return f"a reference without the record: Kafka deleted {where} before it could be parked"
+        return f"a reference without the record: {where} ({parked.original_bytes} bytes) was too large to copy"
+
+    @property
     def source(self) -> tuple[str, int, int] | None:
         if self.parked is None:
             return None
@@ -100,6 +112,7 @@ class DeadLetter:
             "parked_by": parked.component if parked else None,
             "parked_reason": parked.reason if parked else None,
             "parked_at_ms": parked.parked_at_ms if parked else None,
+            "reference": self.reference,
             "attempt_count": parked.attempts if parked else None,
             "attempts": [a.__dict__ for a in self.attempts],
             "components": sorted(self.components()),
@@ -283,6 +296,7 @@ def replayed(
 class ReplayReport:
     sent: list[dict] = field(default_factory=list)  # {dlq, to, partition}
     skipped: list[dict] = field(default_factory=list)  # {dlq, why}
+    references: int = 0  # of the skipped: references without the record, nothing to replay
     dry_run: bool = False
 
 
@@ -329,6 +343,11 @@ def replay(
         where = f"{topics.dlq}[{letter.partition}]@{letter.offset}"
         if (letter.partition, letter.offset) in done:
             report.skipped.append({"dlq": where, "why": f"already replayed: {done[(letter.partition, letter.offset)]}"})
+            continue
+        if letter.reference is not None and letter.parked is not None:  # sending it would make an empty record
+            report.references += 1
+            what = "nothing to replay" if letter.parked.original_bytes < 0 else "replay it from its source yourself"
+            report.skipped.append({"dlq": where, "why": f"{letter.reference}; {what}"})
             continue
         if to is None and letter.source is None:
             report.skipped.append({"dlq": where, "why": "no rk-parked header: source unknown; give --to"})
@@ -390,7 +409,7 @@ def render_list(letters: list[DeadLetter]) -> str:
         lines.append(
             f"{d.partition:>3}@{d.offset:<6}  {_when(parked_at):19}  "
             f"{source:28}  {d.parked.attempts if d.parked else '?':>5}  "
-            f"{','.join(sorted(d.components()))[:20]:20}  {d.reason}"
+            f"{','.join(sorted(d.components()))[:20]:20}  {'[reference, no value] ' if d.reference else ''}{d.reason}"
         )
     lines.append(f"{len(letters)} dead letter(s)")
     return "\n".join(lines)
@@ -404,8 +423,11 @@ def render_one(letter: DeadLetter, marks: dict | None = None, last_acks: dict | 
         s = d["source"]
         lines.append(f"  source    {s['topic']}[{s['partition']}]@{s['offset']} (written {_when(s['timestamp_ms'])})")
     lines.append(f"  parked    by {d['parked_by']} at {_when(d['parked_at_ms'])}: {d['parked_reason']}")
-    lines.append(f"  key       {d['key']!r}")
-    lines.append(f"  value     {(d['value'] or '')[:200]!r}")
+    if d["reference"]:
+        lines.append(f"  value     none: {d['reference']}")
+    else:
+        lines.append(f"  key       {d['key']!r}")
+        lines.append(f"  value     {(d['value'] or '')[:200]!r}")
     for name, value in d["headers"]:
         lines.append(f"  header    {name}={value!r}")
     for a in letter.attempts:

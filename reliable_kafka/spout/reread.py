@@ -15,7 +15,7 @@ from reliable_kafka.errors import ReliableKafkaError
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import new_consumer
 
-__all__ = ["SourceRereader", "RereadFailed", "clusters"]
+__all__ = ["SourceRereader", "RereadFailed", "clusters", "DELETED", "NOT_A_RECORD"]
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,8 @@ REREAD_MAX_GAP = 500  # offsets this close are read again in one sequential pass
 REREAD_TIMEOUT_S = 20.0  # well inside a transactional spout's 60 s transaction timeout
 
 TopicPartitionKey = tuple[str, int]
+DELETED = "was deleted from Kafka (retention) while in flight"  # gone's ``why`` for such a record
+NOT_A_RECORD = "is not a committed record of the source"  # a transaction marker or aborted record
 
 
 class RereadFailed(ReliableKafkaError):
@@ -34,8 +36,9 @@ class SourceRereader:
 
     Offsets close together are read in one sequential pass (a redelivery storm after a broker
     restart is thousands of neighbours). An offset Kafka no longer holds (retention) or that is not
-    a committed record (a transaction marker) is counted and marked done through ``gone(tp,
-    offset, why)``: there is nothing left to redeliver. Raises :class:`RereadFailed` when a record
+    a committed record (a transaction marker) is handed to ``gone(tp, offset, why)`` (``why`` is
+    :data:`DELETED` or :data:`NOT_A_RECORD`): there is nothing left to redeliver; the spout counts
+    it, and parks a dead-letter reference to a deleted one. Raises :class:`RereadFailed` when a record
     Kafka still holds could not be read within ``timeout_s``.
     """
 
@@ -89,7 +92,7 @@ class SourceRereader:
         missing = set()
         for offset in offsets:
             if offset < low:  # deleted by retention while in flight: nothing left to redeliver
-                self.gone(key, offset, "was deleted from Kafka (retention) while in flight")
+                self.gone(key, offset, DELETED)
             else:
                 missing.add(offset)
         if not missing:
@@ -116,7 +119,7 @@ class SourceRereader:
             self._consumer.unassign()
         for offset in sorted(o for o in missing if o < position):  # read past: not a record
             missing.discard(offset)
-            self.gone(key, offset, "is not a committed record of the source")
+            self.gone(key, offset, NOT_A_RECORD)
         if missing:
             raise RereadFailed(
                 f"{self.component}: {len(missing)} in-flight records of {key[0]}[{key[1]}] from offset "

@@ -21,10 +21,11 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from confluent_kafka import KafkaException, TopicPartition
 
+from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ArgumentError, ConfigError, DecodeError
@@ -32,17 +33,22 @@ from reliable_kafka.ids import to_signed
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import coordinates
+from reliable_kafka.kafka.parking import park_reference
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
 from reliable_kafka.spout.records import with_attempt
-from reliable_kafka.spout.reread import RereadFailed, SourceRereader
+from reliable_kafka.spout.reread import DELETED, RereadFailed, SourceRereader
 from reliable_kafka.spout.reread import clusters as _clusters  # noqa: F401 (its old name)
 from reliable_kafka.spout.spout import SourceRecord, SpoutShell, TopicPartitionKey, _source_record
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
 
 __all__ = ["TransactionalSpout", "encode_spout_state", "decode_spout_state", "owner_id"]
 
 log = logging.getLogger(__name__)
 
 _STATE_SEPARATOR = "|rkx:"
+GONE_REASON = "deleted from Kafka (retention) while in flight"  # the reason of its dead-letter reference
 
 
 def owner_id(group_id: str, topic: str, partition: int) -> int:
@@ -148,6 +154,7 @@ class TransactionalSpout(SpoutShell):
         self._derive_root = self._root_of
         self._emitted_upto: dict[TopicPartitionKey, int] = {}
         self._ack_partitions = 0
+        self._gone_attempts: dict[TopicPartitionKey, dict[int, int]] = {}  # see _gone
         self._rereader = SourceRereader(
             component=self.name,
             bootstrap_servers=self.bootstrap_servers,
@@ -266,14 +273,53 @@ class TransactionalSpout(SpoutShell):
         return derive_root(self._owners[(record.topic, record.partition)], record.offset, record.attempt)
 
     def _gone(self, key: TopicPartitionKey, offset: int, why: str) -> None:
-        """A record left in flight that Kafka no longer has: nothing to redeliver, counted done."""
-        if why.startswith("was deleted"):
-            self.stats.expired_in_flight += 1
-        log.error("%s: %s[%s]@%s %s; counted done, not redelivered", self.name, *key, offset, why)
+        """A record left in flight that Kafka no longer has: nothing to redeliver, counted done.
+
+        One Kafka deleted (retention, ``delete_records``) leaves a dead-letter reference, written in
+        this round's transaction: the commit that passes its offset is the one that writes it, and an
+        abort drops both (the state is rebuilt from the last commit and it is found gone again). An
+        offset that is no record (a transaction marker) is only marked done."""
+        if why != DELETED:
+            log.error("%s: %s[%s]@%s %s; counted done, not redelivered", self.name, *key, offset, why)
+            self.tracker.done_immediately(key, offset)
+            return
+        self.stats.expired_in_flight += 1
+        if key not in self._gone_attempts:  # once per partition and read: retention may delete thousands
+            self._gone_attempts[key] = {o: attempt for o, attempt, _ in self.tracker.unsettled(key)}
+        attempts = self._gone_attempts[key].get(offset, 1)
+        log.error(
+            "%s: %s[%s]@%s %s after %d attempt(s); parked a reference in %s, counted done",
+            self.name,
+            *key,
+            offset,
+            why,
+            attempts,
+            self.topics.dlq,
+        )
+
+        def failed(error, _message) -> None:
+            if error is not None:  # the transaction's commit fails too: it aborts and this is parked again
+                log.error("%s: reference to %s[%s]@%s not written: %s", self.name, *key, offset, error)
+
+        park_reference(
+            cast("Producer", self._producer),
+            self.topics.dlq,
+            parked=ParkedRecord(
+                reason=GONE_REASON,
+                attempts=attempts,
+                source_topic=key[0],
+                source_partition=key[1],
+                source_offset=offset,
+                component=self.name,
+                parked_at_ms=int(self._clock.time() * 1000),
+            ),
+            on_delivery=failed,
+        )
         self.tracker.done_immediately(key, offset)
 
     def _read_again(self, wanted: Iterable[tuple[TopicPartitionKey, int]]) -> None:
         """The source records of in-flight offsets left by a previous owner (partitions still ours)."""
+        self._gone_attempts.clear()  # the tracker may have changed since the last read
         self._rereader([(key, offset) for key, offset in wanted if key in self._owners])
 
     # --- the loop -------------------------------------------------------------------------------

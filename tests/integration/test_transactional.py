@@ -8,9 +8,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from reliable_kafka import AckerWorker, LocalCluster
 from reliable_kafka.bolt import BasicBolt
+from reliable_kafka.cli import main
 from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, encode_done_above
 from reliable_kafka.core.tracker import Backoff
-from reliable_kafka.offsets import committed_offsets, lag
+from reliable_kafka.offsets import committed_offsets, end_offsets, lag
+from reliable_kafka.ops import dlq
 from reliable_kafka.spout import TransactionalSpout
 from reliable_kafka.spout.transactional import encode_spout_state
 from reliable_kafka.testing.records import produce_values, read_topic
@@ -119,6 +121,53 @@ def test_a_successor_redelivers_thousands_of_failed_in_flight_records(kafka_boot
     assert spout.stats.replayed == records and spout.stats.read == 0  # nothing past e was read again
     effects = _effects(kafka_bootstrap, topics["sink"])
     assert sorted(effects) == list(range(records)) and set(effects.values()) == {1}
+
+
+def test_a_record_deleted_while_in_flight_is_parked_as_a_reference_that_dlq_shows_and_replay_skips(
+    kafka_bootstrap, capsys
+):
+    """A predecessor left 0-4 failed (their outcomes consumed); retention (here delete_records) took
+    0-2 before the successor read them again. Each leaves a dead-letter reference with its
+    coordinates, the commit passes it, and 3-19 reach the sink once: nothing else is lost."""
+    topology, topics = _topology(kafka_bootstrap, "txn-gone", source_partitions=1)
+    source, group = topics["source"], f"{topology}-spout"
+    produce_values(kafka_bootstrap, topics["source"], [str(i).encode() for i in range(20)])
+    metadata, _ = encode_spout_state(
+        0, [], emitted_upto=5, outcome_position=0, attempts=dict.fromkeys(range(5), 2), failed=range(5)
+    )
+    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+    committer.commit(offsets=[TopicPartition(source, 0, 0, metadata)], asynchronous=False)
+    committer.close()
+    admin = admin_client(kafka_bootstrap)  # held: its futures resolve only while the client lives
+    for future in admin.delete_records([TopicPartition(source, 0, 3)]).values():
+        assert future.result(timeout=30).low_watermark == 3
+    acker, spout, bolt = _components(kafka_bootstrap, topology, topics)
+    with LocalCluster(acker, spout, bolt) as cluster:
+        cluster.wait_until(
+            lambda: committed_offsets(kafka_bootstrap, group, source).get(0) == 20,
+            timeout=180,
+            what="the commit passed the deleted records and the rest completed",
+            progress=lambda: str(spout.stats),
+        )
+    assert spout.stats.expired_in_flight >= 3  # more if a round aborted (its state is rebuilt and read again)
+    effects = _effects(kafka_bootstrap, topics["sink"])
+    assert sorted(effects) == list(range(3, 20)) and set(effects.values()) == {1}
+    letters = dlq.read_dead_letters(kafka_bootstrap, topology)
+    assert [(d.key, d.value, d.source, d.parked.attempts, d.parked.reason) for d in letters] == [
+        (None, None, (source, 0, offset), 2, "deleted from Kafka (retention) while in flight") for offset in range(3)
+    ]
+    on = ["--topology", topology, "--bootstrap-servers", kafka_bootstrap]
+    capsys.readouterr()
+    assert main(["dlq", "list", *on]) == 0
+    listed = capsys.readouterr().out
+    assert listed.count("[reference, no value] deleted from Kafka (retention)") == 3 and f"{source}[0]@2" in listed
+    assert main(["dlq", "show", str(letters[0].offset), "--partition", str(letters[0].partition), *on]) == 0
+    assert f"value     none: a reference without the record: Kafka deleted {source}[0]@0" in capsys.readouterr().out
+    assert main(["dlq", "replay", *on, "--all"]) == 0
+    replayed = capsys.readouterr().out
+    assert "0 sent, 3 skipped (3 references without the record)" in replayed
+    assert f"Kafka deleted {source}[0]@1 before it could be parked; nothing to replay" in replayed
+    assert end_offsets(kafka_bootstrap, source) == {0: 20}  # nothing (no empty record) was sent back
 
 
 def test_the_largest_commit_metadata_we_write_is_accepted_by_the_broker(kafka_bootstrap):
