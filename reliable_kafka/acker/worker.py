@@ -179,6 +179,7 @@ class AckerWorker:
         self._producer: Producer | None = None
         self._quarantine: Quarantine | None = None
         self._last_commit = 0.0
+        self._commit_waits_since: float | None = None  # a due commit waiting for outcomes to be delivered
         self._ack_partitions = 0
         self._failed = False  # poll_once raised: the table may hold a half-folded group, commit nothing
         self.ready = threading.Event()  # set once the worker consumes (for tests and supervisors)
@@ -215,7 +216,7 @@ class AckerWorker:
             self.bootstrap_servers, self.producer_config(), component=self.name, clients=self.clients
         )
         self._quarantine = Quarantine(self._producer, topic=self.topics.quarantine, component=self.name)
-        overrides = {"isolation.level": "read_committed"}
+        overrides: dict[str, object] = {"isolation.level": "read_committed"}
         config = consumer_settings(self.kafka_config)
         if config.get("group.protocol", "classic") == "classic":
             # KIP-848's protocol (group.protocol=consumer) refuses these: the broker decides them
@@ -223,6 +224,7 @@ class AckerWorker:
             config = {**ACKER_CONSUMER_DEFAULTS, **config}
         if self._stable_name:  # static membership: a restarted worker gets its partitions back at once
             overrides["group.instance.id"] = f"{self.group_id}.{self.name}"
+        overrides["on_commit"] = self._on_commit
         self._consumer = new_consumer(self.bootstrap_servers, self.group_id, config, clients=self.clients, **overrides)
         self._consumer.subscribe(
             [self.topics.acks], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
@@ -460,6 +462,18 @@ class AckerWorker:
             log.error("%s: outcome to partition %s not delivered (%s); retrying", self.name, message.partition(), error)
             self._retry_outcomes.append((message.partition(), message.value()))
 
+    def _on_commit(self, error, partitions) -> None:
+        """An asynchronous commit's result (served by consume): a failed one is committed again."""
+        for tp in partitions or []:
+            if error is None and tp.error is None:
+                continue
+            state = self._partitions.get(tp.partition)
+            if state is not None and state.committed == tp.offset:
+                state.committed = None  # not in the group: the next due commit sends it again
+            log.warning(
+                "%s: commit of %s[%s]@%s failed: %s", self.name, tp.topic, tp.partition, tp.offset, error or tp.error
+            )
+
     def _retry_failed_outcomes(self) -> None:
         retries, self._retry_outcomes = self._retry_outcomes, []
         for partition, value in retries:
@@ -469,24 +483,36 @@ class AckerWorker:
         now = self._clock.monotonic()
         if not force and (now - self._last_commit) * 1000 < self.commit_interval_ms:
             return
+        assert self._consumer is not None and self._producer is not None and self._quarantine is not None
+        if not force and (len(self._producer) or self._retry_outcomes or self._quarantine.unsent):
+            # outcomes below the new low points go first: rather than block the loop in a flush (a
+            # round trip, each interval, for every ack record behind it), commit on a later round
+            # once they are delivered; a producer that never drains is flushed after one more interval
+            if self._commit_waits_since is None:
+                self._commit_waits_since = now
+            if (now - self._commit_waits_since) * 1000 < self.commit_interval_ms:
+                return
+        self._commit_waits_since = None
         self._last_commit = now
         offsets = []
         for partition, state in self._partitions.items():
             if only is not None and partition not in only:
                 continue
             offset = state.commit_offset()
-            if offset is not None and offset != state.committed:
+            # forced: even if sent before (an asynchronous commit may have failed, not yet reported)
+            if offset is not None and (force or offset != state.committed):
                 offsets.append((partition, state, offset))
         if not offsets:
             return
-        assert self._consumer is not None and self._producer is not None and self._quarantine is not None
         try:
             # outcomes decided below the new low points must be delivered first (DESIGN section 4)
             flush_or_raise(self._producer, what=f"{self.name} outcomes", clock=self._clock)
             if self._retry_outcomes or self._quarantine.unsent:  # written again on the next poll
                 return
-            self._consumer.commit(
-                offsets=[TopicPartition(self.topics.acks, p, off) for p, _, off in offsets], asynchronous=False
+            # a forced commit (revoke, close) must have landed before the partitions go; a periodic
+            # one need not block: a failure reaches _on_commit, and the next round commits again
+            self._consumer.commit(  # type: ignore[call-overload]  # stubs: Literal bools only
+                offsets=[TopicPartition(self.topics.acks, p, off) for p, _, off in offsets], asynchronous=not force
             )
         except (KafkaException, DeliveryError) as exc:
             if only is not None:

@@ -471,6 +471,12 @@ class RootOwner:
                 self._committed[key] = (tp.offset, tp.metadata or "")
                 self.stats.committed[key] = tp.offset
 
+    def commit_failed(self, key: TopicPartitionKey, offset: int) -> None:
+        """An asynchronous commit of ``offset`` did not land: the next commit sends it again."""
+        with self._lock:
+            if key in self._committed and self._committed[key][0] == offset:
+                del self._committed[key]
+
     def committed_offsets(self) -> dict[TopicPartitionKey, int]:
         return {key: offset for key, (offset, _) in self._committed.items()}
 

@@ -371,7 +371,9 @@ class Spout(SpoutShell):
         ack_partitions = self._connect(
             self._new_producer(**ERRORS_ONLY, on_delivery=self._output_failed), spout_id=self.task_id, index_roots=True
         )
-        overrides = {"enable.auto.commit": True, "enable.auto.offset.store": True} if self.guarantee == "none" else {}
+        overrides: dict[str, object] = {"on_commit": self._on_commit}
+        if self.guarantee == "none":
+            overrides = {"enable.auto.commit": True, "enable.auto.offset.store": True}
         self._consumer = self._new_consumer(**overrides)
         self._consumer.subscribe(
             self.source_topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
@@ -475,13 +477,30 @@ class Spout(SpoutShell):
         if not force and (now - self._last_commit) * 1000 < self.commit_interval_ms:
             return
         self._last_commit = now
-        offsets = self._roots.offsets_to_commit(only=only)
+        # forced: the points as they are, even if sent before (an asynchronous commit may have failed unseen)
+        offsets = self._roots.offsets_to_commit(only=only, changed_only=not force)
         if not offsets:
             return
         try:
             assert self._consumer is not None  # made by start()
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+            # a forced commit (revoke, close) must have landed before the partitions go; a periodic
+            # one need not block the loop: a failure reaches _on_commit, and the next round sends it again
+            self._consumer.commit(offsets=offsets, asynchronous=not force)  # type: ignore[call-overload]
         except KafkaException as exc:
             log.warning("%s: commit postponed: %s", self.name, exc)
             return
         self._roots.committed(offsets)
+
+    def _on_commit(self, error, partitions: list[TopicPartition]) -> None:
+        """An asynchronous commit's result (served by consume): a failed one is committed again."""
+        for tp in partitions or []:
+            if error is not None or tp.error is not None:
+                self._roots.commit_failed((tp.topic, tp.partition), tp.offset)
+                log.warning(
+                    "%s: commit of %s[%s]@%s failed: %s",
+                    self.name,
+                    tp.topic,
+                    tp.partition,
+                    tp.offset,
+                    error or tp.error,
+                )

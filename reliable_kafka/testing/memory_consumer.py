@@ -54,6 +54,8 @@ class MemoryConsumer:
         self._awaiting: list[TopicPartitionKey] | None = None  # partitions given, not yet handed over
         self._assigned_in_callback = False
         self._turn = 0
+        self._on_commit: Callable | None = config.get("on_commit")
+        self._commit_results: list[tuple[KafkaError | None, list[TopicPartition]]] = []  # served by consume()
         self._dead: str | None = None  # why every call now fails (closed, crashed)
         self._fatal: KafkaError | None = None
 
@@ -184,6 +186,10 @@ class MemoryConsumer:
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
         self._check()
         self._rebalance()
+        results, self._commit_results = self._commit_results, []
+        for error, offsets in results:  # as librdkafka: asynchronous commits are reported by a poll
+            assert self._on_commit is not None
+            self._on_commit(error, offsets)
         messages: list[Message] = []
         fault = self._kafka.take_fault("consume")
         if fault is not None:  # librdkafka hands errors out as messages whose error() is set
@@ -305,11 +311,17 @@ class MemoryConsumer:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "commit needs group.id"))
         fault = self._kafka.take_fault("commit")
         if fault is not None:
-            if asynchronous:
-                return None  # an asynchronous commit that failed is only logged by librdkafka
+            if asynchronous:  # reported to on_commit by a later poll, else only logged by librdkafka
+                if self._on_commit is not None:
+                    self._commit_results.append((fault, list(offsets)))
+                return None
             raise KafkaException(fault)
         self._group().commit(self._member, offsets)
-        return None if asynchronous else list(offsets)
+        if asynchronous:
+            if self._on_commit is not None:
+                self._commit_results.append((None, list(offsets)))
+            return None
+        return list(offsets)
 
     def committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
         self._check()

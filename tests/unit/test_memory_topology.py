@@ -296,3 +296,15 @@ def test_on_revoke_the_spout_commits_what_is_done_so_the_new_owner_replays_nothi
         for component in (first, second, splitter, counter, acker):
             component.poll_once(0)
     assert second.stats.read == 0 and counts["line"] == 6  # nothing replayed
+
+
+def test_a_spout_commit_that_failed_unseen_is_sent_again(kafka):
+    """Periodic commits are asynchronous: the commit of the final points fails, a later poll reports
+    it, and the spout sends it again although its points did not move since."""
+    ListSource(kafka, "lines", [line.encode() for line in LINES], partitions=2)
+    acker, spout, splitter, counter, _ = _topology(kafka)
+    step_until(lambda: counter.stats.acked >= 8, spout, splitter, counter)  # every word; no outcome yet
+    step_until(lambda: acker.stats.completed == len(LINES), acker)
+    kafka.fail_next("commit")  # the spout's commit of its final points
+    step_until(lambda: spout.stats.completed == len(LINES), spout)
+    step_until(lambda: _committed(kafka, "wc.spout", "lines") == _ends(kafka, "lines"), spout)
