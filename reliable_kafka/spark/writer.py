@@ -314,7 +314,7 @@ def observe_children(rows):
     return observed, observation
 
 
-def observed_metrics(observation, *, timeout: float, what: str) -> dict[str, Any]:
+def observed_metrics(observation, session, *, timeout: float, what: str) -> dict[str, Any]:
     """The observation's metrics once Spark's listener set them (asynchronously, after the action
     returned); a :class:`WaitTimeoutError` after ``timeout`` seconds instead of blocking forever,
     as ``Observation.get`` would for an action that reports no metrics."""
@@ -329,7 +329,18 @@ def observed_metrics(observation, *, timeout: float, what: str) -> dict[str, Any
             )
         time.sleep(delay)
         delay = min(2 * delay, 0.05)
-    return observation.get
+    return _collected(observation._jo.getRow(), session)
+
+
+def _collected(jrow, session) -> dict[str, Any]:
+    """A JVM Row as a dict, read through ``collect()``'s socket: ``Observation.get`` moves it
+    through py4j, which decodes a byte array byte by byte in Python (measured: about 1.2 s for a
+    batch's 2.5 MB of pairs, against 0.03 s this way)."""
+    from pyspark.sql import DataFrame
+
+    jvm = session.sparkContext._jvm
+    jdf = session._jsparkSession.createDataFrame(jvm.java.util.Collections.singletonList(jrow), jrow.schema())
+    return DataFrame(jdf, session).collect()[0].asDict()
 
 
 def children_from_metrics(metrics: dict[str, Any], *, what: str) -> tuple[int, np.ndarray, np.ndarray]:
@@ -413,4 +424,5 @@ def write_in_jvm(
     with kafka_sink_v2(rows.sparkSession):
         writer.save()
     what = f"outputs to {topic}"
-    return children_from_metrics(observed_metrics(observation, timeout=metrics_timeout, what=what), what=what)
+    metrics = observed_metrics(observation, rows.sparkSession, timeout=metrics_timeout, what=what)
+    return children_from_metrics(metrics, what=what)

@@ -49,7 +49,8 @@ def observed_write(rows) -> tuple[int, dict[int, int]]:
     """Write ``rows`` (with_children) to the noop sink observed: (rows written, root -> XOR)."""
     observed, observation = observe_children(rows)
     observed.write.format("noop").mode("overwrite").save()
-    written, roots, xors = children_from_metrics(observed_metrics(observation, timeout=60, what="test"), what="test")
+    metrics = observed_metrics(observation, rows.sparkSession, timeout=60, what="test")
+    written, roots, xors = children_from_metrics(metrics, what="test")
     return written, dict(zip(roots.tolist(), xors.tolist()))
 
 
@@ -180,7 +181,8 @@ def test_a_retried_task_is_observed_once(spark):
         assert system.getProperty(prop) is None, "the failpoint never fired"
     finally:
         system.clearProperty(prop)
-    written, roots, xors = children_from_metrics(observed_metrics(observation, timeout=60, what="test"), what="test")
+    metrics = observed_metrics(observation, spark, timeout=60, what="test")
+    written, roots, xors = children_from_metrics(metrics, what="test")
     assert written == 2000
     assert dict(zip(roots.tolist(), xors.tolist())) == expected
 
