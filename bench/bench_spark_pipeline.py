@@ -8,6 +8,9 @@ of ``--batch`` records), split them into words, write the words to a topic with 
 * tracked: a ``SparkSpout`` doing it (roots and INIT, the ``rk-anchors`` header and the child
   edges' XOR in Spark SQL, the final acks), with an acker worker and a downstream Python bolt
   acking every word, each in its own process (spawned, so they compete for the same two cores).
+  ``--bolt after`` starts the bolt only once the Spark job has written everything: the plain job
+  has no downstream consumer, and on two cores a Python bolt acking 8 words a sentence takes
+  most of a core from Spark while it runs (the acker runs throughout either way).
 
 Figures per run: sentences/s of the Spark job (start until every sentence was written by Spark:
 the query stopped), CPU seconds per 1,000 sentences of the Python driver and of the Spark JVM
@@ -16,8 +19,8 @@ tree completed and the group commit reached the end (bound by the Python bolt ac
 sentence). The ratio is tracked / plain of the medians. Prints figures, asserts nothing.
 
 Usage: ``./rk bench spark_pipeline [--sentences N] [--rounds R] [--batch B] [--bootstrap-servers HOST:PORT]
-[--profile]`` (without ``--bootstrap-servers`` an embedded broker is started and stopped). ``--profile``
-runs cProfile around the tracked job's batch function in the driver and prints where its wall
+[--bolt during|after] [--profile]`` (without ``--bootstrap-servers`` an embedded broker is started and
+stopped). ``--profile`` runs cProfile around the tracked job's batch function in the driver and prints where its wall
 time went (each Spark action there is synchronous, so its cumulative time is that action's), and
 CPU seconds of Spark's Python workers (children of the JVM, e.g. a Python output writer).
 """
@@ -159,7 +162,7 @@ def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int) -> d
     return {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "workers": meter.workers}
 
 
-def run_tracked(spark, bootstrap: str, source: str, batch: int, sentences: int, jvm_pid: int) -> dict:
+def run_tracked(spark, bootstrap: str, source: str, batch: int, sentences: int, jvm_pid: int, bolt: str) -> dict:
     from reliable_kafka.spark import SparkSpout
     from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
 
@@ -169,10 +172,10 @@ def run_tracked(spark, bootstrap: str, source: str, batch: int, sentences: int, 
     ensure_topics(admin_client(bootstrap), TopologyTopics(topology, ackers=2))
     context = multiprocessing.get_context("spawn")
     stop, ready = context.Event(), context.Event()
-    helpers = [
-        context.Process(target=_acker, args=(bootstrap, topology, ready, stop), daemon=True),
-        context.Process(target=_bolt, args=(bootstrap, topology, output, stop), daemon=True),
-    ]
+    helpers = [context.Process(target=_acker, args=(bootstrap, topology, ready, stop), daemon=True)]
+    downstream = context.Process(target=_bolt, args=(bootstrap, topology, output, stop), daemon=True)
+    if bolt == "during":
+        helpers.append(downstream)
     for process in helpers:
         process.start()
     ready.wait(120)
@@ -198,6 +201,9 @@ def run_tracked(spark, bootstrap: str, source: str, batch: int, sentences: int, 
             with Meter(jvm_pid) as meter:
                 job.start()
                 job.query.awaitTermination()
+            if bolt == "after":
+                helpers.append(downstream)
+                downstream.start()
             done = job.run_until(lambda j: j.caught_up(), timeout=900, poll_interval=0.5)
             completed = time.monotonic() - started
             progress = job.progress()
@@ -230,6 +236,12 @@ def main(argv: list[str] | None = None) -> int:
         dest="bootstrap",
         help="Kafka bootstrap servers (default: start an embedded broker)",
     )
+    parser.add_argument(
+        "--bolt",
+        choices=("during", "after"),
+        default="during",
+        help="start the downstream Python bolt with the tracked job (default) or after it wrote everything",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the tracked job's batches")
     args = parser.parse_args(argv)
     global PROFILE
@@ -255,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         n = args.sentences
         print(
             f"{n} sentences of {WORDS_PER_SENTENCE} words, local[2], batches of {args.batch}, "
-            f"{args.rounds} rounds alternating (after one warm-up of each)",
+            f"{args.rounds} rounds alternating (after one warm-up of each), downstream bolt {args.bolt} the "
+            f"tracked job; load average {os.getloadavg()[0]:.1f}",
             flush=True,
         )
         results: dict[str, list[dict]] = {"plain": [], "tracked": []}
@@ -265,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                     if name == "plain":
                         figures = run_plain(spark, bootstrap, source, args.batch, jvm_pid)
                     else:
-                        figures = run_tracked(spark, bootstrap, source, args.batch, n, jvm_pid)
+                        figures = run_tracked(spark, bootstrap, source, args.batch, n, jvm_pid, args.bolt)
                     label = "warm-up" if round_ == 0 else f"round {round_}"
                     extra = ""
                     if name == "tracked":
@@ -285,8 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             spark.stop()
     rate = {name: n / statistics.median(f["wall"] for f in runs) for name, runs in results.items()}
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
     print(
-        f"\nmedian sentences/s: plain {rate['plain']:,.0f}, tracked {rate['tracked']:,.0f}; "
+        f"median sentences/s: plain {rate['plain']:,.0f}, tracked {rate['tracked']:,.0f}; "
         f"ratio tracked/plain {rate['tracked'] / rate['plain']:.2f} (target >= 0.7)"
     )
     for name, runs in results.items():

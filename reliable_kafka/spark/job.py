@@ -320,7 +320,8 @@ class SparkJob:
 
         With a ``salt`` and no ``rk_fail`` column, the outputs go through Spark's Kafka sink
         (``writer.write_in_jvm``, DESIGN 7.2) and ``children`` is (roots, XOR of their child
-        edges) as int64 arrays, which the caller must fold into the inputs' final acks. Otherwise
+        edges) as int64 arrays, observed during the write, which the caller must fold into the
+        inputs' final acks. Otherwise
         executor tasks write them in Python (``OutputWriter``), sending the child-edge acks
         themselves, and ``children`` is None."""
         outputs = self.transform(inputs)

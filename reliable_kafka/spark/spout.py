@@ -9,8 +9,8 @@ Spark's Kafka source and micro-batch engine do the reading; ``foreachBatch`` add
    partition at a time and sends INIT for every root, flushed before anything else happens;
 2. runs the user's ``transform`` over the batch (key, value, topic, partition, offset,
    timestamp, headers, attempt, anchors) and writes its outputs through Spark's Kafka sink, with
-   the per-root XOR of their child edges from an aggregation (``writer.write_in_jvm``; outputs
-   with ``rk_fail`` go through the Python ``OutputWriter``, which sends the child-edge acks);
+   the per-root XOR of their child edges observed in the same job (``writer.write_in_jvm``;
+   outputs with ``rk_fail`` go through the Python ``OutputWriter``, which sends the child-edge acks);
 3. after the write action succeeded, acks each input's own edge, folded with that XOR.
 
 A background driver loop consumes this spout's outcomes, redelivers failed and timed-out records

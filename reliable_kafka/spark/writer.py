@@ -16,7 +16,10 @@ Producers are cached per Python worker process (Spark reuses workers), never sha
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +29,7 @@ import numpy as np
 from reliable_kafka import codec
 from reliable_kafka.core.anchors import anchor_to_pairs
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.errors import ConfigError, DeliveryError
+from reliable_kafka.errors import ConfigError, DeliveryError, StateError, WaitTimeoutError
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.clients import new_producer
 from reliable_kafka.kafka.produce import flush_or_raise
@@ -161,21 +164,37 @@ class OutputWriter:
 
 # --- the JVM output path (DESIGN 7.2) ---------------------------------------------------------------
 #
-# No output row passes through Python. ``write_in_jvm``:
+# No output row passes through Python, and the outputs are computed once, by the write itself.
+# ``write_in_jvm``:
 # 1. gives the transform's outputs a row id (``monotonically_increasing_id``) and, per distinct root
 #    of the row's anchors, a child edge ``xxhash64(salt, row id, root, CHILD_TAG)`` (never 0); builds
-#    the ``rk-anchors`` v2 header from those pairs in Spark SQL; persists the result;
-# 2. writes the persisted rows with Spark's own Kafka sink (``headers`` column);
-# 3. after the write succeeded, aggregates the same persisted rows: per root the XOR of its child
-#    edges (``bit_xor``), returned as int64 arrays for the driver to fold into the inputs' final acks.
-# Child edges are distinct within a root: row ids are unique in the batch and roots unique within a
+#    the (root, child edge) pairs as big-endian bytes and the ``rk-anchors`` v2 header around them;
+# 2. observes the rows (``DataFrame.observe``): the row count and every row's pairs (``listagg``),
+#    collected in the same job as the write;
+# 3. writes them with Spark's own Kafka sink, as a DataSource V2 batch write (``append``): Spark
+#    reports observed metrics for V2 writes, not for the Kafka sink's V1 path (its
+#    ``SaveIntoDataSourceCommand`` runs the query as a separate Dataset; measured: the observation
+#    never completes);
+# 4. after the write succeeded, folds the pairs into the XOR of each root's child edges (NumPy), for
+#    the driver to fold into the inputs' final acks.
+# Why the observed pairs are exactly the written children: the observation sits in the write's
+# result stage (the Kafka sink asks for no distribution, so no exchange comes between them), and
+# Spark merges a result task's accumulator updates only from the attempt that completed the
+# partition (``DAGScheduler``: once per partition; failed attempts' updates are dropped, this
+# accumulator does not count failed values). Each counted attempt flushed its rows before it
+# succeeded (``KafkaDataWriter.commit``). A dead or speculative attempt's rows that reached Kafka
+# too carry edges the final ack does not cancel (or cancel twice), so their trees time out and
+# replay, never complete early. Were an attempt counted twice, a root's XOR would lose edges it
+# must hold: ``tests/integration/test_spark_observed_children.py`` checks the count under retries.
+# Child edges are distinct within a root: row ids are unique in the job and roots unique within a
 # row, so two edges of one root are equal only if xxhash64 collides (about 2^-64 a pair, the odds
-# DESIGN 2 accepts for any XOR coincidence). A retried write task reads the same cached rows and
-# writes the same edges again; acking both copies cancels them and the tree times out (never early).
+# DESIGN 2 accepts for any XOR coincidence).
 
 ROW_ID = "rk_row"
 CHILDREN = "rk_children"
+PAIRS = "rk_pairs"
 _HEADER_TYPE = "array<struct<key:string,value:binary>>"
+V1_SOURCES = "spark.sql.sources.useV1SourceList"
 
 
 # The expressions are SQL text: one py4j call each, where building them from Column objects took
@@ -199,15 +218,22 @@ def _varint_hex(value: str, max_bytes: int) -> str:
     return f"concat({', '.join(parts)})"
 
 
-def anchors_header_v2_sql(pairs: str) -> str:
-    """SQL: ``rk-anchors`` v2 of an ``array<struct<root, edge>>`` expression: 0x02, then Avro
-    ``bytes`` (zigzag varint of 16n, then n big-endian int64 pairs; DESIGN 3). One pair, the
-    common case, avoids Spark's interpreted higher-order functions: 0x02 0x20 root edge."""
-    single = f"unhex(concat('0220', {_be64_hex(f'{pairs}[0].root')}, {_be64_hex(f'{pairs}[0].edge')}))"
+def pairs_bytes_sql(pairs: str) -> str:
+    """SQL: the n (root, edge) pairs of an ``array<struct<root, edge>>`` expression as 16n bytes,
+    big-endian int64s: the body of the ``rk-anchors`` v2 header. One pair, the common case, avoids
+    Spark's interpreted higher-order functions."""
+    single = f"unhex(concat({_be64_hex(f'{pairs}[0].root')}, {_be64_hex(f'{pairs}[0].edge')}))"
     body = f"array_join(transform({pairs}, p -> concat({_be64_hex('p.root')}, {_be64_hex('p.edge')})), '')"
+    return f"IF(size({pairs}) = 1, {single}, unhex({body}))"
+
+
+def anchors_header_v2_sql(pairs: str, body: str | None = None) -> str:
+    """SQL: ``rk-anchors`` v2 of an ``array<struct<root, edge>>`` expression: 0x02, then Avro
+    ``bytes`` (zigzag varint of 16n, then n big-endian int64 pairs; DESIGN 3). ``body``: an
+    expression already holding :func:`pairs_bytes_sql` of ``pairs``. One pair: 0x02 0x20 root edge."""
+    body = body or pairs_bytes_sql(pairs)
     zigzag = f"CAST(size({pairs}) AS BIGINT) * 32"  # 2 * 16n: non-negative, so zigzag doubles it
-    general = f"unhex(concat('02', {_varint_hex(zigzag, 5)}, {body}))"
-    return f"IF(size({pairs}) = 1, {single}, {general})"
+    return f"concat(IF(size({pairs}) = 1, X'0220', unhex(concat('02', {_varint_hex(zigzag, 5)}))), {body})"
 
 
 def anchors_header_v2(pairs: str):
@@ -249,14 +275,16 @@ def _lateral_aliases(df) -> bool:
 
 
 def with_children(outputs, salt: int):
-    """Outputs plus ``rk_row``, ``rk_children`` and ``rk_headers`` (the user's headers minus any
-    ``rk-anchors``, plus ours when the row has roots), as Spark's Kafka sink wants them."""
+    """Outputs plus ``rk_row``, ``rk_children``, ``rk_pairs`` (the children as bytes) and
+    ``rk_headers`` (the user's headers minus any ``rk-anchors``, plus ours when the row has roots),
+    as Spark's Kafka sink wants them."""
     row_id = f"monotonically_increasing_id() AS {ROW_ID}"
     children = f"{child_edges_sql(salt, f'`{ANCHORS_COLUMN}`', ROW_ID)} AS {CHILDREN}"
+    pairs = f"{pairs_bytes_sql(CHILDREN)} AS {PAIRS}"
     key = f"'{codec.ANCHORS_HEADER}'"
     ours = (
         f"IF(size({CHILDREN}) > 0, array(named_struct('key', {key}, 'value', "
-        f"{anchors_header_v2_sql(CHILDREN)})), CAST(array() AS {_HEADER_TYPE}))"
+        f"{anchors_header_v2_sql(CHILDREN, PAIRS)})), CAST(array() AS {_HEADER_TYPE}))"
     )
     if "headers" in outputs.columns:
         theirs = (
@@ -265,38 +293,75 @@ def with_children(outputs, salt: int):
         )
         ours = f"concat({theirs}, {ours})"
     if _lateral_aliases(outputs):  # the row id is still computed once: Spark stacks the projections
-        return outputs.selectExpr("*", row_id, children, f"{ours} AS rk_headers")
-    return outputs.selectExpr("*", row_id).selectExpr("*", children).selectExpr("*", f"{ours} AS rk_headers")
-
-
-def child_xor_by_root(rows):
-    """Per root of the rows' children: (root, XOR of its child edges, ``bit_xor``, and ``rows``:
-    the rows whose first child it is). One more group, root null, holds the rows without
-    children; the sum of ``rows`` over all groups is the row count, so no second job counts them."""
-    from pyspark.sql import functions as F
-
+        return outputs.selectExpr("*", row_id, children, pairs, f"{ours} AS rk_headers")
     return (
-        rows.selectExpr(f"posexplode_outer({CHILDREN}) AS (pos, c)")
-        .groupBy(F.expr("c.root").alias("root"))
-        .agg(F.expr("bit_xor(c.edge)").alias("xor"), F.expr("sum(IF(pos = 0 OR pos IS NULL, 1, 0))").alias("rows"))
+        outputs.selectExpr("*", row_id)
+        .selectExpr("*", children)
+        .selectExpr("*", pairs)
+        .selectExpr("*", f"{ours} AS rk_headers")
     )
 
 
-def column_arrays(df, names: list[str]) -> dict[str, np.ndarray]:
-    """Long columns of a DataFrame as int64 arrays (null as 0), packed in the JVM into one row of
-    arrays first: the driver unpickles a few lists, never one Python Row per record."""
-    import numpy as np
+def observe_children(rows):
+    """``rows`` (:func:`with_children`) observed: (observed DataFrame, its ``Observation``), whose
+    metrics after the first action are ``rows`` (the row count) and ``pairs`` (every row's
+    ``rk_pairs``, concatenated)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
 
-    fields = ", ".join(f"'{n}', coalesce(CAST(`{n}` AS BIGINT), 0)" for n in names)
-    packed = f"collect_list(named_struct({fields}))"  # one aggregate: Spark merges the equal ones
-    row = df.selectExpr(*[f"transform({packed}, s -> s.`{n}`) AS `{n}`" for n in names]).collect()[0]
-    return {n: np.array(row[n] or [], dtype=np.int64) for n in names}
+    observation = Observation(f"rk-children-{uuid.uuid4().hex}")
+    observed = rows.observe(observation, F.expr("count(1)").alias("rows"), F.expr(f"listagg({PAIRS})").alias("pairs"))
+    return observed, observation
+
+
+def observed_metrics(observation, session, *, timeout: float, what: str) -> dict[str, Any]:
+    """The observation's metrics once Spark's listener set them (asynchronously, after the action
+    returned); a :class:`WaitTimeoutError` after ``timeout`` seconds instead of blocking forever,
+    as ``Observation.get`` would for an action that reports no metrics."""
+    future = observation._jo.future()  # the JVM Observation (pyspark.sql.Observation keeps it)
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while not future.isCompleted():
+        if time.monotonic() >= deadline:
+            raise WaitTimeoutError(
+                f"spark output: {what}: Spark reported no observed metrics within {timeout:.0f} s after the "
+                f"write; the batch's roots are failed and redelivered (is the Kafka sink's batch write V2?)"
+            )
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)
+    return _collected(observation._jo.getRow(), session)
+
+
+def _collected(jrow, session) -> dict[str, Any]:
+    """A JVM Row as a dict, read through ``collect()``'s socket: ``Observation.get`` moves it
+    through py4j, which decodes a byte array byte by byte in Python (measured: about 1.2 s for a
+    batch's 2.5 MB of pairs, against 0.03 s this way)."""
+    from pyspark.sql import DataFrame
+
+    jvm = session.sparkContext._jvm
+    jdf = session._jsparkSession.createDataFrame(jvm.java.util.Collections.singletonList(jrow), jrow.schema())
+    return DataFrame(jdf, session).collect()[0].asDict()
+
+
+def children_from_metrics(metrics: dict[str, Any], *, what: str) -> tuple[int, np.ndarray, np.ndarray]:
+    """(rows written, roots, XOR of each root's child edges) from :func:`observe_children`'s metrics.
+    Metrics without those fields (Spark sets an empty row when it could not collect them) raise
+    :class:`StateError`: acking the inputs without their children would complete trees early."""
+    if "rows" not in metrics or "pairs" not in metrics:
+        raise StateError(
+            f"spark output: {what}: Spark reported no children for the written rows (metrics {sorted(metrics)}); "
+            f"the batch's roots are failed and redelivered"
+        )
+    raw = bytes(metrics["pairs"] or b"")  # listagg of no rows is null
+    if len(raw) % 16:
+        raise StateError(f"spark output: {what}: observed pairs of {len(raw)} bytes are not 16-byte (root, edge) pairs")
+    pairs = np.frombuffer(raw, dtype=">i8").astype(np.int64).reshape(-1, 2)
+    roots, xors = fold_by_root(pairs[:, 0], pairs[:, 1])
+    return int(metrics["rows"]), roots, xors
 
 
 def fold_by_root(roots, vals):
     """One entry per distinct root, its vals XORed together (an ack's val may be any XOR split)."""
-    import numpy as np
-
     if len(roots) == 0:
         return roots, vals
     unique, inverse = np.unique(roots, return_inverse=True)
@@ -306,8 +371,8 @@ def fold_by_root(roots, vals):
 
 
 def sink_rows(rows):
-    """The persisted rows as Spark's Kafka sink takes them: key, value and headers. Kafka takes
-    string or binary; other types are written as text, as the Python writer does."""
+    """The rows as Spark's Kafka sink takes them: key, value and headers. Kafka takes string or
+    binary; other types are written as text, as the Python writer does."""
     types = dict(rows.dtypes)
     plain = [
         f"`{n}`" if types[n] in ("string", "binary") else f"CAST(`{n}` AS STRING) AS `{n}`"
@@ -317,25 +382,47 @@ def sink_rows(rows):
     return rows.selectExpr(*plain, "rk_headers AS headers")
 
 
-def write_in_jvm(outputs, *, salt: int, bootstrap_servers: str, topic: str, options: dict[str, str]):
-    """Steps 1-3 above; returns (written rows, roots, XOR of their child edges) after the sink's
-    write succeeded (it raises otherwise, and the caller fails the batch's roots)."""
-    from pyspark import StorageLevel
-
-    rows = with_children(outputs, salt).persist(StorageLevel.MEMORY_AND_DISK)
+@contextlib.contextmanager
+def kafka_sink_v2(session):
+    """Within: ``session``'s batch writes to ``format("kafka")`` take Spark's DataSource V2 path
+    (``kafka`` left out of :data:`V1_SOURCES`); the setting is restored after. Spark reads it when
+    ``save()`` plans the write; a stream's ``foreachBatch`` DataFrames run in the stream's own
+    clone of the session."""
+    before = session.conf.get(V1_SOURCES)
+    names = [name for name in before.split(",") if name.strip().lower() != "kafka"]
+    if len(names) == len(before.split(",")):
+        yield
+        return
+    session.conf.set(V1_SOURCES, ",".join(names))
     try:
-        writer = (
-            sink_rows(rows)
-            .write.format("kafka")
-            .option("kafka.bootstrap.servers", bootstrap_servers)
-            .option("topic", topic)
-        )
-        for key, value in options.items():
-            writer = writer.option(key, value)
-        writer.save()
-        arrays = column_arrays(child_xor_by_root(rows), ["root", "xor", "rows"])
-        written = int(arrays["rows"].sum())
-        rooted = arrays["root"] != 0  # column_arrays gives the childless rows' null root as 0
-        return written, arrays["root"][rooted], arrays["xor"][rooted]
+        yield
     finally:
-        rows.unpersist()
+        session.conf.set(V1_SOURCES, before)
+
+
+def write_in_jvm(
+    outputs,
+    *,
+    salt: int,
+    bootstrap_servers: str,
+    topic: str,
+    options: dict[str, str],
+    metrics_timeout: float = 120.0,
+):
+    """Steps 1-4 above; returns (written rows, roots, XOR of their child edges) after the sink's
+    write succeeded (it raises otherwise, and the caller fails the batch's roots)."""
+    rows, observation = observe_children(with_children(outputs, salt))
+    writer = (
+        sink_rows(rows)
+        .write.format("kafka")
+        .mode("append")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("topic", topic)
+    )
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    with kafka_sink_v2(rows.sparkSession):
+        writer.save()
+    what = f"outputs to {topic}"
+    metrics = observed_metrics(observation, rows.sparkSession, timeout=metrics_timeout, what=what)
+    return children_from_metrics(metrics, what=what)

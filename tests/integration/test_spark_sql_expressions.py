@@ -1,12 +1,14 @@
 """The Spark SQL expressions of the JVM output path (reliable_kafka.spark.writer.write_in_jvm)
 against Python references: the bytes of the ``rk-anchors`` header (decoded by the codec), the
-child edges and their XOR per root. Spark in local mode, no broker."""
+child edges, and their XOR per root as observed during a write (Spark's ``noop`` sink, a V2 write
+as the Kafka sink's). Spark in local mode, no broker."""
 
 from __future__ import annotations
 
 import random
 import struct
 
+import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
@@ -16,10 +18,12 @@ from reliable_kafka.spark.anchors import ANCHORS_TYPE
 from reliable_kafka.spark.derive import derive_child_edge
 from reliable_kafka.spark.writer import (
     CHILDREN,
+    PAIRS,
     ROW_ID,
     anchors_header_v2,
-    child_xor_by_root,
-    column_arrays,
+    children_from_metrics,
+    observe_children,
+    observed_metrics,
     with_children,
 )
 
@@ -28,9 +32,26 @@ pytestmark = pytest.mark.spark
 
 @pytest.fixture(scope="module")
 def spark():
-    session = spark_session("rk-test-spark-sql", master="local[2]")
+    session = spark_session("rk-test-spark-sql", master="local[2,3]")  # a failed task is retried
     yield session
     session.stop()
+
+
+def column_arrays(df, names: list[str]) -> dict[str, np.ndarray]:
+    """Long columns as int64 arrays, packed into one row of arrays in the JVM (one Row, not 60,000)."""
+    fields = ", ".join(f"'{n}', `{n}`" for n in names)
+    packed = f"collect_list(named_struct({fields}))"
+    row = df.selectExpr(*[f"transform({packed}, s -> s.`{n}`) AS `{n}`" for n in names]).collect()[0]
+    return {n: np.array(row[n], dtype=np.int64) for n in names}
+
+
+def observed_write(rows) -> tuple[int, dict[int, int]]:
+    """Write ``rows`` (with_children) to the noop sink observed: (rows written, root -> XOR)."""
+    observed, observation = observe_children(rows)
+    observed.write.format("noop").mode("overwrite").save()
+    metrics = observed_metrics(observation, rows.sparkSession, timeout=60, what="test")
+    written, roots, xors = children_from_metrics(metrics, what="test")
+    return written, dict(zip(roots.tolist(), xors.tolist()))
 
 
 def v2_header(pairs) -> bytes:
@@ -114,35 +135,80 @@ def test_user_headers_are_kept_and_their_rk_anchors_replaced(spark):
     assert bytes(row.rk_headers[1].value) != b"old"
 
 
-def test_xor_per_root_is_the_python_reference(spark):
+def test_xor_per_root_observed_during_the_write_is_the_python_reference(spark):
     rng = random.Random(13)
     roots = [rng.randrange(-(2**63), 2**63) or 1 for _ in range(50)]
     data = [
         (f"v{i}", [(r, rng.randrange(-(2**63), 2**63)) for r in rng.sample(roots, rng.randint(1, 4))])
         for i in range(3000)
     ]
-    outputs = spark.createDataFrame(data, f"value string, anchors {ANCHORS_TYPE}").repartition(4)
-    rows = with_children(outputs, 99).persist()
-    try:
-        computed = rows.select(ROW_ID, CHILDREN).collect()
-        per_root = column_arrays(child_xor_by_root(rows), ["root", "xor", "rows"])
+    outputs = spark.createDataFrame(data, f"value string, anchors {ANCHORS_TYPE}").repartition(4).persist()
+    try:  # persisted: the reference's action sees the same rows in the same places as the write
+        computed = with_children(outputs, 99).select(ROW_ID, CHILDREN).collect()
+        written, per_root = observed_write(with_children(outputs, 99))
     finally:
-        rows.unpersist()
+        outputs.unpersist()
     expected: dict[int, int] = {}
     for row in computed:
         for child in row[CHILDREN]:
             assert child.edge == derive_child_edge(99, row[ROW_ID], child.root)
             expected[child.root] = expected.get(child.root, 0) ^ child.edge
-    assert dict(zip(per_root["root"].tolist(), per_root["xor"].tolist())) == expected
-    assert int(per_root["rows"].sum()) == len(computed) == 3000
+    assert per_root == expected
+    assert written == len(computed) == 3000
 
 
-def test_rows_without_children_are_counted_in_the_null_root_group(spark):
-    rows = [("a", [(5, 6)]), ("b", None), ("c", [(5, 1), (6, 2)]), ("d", [(0, 1)])]
+def test_a_retried_task_is_observed_once(spark):
+    """A write task dies after 300 rows passed the observation, once; Spark retries it. The
+    metrics hold each written row's children exactly once (a task counted twice would cancel its
+    edges out of the roots' XOR: trees would complete before those outputs were acked)."""
+    prop = f"rk.test.observe.{random.randrange(2**32)}"
+    system = spark.sparkContext._jvm.java.lang.System
+    system.setProperty(prop, "armed")
+    outputs = spark.range(0, 2000, 1, 2).selectExpr(
+        "CAST(id AS STRING) AS value", "array(named_struct('root', id % 50 + 1, 'edge', id * 7 + 1)) AS anchors"
+    )
+    expected: dict[int, int] = {}
+    for row in with_children(outputs, 5).select(CHILDREN).collect():  # no shuffle: the same row ids
+        for child in row[CHILDREN]:
+            expected[child.root] = expected.get(child.root, 0) ^ child.edge
+    observed, observation = observe_children(with_children(outputs, 5))
+    place = F.col(ROW_ID).bitwiseAND(F.lit((1 << 33) - 1))  # the row's place in its partition
+    cleared = F.call_function("java_method", F.lit("java.lang.System"), F.lit("clearProperty"), F.lit(prop))
+    fire = (place == 300) & (cleared != "null")  # once: then the property is gone ("null")
+    dying = observed.withColumn("value", F.when(fire, F.raise_error(F.lit("a task dies"))).otherwise(F.col("value")))
+    try:
+        dying.write.format("noop").mode("overwrite").save()
+        assert system.getProperty(prop) is None, "the failpoint never fired"
+    finally:
+        system.clearProperty(prop)
+    metrics = observed_metrics(observation, spark, timeout=60, what="test")
+    written, roots, xors = children_from_metrics(metrics, what="test")
+    assert written == 2000
+    assert dict(zip(roots.tolist(), xors.tolist())) == expected
+
+
+def test_pairs_are_the_headers_body(spark):
+    rows = [("a", [(5, 6)]), ("b", [(7, 1), (8, 2), (9, 3)]), ("c", None)]
     outputs = spark.createDataFrame(rows, f"value string, anchors {ANCHORS_TYPE}")
-    per_root = column_arrays(child_xor_by_root(with_children(outputs, 4)), ["root", "xor", "rows"])
-    got = {r: n for r, n in zip(per_root["root"].tolist(), per_root["rows"].tolist())}
-    assert sum(got.values()) == 4 and got[0] == 2  # b and d: no children (null root, read as 0)
+    got = {r.value: r for r in with_children(outputs, 2).collect()}
+    for value in "ab":
+        header = bytes(got[value].rk_headers[0].value)
+        pairs = [(c.root, c.edge) for c in got[value][CHILDREN]]
+        assert bytes(got[value][PAIRS]) == b"".join(struct.pack(">qq", *p) for p in pairs)
+        assert header == v2_header(pairs) and header.endswith(bytes(got[value][PAIRS]))
+    assert bytes(got["c"][PAIRS]) == b""
+
+
+def test_rows_without_children_are_counted_and_give_no_roots(spark):
+    rows = [("a", [(5, 6)]), ("b", None), ("c", [(5, 1), (6, 2)]), ("d", [(0, 1)]), ("e", [])]
+    outputs = spark.createDataFrame(rows, f"value string, anchors {ANCHORS_TYPE}")
+    written, per_root = observed_write(with_children(outputs, 4))
+    assert written == 5 and set(per_root) == {5, 6}
+
+
+def test_outputs_the_transform_filtered_away_are_observed_as_none(spark):
+    outputs = spark.createDataFrame([("a", [(5, 6)])], f"value string, anchors {ANCHORS_TYPE}").filter("false")
+    assert observed_write(with_children(outputs, 4)) == (0, {})
 
 
 def test_with_children_is_the_same_without_lateral_column_aliases(spark):

@@ -1,15 +1,19 @@
 """The pure parts of Spark's JVM output path (reliable_kafka.spark.writer), without Spark: the
-Python port of the child edges and the driver's fold of final acks. The Spark SQL expressions are
-checked against these in tests/integration/test_spark_sql_expressions.py."""
+Python port of the child edges, the observed children read back and folded, the driver's fold of
+final acks, and the switch to the Kafka sink's V2 write. The Spark SQL expressions are checked
+against these in tests/integration/test_spark_sql_expressions.py."""
 
+import struct
 from functools import reduce
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reliable_kafka.errors import StateError
 from reliable_kafka.spark.derive import derive_child_edge
-from reliable_kafka.spark.writer import fold_by_root
+from reliable_kafka.spark.writer import V1_SOURCES, children_from_metrics, fold_by_root, kafka_sink_v2
 
 longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 row_ids = st.integers(min_value=0, max_value=2**62)
@@ -43,3 +47,63 @@ def test_an_input_ack_folded_with_its_children_cancels_only_once_every_child_is_
     xor = reduce(lambda a, b: a ^ b, children, 0)
     _, (final,) = fold_by_root(np.array([root, root], dtype=np.int64), np.array([edge, xor], dtype=np.int64))
     assert reduce(lambda a, b: a ^ b, children, edge ^ int(final)) == 0
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.integers(-5, 5), longs), max_size=60), st.integers(0, 100))
+def test_observed_pairs_give_each_roots_xor_of_child_edges(pairs, rows):
+    raw = b"".join(struct.pack(">qq", root, edge) for root, edge in pairs)
+    written, roots, xors = children_from_metrics({"rows": rows, "pairs": bytearray(raw)}, what="test")
+    expected: dict[int, int] = {}
+    for root, edge in pairs:
+        expected[root] = expected.get(root, 0) ^ edge
+    assert written == rows
+    assert dict(zip(roots.tolist(), xors.tolist())) == expected
+
+
+def test_no_observed_rows_means_no_children():
+    written, roots, xors = children_from_metrics({"rows": 0, "pairs": None}, what="test")  # listagg of nothing
+    assert written == 0 and len(roots) == len(xors) == 0
+
+
+@pytest.mark.parametrize("metrics", [{}, {"rows": 3}, {"rows": 1, "pairs": b"\x00" * 15}])
+def test_metrics_that_do_not_name_every_child_fail_the_batch(metrics):
+    # Acking the inputs without their children's edges would complete their trees early.
+    with pytest.raises(StateError, match="spark output: test"):
+        children_from_metrics(metrics, what="test")
+
+
+class FakeConf:
+    def __init__(self, value: str) -> None:
+        self.values = {V1_SOURCES: value}
+        self.seen: list[str] = []
+
+    def get(self, key: str) -> str:
+        return self.values[key]
+
+    def set(self, key: str, value: str) -> None:
+        self.seen.append(value)
+        self.values[key] = value
+
+
+class FakeSession:
+    def __init__(self, value: str) -> None:
+        self.conf = FakeConf(value)
+
+
+def test_kafka_sink_v2_takes_kafka_off_the_v1_list_and_restores_it_even_on_error():
+    session = FakeSession("avro,csv,json,kafka,orc,parquet,text")
+    with pytest.raises(RuntimeError), kafka_sink_v2(session):
+        assert session.conf.values[V1_SOURCES] == "avro,csv,json,orc,parquet,text"
+        raise RuntimeError("write failed")
+    assert session.conf.values[V1_SOURCES] == "avro,csv,json,kafka,orc,parquet,text"
+
+
+def test_kafka_sink_v2_leaves_a_list_without_kafka_alone():
+    session = FakeSession("parquet, Kafka ")
+    with kafka_sink_v2(session):
+        assert session.conf.values[V1_SOURCES] == "parquet"
+    session = FakeSession("parquet")
+    with kafka_sink_v2(session):
+        pass
+    assert session.conf.seen == []
