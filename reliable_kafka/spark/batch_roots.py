@@ -8,7 +8,9 @@
   collected from the batch, no Spark job runs for it. An offset that holds no record (a
   transaction marker, an aborted or compacted-away record, one deleted by retention) gets a root
   too; it has no outputs, so its final ack alone completes the tree and the offset is done, as it
-  would be anyway (a commit point passes what Kafka never hands out).
+  would be anyway (a commit point passes what Kafka never hands out). So the counters of such a
+  batch (``stats.inputs``, ``completed``) count offsets, markers included: telling them apart
+  would take the Spark job this path avoids (docs/spark.md).
 * **Collected** (batches with redeliveries, recovery ranges, or ranges the offset log cannot give,
   e.g. a partition added since the last batch): the records' coordinates and ids are collected as
   columns, packed in the JVM into one row of arrays, and registered as before.

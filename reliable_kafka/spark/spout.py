@@ -317,7 +317,7 @@ class SparkSpout(SparkJob):
                 done = spark.createDataFrame([(root,) for root in skipped], "root long")
                 inputs = batch.join(F.broadcast(done), "root", "left_anti")
             inputs = inputs.select(*SOURCE_COLUMNS, "attempt", F.array(F.struct("root", "edge")).alias("anchors"))
-            self.stats.inputs += len(entries)
+            self.stats.inputs += len(entries)  # from offset ranges: transaction markers included
             _, _, children = self._write(inputs, salt)  # (2)
             if children is not None:  # the JVM sink wrote them: their XOR goes into the final acks
                 pairs = np.concatenate([np.array(entries, dtype=np.int64), np.column_stack(children)])

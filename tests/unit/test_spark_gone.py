@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import TopicPartition
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reliable_kafka import codec
 from reliable_kafka.core.kinds import OutcomeKind
@@ -173,3 +175,57 @@ def test_a_reference_bound_from_a_missing_redelivery_passes_no_guard_and_is_park
     assert [d.source[2] for d in _letters(kafka)] == [0, 1]
     assert codec.PARKED_HEADER in dict(kafka.messages(DLQ)[0].headers())
     assert [tp.offset for tp in spout._roots.offsets_to_commit()] == [2]
+
+
+def test_give_up_also_takes_a_record_handed_out_for_its_redelivery():
+    spout = _spout(_kafka(records=1, marker=False), max_retries=5)
+    _fail(spout, [0])
+    [redelivery] = spout.tracker.due_redeliveries()
+    action = spout.tracker.give_up(TP, 0, GONE_REASON)
+    assert action is not None and action.attempt == 1 and action.reason == GONE_REASON
+    assert spout.tracker.give_up(TP, 0, GONE_REASON) is None, "once"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    records=st.integers(1, 8),
+    deleted=st.integers(0, 8),
+    failing=st.lists(st.integers(0, 1), max_size=4),
+    via_redelivery=st.booleans(),
+)
+def test_the_commit_never_passes_an_undelivered_reference_and_every_deleted_record_gets_one(
+    records, deleted, failing, via_redelivery
+):
+    """Any mix: records bound for the DLQ or redelivered, ``deleted`` of them gone, deliveries
+    failing now and then. The commit point never passes a reference not yet delivered; in the end
+    each deleted record has exactly one reference, each other one a copy, and all is committed."""
+    deleted = min(deleted, records)
+    kafka = _kafka(records=records, marker=False)
+    spout = _spout(kafka, max_retries=5 if via_redelivery else 0)
+    spout._rereader.timeout_s = 1.0
+    _fail(spout, range(records))
+    kafka.delete_records("src", 0, before=deleted)
+    if via_redelivery:  # Spark read the redeliveries; the deleted ones were not there
+        spout._batches.low_watermark = lambda tp: deleted
+        kept = [o for o in range(deleted, records)]
+        found = {"topic": ["src"] * len(kept), "partition": [0] * len(kept), "offset": kept, "attempt": [2] * len(kept)}
+        found |= {"root": [5000 + o for o in kept], "edge": [1] * len(kept)}
+        original, batch_roots.record_columns = batch_roots.record_columns, lambda batch: found
+        try:
+            spout._batches.register(None, None, 1, spout.tracker.due_redeliveries())
+        finally:
+            batch_roots.record_columns = original
+        for o in kept:
+            spout._roots.act(spout.tracker.on_outcome(5000 + o, OutcomeKind.COMPLETED))
+    for fail in [*failing, 0, 0]:
+        if fail:
+            kafka.fail_next("delivery")
+        spout._write_dead_letters()
+        delivered = {d.source[2] for d in _letters(kafka) if d.reference is not None}
+        point = spout.tracker.commit_points().get(TP, 0)
+        assert all(o in delivered for o in range(min(point, deleted))), "committed past an undelivered reference"
+    letters = _letters(kafka)
+    assert sorted(d.source[2] for d in letters if d.reference is not None) == list(range(deleted))
+    copies = sorted(d.source[2] for d in letters if d.reference is None)
+    assert copies == ([] if via_redelivery else list(range(deleted, records)))
+    assert spout.tracker.commit_points() == {TP: records} and spout.lost_to_retention == deleted
