@@ -388,13 +388,14 @@ class InFlightTracker:
         return OutcomeAction(ActionKind.DEAD_LETTER, entry.tp, entry.offset, entry.attempt, reason, None, root)
 
     def give_up(self, tp: TopicPartition, offset: int, reason: str) -> OutcomeAction | None:
-        """Dead-letter a record waiting for its redelivery now (a poison pill: ``fail(retry=False)``).
+        """Dead-letter a record waiting for its redelivery now (a poison pill: ``fail(retry=False)``),
+        or handed out for it and not found (Kafka deleted it).
 
         Returns the DEAD_LETTER action, or None when ``offset`` is not waiting for a redelivery.
         """
         part = self._partitions.get(tp)
         entry = part.pending.get(offset) if part is not None else None
-        if entry is None or entry.state is not _State.RETRY:
+        if entry is None or entry.state not in (_State.RETRY, _State.REDELIVERING):
             return None
         entry.state = _State.DEAD_LETTER
         entry.reason = reason

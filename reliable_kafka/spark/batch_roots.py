@@ -8,7 +8,9 @@
   collected from the batch, no Spark job runs for it. An offset that holds no record (a
   transaction marker, an aborted or compacted-away record, one deleted by retention) gets a root
   too; it has no outputs, so its final ack alone completes the tree and the offset is done, as it
-  would be anyway (a commit point passes what Kafka never hands out).
+  would be anyway (a commit point passes what Kafka never hands out). So the counters of such a
+  batch (``stats.inputs``, ``completed``) count offsets, markers included: telling them apart
+  would take the Spark job this path avoids (docs/spark.md).
 * **Collected** (batches with redeliveries, recovery ranges, or ranges the offset log cannot give,
   e.g. a partition added since the last batch): the records' coordinates and ids are collected as
   columns, packed in the JVM into one row of arrays, and registered as before.
@@ -146,7 +148,8 @@ class BatchRoots:
     ``offset_log`` gives stream batches' ranges (None: every batch is collected); ``low_watermark``
     tells a record deleted by retention from an offset that never held one. Counters: ``skipped``
     (records Spark handed over again that were already done), ``not_redelivered`` (redeliveries
-    Kafka no longer had), ``from_ranges`` and ``collected`` (batches registered each way).
+    Kafka no longer had and that could not be dead-lettered as references; expected 0),
+    ``from_ranges`` and ``collected`` (batches registered each way).
     """
 
     def __init__(
@@ -197,21 +200,25 @@ class BatchRoots:
         return entries, skipped
 
     def _not_found(self, redelivery: Redelivery) -> None:
-        """A redelivery Kafka did not hand out: deleted by retention (lost), or an offset that never
-        held a record (a transaction marker that got a root from its batch's offset range)."""
+        """A redelivery Kafka did not hand out: deleted by retention or ``delete_records`` (bound for
+        the DLQ as a reference, done once that is delivered), or an offset that never held a record
+        (a transaction marker that got a root from its batch's offset range: done)."""
         tp, offset = redelivery.tp, redelivery.offset
         if offset >= self.low_watermark(tp):
             log.debug("%s: %s[%d]@%d holds no record (a transaction marker); done", self.component, *tp, offset)
-        else:
-            self.not_redelivered += 1
+        elif self.owner.dead_letter_gone(tp, offset):
             log.error(
-                "%s: %s[%d]@%d is no longer in Kafka; it cannot be redelivered (attempt %d, %s)",
+                "%s: %s[%d]@%d is no longer in Kafka; not redelivered (attempt %d, %s), a reference goes to the DLQ",
                 self.component,
                 *tp,
                 offset,
                 redelivery.attempt,
                 redelivery.reason,
             )
+            return
+        else:  # no longer waiting for its redelivery (not expected: it was handed out); do not block the commit
+            self.not_redelivered += 1
+            log.error("%s: %s[%d]@%d is no longer in Kafka and not held for a retry; done", self.component, *tp, offset)
         with self.lock:
             self.owner.tracker.done_immediately(tp, offset)
 

@@ -51,7 +51,8 @@ class SparkJobStats:
     """Counters of one job since ``start()`` (driver side).
 
     ``batches`` counts stream micro-batches, ``extra_batches`` recovery and redelivery batches
-    the driver ran itself; ``inputs`` rows handed to the transform; ``outputs`` rows written;
+    the driver ran itself; ``inputs`` rows handed to the transform (a spout's stream batch registered
+    from its offset ranges counts offsets: transaction markers too); ``outputs`` rows written;
     ``failed_rows`` output rows with ``rk_fail``; ``failed_batches`` batches whose transform or
     write failed (their roots were failed).
     """

@@ -17,9 +17,11 @@ A background driver loop consumes this spout's outcomes, redelivers failed and t
 (re-read by offset with a batch Kafka read, processed with new roots, joined to the next
 micro-batch or run on their own when no data arrives), dead-letters records past the retry limit
 and commits the job's consumer group up to the tracker's commit point, with the offsets done above
-it in the commit metadata. Only that commit says what is done: Spark's checkpoint says only what
-was read. On start, records between the group's commit and the point where Spark resumes
-(``reliable_kafka.spark.recovery``) that are not recorded as done are processed again first.
+it in the commit metadata. A record Kafka deleted while in flight (retention, ``delete_records``)
+leaves a dead-letter reference (coordinates, attempts, no value), and is done once that is delivered.
+Only that commit says what is done: Spark's checkpoint says only what was read. On start, records
+between the group's commit and the point where Spark resumes (``reliable_kafka.spark.recovery``)
+that are not recorded as done are processed again first.
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ class SparkSpout(SparkJob):
             kafka_config=self.kafka_config,
             records=self._roots.records,
             to_record=_source_record,
-            gone=self._gone,
+            gone=self._roots.gone,  # a deleted record leaves a reference in the DLQ; a marker is done
         )
         self._roots.reread = self._rereader
         self._batches = BatchRoots(  # stream batches' offset log: set by start()
@@ -205,6 +207,7 @@ class SparkSpout(SparkJob):
 
     @property
     def lost_to_retention(self) -> int:
+        """Records Kafka deleted while in flight; each left a reference (no value) in the DLQ."""
         return self._batches.not_redelivered + self._roots.stats.expired_in_flight
 
     # --- start ----------------------------------------------------------------------------------
@@ -314,7 +317,7 @@ class SparkSpout(SparkJob):
                 done = spark.createDataFrame([(root,) for root in skipped], "root long")
                 inputs = batch.join(F.broadcast(done), "root", "left_anti")
             inputs = inputs.select(*SOURCE_COLUMNS, "attempt", F.array(F.struct("root", "edge")).alias("anchors"))
-            self.stats.inputs += len(entries)
+            self.stats.inputs += len(entries)  # from offset ranges: transaction markers included
             _, _, children = self._write(inputs, salt)  # (2)
             if children is not None:  # the JVM sink wrote them: their XOR goes into the final acks
                 pairs = np.concatenate([np.array(entries, dtype=np.int64), np.column_stack(children)])
@@ -379,12 +382,6 @@ class SparkSpout(SparkJob):
             return
         if not self._roots.confirm_dead_letters(30.0):
             log.warning("%s: dead letters to %s not confirmed yet; they stay pending", self.name, self.topics.dlq)
-
-    def _gone(self, tp: TP, offset: int, why: str) -> None:
-        log.error("%s: %s[%d]@%d %s; it cannot be dead-lettered", self.name, *tp, offset, why)
-        self._roots.stats.expired_in_flight += 1
-        with self._lock:
-            self.tracker.done_immediately(tp, offset)
 
     # --- commits --------------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ Dead letters take three steps, so that each spout confirms them its own way: :me
 record for the DLQ (the guard counts it), :meth:`write_dead_letters` parks it, and
 :meth:`dead_letters_delivered` counts it done once the spout knows the write reached the broker
 (a flush, or a committed transaction). Until then the record stays pending: never committed past.
+A record bound for the DLQ that Kafka deleted meanwhile (retention, ``delete_records``) is parked as
+a reference (:meth:`gone`): its coordinates, attempts and reason, no value; confirmed the same way.
 """
 
 from __future__ import annotations
@@ -32,21 +34,23 @@ from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import ActionKind, InFlightTracker, OutcomeAction
 from reliable_kafka.errors import ConfigError, DeadLetterGuardTripped, DecodeError
 from reliable_kafka.kafka.outcomes import OutcomeListener
-from reliable_kafka.kafka.parking import Quarantine, park
+from reliable_kafka.kafka.parking import Quarantine, park, park_reference
 from reliable_kafka.ops.failures import Attempt, FailureIndex, FailureRecord, attempt_headers
 from reliable_kafka.ops.trace import RootIndex
+from reliable_kafka.spout.reread import DELETED
 from reliable_kafka.topology import TopologyTopics
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
 
-__all__ = ["RootOwner", "RootStats", "POISON_PILL", "check_guard_config"]
+__all__ = ["RootOwner", "RootStats", "POISON_PILL", "GONE_REASON", "check_guard_config"]
 
 log = logging.getLogger(__name__)
 _DONE = ActionKind.DONE  # an enum member read through its class is ~0.17 us on 3.11: once per root
 _COMPLETED = OutcomeKind.COMPLETED
 
 POISON_PILL = "POISON_PILL"  # the dead-letter reason of a record a component failed with retry=False
+GONE_REASON = "deleted from Kafka (retention) while in flight"  # the reason of a dead-letter reference
 TopicPartitionKey = tuple[str, int]
 RecordKey = tuple[TopicPartitionKey, int]
 
@@ -59,7 +63,7 @@ class RootStats:
     completed: int = 0
     dead_lettered: int = 0
     metadata_truncated: int = 0
-    expired_in_flight: int = 0  # deleted by retention before it could be read again
+    expired_in_flight: int = 0  # deleted by Kafka before it could be read again (a reference was parked)
     committed: dict[TopicPartitionKey, int] = field(default_factory=dict)
 
 
@@ -134,6 +138,7 @@ class RootOwner:
         self._started_ms = int(clock.time() * 1000)
         self._bound: list[OutcomeAction] = []  # bound for the DLQ, not written yet
         self._unconfirmed: list[_DeadLetterWrite] = []  # written, delivery not known yet
+        self._gone: set[RecordKey] = set()  # bound for the DLQ, but Kafka deleted the record: a reference
         self._dead_letter_marks: deque[int] = deque()  # settled count when each dead letter was bound
         self._dead_letters_bound = 0
 
@@ -323,7 +328,8 @@ class RootOwner:
         with self._lock:
             if not self._bound:
                 return 0
-            missing = [key for key in self.bound_for_dead_letters() if key not in self.records]
+            held = self.records.keys() | self._gone  # a record deleted by Kafka is not read again
+            missing = [key for key in self.bound_for_dead_letters() if key not in held]
         if missing and self.reread is not None:
             self.reread(missing)
         with self._lock:
@@ -331,11 +337,70 @@ class RootOwner:
             written = 0
             for action in bound:
                 record = self.records.get((action.tp, action.offset))
-                if record is None:  # revoked meanwhile, or deleted by retention (reread counted it)
+                if record is not None:
+                    self._park(record, action)
+                elif (action.tp, action.offset) in self._gone:
+                    self._park_reference(action)
+                else:  # revoked meanwhile, or no record at that offset (a transaction marker: done)
                     continue
-                self._park(record, action)
                 written += 1
             return written
+
+    def gone(self, key: TopicPartitionKey, offset: int, why: str) -> None:
+        """A ``SourceRereader``'s ``gone`` for a spout whose dead letters go through this owner: a
+        record bound for the DLQ is no longer in Kafka. One Kafka deleted (``why`` is ``DELETED``)
+        is parked as a reference by :meth:`write_dead_letters` and done once that is delivered; an
+        offset that holds no record (a transaction marker) is done at once, without a dead letter."""
+        with self._lock:
+            if why == DELETED:
+                self._gone.add((key, offset))
+                return
+            log.info("%s: %s[%s]@%s %s; done, nothing to dead-letter", self.component, *key, offset, why)
+            self.tracker.done_immediately(key, offset)
+
+    def dead_letter_gone(self, key: TopicPartitionKey, offset: int) -> bool:
+        """A record waiting for its redelivery that Kafka deleted (the shell read it again and did
+        not find it below the low watermark): bound for the DLQ as a reference, which passes no
+        guard (it diverts nothing). False when ``offset`` is not waiting for a redelivery."""
+        with self._lock:
+            action = self.tracker.give_up(key, offset, GONE_REASON)
+            if action is None:
+                return False
+            self._gone.add((key, offset))
+            self._bound.append(action)
+            return True
+
+    def _park_reference(self, action: OutcomeAction) -> None:
+        """Park a reference to a record Kafka deleted while in flight (:func:`park_reference`)."""
+        write = _DeadLetterWrite(None, action)
+
+        def failed(error, message, write=write):
+            if error is not None:
+                log.error("%s: reference to %s[%s]@%s not written (%s); retrying", self.component, *write.key, error)
+                write.failed = True
+
+        log.error(
+            "%s: %s[%s]@%s was deleted from Kafka while in flight, after %d attempt(s); parked a reference in %s",
+            self.component,
+            *write.key,
+            action.attempt,
+            self.topics.dlq,
+        )
+        park_reference(
+            cast("Producer", self.producer),
+            self.topics.dlq,
+            parked=ParkedRecord(
+                reason=GONE_REASON,
+                attempts=action.attempt,
+                source_topic=action.tp[0],
+                source_partition=action.tp[1],
+                source_offset=action.offset,
+                component=self.component,
+                parked_at_ms=int(self._clock.time() * 1000),
+            ),
+            on_delivery=failed,
+        )
+        self._unconfirmed.append(write)
 
     def _park(self, record, action: OutcomeAction) -> None:
         write = _DeadLetterWrite(record, action)
@@ -406,7 +471,11 @@ class RootOwner:
                     self._bound.append(write.action)
                     continue
                 key = (write.action.tp, write.action.offset)
-                self.stats.dead_lettered += 1
+                if write.record is None:  # a reference: the record was gone
+                    self._gone.discard(key)
+                    self.stats.expired_in_flight += 1
+                else:
+                    self.stats.dead_lettered += 1
                 confirmed += 1
                 self.tracker.dead_lettered(*key)
                 self.records.pop(key, None)
@@ -416,6 +485,7 @@ class RootOwner:
         """Their writes were aborted (a transaction): the spout rebuilds its state from the last commit."""
         with self._lock:
             self._bound, self._unconfirmed = [], []
+            self._gone.clear()
 
     # --- partitions and commits -----------------------------------------------------------------
 
@@ -441,6 +511,7 @@ class RootOwner:
             self.tracker.revoke(key)
             self._committed.pop(key, None)
             self._bound = [action for action in self._bound if action.tp != key]
+            self._gone = {gone for gone in self._gone if gone[0] != key}
             for record_key in [k for k in self.records if k[0] == key]:
                 del self.records[record_key]
             for record_key in [k for k in self._attempts if k[0] == key]:
@@ -488,4 +559,8 @@ class _DeadLetterWrite:
     __slots__ = ("record", "action", "failed")
 
     def __init__(self, record, action: OutcomeAction) -> None:
-        self.record, self.action, self.failed = record, action, False
+        self.record, self.action, self.failed = record, action, False  # record None: a reference
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (*self.action.tp, self.action.offset)

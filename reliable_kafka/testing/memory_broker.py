@@ -293,8 +293,9 @@ class MemoryKafka:
     def delete_records(self, topic: str, partition: int, before: int) -> None:
         """Retention: records below offset ``before`` are gone (the log start moves up)."""
         log = self.log(topic, partition)
+        end = log.end  # before the records go: deleting them all keeps the high watermark, as Kafka
         log.records = log.records[log.at(before) :]
-        log.start = max(log.start, min(before, log.end))
+        log.start = max(log.start, min(before, end))
 
     def append(
         self,
