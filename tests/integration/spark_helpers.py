@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from reliable_kafka import codec
 from reliable_kafka.acker.worker import AckerWorker
@@ -23,7 +23,7 @@ from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from reliable_kafka.spark import SparkSpout
+    from reliable_kafka.spark import SparkBolt, SparkSpout
 
 
 def new_topology(prefix: str, bootstrap: str, *, partitions: int = 2) -> tuple[str, str, str]:
@@ -63,6 +63,24 @@ def topology_spout(
         checkpoint_dir=str(checkpoint),
         output_topic=output,
         **options,
+    )
+
+
+def topology_bolt(
+    spark, bootstrap: str, topology: str, *, source: str, output: str, group_id: str, checkpoint, transform
+) -> SparkBolt:
+    """The tests' SparkBolt: ``transform`` from ``source`` to ``output`` in group ``group_id``."""
+    from reliable_kafka.spark import SparkBolt
+
+    return SparkBolt(
+        spark,
+        topology=topology,
+        bootstrap_servers=bootstrap,
+        source_topics=source,
+        group_id=group_id,
+        checkpoint_dir=str(checkpoint),
+        transform=transform,
+        output_topic=output,
     )
 
 
@@ -206,9 +224,9 @@ def outputs_by_root(bootstrap: str, topic: str) -> dict[int, list[tuple[int, int
     by_root: dict[int, list] = defaultdict(list)
     for message in read_topic(bootstrap, topic):
         headers = dict(message.headers() or [])
-        anchors = codec.decode_anchors(headers[codec.ANCHORS_HEADER])
+        anchors = codec.decode_anchors(cast(bytes, headers[codec.ANCHORS_HEADER]))
         for root in anchors:
-            by_root[root].append(source_of(message.value()))
+            by_root[root].append(source_of(cast(bytes, message.value())))
     return by_root
 
 
