@@ -129,6 +129,18 @@ def bolt_running(bolt: Bolt):
         thread.join(60)
 
 
+def driver_args(
+    bootstrap: str, topology: str, source: str, output: str, group: str, checkpoint, **options: object
+) -> list[str]:
+    """Command line of spark_driver_script.py; ``options`` become flags:
+    ``max_offsets_per_trigger=300`` is ``--max-offsets-per-trigger 300``."""
+    args = ["--bootstrap", bootstrap, "--topology", topology, "--source", source, "--output", output]
+    args += ["--group", group, "--checkpoint", str(checkpoint)]
+    for name, value in options.items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    return args
+
+
 def source_of(value: bytes) -> tuple[int, int, int, str]:
     """(partition, offset, attempt, payload) from an output value written as
     ``payload|partition|offset|attempt`` by the tests' transforms."""
