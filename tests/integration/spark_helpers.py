@@ -1,20 +1,97 @@
-"""Shared pieces of the Spark integration tests: an acker and downstream bolts on threads, and
-readers that turn output, outcome and dead-letter topics into plain data to assert on."""
+"""Shared pieces of the Spark integration tests: a test topology's topics, the standard SparkSpout
+over them, an acker and downstream bolts on threads, and readers that turn output, outcome and
+dead-letter topics into plain data to assert on."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from reliable_kafka import codec
 from reliable_kafka.acker.worker import AckerWorker
-from reliable_kafka.bolt import BasicBolt, Bolt
+from reliable_kafka.bolt import BasicBolt, Bolt, BoltCollector, Tuple
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.testing.records import read_topic
+from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from reliable_kafka.spark import SparkBolt, SparkSpout
+
+
+def new_topology(prefix: str, bootstrap: str, *, partitions: int = 2) -> tuple[str, str, str]:
+    """A unique topology name and its created ``<topology>.src`` and ``<topology>.out`` topics."""
+    topology = unique_name(prefix)
+    source, output = f"{topology}.src", f"{topology}.out"
+    create_topics(bootstrap, {source: partitions, output: partitions})
+    return topology, source, output
+
+
+def source_tagged_value() -> Column:
+    """``value|partition|offset|attempt`` as a string column: every output traces back to its
+    record and attempt (read back by ``source_of``)."""
+    from pyspark.sql import functions as F  # only the Spark tests load pyspark
+
+    return F.concat_ws("|", *(F.col(name).cast("string") for name in ("value", "partition", "offset", "attempt")))
+
+
+def tag_with_source(df: DataFrame) -> DataFrame:
+    """The tests' transform: each record's key, its ``source_tagged_value`` and its anchors."""
+    return df.select("key", source_tagged_value().alias("value"), "anchors")
+
+
+def topology_spout(
+    spark, bootstrap: str, topology: str, source: str, output: str, checkpoint, *, spout_class=None, **options
+) -> SparkSpout:
+    """The tests' SparkSpout: ``source`` to ``output`` in group ``<topology>.job``, checkpoint at
+    ``checkpoint``; ``options`` (the transform, timeouts, ...) are the scenario's own."""
+    if spout_class is None:
+        from reliable_kafka.spark import SparkSpout as spout_class
+    return spout_class(
+        spark,
+        topology=topology,
+        bootstrap_servers=bootstrap,
+        source_topics=source,
+        group_id=f"{topology}.job",
+        checkpoint_dir=str(checkpoint),
+        output_topic=output,
+        **options,
+    )
+
+
+def topology_bolt(
+    spark, bootstrap: str, topology: str, *, source: str, output: str, group_id: str, checkpoint, transform
+) -> SparkBolt:
+    """The tests' SparkBolt: ``transform`` from ``source`` to ``output`` in group ``group_id``."""
+    from reliable_kafka.spark import SparkBolt
+
+    return SparkBolt(
+        spark,
+        topology=topology,
+        bootstrap_servers=bootstrap,
+        source_topics=source,
+        group_id=group_id,
+        checkpoint_dir=str(checkpoint),
+        transform=transform,
+        output_topic=output,
+    )
+
+
+@contextmanager
+def started(job):
+    """A Spark spout or bolt started, and stopped on exit whatever happened."""
+    job.start()
+    try:
+        yield job
+    finally:
+        job.stop()
 
 
 @contextmanager
@@ -50,6 +127,18 @@ def bolt_running(bolt: Bolt):
     finally:
         stop.set()
         thread.join(60)
+
+
+def driver_args(
+    bootstrap: str, topology: str, source: str, output: str, group: str, checkpoint, **options: object
+) -> list[str]:
+    """Command line of spark_driver_script.py; ``options`` become flags:
+    ``max_offsets_per_trigger=300`` is ``--max-offsets-per-trigger 300``."""
+    args = ["--bootstrap", bootstrap, "--topology", topology, "--source", source, "--output", output]
+    args += ["--group", group, "--checkpoint", str(checkpoint)]
+    for name, value in options.items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    return args
 
 
 def source_of(value: bytes) -> tuple[int, int, int, str]:
@@ -99,6 +188,39 @@ def acking_bolt(
     )
 
 
+@contextmanager
+def acking_downstream(bootstrap: str, topology: str, output: str, **bolt_options):
+    """An ``acking_bolt`` over ``output`` on a thread; yields its DownstreamLog."""
+    log = DownstreamLog()
+    with bolt_running(acking_bolt(bootstrap, topology, output, log, **bolt_options)):
+        yield log
+
+
+@contextmanager
+def acked_downstream(
+    bootstrap: str, topology: str, output: str, *, ackers: int = 2, timeout_ms: int = 10_000, **bolt_options
+):
+    """An acker and an ``acking_bolt`` over ``output`` on threads; yields the bolt's DownstreamLog."""
+    with (
+        acker_running(bootstrap, topology, ackers=ackers, timeout_ms=timeout_ms),
+        acking_downstream(bootstrap, topology, output, **bolt_options) as log,
+    ):
+        yield log
+
+
+def downstream_bolt(
+    bootstrap: str, topology: str, output: str, handler: Callable[[Tuple, BoltCollector], None]
+) -> Bolt:
+    """A plain Bolt over ``output`` whose ``handler`` decides what to ack (a withholding downstream)."""
+    return Bolt(
+        topology=topology,
+        bootstrap_servers=bootstrap,
+        source_topics=output,
+        group_id=f"{output}.downstream",
+        handler=handler,
+    )
+
+
 def outcomes(bootstrap: str, topology: str) -> dict[int, list[OutcomeKind]]:
     """root -> outcomes the ackers published, in order."""
     decided: dict[int, list[OutcomeKind]] = defaultdict(list)
@@ -114,9 +236,9 @@ def outputs_by_root(bootstrap: str, topic: str) -> dict[int, list[tuple[int, int
     by_root: dict[int, list] = defaultdict(list)
     for message in read_topic(bootstrap, topic):
         headers = dict(message.headers() or [])
-        anchors = codec.decode_anchors(headers[codec.ANCHORS_HEADER])
+        anchors = codec.decode_anchors(cast(bytes, headers[codec.ANCHORS_HEADER]))
         for root in anchors:
-            by_root[root].append(source_of(message.value()))
+            by_root[root].append(source_of(cast(bytes, message.value())))
     return by_root
 
 

@@ -9,12 +9,21 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
-from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running, wait_for
+from spark_helpers import (
+    acked_downstream,
+    acker_running,
+    bolt_running,
+    source_tagged_value,
+    started,
+    topology_bolt,
+    topology_spout,
+    wait_for,
+)
 
 from reliable_kafka import codec
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, end_offsets, lag
-from reliable_kafka.spark import SparkBolt, SparkSpout, merge_anchors, spark_session
+from reliable_kafka.spark import merge_anchors, spark_session
 from reliable_kafka.spout import Spout
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
@@ -87,26 +96,23 @@ def test_python_spout_spark_bolt_python_bolt(spark, kafka_bootstrap, tmp_path):
         handler=add_count,
     )
     with acker_running(kafka_bootstrap, topology, timeout_ms=60_000), bolt_running(summer), bolt_running(python_spout):
-        bolt = SparkBolt(
+        bolt = topology_bolt(
             spark,
-            topology=topology,
-            bootstrap_servers=kafka_bootstrap,
-            source_topics=sentences,
+            kafka_bootstrap,
+            topology,
+            source=sentences,
+            output=counts,
             group_id=f"{topology}.spark",
-            checkpoint_dir=str(tmp_path / "ckpt"),
+            checkpoint=tmp_path / "ckpt",
             transform=count_words,
-            output_topic=counts,
         )
-        bolt.start()
-        try:
+        with started(bolt):
             wait_for(
                 lambda: lag(kafka_bootstrap, f"{topology}.spout", source) == 0,
                 timeout=300,
                 what="the Python spout's commit to reach the end (every tree completed)",
             )
             bolt.raise_if_failed()
-        finally:
-            bolt.stop()
 
     lost = [i for i in range(600) if totals.get(f"s{i}", 0) < 1]
     assert not lost, f"{len(lost)} sentences were never counted, e.g. {lost[:5]}"
@@ -132,60 +138,41 @@ def test_spark_spout_spark_bolt_python_bolt_with_downstream_failures(spark, kafk
     create_topics(kafka_bootstrap, {source: 2, middle: 2, output: 2})
     placed = produce_values(kafka_bootstrap, source, [f"rec-{i}".encode() for i in range(800)])
 
-    def tag_with_source(df):
-        return df.select(
-            F.concat_ws(
-                "|",
-                F.col("value").cast("string"),
-                F.col("partition").cast("string"),
-                F.col("offset").cast("string"),
-                F.col("attempt").cast("string"),
-            ).alias("value"),
-            "anchors",
-        )
+    def tag_with_source(df):  # no key: the middle topic is unkeyed
+        return df.select(source_tagged_value().alias("value"), "anchors")
 
     def upper(df):
         return df.select(F.upper(F.col("value").cast("string")).alias("value"), "anchors")
 
-    log = DownstreamLog()
     group = f"{topology}.job"
-    with (
-        acker_running(kafka_bootstrap, topology, timeout_ms=60_000),
-        bolt_running(
-            acking_bolt(kafka_bootstrap, topology, output, log, fail_first=lambda partition, offset: offset % 40 == 5)
-        ),
-    ):
-        spout = SparkSpout(
+    with acked_downstream(
+        kafka_bootstrap, topology, output, timeout_ms=60_000, fail_first=lambda partition, offset: offset % 40 == 5
+    ) as log:
+        spout = topology_spout(
             spark,
-            topology=topology,
-            bootstrap_servers=kafka_bootstrap,
-            source_topics=source,
-            group_id=group,
-            checkpoint_dir=str(tmp_path / "spout-ckpt"),
+            kafka_bootstrap,
+            topology,
+            source,
+            middle,
+            tmp_path / "spout-ckpt",
             transform=tag_with_source,
-            output_topic=middle,
             message_timeout_ms=60_000,
             backoff=Backoff(initial_ms=200),
         )
-        bolt = SparkBolt(
+        bolt = topology_bolt(
             spark,
-            topology=topology,
-            bootstrap_servers=kafka_bootstrap,
-            source_topics=middle,
+            kafka_bootstrap,
+            topology,
+            source=middle,
+            output=output,
             group_id=f"{topology}.bolt",
-            checkpoint_dir=str(tmp_path / "bolt-ckpt"),
+            checkpoint=tmp_path / "bolt-ckpt",
             transform=upper,
-            output_topic=output,
         )
-        bolt.start()
-        spout.start()
-        try:
+        with started(bolt), started(spout):  # stops the spout first, then the bolt
             assert spout.run_until(lambda job: job.caught_up(), timeout=240), spout.progress()
             bolt.raise_if_failed()
             progress = spout.progress()
-        finally:
-            spout.stop()
-            bolt.stop()
 
     failed_first = {(p, o) for p, o in placed if o % 40 == 5}
     # The middle topic has no keys: a first attempt that timed out under load may reach the

@@ -18,10 +18,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pyspark
 import pytest
-from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running, source_of, wait_for
+from spark_helpers import acked_downstream, driver_args, source_of, wait_for
 
 from reliable_kafka.offsets import lag
 from reliable_kafka.testing.records import produce_values, read_topic
@@ -196,24 +197,16 @@ def run_job(cluster: Cluster, bootstrap: str, tmp_path: Path, *, kill: str | Non
     create_topics(bootstrap, {source: 2, output: 2})
     placed = produce_values(bootstrap, source, [f"rec-{i}".encode() for i in range(RECORDS)])
     marker = tmp_path / "paused"
-    args = [
-        "--bootstrap",
+    args = driver_args(
         bootstrap,
-        "--topology",
         topology,
-        "--source",
         source,
-        "--output",
         output,
-        "--group",
         group,
-        "--checkpoint",
         f"file://{tmp_path / 'ckpt'}",
-        "--max-offsets-per-trigger",
-        "200",
-        "--message-timeout-ms",
-        "30000",
-    ]
+        max_offsets_per_trigger=200,
+        message_timeout_ms=30000,
+    )
     if kill:
         args += ["--pause-on", f"rec-{RECORDS // 2}", "--pause-file", str(marker)]
     submit = [
@@ -238,12 +231,8 @@ def run_job(cluster: Cluster, bootstrap: str, tmp_path: Path, *, kill: str | Non
     ]
     env = {**cluster.env, "PYSPARK_PYTHON": sys.executable}
     log_path = tmp_path / "driver.log"
-    log = DownstreamLog()
     killed = None
-    with (
-        acker_running(bootstrap, topology, timeout_ms=30_000),
-        bolt_running(acking_bolt(bootstrap, topology, output, log)),
-    ):
+    with acked_downstream(bootstrap, topology, output, timeout_ms=30_000):
         driver = subprocess.Popen(
             submit,
             env=env,
@@ -288,7 +277,7 @@ def run_job(cluster: Cluster, bootstrap: str, tmp_path: Path, *, kill: str | Non
                 driver.wait(30)
     lines = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
     outputs = read_topic(bootstrap, output)
-    produced = {(p, o) for p, o, _, _ in (source_of(m.value()) for m in outputs)}
+    produced = {(p, o) for p, o, _, _ in (source_of(cast(bytes, m.value())) for m in outputs)}
     missing = set(placed) - produced
     assert not missing, f"{len(missing)} records never produced an output, e.g. {sorted(missing)[:5]}"
     assert lag(bootstrap, group, source) == 0

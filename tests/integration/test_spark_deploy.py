@@ -16,12 +16,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from pyspark.sql import functions as F
-from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running, source_of
+from spark_helpers import (
+    acker_running,
+    acking_downstream,
+    bolt_running,
+    downstream_bolt,
+    new_topology,
+    source_of,
+    started,
+    tag_with_source,
+    topology_spout,
+)
 
-from reliable_kafka.bolt import Bolt
 from reliable_kafka.offsets import lag
-from reliable_kafka.spark import SparkSpout, spark_session
+from reliable_kafka.spark import spark_session
 from reliable_kafka.spark.checkpoint import read_resume_point
 from reliable_kafka.spark.session import spark_submit_command
 from reliable_kafka.testing.records import produce_values
@@ -87,28 +95,12 @@ def spark(viewfs_target):
     session.stop()
 
 
-def tag_with_source(df):
-    return df.select(
-        "key",
-        F.concat_ws(
-            "|",
-            F.col("value").cast("string"),
-            F.col("partition").cast("string"),
-            F.col("offset").cast("string"),
-            F.col("attempt").cast("string"),
-        ).alias("value"),
-        "anchors",
-    )
-
-
 @pytest.mark.parametrize("form", ["file-uri", "viewfs"])
 def test_restart_recovers_through_hadoop_file_systems(spark, kafka_bootstrap, tmp_path, viewfs_target, form):
     """As test_spark_spout's restart test: run 1 reads all into the checkpoint but only even offsets
     are acked; run 2 gets no batch from Spark and must recover exactly the odd offsets, which it
     can only find by reading the checkpoint where Spark wrote it."""
-    topology = unique_name(f"rk-spark-fs-{form}")
-    source, output = f"{topology}.src", f"{topology}.out"
-    create_topics(kafka_bootstrap, {source: 1, output: 1})
+    topology, source, output = new_topology(f"rk-spark-fs-{form}", kafka_bootstrap, partitions=1)
     placed = produce_values(kafka_bootstrap, source, [f"rec-{i}".encode() for i in range(120)])
     if form == "viewfs":
         checkpoint, local = f"{VIEWFS_MOUNT}/{topology}", viewfs_target / topology
@@ -121,49 +113,32 @@ def test_restart_recovers_through_hadoop_file_systems(spark, kafka_bootstrap, tm
         if source_of(tuple_.value)[1] % 2 == 0:
             collector.ack(tuple_)
 
-    settings = dict(
-        topology=topology,
-        bootstrap_servers=kafka_bootstrap,
-        source_topics=source,
-        group_id=group,
-        checkpoint_dir=checkpoint,
-        transform=tag_with_source,
-        output_topic=output,
-        available_now=True,
-        message_timeout_ms=60_000,
-    )
+    def new_run():  # both runs: the same checkpoint, AvailableNow
+        return topology_spout(
+            spark,
+            kafka_bootstrap,
+            topology,
+            source,
+            output,
+            checkpoint,
+            transform=tag_with_source,
+            available_now=True,
+            message_timeout_ms=60_000,
+        )
+
     with acker_running(kafka_bootstrap, topology, timeout_ms=60_000):
-        with bolt_running(
-            Bolt(
-                topology=topology,
-                bootstrap_servers=kafka_bootstrap,
-                source_topics=output,
-                group_id=f"{output}.downstream",
-                handler=ack_evens,
-            )
-        ):
-            first = SparkSpout(spark, **settings)
-            first.start()
-            try:
-                assert first.run_until(
-                    lambda job: job.tracker.stats.completed == len(placed) - len(odds) and not job.query.isActive,
-                    timeout=180,
-                ), first.progress()
-            finally:
-                first.stop()
+        with bolt_running(downstream_bolt(kafka_bootstrap, topology, output, ack_evens)), started(new_run()) as first:
+            assert first.run_until(
+                lambda job: job.tracker.stats.completed == len(placed) - len(odds) and not job.query.isActive,
+                timeout=180,
+            ), first.progress()
         assert first.committed_offsets() == {(source, 0): 1}
         # Spark wrote the checkpoint where the location points; Hadoop reads it there.
         assert read_resume_point(local).offsets == {(source, 0): len(placed)}
         assert read_resume_point(checkpoint, spark=spark).offsets == {(source, 0): len(placed)}
-        log = DownstreamLog()
-        with bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
-            second = SparkSpout(spark, **settings)
-            second.start()
-            try:
-                assert second.run_until(lambda job: job.caught_up(), timeout=180), second.progress()
-                progress = second.progress()
-            finally:
-                second.stop()
+        with acking_downstream(kafka_bootstrap, topology, output) as log, started(new_run()) as second:
+            assert second.run_until(lambda job: job.caught_up(), timeout=180), second.progress()
+            progress = second.progress()
 
     assert progress["batches"] == 0, "Spark re-read records although its checkpoint was committed"
     assert progress["recovered"] == len(odds), "the checkpoint was not found where Spark wrote it"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running, source_of, wait_for
+from spark_helpers import acked_downstream, driver_args, source_of, wait_for
 
 from reliable_kafka import codec
 from reliable_kafka.core.kinds import OutcomeKind
@@ -132,38 +132,17 @@ def test_driver_killed_mid_run_loses_nothing_and_never_commits_past_an_incomplet
     placed = produce_values(kafka_bootstrap, source, [f"rec-{i}".encode() for i in range(RECORDS)])
     ends = end_offsets(kafka_bootstrap, source)
     checkpoint = tmp_path / "ckpt"
-    args = [
-        "--bootstrap",
-        kafka_bootstrap,
-        "--topology",
-        topology,
-        "--source",
-        source,
-        "--output",
-        output,
-        "--group",
-        group,
-        "--checkpoint",
-        str(checkpoint),
-        "--max-offsets-per-trigger",
-        "300",
-    ]
+    args = driver_args(kafka_bootstrap, topology, source, output, group, checkpoint, max_offsets_per_trigger=300)
     log_path = tmp_path / "driver.log"
-    log = DownstreamLog()
     sampler = CommitSampler(kafka_bootstrap, group, source, len(ends))
     started: list[set[int]] = []
-    with (
-        acker_running(kafka_bootstrap, topology, timeout_ms=10_000),
-        bolt_running(
-            acking_bolt(
-                kafka_bootstrap,
-                topology,
-                output,
-                log,
-                delay_s=0.004,
-                fail_first=lambda partition, offset: offset % 50 == 11,
-            )
-        ),
+    with acked_downstream(
+        kafka_bootstrap,
+        topology,
+        output,
+        timeout_ms=10_000,
+        delay_s=0.004,
+        fail_first=lambda partition, offset: offset % 50 == 11,
     ):
         sampler.start()
         try:

@@ -11,24 +11,27 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
 from spark_helpers import (
-    DownstreamLog,
+    acked_downstream,
     acker_running,
-    acking_bolt,
+    acking_downstream,
     bolt_running,
+    downstream_bolt,
+    new_topology,
     outcomes,
     outputs_by_root,
     source_of,
+    started,
+    tag_with_source,
+    topology_spout,
 )
 
 from reliable_kafka import codec
-from reliable_kafka.bolt import Bolt
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, lag
-from reliable_kafka.spark import SparkSpout, spark_session
+from reliable_kafka.spark import spark_session
 from reliable_kafka.spark.derive import derive_edge, derive_root, edge_column, root_column
 from reliable_kafka.testing.records import produce_values, read_topic
-from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
 
 pytestmark = pytest.mark.spark
@@ -87,28 +90,6 @@ def spark():
     session.stop()
 
 
-def tag_with_source(df):
-    """Outputs ``value|partition|offset|attempt``: the tests trace every output to its record."""
-    return df.select(
-        "key",
-        F.concat_ws(
-            "|",
-            F.col("value").cast("string"),
-            F.col("partition").cast("string"),
-            F.col("offset").cast("string"),
-            F.col("attempt").cast("string"),
-        ).alias("value"),
-        "anchors",
-    )
-
-
-def new_topology(prefix: str, bootstrap: str, *, partitions: int = 2):
-    topology = unique_name(prefix)
-    source, output = f"{topology}.src", f"{topology}.out"
-    create_topics(bootstrap, {source: partitions, output: partitions})
-    return topology, source, output
-
-
 def placed_records(bootstrap: str, topic: str, count: int) -> list[tuple[int, int]]:
     return produce_values(
         bootstrap, topic, [f"rec-{i}".encode() for i in range(count)], keys=[f"k{i}".encode() for i in range(count)]
@@ -129,34 +110,28 @@ def test_commits_only_completed_trees_and_redelivers_downstream_failures(spark, 
     downstream has not handled (sampled throughout the run), with max_pending below a batch."""
     topology, source, output = new_topology("rk-spark-commit", kafka_bootstrap)
     placed = placed_records(kafka_bootstrap, source, 3000)
-    log = DownstreamLog()
 
     def fails_first(partition: int, offset: int) -> bool:
         return offset % 25 == 7
 
     group = f"{topology}.job"
     samples = []
-    with (
-        acker_running(kafka_bootstrap, topology),
-        bolt_running(acking_bolt(kafka_bootstrap, topology, output, log, fail_first=fails_first)),
-    ):
-        spout = SparkSpout(
+    with acked_downstream(kafka_bootstrap, topology, output, fail_first=fails_first) as log:
+        spout = topology_spout(
             spark,
-            topology=topology,
-            bootstrap_servers=kafka_bootstrap,
-            source_topics=source,
-            group_id=group,
-            checkpoint_dir=str(tmp_path / "ckpt"),
+            kafka_bootstrap,
+            topology,
+            source,
+            output,
+            tmp_path / "ckpt",
             transform=tag_with_source,
-            output_topic=output,
             max_offsets_per_trigger=800,
             max_pending=300,
             message_timeout_ms=10_000,
             backoff=Backoff(initial_ms=200),
             commit_interval_ms=300,
         )
-        spout.start()
-        try:
+        with started(spout):
 
             def sample_then_check(job) -> bool:
                 committed = committed_offsets(kafka_bootstrap, group, source)
@@ -165,8 +140,6 @@ def test_commits_only_completed_trees_and_redelivers_downstream_failures(spark, 
 
             assert spout.run_until(sample_then_check, timeout=240, poll_interval=0.5), spout.progress()
             progress = spout.progress()
-        finally:
-            spout.stop()
 
     assert lag(kafka_bootstrap, group, source) == 0
     passed_unhandled = [
@@ -210,32 +183,22 @@ def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_pat
         handled.add((partition, offset))
         collector.ack(tuple_)
 
-    downstream = Bolt(
-        topology=topology,
-        bootstrap_servers=kafka_bootstrap,
-        source_topics=output,
-        group_id=f"{output}.downstream",
-        handler=handle,
-    )
+    downstream = downstream_bolt(kafka_bootstrap, topology, output, handle)
     group = f"{topology}.job"
     with acker_running(kafka_bootstrap, topology, timeout_ms=6_000), bolt_running(downstream):
-        spout = SparkSpout(
+        spout = topology_spout(
             spark,
-            topology=topology,
-            bootstrap_servers=kafka_bootstrap,
-            source_topics=source,
-            group_id=group,
-            checkpoint_dir=str(tmp_path / "ckpt"),
+            kafka_bootstrap,
+            topology,
+            source,
+            output,
+            tmp_path / "ckpt",
             transform=tag_with_source,
-            output_topic=output,
             message_timeout_ms=6_000,
             backoff=Backoff(initial_ms=100),
         )
-        spout.start()
-        try:
+        with started(spout):
             assert spout.run_until(lambda job: job.caught_up(), timeout=180), spout.progress()
-        finally:
-            spout.stop()
 
     assert failpoint.fired(), "the failpoint never fired: no task died after writing"
     decided = outcomes(kafka_bootstrap, topology)
@@ -272,34 +235,26 @@ def test_record_that_always_fails_is_dead_lettered_and_does_not_stall_the_commit
     def tag_and_fail_poison(df):
         return tag_with_source(df).withColumn("rk_fail", F.split("value", r"\|").getItem(0) == "poison")
 
-    log = DownstreamLog()
     group = f"{topology}.job"
     # a timeout that holds under load: no good record may time out three times (dead-lettered),
     # and the poison's trees must fail, not time out, however slow a batch is
-    with (
-        acker_running(kafka_bootstrap, topology, timeout_ms=60_000),
-        bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)),
-    ):
-        spout = SparkSpout(
+    with acked_downstream(kafka_bootstrap, topology, output, timeout_ms=60_000) as log:
+        spout = topology_spout(
             spark,
-            topology=topology,
-            bootstrap_servers=kafka_bootstrap,
-            source_topics=source,
-            group_id=group,
-            checkpoint_dir=str(tmp_path / "ckpt"),
+            kafka_bootstrap,
+            topology,
+            source,
+            output,
+            tmp_path / "ckpt",
             transform=tag_and_fail_poison,
-            output_topic=output,
             max_retries=2,
             backoff=Backoff(initial_ms=100),
             message_timeout_ms=60_000,
         )
-        spout.start()
-        try:
+        with started(spout):
             assert spout.run_until(timeout=180), spout.progress()  # until idle: nothing in flight
             assert spout.caught_up()
             progress = spout.progress()
-        finally:
-            spout.stop()
 
     dead = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
     assert len(dead) == 1
@@ -320,7 +275,6 @@ def test_restart_processes_again_what_spark_will_not_reread_minus_what_is_done(s
     2 on the same checkpoint gets no batch from Spark; it must process exactly the odd offsets."""
     topology, source, output = new_topology("rk-spark-restart", kafka_bootstrap, partitions=1)
     placed = placed_records(kafka_bootstrap, source, 300)
-    checkpoint = str(tmp_path / "ckpt")
     group = f"{topology}.job"
     evens = [offset for _, offset in placed if offset % 2 == 0]
     odds = [offset for _, offset in placed if offset % 2 == 1]
@@ -330,44 +284,28 @@ def test_restart_processes_again_what_spark_will_not_reread_minus_what_is_done(s
         if offset % 2 == 0:
             collector.ack(tuple_)
 
-    first_downstream = Bolt(
-        topology=topology,
-        bootstrap_servers=kafka_bootstrap,
-        source_topics=output,
-        group_id=f"{output}.downstream",
-        handler=ack_evens,
-    )
-    settings = dict(
-        topology=topology,
-        bootstrap_servers=kafka_bootstrap,
-        source_topics=source,
-        group_id=group,
-        checkpoint_dir=checkpoint,
-        transform=tag_with_source,
-        output_topic=output,
-        available_now=True,
-        message_timeout_ms=60_000,
-    )
+    def new_run():  # both runs: the same checkpoint, AvailableNow
+        return topology_spout(
+            spark,
+            kafka_bootstrap,
+            topology,
+            source,
+            output,
+            tmp_path / "ckpt",
+            transform=tag_with_source,
+            available_now=True,
+            message_timeout_ms=60_000,
+        )
+
     with acker_running(kafka_bootstrap, topology, timeout_ms=60_000):
-        with bolt_running(first_downstream):
-            first = SparkSpout(spark, **settings)
-            first.start()
-            try:
-                assert first.run_until(
-                    lambda job: job.tracker.stats.completed == len(evens) and not job.query.isActive, timeout=120
-                ), first.progress()
-            finally:
-                first.stop()
+        with bolt_running(downstream_bolt(kafka_bootstrap, topology, output, ack_evens)), started(new_run()) as first:
+            assert first.run_until(
+                lambda job: job.tracker.stats.completed == len(evens) and not job.query.isActive, timeout=120
+            ), first.progress()
         assert first.committed_offsets() == {(source, 0): 1}
-        log = DownstreamLog()
-        with bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
-            second = SparkSpout(spark, **settings)
-            second.start()
-            try:
-                assert second.run_until(lambda job: job.caught_up(), timeout=120), second.progress()
-                progress = second.progress()
-            finally:
-                second.stop()
+        with acking_downstream(kafka_bootstrap, topology, output) as log, started(new_run()) as second:
+            assert second.run_until(lambda job: job.caught_up(), timeout=120), second.progress()
+            progress = second.progress()
 
     assert progress["recovered"] == len(odds)
     assert progress["batches"] == 0, "Spark re-read records although its checkpoint was committed"
@@ -385,28 +323,23 @@ def fail_first_attempt_of_rec_13(df):
 def test_failed_batch_fails_its_roots_and_the_stream_goes_on(spark, kafka_bootstrap, tmp_path):
     topology, source, output = new_topology("rk-spark-batchfail", kafka_bootstrap)
     placed = placed_records(kafka_bootstrap, source, 300)
-    log = DownstreamLog()
     group = f"{topology}.job"
-    with acker_running(kafka_bootstrap, topology), bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
-        spout = SparkSpout(
+    with acked_downstream(kafka_bootstrap, topology, output) as log:
+        spout = topology_spout(
             spark,
-            topology=topology,
-            bootstrap_servers=kafka_bootstrap,
-            source_topics=source,
-            group_id=group,
-            checkpoint_dir=str(tmp_path / "ckpt"),
+            kafka_bootstrap,
+            topology,
+            source,
+            output,
+            tmp_path / "ckpt",
             transform=fail_first_attempt_of_rec_13,
-            output_topic=output,
             max_offsets_per_trigger=100,
             backoff=Backoff(initial_ms=100),
             message_timeout_ms=10_000,
         )
-        spout.start()
-        try:
+        with started(spout):
             assert spout.run_until(lambda job: job.caught_up(), timeout=180), spout.progress()
             progress = spout.progress()
-        finally:
-            spout.stop()
 
     rec_13 = placed[13]
     assert progress["failed_batches"] == 1
@@ -421,24 +354,19 @@ def test_failed_batch_stops_the_query_when_told_to(spark, kafka_bootstrap, tmp_p
     placed_records(kafka_bootstrap, source, 50)
     group = f"{topology}.job"
     with acker_running(kafka_bootstrap, topology):
-        spout = SparkSpout(
+        spout = topology_spout(
             spark,
-            topology=topology,
-            bootstrap_servers=kafka_bootstrap,
-            source_topics=source,
-            group_id=group,
-            checkpoint_dir=str(tmp_path / "ckpt"),
+            kafka_bootstrap,
+            topology,
+            source,
+            output,
+            tmp_path / "ckpt",
             transform=fail_first_attempt_of_rec_13,
-            output_topic=output,
             on_batch_error="stop",
             message_timeout_ms=10_000,
         )
-        spout.start()
-        try:
-            with pytest.raises(Exception, match="transform fails on purpose"):
-                spout.run_until(lambda job: False, timeout=120)
-        finally:
-            spout.stop()
+        with started(spout), pytest.raises(Exception, match="transform fails on purpose"):
+            spout.run_until(lambda job: False, timeout=120)
     assert all(offset <= 0 for offset in committed_offsets(kafka_bootstrap, group, source).values()), (
         "the commit moved past records of the failed batch"
     )

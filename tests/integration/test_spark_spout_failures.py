@@ -9,7 +9,7 @@ import json
 
 import pytest
 from pyspark.sql import functions as F
-from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running
+from spark_helpers import acked_downstream, acker_running, new_topology, source_tagged_value, started, topology_spout
 
 from reliable_kafka import codec
 from reliable_kafka.cli import main
@@ -17,9 +17,8 @@ from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.errors import DeadLetterGuardTripped
 from reliable_kafka.offsets import committed_offsets, lag
 from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER, decode_attempts
-from reliable_kafka.spark import SparkSpout, spark_session
+from reliable_kafka.spark import spark_session
 from reliable_kafka.testing.records import produce_values, read_topic
-from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
 
 pytestmark = pytest.mark.spark
@@ -32,61 +31,39 @@ def spark():
     session.stop()
 
 
-def _topology(prefix: str, bootstrap: str):
-    topology = unique_name(prefix)
-    source, output = f"{topology}.src", f"{topology}.out"
-    create_topics(bootstrap, {source: 1, output: 1})
-    return topology, source, output
-
-
 def _tagged(df):
     """``value|partition|offset|attempt`` (what the acking bolt reads), failing ``poison`` rows
     as poison pills: no retry."""
-    value = F.col("value").cast("string")
     return df.select(
         "key",
-        F.concat_ws(
-            "|",
-            value,
-            F.col("partition").cast("string"),
-            F.col("offset").cast("string"),
-            F.col("attempt").cast("string"),
-        ).alias("value"),
+        source_tagged_value().alias("value"),
         "anchors",
-        (value == "poison").alias("rk_fail"),
+        (F.col("value").cast("string") == "poison").alias("rk_fail"),
         F.lit("unparseable order").alias("rk_fail_reason"),
         F.lit(False).alias("rk_fail_retry"),
     )
 
 
 def test_a_poison_row_is_dead_lettered_at_once_and_trace_shows_spark_records(spark, kafka_bootstrap, tmp_path, capsys):
-    topology, source, output = _topology("rk-spark-poison", kafka_bootstrap)
+    topology, source, output = new_topology("rk-spark-poison", kafka_bootstrap, partitions=1)
     placed = produce_values(kafka_bootstrap, source, [b"good-0", b"poison", b"good-2"])
-    log = DownstreamLog()
     group = f"{topology}.job"
-    with (
-        acker_running(kafka_bootstrap, topology, ackers=1, timeout_ms=60_000),
-        bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)),
-    ):
-        spout = SparkSpout(
+    with acked_downstream(kafka_bootstrap, topology, output, ackers=1, timeout_ms=60_000):
+        spout = topology_spout(
             spark,
-            topology=topology,
-            bootstrap_servers=kafka_bootstrap,
-            source_topics=source,
-            group_id=group,
-            checkpoint_dir=str(tmp_path / "ckpt"),
+            kafka_bootstrap,
+            topology,
+            source,
+            output,
+            tmp_path / "ckpt",
             transform=_tagged,
-            output_topic=output,
             max_retries=3,
             backoff=Backoff(initial_ms=100),
             message_timeout_ms=60_000,
         )
-        spout.start()
-        try:
+        with started(spout):
             assert spout.run_until(timeout=180), spout.progress()
             progress = spout.progress()
-        finally:
-            spout.stop()
     [dead] = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
     headers = dict(dead.headers())
     parked = codec.decode_parked(headers[codec.PARKED_HEADER])
@@ -115,7 +92,7 @@ def test_a_poison_row_is_dead_lettered_at_once_and_trace_shows_spark_records(spa
 
 
 def test_a_stream_of_failing_rows_trips_the_dead_letter_guard(spark, kafka_bootstrap, tmp_path):
-    topology, source, output = _topology("rk-spark-guard", kafka_bootstrap)
+    topology, source, output = new_topology("rk-spark-guard", kafka_bootstrap, partitions=1)
     produce_values(kafka_bootstrap, source, [f"bad-{i}".encode() for i in range(30)])
 
     def fail_every_row(df):
@@ -123,26 +100,21 @@ def test_a_stream_of_failing_rows_trips_the_dead_letter_guard(spark, kafka_boots
 
     group = f"{topology}.job"
     with acker_running(kafka_bootstrap, topology, ackers=1, timeout_ms=60_000):
-        spout = SparkSpout(
+        spout = topology_spout(
             spark,
-            topology=topology,
-            bootstrap_servers=kafka_bootstrap,
-            source_topics=source,
-            group_id=group,
-            checkpoint_dir=str(tmp_path / "ckpt"),
+            kafka_bootstrap,
+            topology,
+            source,
+            output,
+            tmp_path / "ckpt",
             transform=fail_every_row,
-            output_topic=output,
             max_retries=0,
             message_timeout_ms=60_000,
             max_dead_letter_ratio=0.2,
             dead_letter_window=10,
         )
-        spout.start()
-        try:
-            with pytest.raises(DeadLetterGuardTripped) as caught:
-                spout.run_until(lambda job: False, timeout=180)
-        finally:
-            spout.stop()
+        with started(spout), pytest.raises(DeadLetterGuardTripped) as caught:
+            spout.run_until(lambda job: False, timeout=180)
     assert caught.value.window == 10 and caught.value.dead_letters == 3 and "dlq list" in str(caught.value)
     dead = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
     assert len(dead) == 2, "the guard refuses the dead letter that trips it, and every one after"

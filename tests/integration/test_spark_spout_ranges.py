@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-from pyspark.sql import functions as F
-from spark_helpers import DownstreamLog, acker_running, acking_bolt, bolt_running
+from spark_helpers import acked_downstream, acker_running, new_topology, started, tag_with_source, topology_spout
 
 from reliable_kafka.offsets import end_offsets, lag
 from reliable_kafka.spark import SparkSpout, spark_session
-from reliable_kafka.testing.topics import create_topics, unique_name
+from reliable_kafka.testing.topics import unique_name
 
 pytestmark = pytest.mark.spark
 
@@ -25,13 +24,6 @@ def spark():
     session = spark_session("rk-test-spark-spout-ranges", master="local[2]")
     yield session
     session.stop()
-
-
-def _tag(df):
-    value = F.concat_ws(
-        "|", *(F.col(c).cast("string") for c in ("value", "partition", "offset", "attempt"))
-    )  # what the acking bolt reads
-    return df.select("key", value.alias("value"), "anchors")
 
 
 def _produce_transactions(bootstrap: str, topic: str) -> set[tuple[int, int]]:
@@ -59,9 +51,7 @@ def _produce_transactions(bootstrap: str, topic: str) -> set[tuple[int, int]]:
 
 
 def test_a_transactional_source_completes_and_commits_past_its_markers(spark, kafka_bootstrap, tmp_path):
-    topology = unique_name("rk-spark-ranges")
-    source, output = f"{topology}.src", f"{topology}.out"
-    create_topics(kafka_bootstrap, {source: 2, output: 2})
+    topology, source, output = new_topology("rk-spark-ranges", kafka_bootstrap)
     placed = _produce_transactions(kafka_bootstrap, source)
     assert len(placed) == 90
     calls = []
@@ -70,31 +60,26 @@ def test_a_transactional_source_completes_and_commits_past_its_markers(spark, ka
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("the first batch fails on purpose: its roots are redelivered")
-        return _tag(df)
+        return tag_with_source(df)
 
-    log = DownstreamLog()
     group = f"{topology}.job"
-    with acker_running(kafka_bootstrap, topology), bolt_running(acking_bolt(kafka_bootstrap, topology, output, log)):
-        spout = SparkSpout(
+    with acked_downstream(kafka_bootstrap, topology, output) as log:
+        spout = topology_spout(
             spark,
-            topology=topology,
-            bootstrap_servers=kafka_bootstrap,
-            source_topics=source,
-            group_id=group,
-            checkpoint_dir=str(tmp_path / "ckpt"),
+            kafka_bootstrap,
+            topology,
+            source,
+            output,
+            tmp_path / "ckpt",
             transform=fail_first_batch,
-            output_topic=output,
             max_offsets_per_trigger=40,
             available_now=True,
             message_timeout_ms=20_000,
             commit_interval_ms=200,
         )
-        spout.start()
-        try:
+        with started(spout):
             assert spout.run_until(lambda job: job.caught_up() and job.idle(), timeout=180), spout.progress()
             progress = spout.progress()
-        finally:
-            spout.stop()
 
     ends = end_offsets(kafka_bootstrap, source)
     assert sum(ends.values()) == 120 + 8, "4 transactions: 120 records and a marker per partition each"
@@ -123,9 +108,7 @@ class _CoordinatorNotReadyYet:
 
 
 def test_start_waits_for_a_group_coordinator_that_is_not_ready(spark, kafka_bootstrap, tmp_path):
-    topology = unique_name("rk-spark-coordinator")
-    source, output = f"{topology}.src", f"{topology}.out"
-    create_topics(kafka_bootstrap, {source: 1, output: 1})
+    topology, source, output = new_topology("rk-spark-coordinator", kafka_bootstrap, partitions=1)
     wrappers = []
 
     class Spout(SparkSpout):
@@ -134,20 +117,17 @@ def test_start_waits_for_a_group_coordinator_that_is_not_ready(spark, kafka_boot
             return wrappers[-1]
 
     with acker_running(kafka_bootstrap, topology):
-        spout = Spout(
+        spout = topology_spout(
             spark,
-            topology=topology,
-            bootstrap_servers=kafka_bootstrap,
-            source_topics=source,
-            group_id=f"{topology}.job",
-            checkpoint_dir=str(tmp_path / "ckpt"),
-            transform=_tag,
-            output_topic=output,
+            kafka_bootstrap,
+            topology,
+            source,
+            output,
+            tmp_path / "ckpt",
+            spout_class=Spout,
+            transform=tag_with_source,
             available_now=True,
         )
-        spout.start()  # raised KafkaException(NOT_COORDINATOR) before
-        try:
+        with started(spout):  # start() raised KafkaException(NOT_COORDINATOR) before
             assert spout.run_until(timeout=60), spout.progress()
-        finally:
-            spout.stop()
     assert wrappers and wrappers[0].failures == 0
