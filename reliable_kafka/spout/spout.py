@@ -138,6 +138,8 @@ class SpoutShell:
             clock=monotonic_ms(clock),
         )
         self.stats = SpoutStats()
+        # set by the rebalance callbacks: backpressure is applied to the new assignment afresh
+        self._assignment_moved = False
         self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
         self.output_topics: set[str] = set()  # for the status page's graph
         self.max_dead_letter_ratio = max_dead_letter_ratio
@@ -322,17 +324,27 @@ class SpoutShell:
         """Hook: ``record``'s tree completed (bench/bench_pipeline.py times completions here)."""
 
     def _apply_backpressure(self) -> None:
+        """Pause the assignment while too many trees are pending, resume it once they are not.
+
+        After a rebalance the new assignment gets the current state afresh: librdkafka keeps a
+        partition's pause across its revoke and re-assignment, so a resume issued while nothing was
+        assigned (the roots of lost partitions went, and with them the pending count) left the
+        partitions paused for good when they came back.
+        """
         over = self.tracker.over_max_pending()
-        if over == self.stats.paused:
+        if over == self.stats.paused and not self._assignment_moved:
             return  # nothing to change; assignment() is a round trip to librdkafka's thread (ms)
         consumer = self._consumer
         assert consumer is not None  # made by start()
+        self._assignment_moved = False
         assignment = consumer.assignment()
-        if over and not self.stats.paused and assignment:
-            consumer.pause(assignment)
-            self.stats.paused = True
-        elif not over and self.stats.paused:
-            consumer.resume(assignment)
+        if over:
+            if assignment:
+                consumer.pause(assignment)
+            self.stats.paused = bool(assignment)  # nothing assigned: try again next round
+        else:
+            if assignment:
+                consumer.resume(assignment)
             self.stats.paused = False
 
 
@@ -405,6 +417,7 @@ class Spout(SpoutShell):
     def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
         for tp in consumer.committed(partitions, timeout=30):
             self._roots.restore((tp.topic, tp.partition), tp.offset if tp.offset >= 0 else None, tp.metadata)
+        self._assignment_moved = True
         log.info("%s: assigned %s", self.name, [(tp.topic, tp.partition) for tp in partitions])
         self.ready.set()
 
@@ -412,10 +425,12 @@ class Spout(SpoutShell):
         self._commit(force=True, only={(tp.topic, tp.partition) for tp in partitions})
         for tp in partitions:
             self._roots.forget((tp.topic, tp.partition))
+        self._assignment_moved = True
 
     def _on_lost(self, consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._roots.forget((tp.topic, tp.partition))
+        self._assignment_moved = True
 
     # --- the loop -------------------------------------------------------------------------------
 

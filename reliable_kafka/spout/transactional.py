@@ -213,6 +213,7 @@ class TransactionalSpout(SpoutShell):
             key = (tp.topic, tp.partition)
             starts.append(TopicPartition(tp.topic, tp.partition, self._adopt(key, tp)))
         consumer.assign(starts)  # resume reading where emission stopped, not at the commit point
+        self._assignment_moved = True
         log.info("%s: adopted %s", self.name, [(t.topic, t.partition, t.offset) for t in starts])
         self.ready.set()
 
@@ -257,6 +258,7 @@ class TransactionalSpout(SpoutShell):
     def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # the last transaction holds the partition's state: nothing to commit
             self._forget((tp.topic, tp.partition))
+        self._assignment_moved = True
 
     def _forget(self, key: TopicPartitionKey) -> None:
         self._roots.forget(key)

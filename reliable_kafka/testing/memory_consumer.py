@@ -106,13 +106,14 @@ class MemoryConsumer:
             key = (tp.topic, tp.partition)
             if key in self._assignment:
                 self._assignment.remove(key)
-            self._positions.pop(key, None)
-            self._paused.discard(key)
+            self._positions.pop(key, None)  # its pause stays, as librdkafka's does (see unassign)
 
     def unassign(self) -> None:
         self._check()
         self._assigned_in_callback = True
-        self._assignment, self._positions, self._paused = [], {}, set()
+        # a paused partition stays paused when it is assigned again: librdkafka (2.x) keeps the pause
+        # on the partition, not on the assignment (measured: paused, revoked, re-assigned, nothing read)
+        self._assignment, self._positions = [], {}
 
     def assignment(self) -> list[TopicPartition]:
         self._check()
@@ -142,7 +143,7 @@ class MemoryConsumer:
             if lost:
                 self._give_up(lost, "lost" if self._callbacks.get("lost") else "revoke")
             self._member = self._group().join(self, self._topics, self._instance_id)
-            member = self._member
+            return  # as librdkafka: the rejoin's assignment arrives at a later poll, not this one
         if member.changed:
             member.changed = False
             target = list(member.target)

@@ -7,7 +7,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reliable_kafka.testing import ManualClock, MemoryKafka
+from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka
 
 
 def _consumer(kafka, group="g", **config):
@@ -209,9 +209,30 @@ def test_a_consumer_whose_session_expired_loses_its_partitions_and_its_commits_f
     with pytest.raises(KafkaException) as raised:
         consumer.commit(offsets=[TopicPartition("t", 0, 1)], asynchronous=False)
     assert raised.value.args[0].code() == KafkaError.UNKNOWN_MEMBER_ID
-    consumer.poll(0)  # on_lost, then it joins again and gets the partition back
+    consumer.poll(0)  # on_lost, then it joins again
     assert lost == [[0]]
+    assert consumer.assignment() == [], "the rejoin's assignment arrives at a later poll, as librdkafka's"
+    consumer.poll(0)  # and gets the partition back
     assert [tp.partition for tp in consumer.assignment()] == [0]
+
+
+def test_a_paused_partition_stays_paused_when_it_is_assigned_again():
+    """As librdkafka (2.16, measured on a real broker): the pause belongs to the partition, so a
+    partition revoked while paused comes back paused."""
+    kafka = MemoryKafka()
+    kafka.create_topic("t")
+    ListSource(kafka, "t", [b"a", b"b"])
+    consumer = _consumer(kafka)
+    consumer.subscribe(["t"])
+    consumer.poll(0)
+    consumer.pause(consumer.assignment())
+    kafka.expire(consumer)
+    consumer.poll(0)  # lost
+    consumer.resume(consumer.assignment())  # nothing is assigned: resumes nothing
+    assert consumer.consume(10, 0) == [] and [tp.partition for tp in consumer.assignment()] == [0]
+    assert consumer.consume(10, 0) == [], "read a partition that was paused when it was revoked"
+    consumer.resume(consumer.assignment())
+    assert [m.value() for m in consumer.consume(10, 0)] == [b"a", b"b"]
 
 
 def test_injected_faults():

@@ -308,3 +308,17 @@ def test_a_spout_commit_that_failed_unseen_is_sent_again(kafka):
     kafka.fail_next("commit")  # the spout's commit of its final points
     step_until(lambda: spout.stats.completed == len(LINES), spout)
     step_until(lambda: _committed(kafka, "wc.spout", "lines") == _ends(kafka, "lines"), spout)
+
+
+def test_a_spout_paused_by_max_pending_reads_again_after_its_partitions_come_back(kafka):
+    """librdkafka keeps a partition's pause across its revoke and re-assignment. A spout paused at
+    max_pending whose partitions were lost (their roots, and so the pending count, went with them)
+    must not leave them paused when they come back: it reads them again and completes every line."""
+    lines = [f"line {i}".encode() for i in range(12)]
+    ListSource(kafka, "lines", lines)
+    acker, spout, splitter, counter, _ = _topology(kafka)
+    spout.tracker.max_pending = 3
+    step_until(lambda: spout.stats.paused, spout)  # no acker steps: nothing completes
+    kafka.expire(spout._consumer)  # the session expires (a broker restart): on_lost, then rejoin
+    step_until(lambda: spout.stats.completed == len(lines), spout, splitter, counter, acker)
+    assert _committed(kafka, "wc.spout", "lines") == _ends(kafka, "lines")
