@@ -59,19 +59,22 @@ def _committed(kafka: MemoryKafka) -> int | None:
     return None if found is None else found[0]
 
 
-def _poll_until_assigned(acker: AckerWorker) -> None:
+def _acker_with_trees(trees: int) -> tuple[ManualClock, MemoryKafka, AckerWorker, _Holding]:
+    """An assigned acker that folded ``trees`` complete trees (roots 1..trees), not yet committed."""
+    clock, kafka, acker, producer = _acker()
     for _ in range(10):
         acker.poll_once(0)
         if acker._partitions:
-            return
-    raise AssertionError("the acker was not assigned its partition")
+            break
+    else:
+        raise AssertionError("the acker was not assigned its partition")
+    _complete_trees(kafka, range(1, trees + 1))
+    acker.poll_once(0)
+    return clock, kafka, acker, producer
 
 
 def test_a_due_commit_waits_for_delivered_outcomes_instead_of_flushing():
-    clock, kafka, acker, producer = _acker()
-    _poll_until_assigned(acker)
-    _complete_trees(kafka, range(1, 6))
-    acker.poll_once(0)
+    clock, kafka, acker, producer = _acker_with_trees(5)
     clock.advance(1500)
     producer.held = 1  # outcomes on the way
     flushes = producer.flushes
@@ -86,10 +89,7 @@ def test_a_due_commit_waits_for_delivered_outcomes_instead_of_flushing():
 
 
 def test_a_producer_that_never_drains_is_flushed_after_one_more_interval():
-    clock, kafka, acker, producer = _acker()
-    _poll_until_assigned(acker)
-    _complete_trees(kafka, range(1, 4))
-    acker.poll_once(0)
+    clock, kafka, acker, producer = _acker_with_trees(3)
     clock.advance(1500)
     producer.held = 1
     acker.poll_once(0)
@@ -104,10 +104,7 @@ def test_a_producer_that_never_drains_is_flushed_after_one_more_interval():
 
 
 def test_an_asynchronous_commit_that_failed_is_sent_again():
-    clock, kafka, acker, _ = _acker()
-    _poll_until_assigned(acker)
-    _complete_trees(kafka, range(1, 4))
-    acker.poll_once(0)
+    clock, kafka, acker, _ = _acker_with_trees(3)
     clock.advance(1500)
     kafka.fail_next("commit")
     acker.poll_once(0)  # the commit fails, reported on the next poll
@@ -119,9 +116,6 @@ def test_an_asynchronous_commit_that_failed_is_sent_again():
 
 
 def test_close_commits_at_once():
-    clock, kafka, acker, _ = _acker()
-    _poll_until_assigned(acker)
-    _complete_trees(kafka, range(1, 3))
-    acker.poll_once(0)
+    clock, kafka, acker, _ = _acker_with_trees(2)
     acker.close()
     assert _committed(kafka) == 2
