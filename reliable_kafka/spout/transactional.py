@@ -38,6 +38,7 @@ from reliable_kafka.kafka.transactions import StuckCall, Transactions
 from reliable_kafka.spout.records import with_attempt
 from reliable_kafka.spout.reread import DELETED, RereadFailed, SourceRereader
 from reliable_kafka.spout.reread import clusters as _clusters  # noqa: F401 (its old name)
+from reliable_kafka.spout.roots import GONE_REASON
 from reliable_kafka.spout.spout import SourceRecord, SpoutShell, TopicPartitionKey, _source_record
 
 if TYPE_CHECKING:
@@ -48,7 +49,6 @@ __all__ = ["TransactionalSpout", "encode_spout_state", "decode_spout_state", "ow
 log = logging.getLogger(__name__)
 
 _STATE_SEPARATOR = "|rkx:"
-GONE_REASON = "deleted from Kafka (retention) while in flight"  # the reason of its dead-letter reference
 
 
 def owner_id(group_id: str, topic: str, partition: int) -> int:
