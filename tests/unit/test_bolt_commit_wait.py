@@ -6,35 +6,7 @@ from __future__ import annotations
 
 from reliable_kafka.bolt import Bolt
 from reliable_kafka.testing import ManualClock
-
-
-class _Message:
-    def __init__(self, offset: int) -> None:
-        self._offset = offset
-
-    def error(self):
-        return None
-
-    def headers(self):
-        return None
-
-    def topic(self):
-        return "words"
-
-    def partition(self):
-        return 0
-
-    def offset(self):
-        return self._offset
-
-    def key(self):
-        return b"k"
-
-    def value(self):
-        return b"v"
-
-    def timestamp(self):
-        return (1, 1000)
+from reliable_kafka.testing.memory_broker import new_message
 
 
 class _Consumer:
@@ -102,7 +74,9 @@ def _bolt() -> tuple[Bolt, _Consumer, _Producer, ManualClock]:
 
 
 def _round(bolt: Bolt, consumer: _Consumer, offset: int) -> None:
-    consumer.messages = [_Message(offset)]
+    consumer.messages = [
+        new_message(topic="words", partition=0, offset=offset, key=b"k", value=b"v", timestamp=(1, 1000))
+    ]
     bolt.poll_once(0)
 
 
