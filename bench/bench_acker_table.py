@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from typing import Any
 
 import numpy as np
 
@@ -212,7 +213,11 @@ class PassCounter:
             return apply(table, *args)
 
         table_class._fold_group, table_class._apply = counted_group, counted_apply
-        self._restore = lambda: (setattr(table_class, "_fold_group", group), setattr(table_class, "_apply", apply))
+
+        def restore() -> None:
+            table_class._fold_group, table_class._apply = group, apply
+
+        self._restore = restore
 
     def fallbacks(self) -> int:
         return self.passes - self.groups
@@ -293,7 +298,10 @@ def interleaved(implementations: dict, fill, raw_failing, per_call: int) -> dict
 
 def compare(revision: str, rounds: int, fill, failing, raw_failing, per_call: int) -> None:
     """This code against ``revision``, alternating, on the FAIL trace; CPU-second rates."""
-    implementations = {"this code": (AckerTable, codec), f"git {revision}": load_revision(revision)}
+    implementations: dict[str, tuple[Any, Any]] = {
+        "this code": (AckerTable, codec),
+        f"git {revision}": load_revision(revision),
+    }
     results: dict[str, list[dict]] = {name: [] for name in implementations}
     load_before = os.getloadavg()
     for r in range(rounds):
@@ -397,8 +405,8 @@ def main() -> None:
         if args.baseline:
             compare(args.baseline, args.rounds, fill, failing, raw_failing, per_call)
         else:
-            figures = fold_figures(AckerTable, codec, fill, failing, raw_failing, per_call)
-            print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
+            fail_figures = fold_figures(AckerTable, codec, fill, failing, raw_failing, per_call)
+            print(", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in fail_figures.items()))
         return
 
     # --- NumPy table: bytes per root while it grows (untimed), then timed runs.
@@ -442,11 +450,11 @@ def main() -> None:
     d_bytes = dict_bytes_per_root(fill[: max(1, args.dict_memory_roots // BATCH)])
 
     # --- the steady trace with FAILs: folded, and decoded from record values then folded.
-    on_fail: dict[str, tuple] = {}
-    fallbacks = {}
+    on_fail: dict[tuple[str, bool], tuple[float, int, int]] = {}
+    fallbacks: dict[tuple[str, bool], tuple[int, int]] = {}
     for name, make in (("dict", DictAcker), ("fold", AckerTable), ("grouped", AckerTable)):
         for decode in (False, True) if name != "fold" else (False,):
-            impl = make()
+            impl: Any = make()
             if isinstance(impl, AckerTable):
                 run_grouped(impl, fill, per_call)
             else:
