@@ -19,7 +19,7 @@ from reliable_kafka.errors import DecodeError
 from reliable_kafka.kafka.authorization import check_delivery
 from reliable_kafka.kafka.clients import coordinates, message_coordinates
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_waiting
-from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER
+from reliable_kafka.ops.failures import ATTEMPTS_HEADER
 
 __all__ = ["Quarantine", "park", "park_reference"]
 
@@ -106,7 +106,9 @@ class Quarantine:
 
 
 _SIZE_ERRORS = (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE)
-_HISTORY_HEADERS = (ATTEMPTS_HEADER, REASON_HEADER)  # the layer's, about the record: a reference keeps them
+# what a reference keeps of a copy's headers: the attempt history (not rk-reason, the last attempt's
+# reason, which ``dlq list`` would show in place of why there is no copy)
+_HISTORY_HEADERS = (ATTEMPTS_HEADER,)
 _TOO_LARGE: dict[tuple[str, str, int, int], None] = {}  # copies refused as too large, oldest first
 _TOO_LARGE_KEPT = 10_000
 _TOO_LARGE_LOCK = threading.Lock()  # workers of one process (LocalCluster threads) share it
@@ -151,7 +153,7 @@ def park_reference(
     """Park a reference to a record that cannot be copied because Kafka no longer has it (deleted by
     retention or ``delete_records`` while in flight): no key, no value, the ``rk-parked`` header
     with its coordinates, ``value_omitted`` and ``original_bytes`` -1 (unknown), and of ``headers``
-    the attempt history (``rk-attempts``, ``rk-reason``) as a copy carries it. ``reliable-kafka
+    the attempt history (``rk-attempts``) as a copy carries it. ``reliable-kafka
     dlq`` shows it as such and ``dlq replay`` skips it. Raises as :func:`park`."""
     parked = dataclasses.replace(parked, value_omitted=True, original_bytes=-1)
     _park(producer, topic, None, None, headers, parked, on_delivery, in_callback=False)

@@ -188,6 +188,7 @@ class _Producer:
 
 
 def test_a_reference_carries_the_attempt_history_and_none_of_the_records_headers():
+    """Nor rk-reason: ``dlq list`` shows it as the reason, in place of why there is no copy."""
     history = attempt_headers([Attempt(1, 11, "FAILED", 1000, []), Attempt(2, 12, "TIMED_OUT", 2000, [])])
     own = [("trace-id", b"abc")]
     gone = _Producer()
@@ -204,5 +205,5 @@ def test_a_reference_carries_the_attempt_history_and_none_of_the_records_headers
     for producer in (gone, too_large):
         [(key, value, headers)] = producer.sent
         names = [name for name, _ in headers]
-        assert key is None and value is None and names == [ATTEMPTS_HEADER, REASON_HEADER, "rk-parked"]
+        assert key is None and value is None and names == [ATTEMPTS_HEADER, "rk-parked"]  # not rk-reason
         assert [a.attempt for a in decode_attempts(dict(headers)[ATTEMPTS_HEADER])] == [1, 2]

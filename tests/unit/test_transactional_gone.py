@@ -81,7 +81,7 @@ def test_a_record_deleted_while_in_flight_leaves_a_dead_letter_reference_and_the
     for message in dlq:  # the attempt history, as a copy carries it: the failed second attempt
         headers = dict(message.headers())
         assert [(a.attempt, a.outcome) for a in decode_attempts(headers[ATTEMPTS_HEADER])] == [(2, "FAILED")]
-        assert headers[REASON_HEADER] == b"FAILED"
+        assert REASON_HEADER not in headers  # dlq list shows the parked reason: why there is no copy
     assert spout.stats.expired_in_flight == 3
     # the two records Kafka still held were redelivered (their third attempt), nothing else lost
     assert sorted(m.value() for m in kafka.messages("sentences")) == [b"r3", b"r5"]
