@@ -19,6 +19,7 @@ from reliable_kafka.errors import DecodeError
 from reliable_kafka.kafka.authorization import check_delivery
 from reliable_kafka.kafka.clients import coordinates, message_coordinates
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_waiting
+from reliable_kafka.ops.failures import ATTEMPTS_HEADER
 
 __all__ = ["Quarantine", "park", "park_reference"]
 
@@ -105,6 +106,9 @@ class Quarantine:
 
 
 _SIZE_ERRORS = (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE)
+# what a reference keeps of a copy's headers: the attempt history (not rk-reason, the last attempt's
+# reason, which ``dlq list`` would show in place of why there is no copy)
+_HISTORY_HEADERS = (ATTEMPTS_HEADER,)
 _TOO_LARGE: dict[tuple[str, str, int, int], None] = {}  # copies refused as too large, oldest first
 _TOO_LARGE_KEPT = 10_000
 _TOO_LARGE_LOCK = threading.Lock()  # workers of one process (LocalCluster threads) share it
@@ -139,14 +143,20 @@ def park(
 
 
 def park_reference(
-    producer: Producer, topic: str, *, parked: ParkedRecord, on_delivery: Callable | None = None
+    producer: Producer,
+    topic: str,
+    *,
+    parked: ParkedRecord,
+    headers: list[tuple[str, bytes]] | None = None,
+    on_delivery: Callable | None = None,
 ) -> None:
     """Park a reference to a record that cannot be copied because Kafka no longer has it (deleted by
-    retention or ``delete_records`` while in flight): no key, no value, only the ``rk-parked`` header
-    with its coordinates, ``value_omitted`` and ``original_bytes`` -1 (unknown). ``reliable-kafka
+    retention or ``delete_records`` while in flight): no key, no value, the ``rk-parked`` header
+    with its coordinates, ``value_omitted`` and ``original_bytes`` -1 (unknown), and of ``headers``
+    the attempt history (``rk-attempts``) as a copy carries it. ``reliable-kafka
     dlq`` shows it as such and ``dlq replay`` skips it. Raises as :func:`park`."""
     parked = dataclasses.replace(parked, value_omitted=True, original_bytes=-1)
-    _park(producer, topic, None, None, [], parked, on_delivery, in_callback=False)
+    _park(producer, topic, None, None, headers, parked, on_delivery, in_callback=False)
 
 
 def _park(
@@ -160,8 +170,9 @@ def _park(
     *,
     in_callback: bool,
 ) -> None:
-    if parked.value_omitted:
-        key, value, headers = None, None, []
+    if parked.value_omitted:  # a reference: nothing of the record, only its attempt history
+        key, value = None, None
+        headers = [(k, v) for k, v in headers or [] if k in _HISTORY_HEADERS]
 
     def delivered(error, message) -> None:
         check_delivery(error, message, producer)  # refused: stop, never write it again and again
@@ -214,7 +225,7 @@ def _park(
             topic,
             None,
             None,
-            [],
+            headers,
             _as_reference(parked, f"over the producer's message.max.bytes: {exc.args[0].name()}"),
             on_delivery,
             in_callback=in_callback,

@@ -36,7 +36,8 @@ class SourceRereader:
 
     Offsets close together are read in one sequential pass (a redelivery storm after a broker
     restart is thousands of neighbours). An offset Kafka no longer holds (retention) or that is not
-    a committed record (a transaction marker) is handed to ``gone(tp, offset, why)`` (``why`` is
+    a committed record (a transaction marker, an aborted or compacted-away record: the consumer's
+    position passed it without handing it out) is handed to ``gone(tp, offset, why)`` (``why`` is
     :data:`DELETED` or :data:`NOT_A_RECORD`): there is nothing left to redeliver; the spout counts
     it, and parks a dead-letter reference to a deleted one. Raises :class:`RereadFailed` when a record
     Kafka still holds could not be read within ``timeout_s``.
@@ -75,11 +76,17 @@ class SourceRereader:
         for key, offset in wanted:
             if (key, offset) not in self.records:
                 by_partition.setdefault(key, set()).add(offset)
-        for key, offsets in by_partition.items():
-            for run in clusters(sorted(offsets), max_gap=REREAD_MAX_GAP):
-                self._read_run(key, run)
+        if not by_partition:
+            return
+        try:
+            for key, offsets in by_partition.items():
+                self._read_partition(key, offsets)
+        finally:
+            # librdkafka resets a partition's position some time after it is unassigned: a consumer
+            # of its own per call never takes an earlier call's position for this one's
+            self.close()
 
-    def _read_run(self, key: TopicPartitionKey, offsets: list[int]) -> None:
+    def _read_partition(self, key: TopicPartitionKey, offsets: set[int]) -> None:
         if self._consumer is None:
             self._consumer = new_consumer(
                 self.bootstrap_servers,
@@ -90,40 +97,50 @@ class SourceRereader:
             )
         low, _ = self._consumer.get_watermark_offsets(TopicPartition(*key), timeout=10, cached=False)
         missing = set()
-        for offset in offsets:
+        for offset in sorted(offsets):
             if offset < low:  # deleted by retention while in flight: nothing left to redeliver
                 self.gone(key, offset, DELETED)
             else:
                 missing.add(offset)
-        if not missing:
-            return
-        last = max(missing)
-        self._consumer.assign([TopicPartition(key[0], key[1], min(missing))])
+        for run in clusters(sorted(missing), max_gap=REREAD_MAX_GAP):
+            run = [offset for offset in run if offset in missing]  # an earlier run may have read past some
+            if run:
+                self._read_run(self._consumer, key, run, missing)
+
+    def _read_run(self, consumer: Consumer, key: TopicPartitionKey, run: list[int], missing: set[int]) -> None:
+        """Read from ``run[0]`` until the position passes ``run[-1]``; offsets of ``missing`` (the
+        partition's) read on the way are taken, those passed without a record are not records."""
+        partition = TopicPartition(*key)
+        consumer.assign([TopicPartition(key[0], key[1], run[0])])
         deadline = self._clock.monotonic() + self.timeout_s
-        position = min(missing)
+        position = run[0]  # every offset below it was read, or holds no record
         try:
-            while missing and position <= last and self._clock.monotonic() < deadline:
-                for message in self._consumer.consume(num_messages=self.batch_size, timeout=0.5):
+            while position <= run[-1] and self._clock.monotonic() < deadline:
+                for message in consumer.consume(num_messages=self.batch_size, timeout=0.5):
                     if message.error() is not None:
                         # a refused READ (or DESCRIBE on the group) stops the spout, naming the
                         # permission; anything else is librdkafka retrying, until the deadline
-                        check_consumed(message, self._consumer, component=self.component)
+                        check_consumed(message, consumer, component=self.component)
                         log.debug("%s: re-reading %s[%d]: %s", self.component, *key, message.error())
                         continue
                     offset = cast(int, message.offset())  # a consumed record's, never None
-                    position = offset + 1
+                    position = max(position, offset + 1)
                     if offset in missing:
                         missing.discard(offset)
                         self.records[(key, offset)] = self.to_record(message)
+                # librdkafka hands out no transaction marker, but its position passes one: also at
+                # the end of the log, where no record follows the marker to show it was passed
+                position = max(position, consumer.position([partition])[0].offset)
         finally:
-            self._consumer.unassign()
+            consumer.unassign()
         for offset in sorted(o for o in missing if o < position):  # read past: not a record
             missing.discard(offset)
             self.gone(key, offset, NOT_A_RECORD)
-        if missing:
+        left = [offset for offset in run if offset in missing]
+        if left:
             raise RereadFailed(
-                f"{self.component}: {len(missing)} in-flight records of {key[0]}[{key[1]}] from offset "
-                f"{min(missing)} could not be read again within {self.timeout_s:.0f}s; "
+                f"{self.component}: {len(left)} in-flight records of {key[0]}[{key[1]}] from offset "
+                f"{left[0]} could not be read again within {self.timeout_s:.0f}s; "
                 f"is the broker up?"
             )
 

@@ -398,9 +398,14 @@ class RootOwner:
                 component=self.component,
                 parked_at_ms=int(self._clock.time() * 1000),
             ),
+            headers=self.history_headers(action.tp, action.offset),
             on_delivery=failed,
         )
         self._unconfirmed.append(write)
+
+    def history_headers(self, key: TopicPartitionKey, offset: int) -> list[tuple[str, bytes]]:
+        """``rk-attempts`` and ``rk-reason`` of the record at ``key``@``offset``: its attempts seen here."""
+        return attempt_headers(self._attempts.get((key, offset), []))
 
     def _park(self, record, action: OutcomeAction) -> None:
         write = _DeadLetterWrite(record, action)
@@ -418,7 +423,7 @@ class RootOwner:
                 write.failed = True
 
         reason = f"{action.reason} after {action.attempt} attempts" if self._reason_with_attempts else action.reason
-        why = attempt_headers(self._attempts.get((action.tp, action.offset), []))
+        why = self.history_headers(action.tp, action.offset)
         log.warning(
             "%s: %s[%s]@%s %s; parked in %s",
             self.component,

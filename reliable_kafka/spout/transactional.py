@@ -155,6 +155,7 @@ class TransactionalSpout(SpoutShell):
         self._emitted_upto: dict[TopicPartitionKey, int] = {}
         self._ack_partitions = 0
         self._gone_attempts: dict[TopicPartitionKey, dict[int, int]] = {}  # see _gone
+        self._gone_parked: set[tuple[TopicPartitionKey, int]] = set()  # references in the open transaction
         self._rereader = SourceRereader(
             component=self.name,
             bootstrap_servers=self.bootstrap_servers,
@@ -279,13 +280,14 @@ class TransactionalSpout(SpoutShell):
 
         One Kafka deleted (retention, ``delete_records``) leaves a dead-letter reference, written in
         this round's transaction: the commit that passes its offset is the one that writes it, and an
-        abort drops both (the state is rebuilt from the last commit and it is found gone again). An
-        offset that is no record (a transaction marker) is only marked done."""
+        abort drops both (the state is rebuilt from the last commit and it is found gone again). It is
+        counted (``expired_in_flight``) once that commit succeeded. An offset that is no record (a
+        transaction marker) is only marked done."""
         if why != DELETED:
-            log.error("%s: %s[%s]@%s %s; counted done, not redelivered", self.name, *key, offset, why)
-            self.tracker.done_immediately(key, offset)
+            self._roots.gone(key, offset, why)
             return
-        self.stats.expired_in_flight += 1
+        if (key, offset) in self._gone_parked:  # read again in this round (a dead letter is, to be written)
+            return
         if key not in self._gone_attempts:  # once per partition and read: retention may delete thousands
             self._gone_attempts[key] = {o: attempt for o, attempt, _ in self.tracker.unsettled(key)}
         attempts = self._gone_attempts[key].get(offset, 1)
@@ -315,8 +317,10 @@ class TransactionalSpout(SpoutShell):
                 component=self.name,
                 parked_at_ms=int(self._clock.time() * 1000),
             ),
+            headers=self._roots.history_headers(key, offset),
             on_delivery=failed,
         )
+        self._gone_parked.add((key, offset))
         self.tracker.done_immediately(key, offset)
 
     def _read_again(self, wanted: Iterable[tuple[TopicPartitionKey, int]]) -> None:
@@ -344,6 +348,7 @@ class TransactionalSpout(SpoutShell):
             self._apply_backpressure()
             return
         self._transactions.begin()
+        self._gone_parked.clear()
         try:
             self._read_again([(r.tp, r.offset) for r in due] + roots.bound_for_dead_letters())
             for redelivery in due:
@@ -366,6 +371,8 @@ class TransactionalSpout(SpoutShell):
             return
         roots.dead_letters_delivered()
         roots.committed(offsets)
+        self.stats.expired_in_flight += len(self._gone_parked)  # their references are committed now
+        self._gone_parked.clear()
         self._apply_backpressure()
 
     def _state_changed(self) -> bool:
@@ -395,6 +402,7 @@ class TransactionalSpout(SpoutShell):
         )
         self._transactions.abort(exc)  # a new producer reaches the senders through _use_producer
         self._roots.drop_dead_letters()
+        self._gone_parked.clear()  # found gone again, and counted, in the round that commits
         assert self._consumer is not None
         assignment = self._consumer.assignment()
         for tp in assignment:

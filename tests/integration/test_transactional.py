@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from reliable_kafka import AckerWorker, LocalCluster
 from reliable_kafka.bolt import BasicBolt
@@ -13,7 +13,7 @@ from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, encode_done_a
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, end_offsets, lag
 from reliable_kafka.ops import dlq
-from reliable_kafka.spout import TransactionalSpout
+from reliable_kafka.spout import TransactionalSpout, transactional
 from reliable_kafka.spout.transactional import encode_spout_state
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
@@ -124,11 +124,12 @@ def test_a_successor_redelivers_thousands_of_failed_in_flight_records(kafka_boot
 
 
 def test_a_record_deleted_while_in_flight_is_parked_as_a_reference_that_dlq_shows_and_replay_skips(
-    kafka_bootstrap, capsys
+    kafka_bootstrap, capsys, monkeypatch
 ):
     """A predecessor left 0-4 failed (their outcomes consumed); retention (here delete_records) took
     0-2 before the successor read them again. Each leaves a dead-letter reference with its
-    coordinates, the commit passes it, and 3-19 reach the sink once: nothing else is lost."""
+    coordinates and attempt history, the commit passes it, and 3-19 reach the sink once: nothing
+    else is lost. The first round that parks them aborts: they are parked and counted once."""
     topology, topics = _topology(kafka_bootstrap, "txn-gone", source_partitions=1)
     source, group = topics["source"], f"{topology}-spout"
     produce_values(kafka_bootstrap, topics["source"], [str(i).encode() for i in range(20)])
@@ -142,6 +143,21 @@ def test_a_record_deleted_while_in_flight_is_parked_as_a_reference_that_dlq_show
     for future in admin.delete_records([TopicPartition(source, 0, 3)]).values():
         assert future.result(timeout=30).low_watermark == 3
     acker, spout, bolt = _components(kafka_bootstrap, topology, topics)
+    park_reference, parked, commit, forced = transactional.park_reference, [], spout._transactions.commit, []
+
+    def noted(*args, **kwargs):
+        parked.append(kwargs["parked"].source_offset)
+        park_reference(*args, **kwargs)
+
+    def abort_the_first_round_with_references(offsets, group_metadata):
+        written, parked[:] = list(parked), []
+        if written and not forced:  # references were written in this transaction
+            forced.append(written)
+            raise KafkaException(KafkaError(KafkaError._FAIL, "forced abort (test)"))
+        commit(offsets, group_metadata)
+
+    monkeypatch.setattr(transactional, "park_reference", noted)
+    spout._transactions.commit = abort_the_first_round_with_references
     with LocalCluster(acker, spout, bolt) as cluster:
         cluster.wait_until(
             lambda: committed_offsets(kafka_bootstrap, group, source).get(0) == 20,
@@ -149,7 +165,8 @@ def test_a_record_deleted_while_in_flight_is_parked_as_a_reference_that_dlq_show
             what="the commit passed the deleted records and the rest completed",
             progress=lambda: str(spout.stats),
         )
-    assert spout.stats.expired_in_flight >= 3  # more if a round aborted (its state is rebuilt and read again)
+    assert forced and set(forced[0]) <= {0, 1, 2} and spout._transactions.aborted >= 1  # it did abort
+    assert spout.stats.expired_in_flight == 3  # counted once committed: not for the aborted round too
     effects = _effects(kafka_bootstrap, topics["sink"])
     assert sorted(effects) == list(range(3, 20)) and set(effects.values()) == {1}
     letters = dlq.read_dead_letters(kafka_bootstrap, topology)
@@ -162,7 +179,10 @@ def test_a_record_deleted_while_in_flight_is_parked_as_a_reference_that_dlq_show
     listed = capsys.readouterr().out
     assert listed.count("[reference, no value] deleted from Kafka (retention)") == 3 and f"{source}[0]@2" in listed
     assert main(["dlq", "show", str(letters[0].offset), "--partition", str(letters[0].partition), *on]) == 0
-    assert f"value     none: a reference without the record: Kafka deleted {source}[0]@0" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert f"value     none: a reference without the record: Kafka deleted {source}[0]@0" in shown
+    assert "  attempt 2: FAILED at " in shown  # the attempt history (rk-attempts), as a copy shows it
+    assert [[(a.attempt, a.outcome) for a in d.attempts] for d in letters] == [[(2, "FAILED")]] * 3
     assert main(["dlq", "replay", *on, "--all"]) == 0
     replayed = capsys.readouterr().out
     assert "0 sent, 3 skipped (3 references without the record)" in replayed

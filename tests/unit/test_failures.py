@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,6 +13,7 @@ from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import ActionKind, Backoff, InFlightTracker
 from reliable_kafka.errors import DecodeError, ReliableKafkaError
+from reliable_kafka.kafka.parking import park, park_reference
 from reliable_kafka.ops.dlq import DeadLetter, parse_time, select
 from reliable_kafka.ops.failures import (
     ATTEMPTS_HEADER,
@@ -170,3 +172,38 @@ def test_give_up_ignores_records_in_flight_or_unknown():
     tracker.emitted(TP, 3)
     assert tracker.give_up(TP, 3, "x") is None and tracker.give_up(TP, 4, "x") is None
     assert tracker.give_up(("other", 0), 3, "x") is None
+
+
+class _Producer:
+    """Takes what is produced; refuses the first ``too_large`` produce calls as over message.max.bytes."""
+
+    def __init__(self, too_large: int = 0) -> None:
+        self.too_large, self.sent = too_large, []
+
+    def produce(self, topic, value=None, key=None, headers=None, on_delivery=None):
+        if self.too_large:
+            self.too_large -= 1
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too large"))
+        self.sent.append((key, value, headers))
+
+
+def test_a_reference_carries_the_attempt_history_and_none_of_the_records_headers():
+    """Nor rk-reason: ``dlq list`` shows it as the reason, in place of why there is no copy."""
+    history = attempt_headers([Attempt(1, 11, "FAILED", 1000, []), Attempt(2, 12, "TIMED_OUT", 2000, [])])
+    own = [("trace-id", b"abc")]
+    gone = _Producer()
+    park_reference(gone, "t.dlq", parked=ParkedRecord("deleted", 2, "src", 0, 7), headers=own + history)
+    too_large = _Producer(too_large=1)  # the copy is refused: a reference goes instead
+    park(
+        too_large,
+        "t.dlq",
+        key=b"k",
+        value=b"v" * 10,
+        headers=own + history,
+        parked=ParkedRecord("FAILED", 2, "src", 0, 8),
+    )
+    for producer in (gone, too_large):
+        [(key, value, headers)] = producer.sent
+        names = [name for name, _ in headers]
+        assert key is None and value is None and names == [ATTEMPTS_HEADER, "rk-parked"]  # not rk-reason
+        assert [a.attempt for a in decode_attempts(dict(headers)[ATTEMPTS_HEADER])] == [1, 2]

@@ -3,11 +3,11 @@
 import pytest
 
 from reliable_kafka.errors import AuthorizationError
-from reliable_kafka.spout.reread import RereadFailed, SourceRereader
+from reliable_kafka.spout.reread import NOT_A_RECORD, RereadFailed, SourceRereader
 from reliable_kafka.testing import ManualClock, MemoryKafka
 
 
-def rereader(kafka, records, gone, timeout_s=5.0):
+def rereader(kafka, records, gone, timeout_s=5.0, why=False):
     return SourceRereader(
         component="spout-1",
         bootstrap_servers="memory",
@@ -16,8 +16,9 @@ def rereader(kafka, records, gone, timeout_s=5.0):
         clients=kafka,
         records=records,
         to_record=lambda message: message.value(),
-        gone=lambda key, offset, why: gone.append((key, offset)),
+        gone=lambda key, offset, reason: gone.append((key, offset, reason) if why else (key, offset)),
         timeout_s=timeout_s,
+        clock=kafka.clock,
     )
 
 
@@ -60,3 +61,38 @@ def test_a_record_that_cannot_be_read_in_time_fails_the_reread():
     source(kafka, 10)
     with pytest.raises(RereadFailed, match="could not be read again"):
         rereader(kafka, {}, [], timeout_s=0.0)([(("source", 0), 5)])
+
+
+def _transactional_source(kafka, count):
+    """``count`` records written in one transaction: offsets 0 to count-1, its commit marker at count."""
+    kafka.create_topic("source", partitions=1)
+    producer = kafka.producer({"transactional.id": "writer"})
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(count):
+        producer.produce("source", f"r{i}".encode(), partition=0)
+    producer.commit_transaction()
+
+
+def test_a_transaction_marker_at_the_end_of_the_log_is_not_a_record_without_waiting():
+    """No record follows the marker: before, the rereader waited for one until RereadFailed (20 s
+    in a spout). The consumer's position passed the marker: that says it holds no record."""
+    clock = ManualClock()
+    kafka = MemoryKafka(clock=clock, idle_waits_advance_clock=True)  # an idle wait moves the clock
+    _transactional_source(kafka, 3)
+    records, gone = {}, []
+    started = clock.monotonic()
+    rereader(kafka, records, gone, why=True)([(("source", 0), 2), (("source", 0), 3)])
+    assert records == {(("source", 0), 2): b"r2"} and gone == [(("source", 0), 3, NOT_A_RECORD)]
+    assert clock.monotonic() - started < 1.0  # it never waited for a record that cannot come
+
+
+def test_a_marker_alone_is_not_a_record_and_a_second_read_of_lower_offsets_finds_its_records():
+    clock = ManualClock()
+    kafka = MemoryKafka(clock=clock, idle_waits_advance_clock=True)
+    _transactional_source(kafka, 5)
+    records, gone = {}, []
+    read = rereader(kafka, records, gone, why=True)
+    read([(("source", 0), 5)])
+    read([(("source", 0), 1)])  # below where the first read stopped: read, not taken for passed
+    assert gone == [(("source", 0), 5, NOT_A_RECORD)] and records == {(("source", 0), 1): b"r1"}

@@ -17,6 +17,7 @@ from reliable_kafka import codec
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.ops.dlq import DeadLetter
+from reliable_kafka.ops.failures import ATTEMPTS_HEADER, decode_attempts
 from reliable_kafka.spark import batch_roots
 from reliable_kafka.spark.spout import SparkSpout
 from reliable_kafka.spout.roots import GONE_REASON
@@ -27,9 +28,9 @@ TP = ("src", 0)
 DLQ = TopologyTopics("sg").dlq
 
 
-def _kafka(*, records: int = 6, marker: bool = True) -> MemoryKafka:
+def _kafka(*, records: int = 6, marker: bool = True, after: bool = True) -> MemoryKafka:
     """``records`` plain records of ``src``, then (``marker``) one transactional record, its commit
-    marker and one more plain record (a re-read ends on a record it reads)."""
+    marker and (``after``) one more plain record."""
     kafka = MemoryKafka()
     kafka.create_topic("src", 1)
     kafka.create_topic(DLQ, 1)
@@ -43,8 +44,9 @@ def _kafka(*, records: int = 6, marker: bool = True) -> MemoryKafka:
         txn.begin_transaction()
         txn.produce("src", b"in-txn", partition=0)
         txn.commit_transaction()  # offset records + 1 is its commit marker: no record
-        producer.produce("src", b"after", partition=0)
-        producer.flush()
+        if after:
+            producer.produce("src", b"after", partition=0)
+            producer.flush()
     return kafka
 
 
@@ -100,9 +102,25 @@ def test_dead_letters_of_deleted_records_are_references_and_markers_are_done_wit
         (None, None, ("src", 0, offset), GONE_REASON, 1) for offset in (0, 1)
     ]
     assert all(d.parked.original_bytes == -1 and d.parked.component == spout.name for d in references)
+    for reference in references:  # the attempt history, as the copies carry it
+        attempts = decode_attempts(dict(reference.headers)[ATTEMPTS_HEADER])
+        assert [(a.attempt, a.outcome, a.root) for a in attempts] == [(1, "FAILED", 1000 + reference.source[2])]
     assert spout.lost_to_retention == 2, "the marker at 7 is no lost record"
     assert spout.dead_lettered == 5
     assert [tp.offset for tp in spout._roots.offsets_to_commit()] == [8]
+
+
+def test_a_marker_at_the_end_of_the_log_is_done_without_a_dead_letter():
+    """No record follows the commit marker: before, the re-read waited for one, failed (RereadFailed)
+    and left every dead letter of the batch bound, to fail again at the next try."""
+    kafka = _kafka(records=3, after=False)  # 0-2 records, 3 in a transaction, 4 its commit marker, the end
+    spout = _spout(kafka)
+    _fail(spout, range(5))
+    spout._write_dead_letters()
+    assert [(d.source[2], d.value) for d in _letters(kafka)] == [(0, b"r0"), (1, b"r1"), (2, b"r2"), (3, b"in-txn")]
+    assert spout.lost_to_retention == 0 and spout.dead_lettered == 4, "the marker is neither lost nor dead"
+    assert not spout._roots.dead_letters_waiting
+    assert [tp.offset for tp in spout._roots.offsets_to_commit()] == [5]
 
 
 def test_a_reference_is_done_only_once_delivered_and_written_again_if_its_write_failed():
