@@ -116,7 +116,10 @@ class SourceRereader:
         position = run[0]  # every offset below it was read, or holds no record
         try:
             while position <= run[-1] and self._clock.monotonic() < deadline:
-                for message in consumer.consume(num_messages=self.batch_size, timeout=0.5):
+                # ask for no more than the run still needs: consume() returns once it has them
+                # instead of waiting out its timeout for a full batch
+                wanted = min(self.batch_size, run[-1] + 1 - position)
+                for message in consumer.consume(num_messages=wanted, timeout=0.5):
                     if message.error() is not None:
                         # a refused READ (or DESCRIBE on the group) stops the spout, naming the
                         # permission; anything else is librdkafka retrying, until the deadline
