@@ -301,7 +301,13 @@ def write_in_jvm(
     """Steps 1-4 above; returns (written rows, roots, XOR of their child edges) after the sink's
     write succeeded (it raises otherwise, and the caller fails the batch's roots). ``session``: a
     :func:`v2_write_session` to write in (default: one made from the outputs' session)."""
+    from pyspark.sql import functions as F
+
     outputs = in_session(outputs, session or v2_write_session(outputs.sparkSession))
+    # no anchors as NULL, not an empty array (no roots either way): Spark (ANSI mode) may evaluate
+    # ``anchors[0]`` of the child edges' expression ahead of its size guard, and fail the batch
+    anchors = f"`{ANCHORS_COLUMN}`"
+    outputs = outputs.withColumn(ANCHORS_COLUMN, F.expr(f"IF(size({anchors}) > 0, {anchors}, NULL)"))
     rows, observation = observe_children(with_children(outputs, salt))
     try:
         writer = (

@@ -18,7 +18,7 @@ from reliable_kafka import codec
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.ids import new_id
 from reliable_kafka.ops.failures import decode_failure
-from reliable_kafka.spark import SparkBolt, spark_session
+from reliable_kafka.spark import SparkBolt, merge_anchors, spark_session
 from reliable_kafka.spark.writer import V1_SOURCES, write_in_jvm
 from reliable_kafka.testing.records import read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
@@ -151,6 +151,27 @@ def anchored_rows(spark, count: int):
         [(f"v{i}", [(new_id(), new_id())]) for i in range(count)],
         "value string, anchors array<struct<root:long,edge:long>>",
     )
+
+
+def test_outputs_without_anchors_are_written_untracked(spark, kafka_bootstrap):
+    """An empty anchors array (an aggregation of untracked inputs) or none at all: written without
+    ``rk-anchors`` beside a tracked row, not a failed batch (Spark's ANSI mode once failed it)."""
+    topic = unique_name("rk-jvm-untracked")
+    create_topics(kafka_bootstrap, {topic: 1})
+    root, edge = new_id(), new_id()
+    inputs = spark.createDataFrame(
+        [("empty", []), ("none", None), ("tracked", [(root, edge)])],
+        "value string, anchors array<struct<root:long,edge:long>>",
+    )
+    # an aggregation, as a bolt's word count: its result projection is where Spark hoisted anchors[0]
+    rows = inputs.groupBy("value").agg(merge_anchors().alias("anchors"))
+    written, roots, xors = write_in_jvm(
+        rows, salt=new_id(), bootstrap_servers=kafka_bootstrap, topic=topic, options={}, metrics_timeout=60.0
+    )
+    assert written == 3 and roots.tolist() == [root]
+    headers = {m.value(): dict(m.headers() or []) for m in read_topic(kafka_bootstrap, topic)}
+    assert codec.ANCHORS_HEADER not in headers[b"empty"] and codec.ANCHORS_HEADER not in headers[b"none"]
+    assert codec.decode_anchors(headers[b"tracked"][codec.ANCHORS_HEADER]) == {root: xors[0]}
 
 
 def test_a_write_leaves_the_users_session_conf_alone(spark, kafka_bootstrap, monkeypatch):
