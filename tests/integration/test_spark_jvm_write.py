@@ -231,6 +231,7 @@ def test_failed_writes_leave_no_observation_registered(spark, kafka_bootstrap):
     topic = unique_name("rk-jvm-write-fails")
     create_topics(kafka_bootstrap, {topic: 1})
     baseline = registered_observations(session)
+    listeners = len(session._jsparkSession.listenerManager().listListeners())
     for _ in range(5):
         with pytest.raises(Exception, match="includeHeaders|Boolean|boolean"):
             write_in_jvm(
@@ -247,4 +248,5 @@ def test_failed_writes_leave_no_observation_registered(spark, kafka_bootstrap):
         timeout=60,
         what=f"failed writes' observations to be released ({registered_observations(session)} left)",
     )
+    assert len(session._jsparkSession.listenerManager().listListeners()) == listeners
     assert read_topic(kafka_bootstrap, topic) == []
