@@ -4,9 +4,11 @@ Each input record's ``rk-anchors`` header is decoded into the ``anchors`` column
 outputs are anchored to the inputs they derive from and trees pass through Spark like through a
 Python bolt. Per micro-batch: (1) records whose header does not decode are counted and copied to
 ``<topology>.quarantine`` (they are skipped: their trees time out upstream and replay); (2) the
-transform runs and executor tasks write the outputs with their child-edge acks; (3) after the
-write succeeded the driver acks every input's own edges. A batch whose transform or write fails
-fails its inputs' roots (Storm's ``collector.fail``), so the spouts redeliver them.
+transform runs and Spark's own Kafka sink writes the outputs, each anchored to its inputs' roots
+with fresh child edges whose XOR per root the same write reports (``writer.write_in_jvm``, DESIGN
+7.2; rows failed with ``rk_fail`` fail their roots); (3) after the write succeeded the driver acks
+every input's own edges, folded with those XORs. A batch whose transform or write fails fails its
+inputs' roots (Storm's ``collector.fail``), so the spouts redeliver them.
 
 Records without the header are untracked; so are outputs derived only from them. The job's
 consumer group is committed to each finished batch's end, for lag tools: as for any bolt, safety
@@ -22,10 +24,11 @@ from confluent_kafka import KafkaException, TopicPartition
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import StateError
+from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.parking import park
 from reliable_kafka.kafka.produce import flush_or_raise
 from reliable_kafka.spark.anchors import anchors_from_headers
-from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform
+from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, final_acks
 
 __all__ = ["SparkBolt"]
 
@@ -128,8 +131,8 @@ class SparkBolt(SparkJob):
                     key = (row.topic, row.partition)
                     ends[key] = max(ends.get(key, 0), row.offset + 1)
                 self.stats.inputs += len({(row.topic, row.partition, row.offset) for row in summary})
-                self._write(inputs)
-                self._send_entries(EventKind.ACK, pairs, what=f"input acks of {what}")
+                _, _, children = self._write(inputs, new_id())
+                self._send_entries(EventKind.ACK, final_acks(pairs, children), what=f"input acks of {what}")
                 self.acked += len(pairs)
                 self._commit_ends(ends)
             except Exception as exc:

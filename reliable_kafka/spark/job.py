@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import AuthorizationError, ConfigError, DeliveryError, StateError, TopologyError
 from reliable_kafka.ids import new_id
@@ -23,9 +25,18 @@ from reliable_kafka.kafka.clients import check_ack_sender_config, new_consumer, 
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.produce import flush_or_raise, release_producer
 from reliable_kafka.ops import reporter as ops_reporter
+from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.security import spark_kafka_options as spark_security_options
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
-from reliable_kafka.spark.writer import OutputWriter, write_in_jvm
+from reliable_kafka.spark.failed_rows import FailedRow, failed_from_metrics, observe_failed
+from reliable_kafka.spark.writer import (
+    fold_by_root,
+    in_session,
+    observed_metrics,
+    release_observations,
+    v2_write_session,
+    write_in_jvm,
+)
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 
 if TYPE_CHECKING:
@@ -33,7 +44,7 @@ if TYPE_CHECKING:
 
     from reliable_kafka.ops.reporter import ComponentReporter
 
-__all__ = ["SOURCE_COLUMNS", "BatchErrorPolicy", "SparkJobStats", "Transform"]
+__all__ = ["SOURCE_COLUMNS", "BatchErrorPolicy", "SparkJobStats", "Transform", "final_acks"]
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +173,7 @@ class SparkJob:
         self._ack_partitions = 0
         self._failures_topic: str | None = None
         self._listener: Any = None
-        self._outputs_acc: Any = None  # pyspark Accumulators, once started
-        self._failed_acc: Any = None
+        self._sink_session: Any = None  # where the outputs are written (writer.v2_write_session), once started
         self._reporter: ComponentReporter | None = None
         self._lock = threading.RLock()  # tracker, ack sender and stats: driver threads share them
         self._batch_lock = threading.Lock()  # one batch at a time (stream or driver-run)
@@ -185,9 +195,7 @@ class SparkJob:
         self._failures_topic = self.topics.failures if partition_count(admin, self.topics.failures) else None
         self._producer = producer = new_producer(self.bootstrap_servers, self.kafka_config, ack_sender=self.name)
         self._acks = AckSender(producer, acks_topic=self.topics.acks, ack_partitions=found, sender=self.task_id)
-        sc = self.spark.sparkContext
-        self._outputs_acc = sc.accumulator(0)
-        self._failed_acc = sc.accumulator(0)
+        self._sink_session = v2_write_session(self.spark)  # a clone made now: the user's session is left alone
         try:
             self._prepare()
         except BaseException:
@@ -274,6 +282,7 @@ class SparkJob:
         release_producer(self._producer, owner=self.name)
         # Dropping the last references destroys the librdkafka client (its threads, connections).
         self._acks = self._producer = None
+        self._sink_session = None
 
     def run_until(
         self, predicate: Callable[[SparkJob], bool] | None = None, *, timeout: float = 60.0, poll_interval: float = 0.2
@@ -316,15 +325,13 @@ class SparkJob:
     def _on_stream_batch(self, df, batch_id: int) -> None:
         raise NotImplementedError
 
-    def _write(self, inputs, salt: int | None = None) -> tuple[int, int, tuple[Any, Any] | None]:
-        """Run the transform and write its outputs; (outputs, failed rows, children).
-
-        With a ``salt`` and no ``rk_fail`` column, the outputs go through Spark's Kafka sink
-        (``writer.write_in_jvm``, DESIGN 7.2) and ``children`` is (roots, XOR of their child
-        edges) as int64 arrays, observed during the write, which the caller must fold into the
-        inputs' final acks. Otherwise
-        executor tasks write them in Python (``OutputWriter``), sending the child-edge acks
-        themselves, and ``children`` is None."""
+    def _write(self, inputs, salt: int) -> tuple[int, int, tuple[Any, Any]]:
+        """Run the transform and write its outputs through Spark's Kafka sink (``writer.write_in_jvm``,
+        DESIGN 7.2); (outputs written, rows failed with ``rk_fail``, children). ``children`` is (roots,
+        XOR of their child edges) as int64 arrays, observed during the write, which the caller must
+        fold into the inputs' final acks (:func:`final_acks`). Rows failed with ``rk_fail`` are
+        observed in the same write; their failure records and FAIL entries are sent (flushed) before
+        this returns, so before any final ack."""
         outputs = self.transform(inputs)
         columns = set(getattr(outputs, "columns", ()))
         if "value" not in columns or ANCHORS_COLUMN not in columns:
@@ -333,35 +340,57 @@ class SparkJob:
                 f"a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns (and optionally key, headers, "
                 f"rk_fail, rk_fail_reason, rk_fail_retry); got {sorted(columns)}"
             )
-        if salt is not None and FAIL_COLUMN not in columns:
+        session = self._sink_session
+        if session is None:
+            raise StateError(f"{self.name}: not running; call start() first (and not after stop())")
+        outputs = in_session(outputs, session)
+        failed_observation = None
+        if FAIL_COLUMN in columns:
+            outputs, failed_observation = observe_failed(outputs)
+        what = f"outputs to {self.output_topic}"
+        try:
             written, roots, xors = write_in_jvm(
                 outputs,
                 salt=salt,
                 bootstrap_servers=self.bootstrap_servers,
                 topic=self.output_topic,
                 options=self._sink_options(),
+                session=session,
             )
-            self.stats.outputs += written
-            return written, 0, (roots, xors)
-        before_outputs, before_failed = self._outputs_acc.value, self._failed_acc.value
-        writer = OutputWriter(
-            bootstrap_servers=self.bootstrap_servers,
-            output_topic=self.output_topic,
-            acks_topic=self.topics.acks,
-            ack_partitions=self._ack_partitions,
-            sender=self.task_id,
-            kafka_config=self.kafka_config,
-            outputs=self._outputs_acc,
-            failed_rows=self._failed_acc,
-            component=self.name,
-            failures_topic=self._failures_topic,
-        )
-        outputs.foreachPartition(writer)
-        written = self._outputs_acc.value - before_outputs
-        failed = self._failed_acc.value - before_failed
+            failed, failed_rows = 0, list[FailedRow]()
+            if failed_observation is not None:  # completed by the same write
+                metrics = observed_metrics(failed_observation, session, timeout=120.0, what=what)
+                failed, failed_rows = failed_from_metrics(metrics, what=what)
+        except BaseException:
+            if failed_observation is not None:
+                release_observations(outputs)
+            raise
+        self._fail_rows(failed_rows)
         self.stats.outputs += written
         self.stats.failed_rows += failed
-        return written, failed, None
+        return written, failed, (roots, xors)
+
+    def _fail_rows(self, rows: list[FailedRow]) -> None:
+        """For rows failed with ``rk_fail``: a failure record each (why, for ``reliable-kafka trace``
+        and the dead letters' ``rk-reason``), then FAIL for their roots, flushed in that order."""
+        rows = [row for row in rows if row.roots]  # an untracked row fails no tree
+        if not rows:
+            return
+        _, producer = self._started()
+        if self._failures_topic is not None:
+            failures = FailureLog(producer, topic=self._failures_topic, component=self.name, task_id=self.task_id)
+            for row in rows:
+                failures.write(
+                    FailureRecord.of(
+                        roots=list(row.roots),
+                        component=self.name,
+                        task_id=self.task_id,
+                        reason=row.reason,
+                        retry=row.retry,
+                    )
+                )
+        roots = sorted({root for row in rows for root in row.roots})
+        self._send_entries(EventKind.FAIL, [(root, 0) for root in roots], what="FAIL of rows failed with rk_fail")
 
     def _sink_options(self) -> dict[str, str]:
         """The reader's ``kafka.*`` client options (security...) minus the consumer-only ones."""
@@ -432,3 +461,15 @@ def offsets_json(offsets: dict[tuple[str, int], int]) -> str:
     for (topic, partition), offset in sorted(offsets.items()):
         by_topic.setdefault(topic, {})[str(partition)] = offset
     return json.dumps(by_topic)
+
+
+def final_acks(inputs: list[tuple[int, int]], children: tuple[Any, Any]) -> list[tuple[int, int]]:
+    """The inputs' own (root, edge) pairs folded with their children's XOR (roots, xors): one ACK
+    entry per root, whose val cancels both the inputs' edges and the children's (DESIGN 7.2)."""
+    pairs = np.array(inputs, dtype=np.int64).reshape(-1, 2)
+    roots, xors = children
+    folded = fold_by_root(
+        np.concatenate([pairs[:, 0], np.asarray(roots, dtype=np.int64)]),
+        np.concatenate([pairs[:, 1], np.asarray(xors, dtype=np.int64)]),
+    )
+    return list(zip(folded[0].tolist(), folded[1].tolist()))

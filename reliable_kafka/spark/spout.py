@@ -9,8 +9,8 @@ Spark's Kafka source and micro-batch engine do the reading; ``foreachBatch`` add
    partition at a time and sends INIT for every root, flushed before anything else happens;
 2. runs the user's ``transform`` over the batch (key, value, topic, partition, offset,
    timestamp, headers, attempt, anchors) and writes its outputs through Spark's Kafka sink, with
-   the per-root XOR of their child edges observed in the same job (``writer.write_in_jvm``;
-   outputs with ``rk_fail`` go through the Python ``OutputWriter``, which sends the child-edge acks);
+   the per-root XOR of their child edges observed in the same job (``writer.write_in_jvm``; rows
+   failed with ``rk_fail`` are observed too, and their roots failed before the acks below);
 3. after the write action succeeded, acks each input's own edge, folded with that XOR.
 
 A background driver loop consumes this spout's outcomes, redelivers failed and timed-out records
@@ -32,7 +32,6 @@ import threading
 import time
 from dataclasses import asdict
 
-import numpy as np
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka.core.kinds import EventKind
@@ -43,10 +42,9 @@ from reliable_kafka.kafka.clients import new_consumer
 from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog
 from reliable_kafka.spark.checkpoint import HadoopFiles, read_resume_point
 from reliable_kafka.spark.derive import edge_column, root_column
-from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform
+from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, final_acks
 from reliable_kafka.spark.offset_reads import chunks, read_ranges, read_redeliveries
 from reliable_kafka.spark.recovery import committed_offsets, plan_recovery
-from reliable_kafka.spark.writer import fold_by_root
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
 from reliable_kafka.spout.spout import _source_record
@@ -319,11 +317,8 @@ class SparkSpout(SparkJob):
             inputs = inputs.select(*SOURCE_COLUMNS, "attempt", F.array(F.struct("root", "edge")).alias("anchors"))
             self.stats.inputs += len(entries)  # from offset ranges: transaction markers included
             _, _, children = self._write(inputs, salt)  # (2)
-            if children is not None:  # the JVM sink wrote them: their XOR goes into the final acks
-                pairs = np.concatenate([np.array(entries, dtype=np.int64), np.column_stack(children)])
-                folded = fold_by_root(pairs[:, 0], pairs[:, 1])
-                entries = list(zip(folded[0].tolist(), folded[1].tolist()))
-            self._send_entries(EventKind.ACK, entries, what=f"input acks of {what}")  # (3)
+            acks = final_acks(entries, children)  # the children's XOR goes into the final acks
+            self._send_entries(EventKind.ACK, acks, what=f"input acks of {what}")  # (3)
         except _BeforeEmit as exc:
             self._batches.requeue(redeliveries)
             cause = exc.__cause__ or exc

@@ -9,7 +9,6 @@ import pytest
 
 from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, codec
 from reliable_kafka.cli import main
-from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.errors import DeadLetterGuardTripped
 from reliable_kafka.offsets import committed_offsets, lag
@@ -373,44 +372,6 @@ def test_a_transactional_spout_dead_letters_a_poison_pill_at_once_in_its_transac
     assert attempt["outcome"]["kind"] == "FAILED" and [e["kind"] for e in attempt["events"]] == ["INIT", "FAIL"]
     assert [f["reason"] for f in attempt["failures"]] == ["cannot parse: not a number"]
     assert len(document["dead_letters"]) == 1
-
-
-def test_a_spark_row_failed_with_rk_fail_writes_its_reason(kafka_bootstrap):
-    from pyspark.sql import Row  # a Row needs no Spark session: this drives the executor-side writer
-
-    from reliable_kafka.spark.writer import OutputWriter
-
-    topology = unique_name("sparkfail")
-    topics = TopologyTopics(topology)
-    ensure_topics(admin_client(kafka_bootstrap), topics)
-    create_topics(kafka_bootstrap, {f"{topology}-out": 1})
-    writer = OutputWriter(
-        bootstrap_servers=kafka_bootstrap,
-        output_topic=f"{topology}-out",
-        acks_topic=topics.acks,
-        ack_partitions=1,
-        sender=77,
-        component="enrich-job",
-        failures_topic=topics.failures,
-    )
-    writer(
-        [
-            Row(value=b"fine", anchors=[(11, 5)], rk_fail=False, rk_fail_reason=None),
-            Row(value=b"broken", anchors=[(12, 6), (13, 7)], rk_fail=True, rk_fail_reason="no such customer"),
-        ]
-    )
-    [failure] = [decode_failure(m.value()) for m in read_topic(kafka_bootstrap, topics.failures)]
-    assert (failure.roots, failure.component, failure.task_id, failure.reason) == (
-        [12, 13],
-        "enrich-job",
-        77,
-        "no such customer",
-    )
-    fails = set()
-    for message in read_topic(kafka_bootstrap, topics.acks):
-        batch = codec.decode_ack_batch(message.value())
-        fails.update(r for k, r in zip(batch.kinds.tolist(), batch.roots.tolist()) if k == EventKind.FAIL)
-    assert fails == {12, 13}
 
 
 def test_a_bolt_of_a_topology_without_a_failures_topic_fails_tuples_without_reasons(kafka_bootstrap, caplog):

@@ -1,16 +1,13 @@
 """The pure parts of the Spark shell: header decoding for SparkBolt, offsets JSON for Spark's
 Kafka reader (no Spark started)."""
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from reliable_kafka import codec
-from reliable_kafka.errors import ConfigError
 from reliable_kafka.spark.anchors import decode_anchors_header
 from reliable_kafka.spark.checkpoint import parse_kafka_offsets
 from reliable_kafka.spark.job import offsets_json
-from reliable_kafka.spark.writer import to_bytes
 
 ids = st.integers(min_value=-(2**63), max_value=2**63 - 1).filter(lambda v: v != 0)
 longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -52,15 +49,3 @@ def test_undecodable_header_names_the_reason():
 )
 def test_offsets_json_is_what_the_checkpoint_parser_reads(offsets):
     assert parse_kafka_offsets(offsets_json(offsets)) == offsets
-
-
-def test_output_keys_and_values_become_bytes():
-    assert to_bytes("wörd", "value") == "wörd".encode()
-    assert to_bytes(bytearray(b"ab"), "value") == b"ab"
-    assert to_bytes(42, "value") == b"42"
-    assert to_bytes(None, "key") is None
-
-
-def test_output_of_another_type_is_refused_with_advice():
-    with pytest.raises(ConfigError, match="cast the column"):
-        to_bytes(["a"], "value")

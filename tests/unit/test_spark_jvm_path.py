@@ -1,6 +1,6 @@
 """The pure parts of Spark's JVM output path (reliable_kafka.spark.writer), without Spark: the
 Python port of the child edges, the observed children read back and folded, the driver's fold of
-final acks, and the switch to the Kafka sink's V2 write. The Spark SQL expressions are checked
+final acks, the Kafka sink's V2 setting and the rows failed with ``rk_fail``. The Spark SQL expressions are checked
 against these in tests/integration/test_spark_sql_expressions.py."""
 
 import struct
@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from reliable_kafka.errors import StateError
 from reliable_kafka.spark.derive import derive_child_edge
-from reliable_kafka.spark.writer import V1_SOURCES, children_from_metrics, fold_by_root, kafka_sink_v2
+from reliable_kafka.spark.failed_rows import FailedRow, failed_from_metrics
+from reliable_kafka.spark.job import final_acks
+from reliable_kafka.spark.writer import children_from_metrics, fold_by_root, without_kafka
 
 longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 row_ids = st.integers(min_value=0, max_value=2**62)
@@ -73,37 +75,57 @@ def test_metrics_that_do_not_name_every_child_fail_the_batch(metrics):
         children_from_metrics(metrics, what="test")
 
 
-class FakeConf:
-    def __init__(self, value: str) -> None:
-        self.values = {V1_SOURCES: value}
-        self.seen: list[str] = []
-
-    def get(self, key: str) -> str:
-        return self.values[key]
-
-    def set(self, key: str, value: str) -> None:
-        self.seen.append(value)
-        self.values[key] = value
-
-
-class FakeSession:
-    def __init__(self, value: str) -> None:
-        self.conf = FakeConf(value)
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        ("avro,csv,json,kafka,orc,parquet,text", "avro,csv,json,orc,parquet,text"),
+        ("parquet, Kafka ", "parquet"),
+        ("parquet", "parquet"),
+        ("", ""),
+    ],
+)
+def test_the_v1_source_list_loses_kafka_and_only_kafka(sources, expected):
+    assert without_kafka(sources) == expected
 
 
-def test_kafka_sink_v2_takes_kafka_off_the_v1_list_and_restores_it_even_on_error():
-    session = FakeSession("avro,csv,json,kafka,orc,parquet,text")
-    with pytest.raises(RuntimeError), kafka_sink_v2(session):
-        assert session.conf.values[V1_SOURCES] == "avro,csv,json,orc,parquet,text"
-        raise RuntimeError("write failed")
-    assert session.conf.values[V1_SOURCES] == "avro,csv,json,kafka,orc,parquet,text"
+@settings(deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 5), longs), max_size=30),
+    st.lists(st.tuples(st.integers(1, 5), longs), max_size=30),
+)
+def test_final_acks_cancel_every_input_edge_and_child_edge_once_per_root(inputs, children):
+    roots = np.array([r for r, _ in children], dtype=np.int64)
+    xors = np.array([x for _, x in children], dtype=np.int64)
+    acks = final_acks(inputs, (roots, xors))
+    assert len({root for root, _ in acks}) == len(acks), "one ACK entry per root"
+    expected: dict[int, int] = {}
+    for root, val in [*inputs, *children]:
+        expected[root] = expected.get(root, 0) ^ val
+    assert dict(acks) == expected
 
 
-def test_kafka_sink_v2_leaves_a_list_without_kafka_alone():
-    session = FakeSession("parquet, Kafka ")
-    with kafka_sink_v2(session):
-        assert session.conf.values[V1_SOURCES] == "parquet"
-    session = FakeSession("parquet")
-    with kafka_sink_v2(session):
-        pass
-    assert session.conf.seen == []
+def test_rows_failed_with_rk_fail_are_read_from_the_observed_metrics():
+    metrics = {
+        "failed": 3,
+        "rows": [
+            {"roots": [12, 13], "reason": "no such customer", "retry": True},
+            {"roots": [14], "reason": None, "retry": False},
+            {"roots": [], "reason": None, "retry": True},  # untracked: counted, fails no tree
+        ],
+    }
+    assert failed_from_metrics(metrics, what="test") == (
+        3,
+        [
+            FailedRow(roots=(12, 13), reason="no such customer", retry=True),
+            FailedRow(roots=(14,), reason=None, retry=False),
+            FailedRow(roots=(), reason=None, retry=True),
+        ],
+    )
+    assert failed_from_metrics({"failed": 0, "rows": None}, what="test") == (0, [])
+
+
+@pytest.mark.parametrize("metrics", [{}, {"failed": 1}])
+def test_metrics_without_the_failed_rows_fail_the_batch(metrics):
+    # Acking the inputs without failing those rows' roots would complete trees the transform failed.
+    with pytest.raises(StateError, match="spark output: test"):
+        failed_from_metrics(metrics, what="test")
