@@ -21,7 +21,18 @@ class _Producer:
         self.sent: list[tuple] = []
         self.fail_on, self.fail_with = set(fail_on), fail_with
 
-    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, *, headers=None, **kwargs):
+    def produce(
+        self,
+        topic,
+        value=None,
+        key=None,
+        partition=-1,
+        callback=None,
+        on_delivery=None,
+        timestamp=0,
+        headers=None,
+        **kwargs,
+    ):
         if value in self.fail_on:
             raise self.fail_with
         self.sent.append((topic, value, key, headers))
