@@ -400,7 +400,7 @@ class Bolt:
         assert producer is not None  # made by start()
         # once per emitted tuple: encode_one_anchor and produce_headers inlined (the ids are int64:
         # drawn by new_id or decoded from a header), the queue-full and error paths left to them
-        headers = None if root is None else [(_ANCHORS, _ONE_PAIR + _pack_pair(root, edge))]
+        headers: list | None = None if root is None else [(_ANCHORS, _ONE_PAIR + _pack_pair(root, edge))]
         try:
             producer.produce(topic, value, key, -1 if partition is None else partition, None, None, 0, headers)
         except (BufferError, KafkaException):
