@@ -138,19 +138,13 @@ def _plain_role(role: str, topics: dict, bootstrap: str, probe: _Probe, stop, re
             producer.flush(10)
 
 
-def _tracked_spout_class():
+def _tracked_spout_class(hops: bool = False):
     from reliable_kafka.spout import Spout
 
     class TimedSpout(Spout):
         """Records source timestamp -> COMPLETED per phase (the bench's only hook into the spout)."""
 
         probe: _Probe
-        hops = False
-
-        def _process(self, record) -> None:
-            if self.hops and record.attempt == 1:
-                self.probe.hop("source", record.value, record.timestamp_ms)
-            super()._process(record)
 
         def _completed(self, record) -> None:
             super()._completed(record)
@@ -158,7 +152,16 @@ def _tracked_spout_class():
             self.probe.completion[int(phase)].append(_now_ms() - float(stamp))
             self.probe.completed.value += 1
 
-    return TimedSpout
+    class HopsSpout(TimedSpout):
+        """--hops: also notes each record's source hop (a per-record hook: the spout then forwards
+        record by record, not a batch at a time)."""
+
+        def _process(self, record) -> None:
+            if record.attempt == 1:
+                self.probe.hop("source", record.value, record.timestamp_ms)
+            super()._process(record)
+
+    return HopsSpout if hops else TimedSpout
 
 
 def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
@@ -181,7 +184,7 @@ def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
             if config == "ackers0"
             else {"guarantee": "none"}
         )
-        spout = _tracked_spout_class()(
+        spout = _tracked_spout_class(hops=bool(topics.get("hops")))(
             **on,
             source_topics=topics["source"],
             group_id=f"{topics['topology']}-spout",
@@ -189,7 +192,6 @@ def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
             **options,
         )
         spout.probe = probe
-        spout.hops = bool(topics.get("hops"))
         return spout
     if role == "split":
         hops = bool(topics.get("hops"))

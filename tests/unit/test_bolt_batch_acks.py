@@ -30,7 +30,18 @@ class _Producer:
     def __init__(self) -> None:
         self.sent: list[tuple] = []
 
-    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, *, headers=None, **kwargs):
+    def produce(
+        self,
+        topic,
+        value=None,
+        key=None,
+        partition=-1,
+        callback=None,
+        on_delivery=None,
+        timestamp=0,
+        headers=None,
+        **kwargs,
+    ):
         self.sent.append((topic, value, key, partition, headers))
 
 
@@ -280,3 +291,30 @@ def test_the_bolts_inlined_one_pair_read_is_decode_anchors(raw):
         assert seen == [] and parked.offsets == [7] and bolt.stats.quarantined == 1
     else:
         assert seen == [expected] and parked.offsets == []
+
+
+def test_an_emit_into_a_full_queue_waits_for_room_and_is_produced_once():
+    """The inlined emit leaves a full local queue (BufferError) to produce_headers' slow path."""
+
+    class _Full(_Producer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.full, self.polls = 3, 0
+
+        def produce(self, *args, **kwargs):
+            if self.full:
+                self.full -= 1
+                raise BufferError("Local: Queue full")
+            super().produce(*args, **kwargs)
+
+        def poll(self, timeout=0):
+            self.polls += 1
+            return 0
+
+    bolt, _ = _bolt(lambda tuple_, collector: collector.emit("out", b"x", key=b"w"))
+    producer = bolt._producer = _Full()
+    bolt._process_batch([_message(0, {5: 9})])
+    [(topic, value, key, _partition, headers)] = producer.sent
+    assert (topic, value, key) == ("out", b"x", b"w") and producer.polls >= 1
+    [(root, edge)] = codec.decode_anchors(dict(headers)[codec.ANCHORS_HEADER]).items()
+    assert root == 5 and _entries(bolt) == [(EventKind.ACK, 5, 9 ^ edge)]

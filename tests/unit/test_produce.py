@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from reliable_kafka import codec
-from reliable_kafka.kafka.produce import ProducerUnusable, produce_tuple
+from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple
 
 
 class FakeProducer:
@@ -17,7 +17,9 @@ class FakeProducer:
         self.sent: list[dict] = []
         self.polls = 0
 
-    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, *, headers=None):
+    def produce(
+        self, topic, value=None, key=None, partition=-1, callback=None, on_delivery=None, timestamp=0, headers=None
+    ):
         if self.errors:
             raise self.errors.pop(0)
         self.sent.append(
@@ -26,7 +28,7 @@ class FakeProducer:
                 "value": value,
                 "key": key,
                 "partition": partition,
-                "on_delivery": on_delivery,
+                "on_delivery": callback or on_delivery,
                 "headers": headers,
             }
         )
@@ -84,3 +86,28 @@ def test_a_record_error_passes_through_as_it_is():
     with pytest.raises(KafkaException) as raised:
         produce_tuple(producer, "t", b"v", key=None, headers=None, partition=0, anchors={5: 9})
     assert not isinstance(raised.value, ProducerUnusable)
+
+
+def test_the_positional_call_matches_confluent_kafkas_argument_order():
+    """produce_headers passes everything positionally (a keyword costs ~0.7 us a call): slot 7 is
+    the timestamp and slot 8 the headers in confluent-kafka's own Producer, and in the in-memory one."""
+    from confluent_kafka import Producer
+
+    from reliable_kafka.testing import MemoryKafka
+
+    real = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    try:
+        with pytest.raises(TypeError, match="headers"):
+            real.produce("t", b"v", None, -1, None, None, 0, 5)
+        with pytest.raises(TypeError):
+            real.produce("t", b"v", None, -1, None, None, "not a timestamp", None)
+        real.produce("t", b"v", None, -1, None, None, 0, [("h", b"1")])
+    finally:
+        real.purge()
+    kafka = MemoryKafka()
+    kafka.create_topic("t")
+    memory = kafka.producer({})
+    produce_headers(memory, "t", b"v", b"k", None, [("h", b"1")])
+    memory.flush()
+    [message] = kafka.messages("t")
+    assert (message.key(), message.value(), message.headers()) == (b"k", b"v", [("h", b"1")])

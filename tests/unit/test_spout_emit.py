@@ -18,7 +18,18 @@ class _Producer:
     def __init__(self) -> None:
         self.sent: list[tuple] = []
 
-    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, *, headers=None, **kwargs):
+    def produce(
+        self,
+        topic,
+        value=None,
+        key=None,
+        partition=-1,
+        callback=None,
+        on_delivery=None,
+        timestamp=0,
+        headers=None,
+        **kwargs,
+    ):
         self.sent.append((topic, value, key, headers))
 
 

@@ -134,6 +134,36 @@ def test_complete_is_on_outcome_completed_without_the_action(steps):
         assert by_outcome.pending_roots() == by_complete.pending_roots()
 
 
+@given(
+    st.lists(st.integers(0, 30), max_size=40),
+    st.lists(st.lists(st.integers(-1, 30), max_size=12), max_size=6),
+    st.integers(0, 50),
+)
+def test_complete_many_is_complete_of_each_root_in_order(emits, batches, wait_ms):
+    """A spout's outcome batch (``complete_many``) leaves the tracker as ``complete`` of each root
+    does, including roots not held (-1: a root never emitted) and a root given twice."""
+    one_by_one, clock_one = make()
+    batched, clock_batched = make()
+    roots: dict[int, int] = {}
+    for offset in emits:
+        roots[offset] = one_by_one.emitted(TP, offset)
+        batched.emitted(TP, offset, root=roots[offset])
+    clock_one.now = clock_batched.now = wait_ms
+    for batch in batches:
+        given_roots = [roots.get(offset, 99_999) for offset in batch]
+        expected = [one_by_one.complete(root) for root in given_roots]
+        entries = batched.complete_many(given_roots)
+        assert [(e.tp, e.offset, e.attempt) for e in entries] == [
+            (e.tp, e.offset, e.attempt) for e in expected if e is not None
+        ]
+        assert batched.commit_point(TP) == one_by_one.commit_point(TP)
+        assert batched.stats == one_by_one.stats
+        assert batched.pending_roots() == one_by_one.pending_roots()
+        got, want = batched.complete_latency.snapshot(), one_by_one.complete_latency.snapshot()
+        assert got["counts"] == want["counts"] and got["count"] == want["count"]
+        assert got["sum_s"] == pytest.approx(want["sum_s"])  # summed in another order
+
+
 def test_outcome_kind_may_be_a_plain_int_from_the_wire():
     tracker, _ = make()
     root = tracker.emitted(TP, 0)
