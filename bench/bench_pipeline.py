@@ -24,8 +24,12 @@ source timestamp -> the spout learns COMPLETED (tracked). The curve is written a
 
 Also: CPU seconds per 1,000 sentences at each offered rate, and each process's CPU at idle.
 
+On a broker it starts itself, the run first makes one untimed burst of each configuration: a fresh
+broker JVM spends its first minutes compiling Kafka's code, which otherwise counted as broker CPU
+of the first rounds, most of it on tracked (``--no-broker-warmup`` keeps that; docs/performance.md).
+
 Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--configs off,tracked]
-[--no-throughput] [--hops] [--kafka-config JSON] [--bootstrap-servers H:P [--broker-pid PID]]``.
+[--no-throughput] [--no-broker-warmup] [--hops] [--kafka-config JSON] [--bootstrap-servers H:P [--broker-pid PID]]``.
 Sized for a 2-core machine: the default run takes a few minutes, ``--quick`` about two.
 ``RK_BENCH_PROFILE=DIR`` runs every component process under cProfile (``DIR/<config>-<role>.prof``).
 """
@@ -629,6 +633,25 @@ def _throughput(ctx, bootstrap, broker_pids, pool, configs, *, rounds, sentences
     return bursts, clients
 
 
+def _warm_broker(ctx, bootstrap, broker_pids, pool, configs, *, sentences, kafka_config=None) -> None:
+    """One untimed burst of each configuration on a broker this run started: a fresh JVM spends its
+    first minutes compiling Kafka's code (C1/C2), seconds of broker CPU that would otherwise land on
+    the first rounds, mostly on the configuration that exercises the most code paths (tracked). A
+    broker in service paid that long ago."""
+    before = sum(_cpu_seconds(pid) for pid in broker_pids)
+    for config in configs:
+        pipeline = Pipeline(config, bootstrap, broker_pids, kafka_config=kafka_config).start(ctx, pool)
+        try:
+            pipeline.burst(sentences, timeout=600)
+        finally:
+            pipeline.stop()
+    spent = sum(_cpu_seconds(pid) for pid in broker_pids) - before
+    print(
+        f"  broker warm-up: {len(configs)} untimed bursts of {sentences} sentences, {spent:.1f} s of broker CPU",
+        flush=True,
+    )
+
+
 def _report_throughput(
     bursts: dict[str, list[Burst]],
     clients: dict,
@@ -768,6 +791,11 @@ def main() -> None:
     parser.add_argument("--no-latency", action="store_true", help="skip the latency curve")
     parser.add_argument("--no-throughput", action="store_true", help="skip the throughput bursts")
     parser.add_argument(
+        "--no-broker-warmup",
+        action="store_true",
+        help="measure the embedded broker from its start (its JIT compiling lands on the first rounds)",
+    )
+    parser.add_argument(
         "--hops",
         action="store_true",
         help="latency per hop: data topics keep LogAppendTime; prints source -> each append and read",
@@ -814,6 +842,11 @@ def main() -> None:
     bursts, clients, thread_bursts, thread_clients, points = {}, {}, {}, {}, []
     with kafka(args.bootstrap, args.broker_pid) as (bootstrap, broker_pids):
         if not args.no_throughput:
+            if not args.bootstrap and not args.no_broker_warmup:
+                print("\nwarming up the broker (its JIT), not measured:", flush=True)
+                _warm_broker(
+                    ctx, bootstrap, broker_pids, pool, configs, sentences=sentences, kafka_config=args.kafka_config
+                )
             print("\nthroughput, one process per component, alternating:", flush=True)
             bursts, clients = _throughput(
                 ctx,
