@@ -24,9 +24,11 @@ source timestamp -> the spout learns COMPLETED (tracked). The curve is written a
 
 Also: CPU seconds per 1,000 sentences at each offered rate, and each process's CPU at idle.
 
-On a broker it starts itself, the run first makes one untimed burst of each configuration: a fresh
-broker JVM spends its first minutes compiling Kafka's code, which otherwise counted as broker CPU
-of the first rounds, most of it on tracked (``--no-broker-warmup`` keeps that; docs/performance.md).
+The broker's figure leaves out its JIT compiler threads (C1, C2), printed apart as "broker JIT"
+and not counted in totals and CPU ratios: a young broker JVM spends minutes of CPU compiling Kafka's
+code, about half a fresh broker's CPU over a run, most of it while tracked ran (the configuration
+that exercises the most code). On a broker it starts itself the run also makes one untimed burst of
+each configuration first (``--no-broker-warmup`` skips it). docs/performance.md has the profile.
 
 Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--configs off,tracked]
 [--no-throughput] [--no-broker-warmup] [--hops] [--kafka-config JSON] [--bootstrap-servers H:P [--broker-pid PID]]``.
@@ -336,6 +338,27 @@ def _process_tree_from_proc(pid: int) -> list[int]:
     return tree
 
 
+JIT = "broker JIT"  # the broker JVM compiling its code: a one-off of a young broker, not counted in totals
+
+
+def _jit_seconds(pid: int) -> float:
+    """CPU seconds of the JIT compiler threads (C1, C2) of JVM ``pid``, from /proc (0 elsewhere)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0.0
+    total = 0
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        if "CompilerThre" in stat[stat.index("(") + 1 : stat.rindex(")")]:  # "C2 CompilerThread0", cut to 15
+            fields = stat.rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Burst:
     """One throughput burst of one configuration."""
@@ -439,7 +462,9 @@ class Pipeline:
 
     def cpu(self) -> dict[str, float]:
         figures = {name: _cpu_seconds(process.pid) for name, process in self.processes.items()}
-        figures["broker"] = sum(_cpu_seconds(pid) for pid in self.broker_pids)
+        jit = sum(_jit_seconds(pid) for pid in self.broker_pids)
+        figures["broker"] = sum(_cpu_seconds(pid) for pid in self.broker_pids) - jit
+        figures[JIT] = jit
         return figures
 
     def _write(self, count: int, phase: int) -> None:
@@ -639,6 +664,7 @@ def _warm_broker(ctx, bootstrap, broker_pids, pool, configs, *, sentences, kafka
     the first rounds, mostly on the configuration that exercises the most code paths (tracked). A
     broker in service paid that long ago."""
     before = sum(_cpu_seconds(pid) for pid in broker_pids)
+    jit_before = sum(_jit_seconds(pid) for pid in broker_pids)
     for config in configs:
         pipeline = Pipeline(config, bootstrap, broker_pids, kafka_config=kafka_config).start(ctx, pool)
         try:
@@ -646,8 +672,10 @@ def _warm_broker(ctx, bootstrap, broker_pids, pool, configs, *, sentences, kafka
         finally:
             pipeline.stop()
     spent = sum(_cpu_seconds(pid) for pid in broker_pids) - before
+    jit = sum(_jit_seconds(pid) for pid in broker_pids) - jit_before
     print(
-        f"  broker warm-up: {len(configs)} untimed bursts of {sentences} sentences, {spent:.1f} s of broker CPU",
+        f"  broker warm-up: {len(configs)} untimed bursts of {sentences} sentences, {spent:.1f} s of broker CPU "
+        f"({jit:.1f} s of it the JIT)",
         flush=True,
     )
 
@@ -675,7 +703,7 @@ def _report_throughput(
     for config, runs in bursts.items():
         names = list(runs[0].cpu)
         cpu = {name: statistics.median(b.cpu[name] / b.sentences * 1000 for b in runs) for name in names}
-        totals[config] = sum(cpu.values())
+        totals[config] = sum(v for k, v in cpu.items() if k != JIT)
         ratio = f"{rates[config] / plain:.2f}" if plain else "-"
         plain_total = totals.get("plain", plain_cpu)
         cpu_ratio = f"{plain_total / totals[config]:.2f}" if plain_total and totals[config] else "-"
@@ -740,8 +768,10 @@ def _latency_curve(
 
 
 def _cpu_line(cpu: dict[str, float]) -> str:
-    python = sum(v for k, v in cpu.items() if k != "broker")
-    return "  ".join(f"{name} {value:.3f}" for name, value in cpu.items()) + f"  | python total {python:.3f}"
+    python = sum(v for k, v in cpu.items() if k not in ("broker", JIT))
+    line = "  ".join(f"{name} {value:.3f}" for name, value in cpu.items() if name != JIT)
+    line += f"  | python total {python:.3f}"
+    return line + (f"  (broker JIT {cpu[JIT]:.3f}, not counted)" if JIT in cpu else "")
 
 
 def _plot(points: list[RatePoint], path: Path) -> None:
