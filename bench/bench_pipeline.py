@@ -24,8 +24,14 @@ source timestamp -> the spout learns COMPLETED (tracked). The curve is written a
 
 Also: CPU seconds per 1,000 sentences at each offered rate, and each process's CPU at idle.
 
+The broker's figure leaves out its JIT compiler threads (C1, C2), printed apart as "broker JIT"
+and not counted in totals and CPU ratios: a young broker JVM spends minutes of CPU compiling Kafka's
+code, about half a fresh broker's CPU over a run, most of it while tracked ran (the configuration
+that exercises the most code). On a broker it starts itself the run also makes one untimed burst of
+each configuration first (``--no-broker-warmup`` skips it). docs/performance.md has the profile.
+
 Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [--configs off,tracked]
-[--no-throughput] [--hops] [--kafka-config JSON] [--bootstrap-servers H:P [--broker-pid PID]]``.
+[--no-throughput] [--no-broker-warmup] [--hops] [--kafka-config JSON] [--bootstrap-servers H:P [--broker-pid PID]]``.
 Sized for a 2-core machine: the default run takes a few minutes, ``--quick`` about two.
 ``RK_BENCH_PROFILE=DIR`` runs every component process under cProfile (``DIR/<config>-<role>.prof``).
 """
@@ -334,6 +340,27 @@ def _process_tree_from_proc(pid: int) -> list[int]:
     return tree
 
 
+JIT = "broker JIT"  # the broker JVM compiling its code: a one-off of a young broker, not counted in totals
+
+
+def _jit_seconds(pid: int) -> float:
+    """CPU seconds of the JIT compiler threads (C1, C2) of JVM ``pid``, from /proc (0 elsewhere)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0.0
+    total = 0
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        if "CompilerThre" in stat[stat.index("(") + 1 : stat.rindex(")")]:  # "C2 CompilerThread0", cut to 15
+            fields = stat.rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Burst:
     """One throughput burst of one configuration."""
@@ -437,7 +464,9 @@ class Pipeline:
 
     def cpu(self) -> dict[str, float]:
         figures = {name: _cpu_seconds(process.pid) for name, process in self.processes.items()}
-        figures["broker"] = sum(_cpu_seconds(pid) for pid in self.broker_pids)
+        jit = sum(_jit_seconds(pid) for pid in self.broker_pids)
+        figures["broker"] = sum(_cpu_seconds(pid) for pid in self.broker_pids) - jit
+        figures[JIT] = jit
         return figures
 
     def _write(self, count: int, phase: int) -> None:
@@ -631,6 +660,28 @@ def _throughput(ctx, bootstrap, broker_pids, pool, configs, *, rounds, sentences
     return bursts, clients
 
 
+def _warm_broker(ctx, bootstrap, broker_pids, pool, configs, *, sentences, kafka_config=None) -> None:
+    """One untimed burst of each configuration on a broker this run started: a fresh JVM spends its
+    first minutes compiling Kafka's code (C1/C2), seconds of broker CPU that would otherwise land on
+    the first rounds, mostly on the configuration that exercises the most code paths (tracked). A
+    broker in service paid that long ago."""
+    before = sum(_cpu_seconds(pid) for pid in broker_pids)
+    jit_before = sum(_jit_seconds(pid) for pid in broker_pids)
+    for config in configs:
+        pipeline = Pipeline(config, bootstrap, broker_pids, kafka_config=kafka_config).start(ctx, pool)
+        try:
+            pipeline.burst(sentences, timeout=600)
+        finally:
+            pipeline.stop()
+    spent = sum(_cpu_seconds(pid) for pid in broker_pids) - before
+    jit = sum(_jit_seconds(pid) for pid in broker_pids) - jit_before
+    print(
+        f"  broker warm-up: {len(configs)} untimed bursts of {sentences} sentences, {spent:.1f} s of broker CPU "
+        f"({jit:.1f} s of it the JIT)",
+        flush=True,
+    )
+
+
 def _report_throughput(
     bursts: dict[str, list[Burst]],
     clients: dict,
@@ -654,7 +705,7 @@ def _report_throughput(
     for config, runs in bursts.items():
         names = list(runs[0].cpu)
         cpu = {name: statistics.median(b.cpu[name] / b.sentences * 1000 for b in runs) for name in names}
-        totals[config] = sum(cpu.values())
+        totals[config] = sum(v for k, v in cpu.items() if k != JIT)
         ratio = f"{rates[config] / plain:.2f}" if plain else "-"
         plain_total = totals.get("plain", plain_cpu)
         cpu_ratio = f"{plain_total / totals[config]:.2f}" if plain_total and totals[config] else "-"
@@ -719,8 +770,10 @@ def _latency_curve(
 
 
 def _cpu_line(cpu: dict[str, float]) -> str:
-    python = sum(v for k, v in cpu.items() if k != "broker")
-    return "  ".join(f"{name} {value:.3f}" for name, value in cpu.items()) + f"  | python total {python:.3f}"
+    python = sum(v for k, v in cpu.items() if k not in ("broker", JIT))
+    line = "  ".join(f"{name} {value:.3f}" for name, value in cpu.items() if name != JIT)
+    line += f"  | python total {python:.3f}"
+    return line + (f"  (broker JIT {cpu[JIT]:.3f}, not counted)" if JIT in cpu else "")
 
 
 def _plot(points: list[RatePoint], path: Path) -> None:
@@ -770,6 +823,11 @@ def main() -> None:
     parser.add_argument("--no-latency", action="store_true", help="skip the latency curve")
     parser.add_argument("--no-throughput", action="store_true", help="skip the throughput bursts")
     parser.add_argument(
+        "--no-broker-warmup",
+        action="store_true",
+        help="measure the embedded broker from its start (its JIT compiling lands on the first rounds)",
+    )
+    parser.add_argument(
         "--hops",
         action="store_true",
         help="latency per hop: data topics keep LogAppendTime; prints source -> each append and read",
@@ -816,6 +874,11 @@ def main() -> None:
     bursts, clients, thread_bursts, thread_clients, points = {}, {}, {}, {}, []
     with kafka(args.bootstrap, args.broker_pid) as (bootstrap, broker_pids):
         if not args.no_throughput:
+            if not args.bootstrap and not args.no_broker_warmup:
+                print("\nwarming up the broker (its JIT), not measured:", flush=True)
+                _warm_broker(
+                    ctx, bootstrap, broker_pids, pool, configs, sentences=sentences, kafka_config=args.kafka_config
+                )
             print("\nthroughput, one process per component, alternating:", flush=True)
             bursts, clients = _throughput(
                 ctx,

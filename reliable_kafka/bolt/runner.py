@@ -27,7 +27,7 @@ from reliable_kafka.errors import AuthorizationError, ConfigError, DecodeError, 
 from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD, AckSender
 from reliable_kafka.kafka.authorization import check_consumed
-from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, new_consumer, new_producer
+from reliable_kafka.kafka.clients import ERRORS_ONLY, SENT_PER_POLL, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.parking import Quarantine
@@ -37,6 +37,7 @@ from reliable_kafka.kafka.produce import (
     produce_headers,
     produce_tuple,
     release_producer,
+    send_polled,
 )
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
 from reliable_kafka.lifecycle import run_until_stopped
@@ -52,7 +53,6 @@ _ANCHORS = codec.ANCHORS_HEADER
 _ONE_PAIR, _unpack_pair, _pack_pair = codec._ONE_PAIR_PREFIX, codec._PAIR.unpack_from, codec._PAIR.pack  # one pair
 ACK_HOLD_ENTRIES = MAX_ENTRIES_PER_RECORD  # while behind, acks wait for this many entries...
 ACK_HOLD_S = 0.02  # ...or this long (a tree is as late as its last ack)
-ACK_FLUSH_S = 0.005  # longest wait for a last stage's ack record to be delivered
 _ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per batch here
 
 
@@ -203,6 +203,7 @@ class Bolt:
             self.kafka_config,
             ack_sender=self.name,
             clients=self.clients,
+            defaults=SENT_PER_POLL,
             **self._producer_overrides,
         )
 
@@ -264,7 +265,6 @@ class Bolt:
                 self._process_in_transaction(messages)
             return
         ends = self._ends = {}  # _process_batch notes each partition's next offset (it reads the coordinates anyway)
-        emitted_before = self.stats.emitted
         self._process_batch(messages)
         if ends:  # one store per batch: the offset after each partition's last processed message
             self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in ends.items()])
@@ -280,12 +280,9 @@ class Bolt:
         caught_up = len(consumed) < self.batch_size
         if caught_up or self._acks_due():
             # caught up: at once; while behind, a few batches' acks share a record
-            if self._acks.send() and caught_up and self.stats.emitted == emitted_before:
-                # a poll that only acked (a last stage): its ack record is the whole produce request
-                # linger.ms would wait for, and each tree is as late as its last ack: send it now
-                # (flush ignores linger.ms; bounded: it is delivered meanwhile, or later)
-                self._producer.flush(ACK_FLUSH_S)
+            self._acks.send()
             self._acks_sent_at = self._clock.monotonic()
+        send_polled(self._producer)  # the batch's outputs and acks: one request per partition, no linger
         self._producer.poll(0)
         self._flush_and_commit()
 

@@ -16,6 +16,8 @@ __all__ = [
     "produce_tuple",
     "produce_headers",
     "produce_waiting",
+    "send_polled",
+    "SEND_WAIT_S",
     "ProducerUnusable",
     "flush_or_raise",
     "release_producer",
@@ -107,6 +109,23 @@ def produce_waiting(producer: Producer, topic: str, value: bytes | None, **kwarg
             if error.fatal() or error.code() in _PRODUCER_STATE_ERRORS:
                 raise ProducerUnusable(error) from exc
             raise
+
+
+SEND_WAIT_S = 0.005  # longest a poll waits for its records to be delivered (then linger.ms sends the rest)
+
+
+def send_polled(producer: Producer, timeout: float = SEND_WAIT_S) -> None:
+    """Send what this poll produced now, in one produce request per partition, and wait for it up
+    to ``timeout``.
+
+    ``flush`` ignores ``linger.ms`` (``producer.flush(0)`` does not: librdkafka's sender may wake
+    after it returned, and the records then wait out the linger), so the round ends with the batch
+    on the broker: latency has no linger wait, and a slow loop's batch is not cut in pieces
+    (:data:`~reliable_kafka.kafka.clients.SENT_PER_POLL`). A poll that produced nothing costs a
+    ``len``. Records not delivered within ``timeout`` stay queued and go as usual.
+    """
+    if len(producer):
+        producer.flush(timeout)
 
 
 def release_producer(producer: Producer | None, *, timeout: float = 10.0, owner: str = "") -> None:

@@ -25,10 +25,17 @@ from reliable_kafka.errors import AuthorizationError, ConfigError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.authorization import check_consumed
-from reliable_kafka.kafka.clients import ERRORS_ONLY, check_ack_sender_config, coordinates, new_consumer, new_producer
+from reliable_kafka.kafka.clients import (
+    ERRORS_ONLY,
+    SENT_PER_POLL,
+    check_ack_sender_config,
+    coordinates,
+    new_consumer,
+    new_producer,
+)
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
-from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple, release_producer
+from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple, release_producer, send_polled
 from reliable_kafka.lifecycle import Pollable, run_until_stopped
 from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.polling import consume_batch
@@ -187,6 +194,7 @@ class SpoutShell:
             self.kafka_config,
             clients=self.clients,
             ack_sender=self.name if self._sends_acks else None,
+            defaults=SENT_PER_POLL,
             **overrides,
         )
 
@@ -459,6 +467,7 @@ class Spout(SpoutShell):
         if roots.root_index is not None:
             roots.root_index.send()
         assert self._producer is not None
+        send_polled(self._producer)  # the round's tuples, INITs and root index: one request per partition
         self._producer.poll(0)
         self._commit()
 

@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 from reliable_kafka import codec
 from reliable_kafka.bolt import BasicBolt
-from reliable_kafka.bolt.runner import ACK_FLUSH_S
 from reliable_kafka.core.ack_packer import AckPacker
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import ArgumentError, DecodeError
 from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.produce import SEND_WAIT_S
 from reliable_kafka.testing.memory_broker import new_message
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -29,6 +29,10 @@ class _Producer:
 
     def __init__(self) -> None:
         self.sent: list[tuple] = []
+        self.queued = 0  # produced, not yet flushed
+
+    def __len__(self) -> int:
+        return self.queued
 
     def produce(
         self,
@@ -43,6 +47,7 @@ class _Producer:
         **kwargs,
     ):
         self.sent.append((topic, value, key, partition, headers))
+        self.queued += 1
 
 
 def _bolt(handler) -> tuple[BasicBolt, _Producer]:
@@ -241,15 +246,23 @@ def test_held_acks_go_at_the_entry_bound_the_time_bound_and_before_a_forced_comm
     assert _ack_records(producer) == 3
 
 
-def test_a_caught_up_poll_that_only_acked_sends_its_ack_record_without_waiting_for_linger():
-    bolt, producer = _polling_bolt([[_message(0, {1: 7})], [_message(1, {2: 7})]], batch_size=10)
+def test_a_poll_that_produced_sends_its_outputs_and_acks_at_once_and_an_idle_poll_sends_nothing():
+    bolt, producer = _polling_bolt([[_message(0, {1: 7})], [_message(1, {2: 7})], []], batch_size=10)
     flushes = []
-    producer.flush = lambda timeout=0: flushes.append(timeout) or 0
+
+    def flush(timeout=0):
+        flushes.append(timeout)
+        producer.queued = 0
+        return 0
+
+    producer.flush = flush
     bolt.poll_once(0)  # the last stage: acks only
-    assert _ack_records(producer) == 1 and flushes == [ACK_FLUSH_S]
+    assert _ack_records(producer) == 1 and flushes == [SEND_WAIT_S]
     bolt.handler = lambda tuple_, collector: collector.emit("out", b"x")
-    bolt.poll_once(0)  # outputs went too: linger.ms batches them as configured
-    assert _ack_records(producer) == 2 and flushes == [ACK_FLUSH_S]
+    bolt.poll_once(0)  # outputs too: the whole batch goes now, not in linger.ms pieces
+    assert _ack_records(producer) == 2 and flushes == [SEND_WAIT_S] * 2
+    bolt.poll_once(0)  # nothing read, nothing produced: no flush
+    assert flushes == [SEND_WAIT_S] * 2
 
 
 def test_children_of_an_untracked_input_are_untracked_and_nothing_is_acked():

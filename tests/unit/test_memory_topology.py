@@ -9,6 +9,8 @@ import pytest
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt.runner import BasicBolt
 from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.kafka.clients import SENT_PER_POLL
+from reliable_kafka.kafka.produce import SEND_WAIT_S
 from reliable_kafka.spout.spout import Spout
 from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka, TopicSink, step_until
 
@@ -76,6 +78,29 @@ def test_word_count_completes_every_tree_and_commits_past_every_line(kafka):
     assert spout.stats.replayed == 0 and spout.stats.dead_lettered == 0
     assert acker.stats.completed == len(LINES) and acker.stats.failed == 0
     assert sorted(TopicSink(kafka, "sentences").values()) == sorted(line.encode() for line in LINES)
+
+
+def test_each_poll_that_produced_sends_its_records_when_it_ends_and_an_idle_poll_sends_nothing(kafka):
+    """A batch goes out whole when its poll ends, not in linger.ms pieces (docs/performance.md)."""
+    ListSource(kafka, "lines", [line.encode() for line in LINES], partitions=2)
+    acker, spout, splitter, counter, _ = _topology(kafka)
+    sends: dict[str, list] = {}
+    for component in (spout, splitter, counter):
+        producer = component._producer
+        assert producer.config["linger.ms"] == SENT_PER_POLL["linger.ms"]
+        waits = sends[component.name] = []
+
+        def flush(timeout=None, original=producer.flush, waits=waits):
+            waits.append(timeout)
+            return original(timeout)
+
+        producer.flush = flush
+    step_until(lambda: spout.stats.completed == len(LINES), spout, splitter, counter, acker)
+    assert all(SEND_WAIT_S in waits for waits in sends.values()), sends  # spout, split and count
+    before = {name: waits.count(SEND_WAIT_S) for name, waits in sends.items()}
+    for component in (spout, splitter, counter):
+        component.poll_once(0)  # nothing to read, nothing produced
+    assert {name: waits.count(SEND_WAIT_S) for name, waits in sends.items()} == before
 
 
 def test_a_failed_tuple_is_replayed_and_the_source_committed_only_after_its_tree_completed(kafka):

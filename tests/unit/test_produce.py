@@ -1,4 +1,5 @@
-"""produce_tuple: headers, partition choice, and the slow path when the queue is full or the producer failed."""
+"""produce_tuple: headers, partition choice, and the slow path when the queue is full or the producer failed;
+send_polled and the spouts' and bolts' producer defaults."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from reliable_kafka import codec
-from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple
+from reliable_kafka.kafka.clients import SENT_PER_POLL, new_producer
+from reliable_kafka.kafka.produce import SEND_WAIT_S, ProducerUnusable, produce_headers, produce_tuple, send_polled
 
 
 class FakeProducer:
@@ -111,3 +113,46 @@ def test_the_positional_call_matches_confluent_kafkas_argument_order():
     memory.flush()
     [message] = kafka.messages("t")
     assert (message.key(), message.value(), message.headers()) == (b"k", b"v", [("h", b"1")])
+class _Queued(FakeProducer):
+    """A producer with ``n`` records not yet delivered, that notes each flush."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.flushes = n, []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def flush(self, timeout) -> int:
+        self.flushes.append(timeout)
+        self.n = 0
+        return 0
+
+
+def test_send_polled_flushes_what_a_poll_produced_within_its_bound_and_nothing_when_it_produced_nothing():
+    produced, idle = _Queued(3), _Queued(0)
+    send_polled(produced)
+    send_polled(idle)
+    assert produced.flushes == [SEND_WAIT_S] and len(produced) == 0
+    assert idle.flushes == []
+
+
+def _producer_config(kafka_config=None, **overrides) -> dict:
+    made = {}
+
+    class Recording:  # a client factory (reliable_kafka.kafka.factory) that keeps the config
+        def producer(self, config):
+            made.update(config)
+            return FakeProducer()
+
+    new_producer("127.0.0.1:1", kafka_config, clients=Recording(), defaults=SENT_PER_POLL, **overrides)
+    return made
+
+
+def test_component_defaults_lie_under_the_users_kafka_config_and_the_required_settings_over_both():
+    assert _producer_config()["linger.ms"] == SENT_PER_POLL["linger.ms"]
+    assert _producer_config({"linger.ms": 1})["linger.ms"] == 1  # the user's choice stands
+    assert _producer_config({"linger.ms": 1}, **{"linger.ms": 2})["linger.ms"] == 2
+    config = _producer_config({"acks": 1})
+    assert config["enable.idempotence"] is True and config["acks"] == 1  # library defaults still apply
+    assert _producer_config({"bootstrap.servers": "elsewhere:9"})["bootstrap.servers"] == "127.0.0.1:1"
