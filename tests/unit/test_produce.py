@@ -113,6 +113,8 @@ def test_the_positional_call_matches_confluent_kafkas_argument_order():
     memory.flush()
     [message] = kafka.messages("t")
     assert (message.key(), message.value(), message.headers()) == (b"k", b"v", [("h", b"1")])
+
+
 class _Queued(FakeProducer):
     """A producer with ``n`` records not yet delivered, that notes each flush."""
 
