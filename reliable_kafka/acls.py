@@ -97,7 +97,7 @@ TABLE: dict[str, tuple[Row, ...]] = {
         ("GROUP", GROUP, "READ", "commit the commit point (lag tools see the job's progress)"),
         ("GROUP", "rk-fetch", "DESCRIBE", "the redelivery and end-offset readers' group (assign only)"),
         ("TOPIC", OUTPUT, "WRITE", "Spark's Kafka sink writes the outputs"),
-        ("TOPIC", "acks", "WRITE", "send INIT and ACK entries (driver and executor tasks)"),
+        ("TOPIC", "acks", "WRITE", "send INIT, ACK and FAIL entries (from the driver)"),
         ("TOPIC", "outcomes", "READ", "read the outcomes of its roots"),
         ("GROUP", "outcome-reader", "DESCRIBE", "the outcome reader's group (assigns, never commits)"),
         ("TOPIC", "dlq", "WRITE", "park records that ran out of retries"),
