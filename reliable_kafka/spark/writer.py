@@ -193,6 +193,7 @@ class OutputWriter:
 ROW_ID = "rk_row"
 CHILDREN = "rk_children"
 PAIRS = "rk_pairs"
+HEADER = "rk_header"
 _HEADER_TYPE = "array<struct<key:string,value:binary>>"
 V1_SOURCES = "spark.sql.sources.useV1SourceList"
 
@@ -267,6 +268,15 @@ def child_edges_sql(salt: int, anchors: str, row_id: str) -> str:
     )
 
 
+def _their_headers_sql() -> str:
+    """SQL: the user's ``headers`` column minus any ``rk-anchors`` header, as the Kafka sink takes it."""
+    key = f"'{codec.ANCHORS_HEADER}'"
+    return (
+        f"transform(filter(coalesce(`headers`, CAST(array() AS {_HEADER_TYPE})), h -> h.key != {key}), "
+        f"h -> named_struct('key', CAST(h.key AS STRING), 'value', CAST(h.value AS BINARY)))"
+    )
+
+
 def _lateral_aliases(df) -> bool:
     """True when a projection may refer to aliases it defines (Spark's lateral column aliases, on
     by default): one ``selectExpr`` then does what took three, each analysed on its own."""
@@ -287,11 +297,7 @@ def with_children(outputs, salt: int):
         f"{anchors_header_v2_sql(CHILDREN, PAIRS)})), CAST(array() AS {_HEADER_TYPE}))"
     )
     if "headers" in outputs.columns:
-        theirs = (
-            f"transform(filter(coalesce(`headers`, CAST(array() AS {_HEADER_TYPE})), h -> h.key != {key}), "
-            f"h -> named_struct('key', CAST(h.key AS STRING), 'value', CAST(h.value AS BINARY)))"
-        )
-        ours = f"concat({theirs}, {ours})"
+        ours = f"concat({_their_headers_sql()}, {ours})"
     if _lateral_aliases(outputs):  # the row id is still computed once: Spark stacks the projections
         return outputs.selectExpr("*", row_id, children, pairs, f"{ours} AS rk_headers")
     return (
@@ -300,6 +306,56 @@ def with_children(outputs, salt: int):
         .selectExpr("*", pairs)
         .selectExpr("*", f"{ours} AS rk_headers")
     )
+
+
+def with_headers_jvm(outputs, salt: int):
+    """:func:`with_children`'s ``rk_headers`` with reliable-kafka's Spark functions
+    (``jvm_functions``, registered on the session): a row with one pair, a row-to-row transform's
+    output, gets its header from ``rk_anchors_v2`` and builds no array; other rows take the SQL
+    expressions. Adds ``rk_row``, ``rk_children`` (null for one-pair rows) and ``rk_header`` (our
+    header value, null without roots): the same bytes as :func:`with_children`."""
+    from reliable_kafka.spark.jvm_functions import ANCHORS_V2_FUNCTION
+
+    # get(): null past the end, where [0] raises under ANSI, and Spark evaluates a subexpression the
+    # two conditions share for every row (it does not skip the right side of AND)
+    anchors, first = f"`{ANCHORS_COLUMN}`", f"get(`{ANCHORS_COLUMN}`, 0).root"
+    one = f"({anchors} IS NOT NULL AND size({anchors}) = 1 AND {first} IS NOT NULL AND {first} != 0)"
+    row_id = f"monotonically_increasing_id() AS {ROW_ID}"
+    children = f"IF({one}, NULL, {child_edges_sql(salt, anchors, ROW_ID)}) AS {CHILDREN}"
+    header = (
+        f"IF({one}, {ANCHORS_V2_FUNCTION}({first}, {_child_edge_sql(salt, ROW_ID, first)}), "
+        f"IF(size({CHILDREN}) > 0, {anchors_header_v2_sql(CHILDREN)}, NULL)) AS {HEADER}"
+    )
+    key = f"'{codec.ANCHORS_HEADER}'"
+    ours = (
+        f"IF({HEADER} IS NULL, CAST(array() AS {_HEADER_TYPE}), array(named_struct('key', {key}, 'value', {HEADER})))"
+    )
+    if "headers" in outputs.columns:
+        ours = f"concat({_their_headers_sql()}, {ours})"
+    if _lateral_aliases(outputs):
+        return outputs.selectExpr("*", row_id, children, header, f"{ours} AS rk_headers")
+    return (
+        outputs.selectExpr("*", row_id)
+        .selectExpr("*", children)
+        .selectExpr("*", header)
+        .selectExpr("*", f"{ours} AS rk_headers")
+    )
+
+
+def observe_headers_jvm(rows):
+    """:func:`observe_children` of :func:`with_headers_jvm`'s rows: ``pairs`` comes from the
+    ``rk_child_xor`` aggregate, one (root, XOR) pair per root, folded in the tasks and merged by
+    Spark, instead of every row's pairs."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from reliable_kafka.spark.jvm_functions import CHILD_XOR_FUNCTION
+
+    observation = Observation(f"rk-children-{uuid.uuid4().hex}")
+    observed = rows.observe(
+        observation, F.expr("count(1)").alias("rows"), F.expr(f"{CHILD_XOR_FUNCTION}({HEADER})").alias("pairs")
+    )
+    return observed, observation
 
 
 def observe_children(rows):
@@ -411,7 +467,12 @@ def write_in_jvm(
 ):
     """Steps 1-4 above; returns (written rows, roots, XOR of their child edges) after the sink's
     write succeeded (it raises otherwise, and the caller fails the batch's roots)."""
-    rows, observation = observe_children(with_children(outputs, salt))
+    from reliable_kafka.spark.jvm_functions import use_jvm_functions
+
+    if use_jvm_functions(outputs.sparkSession):
+        rows, observation = observe_headers_jvm(with_headers_jvm(outputs, salt))
+    else:
+        rows, observation = observe_children(with_children(outputs, salt))
     writer = (
         sink_rows(rows)
         .write.format("kafka")
