@@ -6,11 +6,13 @@ of ``--batch`` records), split them into words, write the words to a topic with 
 
 * plain: a Structured Streaming query doing only that;
 * tracked: a ``SparkSpout`` doing it (roots and INIT, the ``rk-anchors`` header and the child
-  edges' XOR in Spark SQL, the final acks), with an acker worker and a downstream Python bolt
+  edges' XOR in the JVM, the final acks), with an acker worker and a downstream Python bolt
   acking every word, each in its own process (spawned, so they compete for the same two cores).
   ``--bolt after`` starts the bolt only once the Spark job has written everything: the plain job
   has no downstream consumer, and on two cores a Python bolt acking 8 words a sentence takes
   most of a core from Spark while it runs (the acker runs throughout either way).
+  ``--tracked jar,sql`` runs the tracked job both ways in turn: with reliable-kafka's Java
+  functions (``reliable_kafka.spark.jvm_functions``) and on the Spark SQL path they replace.
 
 Figures per run: sentences/s of the Spark job (start until every sentence was written by Spark:
 the query stopped), CPU seconds per 1,000 sentences of the Python driver and of the Spark JVM
@@ -19,10 +21,10 @@ tree completed and the group commit reached the end (bound by the Python bolt ac
 sentence). The ratio is tracked / plain of the medians. Prints figures, asserts nothing.
 
 Usage: ``./rk bench spark_pipeline [--sentences N] [--rounds R] [--batch B] [--bootstrap-servers HOST:PORT]
-[--bolt during|after] [--profile]`` (without ``--bootstrap-servers`` an embedded broker is started and
-stopped). ``--profile`` runs cProfile around the tracked job's batch function in the driver and prints where its wall
-time went (each Spark action there is synchronous, so its cumulative time is that action's), and
-CPU seconds of Spark's Python workers (children of the JVM, e.g. a Python output writer).
+[--bolt during|after] [--tracked jar,sql] [--profile]`` (without ``--bootstrap-servers`` an embedded broker is
+started and stopped). ``--profile`` runs cProfile around the tracked job's batch function in the driver and prints
+where its wall time went (each Spark action there is synchronous, so its cumulative time is that action's), and CPU
+seconds of Spark's Python workers (children of the JVM, e.g. a Python output writer).
 """
 
 from __future__ import annotations
@@ -162,8 +164,13 @@ def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int) -> d
     return {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "workers": meter.workers}
 
 
-def run_tracked(spark, bootstrap: str, source: str, batch: int, sentences: int, jvm_pid: int, bolt: str) -> dict:
+def run_tracked(
+    spark, bootstrap: str, source: str, batch: int, sentences: int, jvm_pid: int, bolt: str, path: str
+) -> dict:
     from reliable_kafka.spark import SparkSpout
+    from reliable_kafka.spark.jvm_functions import MODE_ENV
+
+    os.environ[MODE_ENV] = {"jar": "on", "sql": "off"}[path]  # read by the writer at each batch
     from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
 
     topology = unique_name("bench-tracked")
@@ -242,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         default="during",
         help="start the downstream Python bolt with the tracked job (default) or after it wrote everything",
     )
+    parser.add_argument(
+        "--tracked",
+        default="jar",
+        help="tracked variants to alternate, comma-separated: jar (Java functions), sql (Spark SQL path)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the tracked job's batches")
     args = parser.parse_args(argv)
     global PROFILE
@@ -271,24 +283,30 @@ def main(argv: list[str] | None = None) -> int:
             f"tracked job; load average {os.getloadavg()[0]:.1f}",
             flush=True,
         )
-        results: dict[str, list[dict]] = {"plain": [], "tracked": []}
+        paths = [path.strip() for path in args.tracked.split(",") if path.strip()]
+        if not paths or set(paths) - {"jar", "sql"}:
+            parser.error(f"--tracked: jar and/or sql, got {args.tracked!r}")
+        names = ["plain", *(f"tracked-{path}" for path in paths)]
+        results: dict[str, list[dict]] = {name: [] for name in names}
         try:
             for round_ in range(args.rounds + 1):
-                for name in ("plain", "tracked"):
+                for name in names:
+                    load = os.getloadavg()[0]
                     if name == "plain":
                         figures = run_plain(spark, bootstrap, source, args.batch, jvm_pid)
                     else:
-                        figures = run_tracked(spark, bootstrap, source, args.batch, n, jvm_pid, args.bolt)
+                        path = name.split("-", 1)[1]
+                        figures = run_tracked(spark, bootstrap, source, args.batch, n, jvm_pid, args.bolt, path)
                     label = "warm-up" if round_ == 0 else f"round {round_}"
-                    extra = ""
-                    if name == "tracked":
-                        extra = (
+                    extra = f", load {load:.1f}"
+                    if name != "plain":
+                        extra += (
                             f", all {figures['trees']} trees completed and committed after {figures['completed']:.1f} s"
                             if figures["completed"]
                             else ", NOT caught up"
                         )
                     print(
-                        f"{label:8} {name:8} {n / figures['wall']:9,.0f} sentences/s  "
+                        f"{label:8} {name:11} {n / figures['wall']:9,.0f} sentences/s  "
                         f"driver CPU {1000 * figures['py'] / n:.3f} s/1k  JVM CPU {1000 * figures['jvm'] / n:.3f} "
                         f"s/1k  Python workers CPU {1000 * figures['workers'] / n:.3f} s/1k{extra}",
                         flush=True,
@@ -299,13 +317,12 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
     rate = {name: n / statistics.median(f["wall"] for f in runs) for name, runs in results.items()}
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
-    print(
-        f"median sentences/s: plain {rate['plain']:,.0f}, tracked {rate['tracked']:,.0f}; "
-        f"ratio tracked/plain {rate['tracked'] / rate['plain']:.2f} (target >= 0.7)"
-    )
+    print("median sentences/s: " + ", ".join(f"{name} {rate[name]:,.0f}" for name in names))
+    for name in names[1:]:
+        print(f"ratio {name}/plain {rate[name] / rate['plain']:.2f} (target >= 0.7)")
     for name, runs in results.items():
         print(
-            f"{name:8} driver CPU {1000 * statistics.median(f['py'] for f in runs) / n:.3f} s per 1,000 sentences, "
+            f"{name:11} driver CPU {1000 * statistics.median(f['py'] for f in runs) / n:.3f} s per 1,000 sentences, "
             f"JVM CPU {1000 * statistics.median(f['jvm'] for f in runs) / n:.3f}, "
             f"Python workers CPU {1000 * statistics.median(f['workers'] for f in runs) / n:.3f}"
         )

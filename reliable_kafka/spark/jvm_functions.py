@@ -3,6 +3,8 @@ output path (``writer.write_in_jvm``, DESIGN 7.2) that Spark SQL can only do slo
 
 - ``rk_anchors_v2(root, edge)``: the one-pair ``rk-anchors`` v2 header (18 bytes), where SQL goes
   through hex strings (ANSI mode refuses ``CAST(bigint AS binary)``);
+- ``rk_child_header(salt, row id, anchors)``: the same for an output row with any number of pairs,
+  its child edges derived as the SQL path derives them;
 - ``rk_child_xor(header)``: an aggregate for ``DataFrame.observe``, one (root, XOR of its edges)
   pair per root, where SQL sent the driver every row's pairs (``listagg``) to fold there.
 
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 MODE_ENV = "RK_SPARK_JVM_FUNCTIONS"
 JAVA_CLASS = "reliablekafka.spark.ReliableKafkaFunctions"
 ANCHORS_V2_FUNCTION = "rk_anchors_v2"  # the names ReliableKafkaFunctions.register gives them
+CHILD_HEADER_FUNCTION = "rk_child_header"
 CHILD_XOR_FUNCTION = "rk_child_xor"
 JAR_NAME = "reliable-kafka-spark-functions.jar"
 _SOURCES = Path(__file__).parent / "jvm"

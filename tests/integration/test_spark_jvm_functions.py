@@ -113,17 +113,25 @@ def test_child_xor_refuses_a_header_that_is_not_v2(spark):
 
 
 def test_headers_are_the_sql_paths_bytes_and_decode(spark):
-    """One pair, several (a root repeated), none, null, root 0, the user's headers: the jar path's
-    ``rk_headers`` equal the SQL path's row for row (the same row ids), and the codec reads ours."""
+    """One pair, several (roots repeated, up to 40 a row), none, null, root 0, null pairs and
+    roots, the user's headers: the jar path's ``rk_headers`` equal the SQL path's row for row (the
+    same row ids), and the codec reads ours."""
     rng = random.Random(5)
+
+    def pair(i: int):
+        choice = rng.random()
+        if choice < 0.03:
+            return None
+        root = None if choice < 0.06 else rng.choice([0, 1, 2, -(2**63), 2**63 - 1, rng.getrandbits(63)])
+        return (root, i)
+
+    def anchors(i: int):
+        if i % 9 == 0:
+            return None
+        return [pair(i) for _ in range(rng.choice([0, 1, 1, 1, 2, 4, 17, 40]))]
+
     data = [
-        (
-            f"v{i}",
-            [(rng.choice([0, 1, 2, -(2**63), 2**63 - 1, rng.getrandbits(63)]), i) for _ in range(rng.randint(0, 4))]
-            if i % 9
-            else None,
-            [("trace", b"x"), (codec.ANCHORS_HEADER, b"old")] if i % 4 == 0 else None,
-        )
+        (f"v{i}", anchors(i), [("trace", b"x"), (codec.ANCHORS_HEADER, b"old")] if i % 4 == 0 else None)
         for i in range(2000)
     ]
     schema = f"value string, anchors {ANCHORS_TYPE}, headers array<struct<key:string,value:binary>>"
@@ -203,3 +211,59 @@ def test_a_retried_task_is_observed_once(spark):
     written, roots, xors = children_from_metrics(metrics, what="test")
     assert written == 2000
     assert dict(zip(roots.tolist(), xors.tolist())) == expected
+
+
+def words_and_groups(df):
+    """Three one-pair outputs per record (a split) and one output per ten records anchored to all
+    ten (an aggregation: multi-pair rows), each valued ``payload|partition|offset|attempt``."""
+    from reliable_kafka.spark import merge_anchors
+
+    tag = F.concat_ws("|", *(F.col(c).cast("string") for c in ("partition", "offset", "attempt")))
+    words = df.select(F.explode(F.array(*(F.lit(f"w{i}") for i in range(3)))).alias("w"), tag.alias("t"), "anchors")
+    groups = df.groupBy(F.col("partition"), F.floor(F.col("offset") / 10).alias("g")).agg(
+        F.min("offset").alias("offset"), F.min("attempt").alias("attempt"), merge_anchors().alias("anchors")
+    )
+    group_tag = F.concat_ws("|", F.lit("group"), *(F.col(c).cast("string") for c in ("partition", "offset", "attempt")))
+    return words.select(F.concat_ws("|", "w", "t").alias("value"), "anchors").unionByName(
+        groups.select(group_tag.alias("value"), "anchors")
+    )
+
+
+@pytest.mark.parametrize("path", ["jar", "sql"])
+def test_spout_outputs_decode_downstream_and_every_tree_completes(spark, kafka_bootstrap, tmp_path, monkeypatch, path):
+    """A SparkSpout over 200 records on either output path: a Python bolt decodes and acks every
+    output (one-pair and multi-pair headers), every tree completes, the group commit reaches the end."""
+    from spark_helpers import acked_downstream, new_topology, outcomes, outputs_by_root, started, topology_spout
+
+    from reliable_kafka.core.kinds import OutcomeKind
+    from reliable_kafka.offsets import lag
+    from reliable_kafka.testing.records import produce_values
+
+    monkeypatch.setenv(MODE_ENV, {"jar": "on", "sql": "off"}[path])
+    topology, source, output = new_topology(f"rk-spark-jvm-{path}", kafka_bootstrap)
+    placed = produce_values(kafka_bootstrap, source, [f"rec-{i}".encode() for i in range(200)])
+    with acked_downstream(kafka_bootstrap, topology, output) as log:
+        spout = topology_spout(
+            spark,
+            kafka_bootstrap,
+            topology,
+            source,
+            output,
+            tmp_path / "ckpt",
+            transform=words_and_groups,
+            max_offsets_per_trigger=100,
+            message_timeout_ms=60_000,
+        )
+        with started(spout):
+            assert spout.run_until(lambda job: job.caught_up(), timeout=240, poll_interval=0.5), spout.progress()
+            progress = spout.progress()
+    assert lag(kafka_bootstrap, f"{topology}.job", source) == 0
+    assert set(log.ok) == set(placed)
+    assert progress["tracker"]["completed"] == 200 and progress["tracker"]["redelivered"] == 0
+    decided = outcomes(kafka_bootstrap, topology)
+    assert len(decided) == 200 and all(kinds == [OutcomeKind.COMPLETED] for kinds in decided.values())
+    by_root = outputs_by_root(kafka_bootstrap, output)  # decodes every output's rk-anchors header
+    assert set(by_root) == set(decided)
+    for sources in by_root.values():
+        assert sorted(payload for *_, payload in sources if payload != "group") == ["w0", "w1", "w2"]
+        assert sum(payload == "group" for *_, payload in sources) == 1, "each root in one group output"

@@ -24,6 +24,13 @@ public final class RootXors implements Serializable {
         return size + (hasZero ? 1 : 0);
     }
 
+    /** Adds {@code root} with val 0 if absent; true when it was absent. */
+    public boolean add(long root) {
+        int before = size();
+        xor(root, 0L);
+        return size() > before;
+    }
+
     public void xor(long root, long val) {
         if (root == 0L) {
             hasZero = true;
