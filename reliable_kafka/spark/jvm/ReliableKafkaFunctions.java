@@ -45,9 +45,18 @@ public final class ReliableKafkaFunctions {
 
     private ReliableKafkaFunctions() {}
 
-    /** Registers the functions as temporary functions of {@code spark}, once per session. */
+    /**
+     * Registers the functions as temporary functions of {@code spark}, once per session: a
+     * session cloned from one that has them (a streaming query's) has them already.
+     */
     public static boolean register(SparkSession spark) {
         if (REGISTERED.containsKey(spark)) {
+            return false;
+        }
+        if (spark.catalog().functionExists(ANCHORS_V2)
+                && spark.catalog().functionExists(CHILD_HEADER)
+                && spark.catalog().functionExists(CHILD_XOR)) {
+            REGISTERED.put(spark, Boolean.TRUE);
             return false;
         }
         UDF2<Long, Long, byte[]> header = ReliableKafkaFunctions::anchorsHeader;
