@@ -21,10 +21,11 @@ tree completed and the group commit reached the end (bound by the Python bolt ac
 sentence). The ratio is tracked / plain of the medians. Prints figures, asserts nothing.
 
 Usage: ``./rk bench spark_pipeline [--sentences N] [--rounds R] [--batch B] [--bootstrap-servers HOST:PORT]
-[--bolt during|after] [--tracked jar,sql] [--profile]`` (without ``--bootstrap-servers`` an embedded broker is
-started and stopped). ``--profile`` runs cProfile around the tracked job's batch function in the driver and prints
-where its wall time went (each Spark action there is synchronous, so its cumulative time is that action's), and CPU
-seconds of Spark's Python workers (children of the JVM, e.g. a Python output writer).
+[--bolt during|after] [--tracked jar,sql] [--profile] [--output-path-only ROWS]`` (without ``--bootstrap-servers``
+an embedded broker is started and stopped). ``--profile`` runs cProfile around the tracked job's batch function in the
+driver and prints where its wall time went (each Spark action there is synchronous, so its cumulative time is that
+action's), and CPU seconds of Spark's Python workers (children of the JVM, e.g. a Python output writer).
+``--output-path-only ROWS`` measures the JVM CPU per row of the output path alone (see ``output_path_only``).
 """
 
 from __future__ import annotations
@@ -232,6 +233,67 @@ def run_tracked(
     }
 
 
+def output_path_only(rows: int, rounds: int) -> int:
+    """``--output-path-only N``: JVM CPU per output row of the output path alone, no Kafka: N
+    one-pair rows (an 8-word split, as above) written to Spark's ``noop`` sink plain, through the
+    SQL path and through the Java functions, each with and without its observation."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from reliable_kafka.spark import spark_session
+    from reliable_kafka.spark.jvm_functions import MODE_ENV, use_jvm_functions
+    from reliable_kafka.spark.writer import (
+        observe_children,
+        observe_headers_jvm,
+        observed_metrics,
+        sink_rows,
+        with_children,
+        with_headers_jvm,
+    )
+
+    os.environ[MODE_ENV] = "on"
+    spark = spark_session("rk-bench-spark-output-path", master="local[2]")
+    use_jvm_functions(spark)  # registers them (write_in_jvm does it at each batch)
+    jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
+    sentences = spark.range(0, rows // WORDS_PER_SENTENCE, 1, 2).selectExpr(
+        "CAST(id AS STRING) AS s", "array(named_struct('root', xxhash64(id), 'edge', id * 7 + 1)) AS anchors"
+    )
+    outputs = sentences.selectExpr("explode(split(concat(s, ' a b c d e f g'), ' ')) AS value", "anchors")
+
+    def write(df, observation=None) -> None:
+        df.write.format("noop").mode("overwrite").save()
+        if observation is not None:
+            observed_metrics(observation, spark, timeout=120, what="bench")
+
+    def counted(df):
+        observation = Observation(f"bench-{time.monotonic_ns()}")
+        return df.observe(observation, F.expr("count(1)").alias("rows")), observation
+
+    variants = {
+        "plain": lambda: write(outputs.select("value")),
+        "plain+count": lambda: write(*counted(outputs.select("value"))),
+        "sql header": lambda: write(sink_rows(with_children(outputs, 5))),
+        "sql": lambda: (lambda o: write(sink_rows(o[0]), o[1]))(observe_children(with_children(outputs, 5))),
+        "jar header": lambda: write(sink_rows(with_headers_jvm(outputs, 5))),
+        "jar": lambda: (lambda o: write(sink_rows(o[0]), o[1]))(observe_headers_jvm(with_headers_jvm(outputs, 5))),
+    }
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    try:
+        for round_ in range(rounds + 1):
+            for name, run in variants.items():
+                before = _jvm_cpu(jvm_pid)
+                run()
+                if round_:  # after a warm-up
+                    cpu[name].append(_jvm_cpu(jvm_pid) - before)
+    finally:
+        spark.stop()
+    print(f"{rows:,} one-pair output rows to the noop sink, local[2], {rounds} rounds; load {os.getloadavg()[0]:.1f}")
+    for name, values in cpu.items():
+        median = statistics.median(values)
+        print(f"{name:12} JVM CPU {median:.2f} s, {1e6 * median / rows:.2f} us per row")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=100_000)
@@ -255,7 +317,15 @@ def main(argv: list[str] | None = None) -> int:
         help="tracked variants to alternate, comma-separated: jar (Java functions), sql (Spark SQL path)",
     )
     parser.add_argument("--profile", action="store_true", help="cProfile the tracked job's batches")
+    parser.add_argument(
+        "--output-path-only",
+        type=int,
+        metavar="ROWS",
+        help="measure only the output path's JVM CPU per row (noop sink, no Kafka) over ROWS rows",
+    )
     args = parser.parse_args(argv)
+    if args.output_path_only:
+        return output_path_only(args.output_path_only, args.rounds)
     global PROFILE
     if args.profile:
         PROFILE = cProfile.Profile()
