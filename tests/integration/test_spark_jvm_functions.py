@@ -267,3 +267,24 @@ def test_spout_outputs_decode_downstream_and_every_tree_completes(spark, kafka_b
     for sources in by_root.values():
         assert sorted(payload for *_, payload in sources if payload != "group") == ["w0", "w1", "w2"]
         assert sum(payload == "group" for *_, payload in sources) == 1, "each root in one group output"
+
+
+def test_a_new_salt_reuses_the_compiled_code(spark):
+    """Each batch has its own salt: the jar path passes it as a binary literal too (to xxhash64 and
+    to rk_child_header), so the second batch's stages compile nothing."""
+    compilations = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    outputs = spark.range(0, 300, 1, 2).selectExpr(
+        "CAST(id AS STRING) AS value",
+        "IF(id % 3 = 0, array(named_struct('root', id + 1, 'edge', id), named_struct('root', id + 2, 'edge', id)), "
+        "array(named_struct('root', id + 1, 'edge', id))) AS anchors",
+    )
+
+    def batch(salt: int) -> list:
+        observed, observation = observe_headers_jvm(with_headers_jvm(outputs, salt))
+        observed.write.format("noop").mode("overwrite").save()
+        return observed_metrics(observation, spark, timeout=60, what="test")
+
+    batch(11)
+    before = compilations.getCount()
+    batch(-(2**62))
+    assert compilations.getCount() == before
