@@ -18,6 +18,7 @@ from reliable_kafka.spark.jvm_functions import MODE_ENV, functions_jar, function
 @pytest.fixture(autouse=True)
 def fresh_warnings(monkeypatch):
     monkeypatch.setattr(jvm_functions, "_warned", set())
+    monkeypatch.setattr(jvm_functions, "_classes", {})  # fake gateways' ids must not outlive the test
     monkeypatch.delenv(MODE_ENV, raising=False)
 
 
@@ -91,3 +92,37 @@ def test_a_built_jar_is_read_from_the_cache_without_javac(monkeypatch, tmp_path)
     (target / ".built").write_text(digest + "\n")
     monkeypatch.setattr(jvm_functions, "_tool", lambda name: pytest.fail("looked for javac"))
     assert functions_jar(cache=tmp_path) == target / jvm_functions.JAR_NAME
+
+
+class _Package:
+    """What py4j gives for a name the JVM has no class of: a package, whatever is asked of it."""
+
+    def __getattr__(self, name: str):
+        return _Package()
+
+
+def _session_without_the_class():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(sparkContext=SimpleNamespace(_gateway=object(), _jvm=_Package()), _jsparkSession=None)
+
+
+def test_a_jvm_without_the_class_takes_the_sql_path_with_one_warning(caplog):
+    from reliable_kafka.spark.jvm_functions import use_jvm_functions
+
+    session = _session_without_the_class()
+    with caplog.at_level(logging.WARNING, logger=jvm_functions.__name__):
+        assert use_jvm_functions(session) is False
+        assert use_jvm_functions(session) is False
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "not on the Spark JVM's classpath" in warnings[0]
+
+
+def test_a_jvm_without_the_class_raises_when_on_and_is_not_asked_when_off(monkeypatch):
+    from reliable_kafka.spark.jvm_functions import use_jvm_functions
+
+    monkeypatch.setenv(MODE_ENV, "on")
+    with pytest.raises(ConfigError, match="RK_SPARK_JVM_FUNCTIONS=on: class reliablekafka.spark"):
+        use_jvm_functions(_session_without_the_class())
+    monkeypatch.setenv(MODE_ENV, "off")
+    assert use_jvm_functions(None) is False  # never looks at the session
