@@ -136,6 +136,8 @@ def _build(target: Path, digest: str, spark_jars: Path, spark_version: str) -> N
                 jar.write(path, path.relative_to(classes).as_posix())
         shutil.rmtree(classes)
         (staging / _STAMP).write_text(digest + "\n")
+        if target.exists():  # without its stamp: not a build of ours that finished
+            shutil.rmtree(target)
         staging.rename(target)  # whole, or not at all
     finally:
         shutil.rmtree(staging, ignore_errors=True)

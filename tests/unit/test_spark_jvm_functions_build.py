@@ -126,3 +126,21 @@ def test_a_jvm_without_the_class_raises_when_on_and_is_not_asked_when_off(monkey
         use_jvm_functions(_session_without_the_class())
     monkeypatch.setenv(MODE_ENV, "off")
     assert use_jvm_functions(None) is False  # never looks at the session
+
+
+def test_a_directory_left_without_its_stamp_is_built_again(tmp_path):
+    """A real build with javac (a JDK is what the Spark tests run on): a target directory without
+    the stamp (an interrupted copy, a stray file) is replaced, and the jar holds the classes."""
+    import zipfile
+
+    if jvm_functions._tool("javac") is None:
+        pytest.skip("no javac on this machine: the fallback tests above cover it")
+    digest = jvm_functions.sources_digest(jvm_functions._spark_home()[1])
+    target = tmp_path / "jars" / "rk-spark-functions" / digest
+    target.mkdir(parents=True)
+    (target / "stray").write_text("x")
+    jar = functions_jar(cache=tmp_path)
+    assert jar == target / jvm_functions.JAR_NAME and (target / ".built").read_text().strip() == digest
+    assert not (target / "stray").exists()
+    names = zipfile.ZipFile(jar).namelist()
+    assert {"reliablekafka/spark/ReliableKafkaFunctions.class", "reliablekafka/spark/ChildXor.class"} <= set(names)
