@@ -6,11 +6,13 @@ of ``--batch`` records), split them into words, write the words to a topic with 
 
 * plain: a Structured Streaming query doing only that;
 * tracked: a ``SparkSpout`` doing it (roots and INIT, the ``rk-anchors`` header and the child
-  edges' XOR in Spark SQL, the final acks), with an acker worker and a downstream Python bolt
+  edges' XOR in the JVM, the final acks), with an acker worker and a downstream Python bolt
   acking every word, each in its own process (spawned, so they compete for the same two cores).
   ``--bolt after`` starts the bolt only once the Spark job has written everything: the plain job
   has no downstream consumer, and on two cores a Python bolt acking 8 words a sentence takes
   most of a core from Spark while it runs (the acker runs throughout either way).
+  ``--tracked jar,sql`` runs the tracked job both ways in turn: with reliable-kafka's Java
+  functions (``reliable_kafka.spark.jvm_functions``) and on the Spark SQL path they replace.
 
 Figures per run: sentences/s of the Spark job (start until every sentence was written by Spark:
 the query stopped), CPU seconds per 1,000 sentences of the Python driver and of the Spark JVM
@@ -19,10 +21,11 @@ tree completed and the group commit reached the end (bound by the Python bolt ac
 sentence). The ratio is tracked / plain of the medians. Prints figures, asserts nothing.
 
 Usage: ``./rk bench spark_pipeline [--sentences N] [--rounds R] [--batch B] [--bootstrap-servers HOST:PORT]
-[--bolt during|after] [--profile]`` (without ``--bootstrap-servers`` an embedded broker is started and
-stopped). ``--profile`` runs cProfile around the tracked job's batch function in the driver and prints where its wall
-time went (each Spark action there is synchronous, so its cumulative time is that action's), and
-CPU seconds of Spark's Python workers (children of the JVM, e.g. a Python output writer).
+[--bolt during|after] [--tracked jar,sql] [--profile] [--output-path-only ROWS]`` (without ``--bootstrap-servers``
+an embedded broker is started and stopped). ``--profile`` runs cProfile around the tracked job's batch function in the
+driver and prints where its wall time went (each Spark action there is synchronous, so its cumulative time is that
+action's), and CPU seconds of Spark's Python workers (children of the JVM, e.g. a Python output writer).
+``--output-path-only ROWS`` measures the JVM CPU per row of the output path alone (see ``output_path_only``).
 """
 
 from __future__ import annotations
@@ -162,8 +165,13 @@ def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int) -> d
     return {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "workers": meter.workers}
 
 
-def run_tracked(spark, bootstrap: str, source: str, batch: int, sentences: int, jvm_pid: int, bolt: str) -> dict:
+def run_tracked(
+    spark, bootstrap: str, source: str, batch: int, sentences: int, jvm_pid: int, bolt: str, path: str
+) -> dict:
     from reliable_kafka.spark import SparkSpout
+    from reliable_kafka.spark.jvm_functions import MODE_ENV
+
+    os.environ[MODE_ENV] = {"jar": "on", "sql": "off"}[path]  # read by the writer at each batch
     from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
 
     topology = unique_name("bench-tracked")
@@ -225,6 +233,67 @@ def run_tracked(spark, bootstrap: str, source: str, batch: int, sentences: int, 
     }
 
 
+def output_path_only(rows: int, rounds: int) -> int:
+    """``--output-path-only N``: JVM CPU per output row of the output path alone, no Kafka: N
+    one-pair rows (an 8-word split, as above) written to Spark's ``noop`` sink plain, through the
+    SQL path and through the Java functions, each with and without its observation."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from reliable_kafka.spark import spark_session
+    from reliable_kafka.spark.jvm_functions import MODE_ENV, use_jvm_functions
+    from reliable_kafka.spark.writer import (
+        observe_children,
+        observe_headers_jvm,
+        observed_metrics,
+        sink_rows,
+        with_children,
+        with_headers_jvm,
+    )
+
+    os.environ[MODE_ENV] = "on"
+    spark = spark_session("rk-bench-spark-output-path", master="local[2]")
+    use_jvm_functions(spark)  # registers them (write_in_jvm does it at each batch)
+    jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
+    sentences = spark.range(0, rows // WORDS_PER_SENTENCE, 1, 2).selectExpr(
+        "CAST(id AS STRING) AS s", "array(named_struct('root', xxhash64(id), 'edge', id * 7 + 1)) AS anchors"
+    )
+    outputs = sentences.selectExpr("explode(split(concat(s, ' a b c d e f g'), ' ')) AS value", "anchors")
+
+    def write(df, observation=None) -> None:
+        df.write.format("noop").mode("overwrite").save()
+        if observation is not None:
+            observed_metrics(observation, spark, timeout=120, what="bench")
+
+    def counted(df):
+        observation = Observation(f"bench-{time.monotonic_ns()}")
+        return df.observe(observation, F.expr("count(1)").alias("rows")), observation
+
+    variants = {
+        "plain": lambda: write(outputs.select("value")),
+        "plain+count": lambda: write(*counted(outputs.select("value"))),
+        "sql header": lambda: write(sink_rows(with_children(outputs, 5))),
+        "sql": lambda: (lambda o: write(sink_rows(o[0]), o[1]))(observe_children(with_children(outputs, 5))),
+        "jar header": lambda: write(sink_rows(with_headers_jvm(outputs, 5))),
+        "jar": lambda: (lambda o: write(sink_rows(o[0]), o[1]))(observe_headers_jvm(with_headers_jvm(outputs, 5))),
+    }
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    try:
+        for round_ in range(rounds + 1):
+            for name, run in variants.items():
+                before = _jvm_cpu(jvm_pid)
+                run()
+                if round_:  # after a warm-up
+                    cpu[name].append(_jvm_cpu(jvm_pid) - before)
+    finally:
+        spark.stop()
+    print(f"{rows:,} one-pair output rows to the noop sink, local[2], {rounds} rounds; load {os.getloadavg()[0]:.1f}")
+    for name, values in cpu.items():
+        median = statistics.median(values)
+        print(f"{name:12} JVM CPU {median:.2f} s, {1e6 * median / rows:.2f} us per row")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=100_000)
@@ -242,8 +311,21 @@ def main(argv: list[str] | None = None) -> int:
         default="during",
         help="start the downstream Python bolt with the tracked job (default) or after it wrote everything",
     )
+    parser.add_argument(
+        "--tracked",
+        default="jar",
+        help="tracked variants to alternate, comma-separated: jar (Java functions), sql (Spark SQL path)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the tracked job's batches")
+    parser.add_argument(
+        "--output-path-only",
+        type=int,
+        metavar="ROWS",
+        help="measure only the output path's JVM CPU per row (noop sink, no Kafka) over ROWS rows",
+    )
     args = parser.parse_args(argv)
+    if args.output_path_only:
+        return output_path_only(args.output_path_only, args.rounds)
     global PROFILE
     if args.profile:
         PROFILE = cProfile.Profile()
@@ -271,24 +353,30 @@ def main(argv: list[str] | None = None) -> int:
             f"tracked job; load average {os.getloadavg()[0]:.1f}",
             flush=True,
         )
-        results: dict[str, list[dict]] = {"plain": [], "tracked": []}
+        paths = [path.strip() for path in args.tracked.split(",") if path.strip()]
+        if not paths or set(paths) - {"jar", "sql"}:
+            parser.error(f"--tracked: jar and/or sql, got {args.tracked!r}")
+        names = ["plain", *(f"tracked-{path}" for path in paths)]
+        results: dict[str, list[dict]] = {name: [] for name in names}
         try:
             for round_ in range(args.rounds + 1):
-                for name in ("plain", "tracked"):
+                for name in names:
+                    load = os.getloadavg()[0]
                     if name == "plain":
                         figures = run_plain(spark, bootstrap, source, args.batch, jvm_pid)
                     else:
-                        figures = run_tracked(spark, bootstrap, source, args.batch, n, jvm_pid, args.bolt)
+                        path = name.split("-", 1)[1]
+                        figures = run_tracked(spark, bootstrap, source, args.batch, n, jvm_pid, args.bolt, path)
                     label = "warm-up" if round_ == 0 else f"round {round_}"
-                    extra = ""
-                    if name == "tracked":
-                        extra = (
+                    extra = f", load {load:.1f}"
+                    if name != "plain":
+                        extra += (
                             f", all {figures['trees']} trees completed and committed after {figures['completed']:.1f} s"
                             if figures["completed"]
                             else ", NOT caught up"
                         )
                     print(
-                        f"{label:8} {name:8} {n / figures['wall']:9,.0f} sentences/s  "
+                        f"{label:8} {name:11} {n / figures['wall']:9,.0f} sentences/s  "
                         f"driver CPU {1000 * figures['py'] / n:.3f} s/1k  JVM CPU {1000 * figures['jvm'] / n:.3f} "
                         f"s/1k  Python workers CPU {1000 * figures['workers'] / n:.3f} s/1k{extra}",
                         flush=True,
@@ -299,13 +387,12 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
     rate = {name: n / statistics.median(f["wall"] for f in runs) for name, runs in results.items()}
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
-    print(
-        f"median sentences/s: plain {rate['plain']:,.0f}, tracked {rate['tracked']:,.0f}; "
-        f"ratio tracked/plain {rate['tracked'] / rate['plain']:.2f} (target >= 0.7)"
-    )
+    print("median sentences/s: " + ", ".join(f"{name} {rate[name]:,.0f}" for name in names))
+    for name in names[1:]:
+        print(f"ratio {name}/plain {rate[name] / rate['plain']:.2f} (target >= 0.7)")
     for name, runs in results.items():
         print(
-            f"{name:8} driver CPU {1000 * statistics.median(f['py'] for f in runs) / n:.3f} s per 1,000 sentences, "
+            f"{name:11} driver CPU {1000 * statistics.median(f['py'] for f in runs) / n:.3f} s per 1,000 sentences, "
             f"JVM CPU {1000 * statistics.median(f['jvm'] for f in runs) / n:.3f}, "
             f"Python workers CPU {1000 * statistics.median(f['workers'] for f in runs) / n:.3f}"
         )

@@ -34,9 +34,13 @@ def register(subparsers: Subparsers) -> None:
 def _spark_submit(args: argparse.Namespace) -> int:
     import os
 
+    from reliable_kafka.spark.jvm_functions import functions_jar_or_none
     from reliable_kafka.spark.session import connector_jars, spark_submit_command
 
     jars = connector_jars()
+    functions = functions_jar_or_none()  # reliable-kafka's Java functions; without them, the SQL path
+    if functions is not None:
+        jars.append(functions)
     if args.print_jars:
         print(",".join(str(jar) for jar in jars))
         return 0

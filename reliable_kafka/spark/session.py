@@ -29,6 +29,7 @@ from pathlib import Path
 
 from reliable_kafka.errors import ConfigError, JarResolutionError
 from reliable_kafka.jars import SPARK_KAFKA_ARTIFACT, artifacts_digest, cache_dir, is_resolved, resolve_jars
+from reliable_kafka.spark.jvm_functions import functions_jar_or_none
 
 __all__ = [
     "SPARK_KAFKA_DEPENDENCIES",
@@ -334,7 +335,8 @@ def spark_session(
         jars = [str(jar) for jar in connector_jars()]
         if conf.get("spark.jars"):
             jars.extend(j for j in conf["spark.jars"].split(",") if j)
-        conf["spark.jars"] = ",".join(jars)
+        functions = functions_jar_or_none()  # optional: without it outputs take the SQL path
+        conf["spark.jars"] = ",".join([*jars, *([str(functions)] if functions else [])])
     if active is not None:
         loaded = active.sparkContext.getConf().get("spark.jars", "")
         if not all(jar in loaded for jar in jars):

@@ -65,8 +65,10 @@ def test_spark_submit_wrapper_adds_the_connector_and_keeps_the_given_master(kafk
         ["--master", "local[1]", "--driver-memory", "512m", str(SCRIPT), kafka_bootstrap, topic], wrapper=True
     )
     assert code == 0, stderr
-    # local[1], not spark_session()'s default local[2]: the submitted master is kept
-    assert result == {"master": "local[1]", "driver_host": "127.0.0.1", "count": 25}, stderr
+    # local[1], not spark_session()'s default local[2]: the submitted master is kept; the wrapper
+    # passed the Java functions' jar too
+    one_pair = "0220" + "0000000000000001" + "0000000000000002"
+    assert result == {"master": "local[1]", "driver_host": "127.0.0.1", "count": 25, "jvm_functions": one_pair}, stderr
 
 
 def test_plain_spark_submit_without_the_connector_is_a_clear_error(kafka_bootstrap):
