@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 # succeeded (``KafkaDataWriter.commit``). A dead or speculative attempt's rows that reached Kafka
 # too carry edges the final ack does not cancel (or cancel twice), so their trees time out and
 # replay, never complete early. Were an attempt counted twice, a root's XOR would lose edges it
-# must hold: ``tests/integration/test_spark_observed_children.py`` checks the count under retries.
+# must hold: ``test_a_retried_task_is_observed_once`` (tests/integration/test_spark_jvm_functions.py)
+# checks the count under retries, on both paths.
 # Child edges are distinct within a root: row ids are unique in the job and roots unique within a
 # row, so two edges of one root are equal only if xxhash64 collides (about 2^-64 a pair, the odds
 # DESIGN 2 accepts for any XOR coincidence).

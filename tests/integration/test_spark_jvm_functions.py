@@ -24,6 +24,7 @@ from reliable_kafka.spark.writer import (
     ROW_ID,
     anchors_header_v2_sql,
     children_from_metrics,
+    observe_children,
     observe_headers_jvm,
     observed_metrics,
     with_children,
@@ -184,9 +185,12 @@ def test_rows_without_children_are_counted_and_no_rows_observe_no_roots(spark):
     assert observed_write(with_headers_jvm(outputs.filter("false"), 4)) == (0, {})
 
 
-def test_a_retried_task_is_observed_once(spark):
-    """As the SQL path's test (test_spark_sql_expressions): a write task dies after 300 rows passed
-    the observation, once, and is retried; the aggregate holds each written row's child once."""
+@pytest.mark.parametrize("path", ["sql", "jvm"])
+def test_a_retried_task_is_observed_once(spark, path):
+    """A write task dies after 300 rows passed the observation, once; Spark retries it. The
+    metrics hold each written row's children exactly once, on both output paths (a task counted
+    twice would cancel its edges out of the roots' XOR: trees would complete before those outputs
+    were acked)."""
     prop = f"rk.test.observe.{random.randrange(2**32)}"
     system = spark.sparkContext._jvm.java.lang.System
     system.setProperty(prop, "armed")
@@ -197,7 +201,10 @@ def test_a_retried_task_is_observed_once(spark):
     for row in with_children(outputs, 5).select(CHILDREN).collect():  # no shuffle: the same row ids
         for child in row[CHILDREN]:
             expected[child.root] = expected.get(child.root, 0) ^ child.edge
-    observed, observation = observe_headers_jvm(with_headers_jvm(outputs, 5))
+    if path == "jvm":
+        observed, observation = observe_headers_jvm(with_headers_jvm(outputs, 5))
+    else:
+        observed, observation = observe_children(with_children(outputs, 5))
     place = F.col(ROW_ID).bitwiseAND(F.lit((1 << 33) - 1))  # the row's place in its partition
     cleared = F.call_function("java_method", F.lit("java.lang.System"), F.lit("clearProperty"), F.lit(prop))
     fire = (place == 300) & (cleared != "null")  # once: then the property is gone ("null")

@@ -157,36 +157,6 @@ def test_xor_per_root_observed_during_the_write_is_the_python_reference(spark):
     assert written == len(computed) == 3000
 
 
-def test_a_retried_task_is_observed_once(spark):
-    """A write task dies after 300 rows passed the observation, once; Spark retries it. The
-    metrics hold each written row's children exactly once (a task counted twice would cancel its
-    edges out of the roots' XOR: trees would complete before those outputs were acked)."""
-    prop = f"rk.test.observe.{random.randrange(2**32)}"
-    system = spark.sparkContext._jvm.java.lang.System
-    system.setProperty(prop, "armed")
-    outputs = spark.range(0, 2000, 1, 2).selectExpr(
-        "CAST(id AS STRING) AS value", "array(named_struct('root', id % 50 + 1, 'edge', id * 7 + 1)) AS anchors"
-    )
-    expected: dict[int, int] = {}
-    for row in with_children(outputs, 5).select(CHILDREN).collect():  # no shuffle: the same row ids
-        for child in row[CHILDREN]:
-            expected[child.root] = expected.get(child.root, 0) ^ child.edge
-    observed, observation = observe_children(with_children(outputs, 5))
-    place = F.col(ROW_ID).bitwiseAND(F.lit((1 << 33) - 1))  # the row's place in its partition
-    cleared = F.call_function("java_method", F.lit("java.lang.System"), F.lit("clearProperty"), F.lit(prop))
-    fire = (place == 300) & (cleared != "null")  # once: then the property is gone ("null")
-    dying = observed.withColumn("value", F.when(fire, F.raise_error(F.lit("a task dies"))).otherwise(F.col("value")))
-    try:
-        dying.write.format("noop").mode("overwrite").save()
-        assert system.getProperty(prop) is None, "the failpoint never fired"
-    finally:
-        system.clearProperty(prop)
-    metrics = observed_metrics(observation, spark, timeout=60, what="test")
-    written, roots, xors = children_from_metrics(metrics, what="test")
-    assert written == 2000
-    assert dict(zip(roots.tolist(), xors.tolist())) == expected
-
-
 def test_pairs_are_the_headers_body(spark):
     rows = [("a", [(5, 6)]), ("b", [(7, 1), (8, 2), (9, 3)]), ("c", None)]
     outputs = spark.createDataFrame(rows, f"value string, anchors {ANCHORS_TYPE}")
