@@ -175,6 +175,8 @@ class MemoryProducer:
                 timestamp = record.timestamp
             else:
                 timestamp = (0, 0)
+                if queued.transaction is not None and queued.transaction.delivery_error is None:
+                    queued.transaction.delivery_error = error
             served += self._report(queued, error, partition, offset, timestamp)
         return served
 
@@ -231,6 +233,14 @@ class MemoryProducer:
     def commit_transaction(self, timeout: float | None = None) -> None:
         self._check_in_transaction()
         self._deliver()
+        assert self._transaction is not None  # _check_in_transaction raised otherwise
+        failed = self._transaction.delivery_error
+        if failed is not None:  # librdkafka: a record that failed for good makes the transaction abortable
+            raise KafkaException(
+                KafkaError(
+                    failed.code(), f"a record of the transaction failed: {failed.str()}", txn_requires_abort=True
+                )
+            )
         fault = self._kafka.take_fault("commit_transaction")
         if fault is not None:
             raise KafkaException(fault)

@@ -287,6 +287,31 @@ def test_a_fenced_producer_fails_fatally_and_its_open_transaction_is_aborted():
     assert [m.value() for m in kafka.messages("t", read_committed=False)] == [b"zombie"]  # never b"fenced"
 
 
+@pytest.mark.parametrize("delivered_before_commit", [True, False])
+def test_a_transaction_with_a_record_that_failed_delivery_cannot_commit(delivered_before_commit):
+    """As librdkafka's commit_transaction: the transaction is abortable; the next one commits."""
+    kafka = MemoryKafka()
+    kafka.create_topic("t")
+    txn = kafka.producer({"transactional.id": "x"})
+    txn.init_transactions()
+    txn.begin_transaction()
+    txn.produce("t", b"lost")
+    txn.produce("t", b"written")
+    kafka.fail_next("delivery")
+    if delivered_before_commit:  # the failure already reported by a poll
+        txn.poll(0)
+    with pytest.raises(KafkaException) as raised:
+        txn.commit_transaction()
+    error = raised.value.args[0]
+    assert error.txn_requires_abort() and not error.fatal() and error.code() == KafkaError._MSG_TIMED_OUT
+    txn.abort_transaction()
+    assert kafka.messages("t") == []  # b"written" was in the log, in the aborted transaction
+    txn.begin_transaction()
+    txn.produce("t", b"again")
+    txn.commit_transaction()
+    assert [m.value() for m in kafka.messages("t")] == [b"again"]
+
+
 def test_a_crashed_producer_loses_what_it_had_not_delivered():
     kafka = MemoryKafka()
     kafka.create_topic("t")

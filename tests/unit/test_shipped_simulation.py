@@ -171,6 +171,11 @@ def test_the_seeds_exercise_every_fault_and_path():
     """Guards against a scheduler that silently stopped injecting what it claims."""
     results = [simulate(SimConfig(seed=seed, steps=120, records=12)) for seed in range(30)]
     results += [simulate(SimConfig(seed=seed, steps=120, records=12, transactional=True)) for seed in range(30)]
+    # dead letters: the defaults reach them only in long runs (3 retries, 1 tuple in 10 failing)
+    many_dead = dict(steps=120, records=12, max_retries=1, bolt_failure=0.3)
+    results += [
+        simulate(SimConfig(seed=seed, **many_dead, transactional=tx)) for seed in range(3) for tx in (False, True)
+    ]
     events = sum((r.events for r in results), start=Counter())
     expected = {
         "clock",
