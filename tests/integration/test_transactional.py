@@ -220,3 +220,54 @@ def test_the_largest_commit_metadata_we_write_is_accepted_by_the_broker(kafka_bo
     (committed,) = consumer.committed([TopicPartition(topics["source"], 0)], timeout=30)
     consumer.close()
     assert (committed.offset, committed.metadata) == (1, state)
+
+
+def test_a_dead_letter_and_the_commit_past_its_record_are_one_transaction(kafka_bootstrap):
+    """A predecessor left 0-4 failed on their last attempt: the successor parks them in the DLQ.
+    The round after the transaction that parked them aborts (as a crash there would end it): the
+    spout rebuilds from that transaction's commit, which already passed them, so each is parked
+    once (before, that commit left them failed in flight, and the rebuild parked them again)."""
+    topology, topics = _topology(kafka_bootstrap, "txn-dlq", source_partitions=1)
+    source, group = topics["source"], f"{topology}-spout"
+    produce_values(kafka_bootstrap, source, [str(i).encode() for i in range(20)])
+    metadata, _ = encode_spout_state(  # attempt 6 failed, max_retries 5: dead letters
+        0, [], emitted_upto=5, outcome_position=0, attempts=dict.fromkeys(range(5), 6), failed=range(5)
+    )
+    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+    committer.commit(offsets=[TopicPartition(source, 0, 0, metadata)], asynchronous=False)
+    committer.close()
+    acker, spout, bolt = _components(kafka_bootstrap, topology, topics)
+    write_dead_letters, commit = spout._roots.write_dead_letters, spout._transactions.commit
+    rounds: list[str] = []  # what each transaction that held dead letters, and the one after, did
+
+    def noted() -> int:
+        written = write_dead_letters()
+        if written:
+            rounds.append(f"parked {written}")
+        return written
+
+    def abort_the_round_after_the_dead_letters(offsets, group_metadata):
+        if rounds and rounds[-1].startswith("parked"):
+            commit(offsets, group_metadata)
+            rounds.append("committed")
+            return
+        if rounds == ["parked 5", "committed"]:
+            rounds.append("aborted")
+            raise KafkaException(KafkaError(KafkaError._FAIL, "forced abort (test)"))
+        commit(offsets, group_metadata)
+
+    spout._roots.write_dead_letters = noted
+    spout._transactions.commit = abort_the_round_after_the_dead_letters
+    with LocalCluster(acker, spout, bolt) as cluster:
+        cluster.wait_until(
+            lambda: committed_offsets(kafka_bootstrap, group, source).get(0) == 20,
+            timeout=180,
+            what="the commit passed the dead letters and the rest completed",
+            progress=lambda: f"{spout.stats}; rounds {rounds}",
+        )
+    assert rounds[:3] == ["parked 5", "committed", "aborted"], rounds
+    letters = dlq.read_dead_letters(kafka_bootstrap, topology)
+    assert sorted(d.source for d in letters) == [(source, 0, offset) for offset in range(5)]  # each once
+    assert spout.stats.dead_lettered == 5
+    effects = _effects(kafka_bootstrap, topics["sink"])
+    assert sorted(effects) == list(range(5, 20)) and set(effects.values()) == {1}
