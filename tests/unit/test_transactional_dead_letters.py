@@ -39,14 +39,20 @@ def _fails_poison(tuple_, collector) -> None:
         raise ValueError("downstream refuses this line")
 
 
-def test_a_crash_right_after_the_round_that_parked_a_dead_letter_does_not_park_it_again():
+def _topology() -> tuple[MemoryKafka, AckerWorker, BasicBolt]:
+    """``LINES`` in the source, an acker, and a sink bolt that fails every attempt of ``poison``."""
     kafka = MemoryKafka(clock=ManualClock())
     kafka.create_topic("sentences", 1)
     ListSource(kafka, "lines", LINES)
     acker = AckerWorker(**ON, clients=kafka)
-    acker.start()
     sink = BasicBolt(**ON, clients=kafka, source_topics="sentences", group_id="tx.sink", handler=_fails_poison)
+    acker.start()
     sink.start()
+    return kafka, acker, sink
+
+
+def test_a_crash_right_after_the_round_that_parked_a_dead_letter_does_not_park_it_again():
+    kafka, acker, sink = _topology()
     dlq = TopicSink(kafka, TopologyTopics("tx").dlq)
     first = _spout(kafka)
     # the condition is checked before each round, and the spout polls first in a round: this stops
@@ -68,13 +74,7 @@ def test_a_crash_right_after_the_round_that_parked_a_dead_letter_does_not_park_i
 
 
 def test_an_aborted_round_drops_its_dead_letter_and_the_round_that_commits_parks_it_once():
-    kafka = MemoryKafka(clock=ManualClock())
-    kafka.create_topic("sentences", 1)
-    ListSource(kafka, "lines", LINES)
-    acker = AckerWorker(**ON, clients=kafka)
-    acker.start()
-    sink = BasicBolt(**ON, clients=kafka, source_topics="sentences", group_id="tx.sink", handler=_fails_poison)
-    sink.start()
+    kafka, acker, sink = _topology()
     spout = _spout(kafka)
     write_dead_letters, aborted = spout._roots.write_dead_letters, []
 
