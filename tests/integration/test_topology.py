@@ -43,6 +43,22 @@ def _progress(bootstrap, group, topic, spout):
     )
 
 
+class _HoldAcks:
+    """A bolt handler that keeps its tuples unacked until ``release`` is set; the first tuple it
+    gets after that acks them all (an untracked record wakes it)."""
+
+    def __init__(self) -> None:
+        self.held: list = []
+        self.release = threading.Event()
+
+    def __call__(self, tuple_, collector) -> None:
+        self.held.append(tuple_)
+        if self.release.is_set():
+            for t in self.held:
+                collector.ack(t)
+            self.held.clear()
+
+
 def test_word_count_over_10000_sentences_completes_and_commits_to_the_end(kafka_bootstrap):
     topology, sentences, words = _word_count_topics(kafka_bootstrap, "wc")
     rng = random.Random(1)
@@ -230,27 +246,18 @@ def test_spout_pauses_at_max_pending_and_resumes_when_trees_complete(kafka_boots
     source, middle = f"{topology}-source", f"{topology}-middle"
     create_topics(kafka_bootstrap, {source: 1, middle: 1})
     produce_values(kafka_bootstrap, source, [f"r{i}".encode() for i in range(60)])
-    held: list = []
-    release = threading.Event()
-
-    def hold_until_released(tuple_, collector):
-        held.append(tuple_)
-        if release.is_set():
-            for t in held:
-                collector.ack(t)
-            held.clear()
-
+    hold = _HoldAcks()
     on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
     spout = Spout(
         **on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle, max_pending=5, batch_size=10
     )
-    bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-hold", handler=hold_until_released)
+    bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-hold", handler=hold)
     with LocalCluster(AckerWorker(**on, ackers=1), spout, bolt) as cluster:
         cluster.wait_until(lambda: spout.stats.paused, timeout=60, what="the spout paused at max_pending")
         read = spout.stats.read
         time.sleep(1.0)  # many rounds of the spout's loop: a paused spout reads nothing more
         assert spout.stats.read == read <= 10
-        release.set()
+        hold.release.set()
         produce_values(kafka_bootstrap, middle, [b"nudge"])  # an untracked record wakes the bolt
         cluster.wait_until(
             lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source),
@@ -296,8 +303,7 @@ def test_multi_anchored_output_keeps_both_trees_open_until_it_is_acked(kafka_boo
     source, pairs = f"{topology}-source", f"{topology}-pairs"
     create_topics(kafka_bootstrap, {source: 1, pairs: 1, f"{topology}.in": 1})
     produce_values(kafka_bootstrap, source, [b"left", b"right"])
-    held: list = []
-    release = threading.Event()
+    hold = _HoldAcks()
     waiting: list = []
 
     def pair_up(tuple_, collector):  # a rich bolt: one output anchored to two inputs of two trees
@@ -307,19 +313,12 @@ def test_multi_anchored_output_keeps_both_trees_open_until_it_is_acked(kafka_boo
             for t in waiting:
                 collector.ack(t)
 
-    def hold_then_ack(tuple_, collector):
-        held.append(tuple_)
-        if release.is_set():
-            for t in held:
-                collector.ack(t)
-            held.clear()
-
     on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
     # trees are held open on purpose: a timeout that holds under load keeps them from replaying
     spout = Spout(
         **on, source_topics=source, group_id=f"{topology}-spout", emit_to=f"{topology}.in", message_timeout_ms=120_000
     )
-    sink = Bolt(**on, source_topics=pairs, group_id=f"{topology}-sink", handler=hold_then_ack)
+    sink = Bolt(**on, source_topics=pairs, group_id=f"{topology}-sink", handler=hold)
     components = [
         AckerWorker(**on, ackers=1, message_timeout_ms=120_000),
         spout,
@@ -327,12 +326,12 @@ def test_multi_anchored_output_keeps_both_trees_open_until_it_is_acked(kafka_boo
         sink,
     ]
     with LocalCluster(*components) as cluster:
-        cluster.wait_until(lambda: len(held) == 1, timeout=60, what="the paired output reached the sink")
-        assert len(held[0].roots) == 2
+        cluster.wait_until(lambda: len(hold.held) == 1, timeout=60, what="the paired output reached the sink")
+        assert len(hold.held[0].roots) == 2
         time.sleep(2.5)  # the spout's commit interval passes twice: nothing may be committed
         assert committed_offsets(kafka_bootstrap, f"{topology}-spout", source).get(0, -1) <= 0
         assert spout.stats.completed == 0
-        release.set()
+        hold.release.set()
         produce_values(kafka_bootstrap, pairs, [b"nudge"])  # an untracked record wakes the sink
         cluster.wait_until(
             lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source),
