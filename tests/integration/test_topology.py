@@ -43,6 +43,19 @@ def _progress(bootstrap, group, topic, spout):
     )
 
 
+def _run_word_count(bootstrap: str, topology: str, sentences: str, components, *, timeout: float, what: str):
+    """Run ``build``'s components until the spout (the second) committed to the end of ``sentences``."""
+    spout = components[1]
+    with LocalCluster(*components) as cluster:
+        cluster.wait_until(
+            lambda: _caught_up(bootstrap, f"{topology}-spout", sentences),
+            timeout=timeout,
+            what=what,
+            progress=_progress(bootstrap, f"{topology}-spout", sentences, spout),
+        )
+    return spout
+
+
 class _HoldAcks:
     """A bolt handler that keeps its tuples unacked until ``release`` is set; the first tuple it
     gets after that acks them all (an untracked record wakes it)."""
@@ -67,14 +80,14 @@ def test_word_count_over_10000_sentences_completes_and_commits_to_the_end(kafka_
     # at-least-once: a busy machine may time trees out and replay them (counts then grow), so the
     # timeout is long enough to hold under load and the counts are checked for loss, not equality
     counts, components = build(kafka_bootstrap, topology=topology, sentences=sentences, words=words, timeout_ms=120_000)
-    spout = components[1]
-    with LocalCluster(*components) as cluster:
-        cluster.wait_until(
-            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
-            timeout=240,
-            what="spout committed to the end of the sentences topic",
-            progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout),
-        )
+    spout = _run_word_count(
+        kafka_bootstrap,
+        topology,
+        sentences,
+        components,
+        timeout=240,
+        what="spout committed to the end of the sentences topic",
+    )
     print(f"replays: {spout.stats.replayed}")
     assert spout.stats.completed == 10_000  # each record's tree completes once, whatever was replayed
     assert spout.stats.dead_lettered == 0
@@ -100,14 +113,9 @@ def test_bolt_failing_ten_percent_still_completes_every_sentence_through_replays
         flaky_counts[word.value.decode()] += 1
 
     components[3].handler = flaky_count
-    spout = components[1]
-    with LocalCluster(*components) as cluster:
-        cluster.wait_until(
-            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
-            timeout=240,
-            what="every sentence completed despite failures",
-            progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout),
-        )
+    spout = _run_word_count(
+        kafka_bootstrap, topology, sentences, components, timeout=240, what="every sentence completed despite failures"
+    )
     print(f"replays: {spout.stats.replayed}, failed tuples: {components[3].stats.failed}")
     assert spout.stats.completed == 2_000
     assert spout.stats.replayed > 0 and components[3].stats.failed > 0
@@ -153,7 +161,6 @@ def test_dropped_tuples_time_out_replay_and_complete_without_early_commit(kafka_
         group_id=f"{topology}-split",
         handler=split_dropping_first_sight,
     )
-    spout = components[1]
     samples: list[tuple[float, dict[int, int]]] = []
     stop_sampling = threading.Event()
 
@@ -170,13 +177,14 @@ def test_dropped_tuples_time_out_replay_and_complete_without_early_commit(kafka_
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        with LocalCluster(*components) as cluster:
-            cluster.wait_until(
-                lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
-                timeout=120,
-                what="dropped sentences replayed and completed",
-                progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout),
-            )
+        spout = _run_word_count(
+            kafka_bootstrap,
+            topology,
+            sentences,
+            components,
+            timeout=120,
+            what="dropped sentences replayed and completed",
+        )
     finally:
         stop_sampling.set()
         sampler.join()
@@ -282,14 +290,9 @@ def test_poison_record_goes_to_the_dead_letter_topic_and_the_commit_moves_past_i
         counts[word.value.decode()] += 1
 
     components[3].handler = count_or_choke
-    spout = components[1]
-    with LocalCluster(*components) as cluster:
-        cluster.wait_until(
-            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
-            timeout=120,
-            what="commit moved past the poison record",
-            progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout),
-        )
+    spout = _run_word_count(
+        kafka_bootstrap, topology, sentences, components, timeout=120, what="commit moved past the poison record"
+    )
     dead = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
     assert [m.value() for m in dead] == [b"poison pill"]
     parked = codec.decode_parked(dict(dead[0].headers())[codec.PARKED_HEADER])
