@@ -59,6 +59,23 @@ def _components(bootstrap: str, topology: str, topics: dict[str, str]):
     return acker, spout, bolt
 
 
+def _predecessor_left(bootstrap: str, group: str, source: str, *, failed: int, emitted_upto: int, attempt: int) -> None:
+    """The commit a previous spout left on ``source`` partition 0: offsets ``0..failed-1`` in flight
+    with their ``attempt`` failed (the outcome consumed), emission stopped at ``emitted_upto``."""
+    metadata, truncated = encode_spout_state(
+        0,
+        [],
+        emitted_upto=emitted_upto,
+        outcome_position=0,
+        attempts=dict.fromkeys(range(failed), attempt),
+        failed=range(failed),
+    )
+    assert not truncated
+    committer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    committer.commit(offsets=[TopicPartition(source, 0, 0, metadata)], asynchronous=False)
+    committer.close()
+
+
 def _caught_up(bootstrap: str, topology: str, source: str) -> bool:
     return lag(bootstrap, f"{topology}-spout", source) == 0
 
@@ -98,18 +115,7 @@ def test_a_successor_redelivers_thousands_of_failed_in_flight_records(kafka_boot
     records = 3000
     produce_values(kafka_bootstrap, topics["source"], [str(i).encode() for i in range(records)])
     group = f"{topology}-spout"
-    metadata, truncated = encode_spout_state(
-        0,
-        [],
-        emitted_upto=records,
-        outcome_position=0,
-        attempts={offset: 1 for offset in range(records)},
-        failed=range(records),
-    )
-    assert not truncated
-    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
-    committer.commit(offsets=[TopicPartition(topics["source"], 0, 0, metadata)], asynchronous=False)
-    committer.close()
+    _predecessor_left(kafka_bootstrap, group, topics["source"], failed=records, emitted_upto=records, attempt=1)
     acker, spout, bolt = _components(kafka_bootstrap, topology, topics)
     with LocalCluster(acker, spout, bolt) as cluster:
         cluster.wait_until(
@@ -133,12 +139,7 @@ def test_a_record_deleted_while_in_flight_is_parked_as_a_reference_that_dlq_show
     topology, topics = _topology(kafka_bootstrap, "txn-gone", source_partitions=1)
     source, group = topics["source"], f"{topology}-spout"
     produce_values(kafka_bootstrap, topics["source"], [str(i).encode() for i in range(20)])
-    metadata, _ = encode_spout_state(
-        0, [], emitted_upto=5, outcome_position=0, attempts=dict.fromkeys(range(5), 2), failed=range(5)
-    )
-    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
-    committer.commit(offsets=[TopicPartition(source, 0, 0, metadata)], asynchronous=False)
-    committer.close()
+    _predecessor_left(kafka_bootstrap, group, source, failed=5, emitted_upto=5, attempt=2)
     admin = admin_client(kafka_bootstrap)  # held: its futures resolve only while the client lives
     for future in admin.delete_records([TopicPartition(source, 0, 3)]).values():
         assert future.result(timeout=30).low_watermark == 3
@@ -230,12 +231,8 @@ def test_a_dead_letter_and_the_commit_past_its_record_are_one_transaction(kafka_
     topology, topics = _topology(kafka_bootstrap, "txn-dlq", source_partitions=1)
     source, group = topics["source"], f"{topology}-spout"
     produce_values(kafka_bootstrap, source, [str(i).encode() for i in range(20)])
-    metadata, _ = encode_spout_state(  # attempt 6 failed, max_retries 5: dead letters
-        0, [], emitted_upto=5, outcome_position=0, attempts=dict.fromkeys(range(5), 6), failed=range(5)
-    )
-    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
-    committer.commit(offsets=[TopicPartition(source, 0, 0, metadata)], asynchronous=False)
-    committer.close()
+    # their attempt 6 failed; max_retries is 5: dead letters
+    _predecessor_left(kafka_bootstrap, group, source, failed=5, emitted_upto=5, attempt=6)
     acker, spout, bolt = _components(kafka_bootstrap, topology, topics)
     write_dead_letters, commit = spout._roots.write_dead_letters, spout._transactions.commit
     rounds: list[str] = []  # what each transaction that held dead letters, and the one after, did
