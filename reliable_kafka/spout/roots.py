@@ -10,7 +10,9 @@ holds is read again (``reread``) and how commit metadata is written (``encode_me
 Dead letters take three steps, so that each spout confirms them its own way: :meth:`act` binds a
 record for the DLQ (the guard counts it), :meth:`write_dead_letters` parks it, and
 :meth:`dead_letters_delivered` counts it done once the spout knows the write reached the broker
-(a flush, or a committed transaction). Until then the record stays pending: never committed past.
+(a flush). Until then the record stays pending: never committed past. A transactional spout marks it
+done before its commit instead (:meth:`settle_dead_letters`): the write and the commit past it are
+one transaction.
 A record bound for the DLQ that Kafka deleted meanwhile (retention, ``delete_records``) is parked as
 a reference (:meth:`gone`): its coordinates, attempts and reason, no value; confirmed the same way.
 """
@@ -480,6 +482,17 @@ class RootOwner:
             return not self._unconfirmed
         self.dead_letters_delivered()
         return True
+
+    def settle_dead_letters(self) -> None:
+        """For a spout whose dead letters and commit are one transaction: the records of the dead
+        letters written count as done now, so that the commit computed next passes them in that
+        same transaction (committed after it, a crash between the two would park them again). An
+        abort drops both: the spout rebuilds its tracker from the last commit. They are counted by
+        :meth:`dead_letters_delivered` once the transaction committed."""
+        with self._lock:
+            for write in self._unconfirmed:
+                if not write.failed:  # a failed write fails the transaction's commit too
+                    self.tracker.dead_lettered(write.action.tp, write.action.offset)
 
     def dead_letters_delivered(self) -> None:
         """Everything written so far reached the broker (flushed, or its transaction committed);

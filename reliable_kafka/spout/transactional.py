@@ -362,6 +362,7 @@ class TransactionalSpout(SpoutShell):
                 topic, partition, offset = coordinates(message)
                 self._emitted_upto[(topic, partition)] = max(self._emitted_upto.get((topic, partition), 0), offset + 1)
             roots.write_dead_letters()
+            roots.settle_dead_letters()  # this transaction's commit passes them: never parked twice
             for sender in self._senders.values():
                 sender.send()
             offsets = roots.offsets_to_commit(only=self._owners, changed_only=False)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TopicPartition
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from reliable_kafka.kafka.factory import KafkaClients
@@ -25,6 +25,7 @@ __all__ = [
     "check_timestamps",
     "check_offsets_commit_with_the_transaction",
     "check_position_passes_a_commit_marker",
+    "check_a_refused_record_fails_its_transaction",
 ]
 
 WAIT_S = 30.0
@@ -166,6 +167,42 @@ def check_offsets_commit_with_the_transaction(clients: KafkaClients, bootstrap: 
     consumer.close()
 
 
+def check_a_refused_record_fails_its_transaction(clients: KafkaClients, bootstrap: str, name: str) -> None:
+    """A record the broker refuses (over the topic's ``max.message.bytes``) fails its delivery report
+    and makes ``commit_transaction`` raise an abortable error (librdkafka): none of the transaction's
+    records and offsets appear. (librdkafka may fail the producer's next transaction too, with an
+    epoch bump: the library's ``Transactions`` replaces a producer that fails twice in a row.)"""
+    topic = _topic(clients, bootstrap, f"{name}-refused", config={"max.message.bytes": "2000"})
+    group = f"{name}-refused-group"
+    consumer = _consumer(clients, bootstrap, group)
+    producer = clients.producer({"bootstrap.servers": bootstrap, "transactional.id": f"{name}-refused"})
+    producer.init_transactions(WAIT_S)
+    producer.begin_transaction()
+    reports: list = []
+    producer.produce(topic, b"small", partition=0)
+    producer.produce(topic, b"x" * 10_000, partition=0, on_delivery=lambda error, _message: reports.append(error))
+    producer.flush(WAIT_S)  # the refusal is known (reported) before the commit
+    assert len(reports) == 1 and reports[0] is not None, reports
+    refusal = None
+    try:  # the library's Transactions.commit: either call may be the one that raises
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 3)], consumer.consumer_group_metadata(), WAIT_S)
+        producer.commit_transaction(WAIT_S)
+    except KafkaException as exc:
+        refusal = exc.args[0]
+    assert refusal is not None, "the transaction committed although one of its records was refused"
+    assert refusal.txn_requires_abort() and not refusal.fatal(), refusal
+    producer.abort_transaction(WAIT_S)
+    plain = clients.producer({"bootstrap.servers": bootstrap})
+    plain.produce(topic, b"after", partition=0)
+    _produced(plain)
+    reader = _consumer(clients, bootstrap, f"{name}-refused-r", **{"isolation.level": "read_committed"})
+    assert [m.value() for m in _read(reader, topic, 1)] == [b"after"]
+    committed = consumer.committed([TopicPartition(topic, 0)], timeout=WAIT_S)[0]
+    assert committed.offset < 0, f"the aborted transaction's offset {committed.offset} was committed"
+    reader.close()
+    consumer.close()
+
+
 def check_position_passes_a_commit_marker(clients: KafkaClients, bootstrap: str, name: str) -> None:
     """After the last record of a committed transaction, the position passes its marker."""
     topic = _topic(clients, bootstrap, f"{name}-marker")
@@ -192,4 +229,5 @@ CHECKS: dict[str, Callable[[KafkaClients, str, str], None]] = {
     "headers_round_trip": check_headers_round_trip,
     "timestamps": check_timestamps,
     "offsets_commit_with_the_transaction": check_offsets_commit_with_the_transaction,
+    "a_refused_record_fails_its_transaction": check_a_refused_record_fails_its_transaction,
 }

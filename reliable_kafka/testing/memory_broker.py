@@ -129,6 +129,8 @@ class Transaction:
     state: str = "open"  # open | committed | aborted
     first_offsets: dict[TopicPartitionKey, int] = field(default_factory=dict)
     offsets: dict[str, list] = field(default_factory=dict)  # group -> [TopicPartition with metadata]
+    # a record of it that failed delivery: its commit fails, abortable (librdkafka's commit_transaction)
+    delivery_error: KafkaError | None = None
 
 
 @dataclass

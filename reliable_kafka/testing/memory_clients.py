@@ -159,6 +159,8 @@ class MemoryProducer:
                 else:
                     error = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"{queued.topic}: unknown topic")
             if error is None:
+                error = self._refused(queued)
+            if error is None:
                 if partition < 0:
                     partition = self._kafka.partition_for(queued.topic, queued.key, self._counter)
                     self._counter += 1
@@ -175,8 +177,19 @@ class MemoryProducer:
                 timestamp = record.timestamp
             else:
                 timestamp = (0, 0)
+                if queued.transaction is not None and queued.transaction.delivery_error is None:
+                    queued.transaction.delivery_error = error
             served += self._report(queued, error, partition, offset, timestamp)
         return served
+
+    def _refused(self, queued: _Queued) -> KafkaError | None:
+        """The broker's refusal of a record over its topic's ``max.message.bytes`` (key and value
+        counted; Kafka counts the whole record batch, a few dozen bytes more)."""
+        limit = self._kafka.topics[queued.topic].config.get("max.message.bytes")
+        size = len(queued.key or b"") + len(queued.value or b"")
+        if limit is None or size <= int(limit):
+            return None
+        return KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, f"Broker: Message size too large ({size} > {limit})")
 
     def _report(self, queued: _Queued, error: KafkaError | None, partition: int, offset: int, timestamp) -> int:
         callback = queued.on_delivery or self._on_delivery
@@ -217,6 +230,7 @@ class MemoryProducer:
 
     def send_offsets_to_transaction(self, positions, group_metadata, timeout: float | None = None) -> None:
         self._check_in_transaction()
+        self._raise_if_a_record_failed()
         fault = self._kafka.take_fault("send_offsets")
         if fault is not None:
             raise KafkaException(fault)
@@ -231,6 +245,7 @@ class MemoryProducer:
     def commit_transaction(self, timeout: float | None = None) -> None:
         self._check_in_transaction()
         self._deliver()
+        self._raise_if_a_record_failed()
         fault = self._kafka.take_fault("commit_transaction")
         if fault is not None:
             raise KafkaException(fault)
@@ -246,6 +261,17 @@ class MemoryProducer:
         assert self._transactional_id is not None  # _check_transactional raised otherwise
         self._kafka.abort_transaction(self._transactional_id)
         self._transaction = None
+
+    def _raise_if_a_record_failed(self) -> None:
+        """librdkafka: a record of the transaction that failed for good makes it abortable."""
+        assert self._transaction is not None  # _check_in_transaction raised otherwise
+        failed = self._transaction.delivery_error
+        if failed is not None:
+            raise KafkaException(
+                KafkaError(
+                    failed.code(), f"a record of the transaction failed: {failed.str()}", txn_requires_abort=True
+                )
+            )
 
     def _check_usable(self, *, contact: bool = True) -> None:
         """Raise the producer's fatal error; ``contact``: a call that reaches the broker, which is

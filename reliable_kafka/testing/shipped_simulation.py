@@ -15,6 +15,7 @@ logs alone:
 3. sound outcomes: every COMPLETED or FAILED an acker published is what the dict-based
    :class:`~reliable_kafka.testing.reference_acker.ReferenceAcker`, fed the ack log in order,
    decides for that root, for the same owner (the spout whose INIT it holds);
+4. transactional mode: no source record is dead-lettered twice;
 
 and at the end, liveness: with faults and crashes stopped, every source record gets settled within
 a bound; and a quiet run (no faults, no failing handler) completes every record on its first

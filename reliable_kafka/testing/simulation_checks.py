@@ -73,7 +73,14 @@ class LogChecker:
                 self.completed[partition].add(offset)
         for message in self._new(TOPOLOGY + ".dlq"):
             parked = codec.decode_parked(dict(message.headers())[codec.PARKED_HEADER])
-            self.dead[parked.source_partition].add(parked.source_offset)
+            dead = self.dead[parked.source_partition]
+            if self.config.transactional and parked.source_offset in dead:  # its effects appear once
+                self.fail(
+                    "one dead letter per record",
+                    f"{SOURCE}[{parked.source_partition}]@{parked.source_offset} was dead-lettered again "
+                    f"(attempt {parked.attempts}, {parked.reason}) by the transactional spout",
+                )
+            dead.add(parked.source_offset)
         for partition in range(self.config.source_partitions):
             committed = self.kafka.committed(SPOUT_GROUP, SOURCE, partition)
             if committed is None:

@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from reliable_kafka import codec
@@ -21,7 +22,7 @@ from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from reliable_kafka.spark import SparkBolt, SparkSpout
 
@@ -47,6 +48,42 @@ def tag_with_source(df: DataFrame) -> DataFrame:
     return df.select("key", source_tagged_value().alias("value"), "anchors")
 
 
+@dataclass(frozen=True)
+class SparkTopology:
+    """A scenario's topology (``new_topology``'s topics) and checkpoint: ``spout()`` makes its SparkSpouts."""
+
+    spark: SparkSession
+    bootstrap: str
+    topology: str
+    source: str
+    output: str
+    checkpoint: Path
+
+    @property
+    def group(self) -> str:
+        """The SparkSpouts' consumer group, where their commits go."""
+        return f"{self.topology}.job"
+
+    def spout(self, *, spout_class=None, **options) -> SparkSpout:
+        """``topology_spout`` over this topology: each call a new spout on the same checkpoint (a restart)."""
+        return topology_spout(
+            self.spark,
+            self.bootstrap,
+            self.topology,
+            self.source,
+            self.output,
+            self.checkpoint,
+            spout_class=spout_class,
+            **options,
+        )
+
+
+def spark_topology(spark, bootstrap: str, prefix: str, tmp_path: Path, *, partitions: int = 2) -> SparkTopology:
+    """A new topology's topics (``new_topology``), checkpoint at ``tmp_path/ckpt``."""
+    topology, source, output = new_topology(prefix, bootstrap, partitions=partitions)
+    return SparkTopology(spark, bootstrap, topology, source, output, tmp_path / "ckpt")
+
+
 def topology_spout(
     spark, bootstrap: str, topology: str, source: str, output: str, checkpoint, *, spout_class=None, **options
 ) -> SparkSpout:
@@ -67,9 +104,19 @@ def topology_spout(
 
 
 def topology_bolt(
-    spark, bootstrap: str, topology: str, *, source: str, output: str, group_id: str, checkpoint, transform
+    spark,
+    bootstrap: str,
+    topology: str,
+    *,
+    source: str,
+    output: str,
+    group_id: str,
+    checkpoint,
+    transform,
+    **options,
 ) -> SparkBolt:
-    """The tests' SparkBolt: ``transform`` from ``source`` to ``output`` in group ``group_id``."""
+    """The tests' SparkBolt: ``transform`` from ``source`` to ``output`` in group ``group_id``;
+    ``options`` (``available_now``, ...) are the scenario's own."""
     from reliable_kafka.spark import SparkBolt
 
     return SparkBolt(
@@ -81,6 +128,7 @@ def topology_bolt(
         checkpoint_dir=str(checkpoint),
         transform=transform,
         output_topic=output,
+        **options,
     )
 
 

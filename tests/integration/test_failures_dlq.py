@@ -14,6 +14,7 @@ from reliable_kafka.errors import DeadLetterGuardTripped
 from reliable_kafka.offsets import committed_offsets, lag
 from reliable_kafka.ops.dlq import LINEAGE_HEADER
 from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER, decode_attempts, decode_failure
+from reliable_kafka.spout import TransactionalSpout
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
@@ -21,14 +22,14 @@ from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
 FAST_RETRY = Backoff(initial_ms=20, multiplier=2.0, max_ms=200)
 
 
-def _topology(bootstrap, prefix, handler, *, acker_timeout_ms=20_000, **spout_options):
+def _topology(bootstrap, prefix, handler, *, acker_timeout_ms=20_000, transactional=False, **spout_options):
     topology = unique_name(prefix)
     source, middle = f"{topology}-src", f"{topology}-mid"
     create_topics(bootstrap, {source: 1, middle: 1})
     # created (with leaders) before the spout starts: it reads the outcome topic's end at once
     ensure_topics(admin_client(bootstrap), TopologyTopics(topology))
     on = {"topology": topology, "bootstrap_servers": bootstrap}
-    spout = Spout(
+    spout = (TransactionalSpout if transactional else Spout)(
         **on,
         source_topics=source,
         group_id=f"{topology}-spout",
@@ -188,12 +189,19 @@ def test_dlq_replay_refuses_to_replay_everything_unless_told(failed_run, capsys)
     assert "--rate must be > 0" in capsys.readouterr().err
 
 
-def test_a_stream_of_failures_trips_the_dead_letter_guard(kafka_bootstrap):
+@pytest.mark.parametrize("transactional", [False, True], ids=["plain", "transactional"])
+def test_a_stream_of_failures_trips_the_dead_letter_guard(kafka_bootstrap, transactional):
     def fail_all(tuple_, collector):
         collector.fail(tuple_, reason="downstream rejects everything")
 
     topology, source, components = _topology(
-        kafka_bootstrap, "guard", fail_all, max_retries=0, max_dead_letter_ratio=0.2, dead_letter_window=10
+        kafka_bootstrap,
+        "guard",
+        fail_all,
+        transactional=transactional,
+        max_retries=0,
+        max_dead_letter_ratio=0.2,
+        dead_letter_window=10,
     )
     produce_values(kafka_bootstrap, source, [b"x"] * 60)
     spout = components[1]
@@ -209,44 +217,7 @@ def test_a_stream_of_failures_trips_the_dead_letter_guard(kafka_bootstrap):
     assert error.window == 10 and error.dead_letters == 3 and "dlq list" in str(error)
     dead = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
     assert len(dead) == 2, "the guard refuses the dead letter that trips it, and every one after"
-    committed = committed_offsets(kafka_bootstrap, f"{topology}-spout", source)
-    assert committed.get(0, 0) < 60, "records not dead-lettered stay uncommitted"
-
-
-def test_a_stream_of_failures_trips_the_dead_letter_guard_of_a_transactional_spout(kafka_bootstrap):
-    from reliable_kafka.spout.transactional import TransactionalSpout
-
-    def fail_all(tuple_, collector):
-        collector.fail(tuple_, reason="downstream rejects everything")
-
-    topology, source, components = _topology(kafka_bootstrap, "txguard", fail_all)
-    plain = components[1]
-    components[1] = spout = TransactionalSpout(
-        name="spout",
-        topology=topology,
-        bootstrap_servers=kafka_bootstrap,
-        source_topics=source,
-        group_id=plain.group_id,
-        emit_to=f"{topology}-mid",
-        backoff=FAST_RETRY,
-        max_retries=0,
-        max_dead_letter_ratio=0.2,
-        dead_letter_window=10,
-    )
-    produce_values(kafka_bootstrap, source, [b"x"] * 60)
-    with LocalCluster(*components) as cluster:
-        cluster.wait_until(
-            lambda: "spout" in cluster.errors,
-            timeout=120,
-            what="the guard stops the spout",
-            progress=lambda: str(spout.stats),
-        )
-        error = cluster.errors["spout"]
-    assert isinstance(error, DeadLetterGuardTripped)
-    assert error.window == 10 and error.dead_letters == 3 and "dlq list" in str(error)
-    dead = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
-    assert len(dead) == 2, "the guard refuses the dead letter that trips it, and every one after"
-    committed = committed_offsets(kafka_bootstrap, plain.group_id, source)
+    committed = committed_offsets(kafka_bootstrap, spout.group_id, source)
     assert committed.get(0, 0) < 60, "records not dead-lettered stay uncommitted"
 
 
@@ -323,24 +294,12 @@ def test_trace_shows_a_completed_a_failed_and_a_timed_out_record(kafka_bootstrap
 
 
 def test_a_transactional_spout_dead_letters_a_poison_pill_at_once_in_its_transaction(kafka_bootstrap, capsys):
-    from reliable_kafka.spout.transactional import TransactionalSpout
-
-    topology, source, components = _topology(kafka_bootstrap, "txfail", _checker, max_retries=4)
-    plain = components[1]
-    components[1] = TransactionalSpout(
-        name="spout",
-        topology=topology,
-        bootstrap_servers=kafka_bootstrap,
-        source_topics=source,
-        group_id=plain.group_id,
-        emit_to=f"{topology}-mid",
-        backoff=FAST_RETRY,
-        max_retries=4,
-    )
+    topology, source, components = _topology(kafka_bootstrap, "txfail", _checker, transactional=True, max_retries=4)
+    spout = components[1]
     placed = produce_values(kafka_bootstrap, source, [b"ok", b"poison", b"ok"])
     with LocalCluster(*components) as cluster:
         cluster.wait_until(
-            lambda: lag(kafka_bootstrap, plain.group_id, source) == 0,
+            lambda: lag(kafka_bootstrap, spout.group_id, source) == 0,
             timeout=120,
             what="every record completed or dead-lettered",
             progress=lambda: str(components[1].stats),
@@ -361,7 +320,7 @@ def test_a_transactional_spout_dead_letters_a_poison_pill_at_once_in_its_transac
                 "--bootstrap-servers",
                 kafka_bootstrap,
                 "--transactional-group",
-                plain.group_id,
+                spout.group_id,
                 "--json",
             ]
         )

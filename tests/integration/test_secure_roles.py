@@ -361,6 +361,20 @@ def assert_refused(error, *, principal, operation, resource_type, resource):
         assert word in str(error)
 
 
+def refused_beside_an_acker(deployment: Deployment, make, **refusal) -> Running:
+    """``make()``'s component, run beside an acker over the source records, stops refused as
+    ``refusal`` says (``assert_refused``), and nothing is dead-lettered; returns it, stopped."""
+    deployment.produce_source()
+    acker = Running(deployment.acker())
+    try:
+        running = Running(make())
+        assert_refused(running.stopped_by(), **refusal)
+    finally:
+        acker.finish()
+    assert deployment.end_offset(deployment.topics.dlq) == 0
+    return running
+
+
 def test_bolt_that_cannot_see_the_ack_topic_says_so(deployment, secure_kafka):
     since = secure_kafka.log_path.stat().st_size
     deployment.grant_all()
@@ -384,50 +398,40 @@ def test_spout_refused_write_on_the_ack_topic_stops_and_dead_letters_nothing(dep
     deployment.grant_all()
     deployment.revoke("User:spout", ResourceType.TOPIC, deployment.topics.acks, AclOperation.WRITE)
     deployment.allow("User:spout", ResourceType.TOPIC, deployment.topics.acks, AclOperation.DESCRIBE)
-    deployment.produce_source()
-    acker = Running(deployment.acker())
-    try:
-        spout = Running(deployment.spout())
-        assert_refused(
-            spout.stopped_by(),
-            principal="User:spout",
-            operation="WRITE",
-            resource_type="TOPIC",
-            resource=deployment.topics.acks,
-        )
-    finally:
-        acker.finish()
+    spout = refused_beside_an_acker(
+        deployment,
+        deployment.spout,
+        principal="User:spout",
+        operation="WRITE",
+        resource_type="TOPIC",
+        resource=deployment.topics.acks,
+    )
     assert spout.component.stats.dead_lettered == 0
-    assert deployment.end_offset(deployment.topics.dlq) == 0
 
 
 def test_spout_refused_write_on_its_output_stops_and_dead_letters_nothing(deployment):
     deployment.grant_all()
     deployment.revoke("User:spout", ResourceType.TOPIC, deployment.middle, AclOperation.WRITE)
-    deployment.produce_source()
-    acker = Running(deployment.acker())
-    try:
-        spout = Running(deployment.spout())
-        assert_refused(
-            spout.stopped_by(),
-            principal="User:spout",
-            operation="WRITE",
-            resource_type="TOPIC",
-            resource=deployment.middle,
-        )
-        # The stopped spout's producer purged what it could not deliver: it no longer asks for the
-        # refused topic (before, it did so every few hundred milliseconds while the object lived).
-        stopped_at = deployment.kafka.log_path.stat().st_size
-        time.sleep(3)
-        asking = [
-            line
-            for line in denials(deployment.kafka.log_path, stopped_at, deployment.topology)
-            if deployment.middle in line
-        ]
-        assert asking == [], f"{len(asking)} requests for {deployment.middle} after the spout stopped"
-    finally:
-        acker.finish()
-    assert deployment.end_offset(deployment.topics.dlq) == 0
+    spout = refused_beside_an_acker(
+        deployment,
+        deployment.spout,
+        principal="User:spout",
+        operation="WRITE",
+        resource_type="TOPIC",
+        resource=deployment.middle,
+    )
+    # The stopped spout's producer purged what it could not deliver: it no longer asks for the
+    # refused topic (before, it did so every few hundred milliseconds while the object lived).
+    stopped_at = deployment.kafka.log_path.stat().st_size
+    time.sleep(3)
+    asking = [
+        line
+        for line in denials(deployment.kafka.log_path, stopped_at, deployment.topology)
+        if deployment.middle in line
+    ]
+    assert asking == [], (
+        f"{len(asking)} requests for {spout.component.name}'s output {deployment.middle} after it stopped"
+    )
 
 
 @pytest.mark.parametrize("describe", [False, True], ids=["nothing", "describe-only"])
@@ -442,20 +446,14 @@ def test_refused_transactional_id_stops_the_transactional_component_naming_it(se
     deployment.revoke(f"User:{role}", ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.WRITE)
     if describe:
         deployment.allow(f"User:{role}", ResourceType.TRANSACTIONAL_ID, transactional_id, AclOperation.DESCRIBE)
-    deployment.produce_source()
-    acker = Running(deployment.acker())
-    try:
-        running = Running(deployment.spout() if role == "spout" else deployment.bolt())
-        assert_refused(
-            running.stopped_by(),
-            principal=f"User:{role}",
-            operation="WRITE",
-            resource_type="TRANSACTIONAL_ID",
-            resource=transactional_id,
-        )
-    finally:
-        acker.finish()
-    assert deployment.end_offset(deployment.topics.dlq) == 0
+    refused_beside_an_acker(
+        deployment,
+        deployment.spout if role == "spout" else deployment.bolt,
+        principal=f"User:{role}",
+        operation="WRITE",
+        resource_type="TRANSACTIONAL_ID",
+        resource=transactional_id,
+    )
 
 
 def test_bolt_refused_read_on_its_source_stops(deployment):

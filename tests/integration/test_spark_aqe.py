@@ -9,7 +9,7 @@ import threading
 
 import pytest
 from pyspark.sql import functions as F
-from spark_helpers import acker_running, bolt_running, new_topology, started, topology_spout
+from spark_helpers import acker_running, bolt_running, spark_topology, started
 
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.core.tracker import Backoff
@@ -38,11 +38,11 @@ def count_per_key(df):
 
 
 def test_a_tracked_spout_with_aqe_completes_its_trees_and_commits(spark, kafka_bootstrap, tmp_path):
-    topology, source, output = new_topology("rk-spark-aqe", kafka_bootstrap)
+    flow = spark_topology(spark, kafka_bootstrap, "rk-spark-aqe", tmp_path)
     count = 600
     produce_values(
         kafka_bootstrap,
-        source,
+        flow.source,
         [f"rec-{i}".encode() for i in range(count)],
         keys=[f"k{i % KEYS}".encode() for i in range(count)],
     )
@@ -57,20 +57,14 @@ def test_a_tracked_spout_with_aqe_completes_its_trees_and_commits(spark, kafka_b
         counted[key] = counted.get(key, 0) + int(tuple_.value)
 
     downstream = BasicBolt(
-        topology=topology,
+        topology=flow.topology,
         bootstrap_servers=kafka_bootstrap,
-        source_topics=output,
-        group_id=f"{topology}.downstream",
+        source_topics=flow.output,
+        group_id=f"{flow.topology}.downstream",
         handler=add,
     )
-    with acker_running(kafka_bootstrap, topology, timeout_ms=60_000), bolt_running(downstream):
-        spout = topology_spout(
-            spark,
-            kafka_bootstrap,
-            topology,
-            source,
-            output,
-            tmp_path / "ckpt",
+    with acker_running(kafka_bootstrap, flow.topology, timeout_ms=60_000), bolt_running(downstream):
+        spout = flow.spout(
             transform=count_per_key,
             max_offsets_per_trigger=200,
             message_timeout_ms=60_000,
@@ -85,5 +79,5 @@ def test_a_tracked_spout_with_aqe_completes_its_trees_and_commits(spark, kafka_b
     assert progress["failed_batches"] == 0 and progress["dead_lettered"] == 0
     assert set(counted) == {f"k{k}" for k in range(KEYS)}
     assert sum(counted.values()) >= count  # at-least-once: a replay only adds
-    committed = committed_offsets(kafka_bootstrap, f"{topology}.job", source)
-    assert {p: max(o, 0) for p, o in committed.items()} == end_offsets(kafka_bootstrap, source)
+    committed = committed_offsets(kafka_bootstrap, flow.group, flow.source)
+    assert {p: max(o, 0) for p, o in committed.items()} == end_offsets(kafka_bootstrap, flow.source)

@@ -12,7 +12,7 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import Producer
 from pyspark.sql import functions as F
-from spark_helpers import wait_for
+from spark_helpers import started, topology_bolt, wait_for
 
 from reliable_kafka import codec
 from reliable_kafka.core.kinds import EventKind
@@ -45,23 +45,42 @@ def ack_entries(bootstrap: str, topology: str, sender: int) -> dict[int, list[tu
     return entries
 
 
+def bolt_topology(bootstrap: str, prefix: str, records: list[tuple[bytes, dict[int, int] | None]]) -> str:
+    """A new topology (one acker partition) whose one-partition ``<topology>.in`` holds ``records``
+    (value, anchors; None: untracked), and its empty ``<topology>.out``."""
+    topology = unique_name(prefix)
+    ensure_topics(admin_client(bootstrap), TopologyTopics(topology, ackers=1))
+    create_topics(bootstrap, {f"{topology}.in": 1, f"{topology}.out": 1})
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value, anchors in records:
+        headers = [(codec.ANCHORS_HEADER, codec.encode_anchors(anchors))] if anchors else None
+        producer.produce(f"{topology}.in", value, headers=headers)
+    assert producer.flush(30) == 0
+    return topology
+
+
+def available_now_bolt(spark, bootstrap: str, topology: str, checkpoint, transform) -> SparkBolt:
+    """A SparkBolt from ``<topology>.in`` to ``<topology>.out`` that reads what is there (AvailableNow)."""
+    return topology_bolt(
+        spark,
+        bootstrap,
+        topology,
+        source=f"{topology}.in",
+        output=f"{topology}.out",
+        group_id=f"{topology}.bolt",
+        checkpoint=checkpoint,
+        transform=transform,
+        available_now=True,
+    )
+
+
 def test_a_spark_bolt_writes_in_the_jvm_and_folds_its_children_into_the_final_acks(spark, kafka_bootstrap, tmp_path):
     """One input per tree: the output's child edge comes back in the input's single ACK
     (edge ^ child), sent by the driver; a row failed with ``rk_fail`` writes its reason and FAILs
     its root before that root's final ack; an untracked input's output carries no anchors."""
-    topology = unique_name("rk-spark-bolt-jvm")
-    source, output = f"{topology}.in", f"{topology}.out"
-    ensure_topics(admin_client(kafka_bootstrap), TopologyTopics(topology, ackers=1))
-    create_topics(kafka_bootstrap, {source: 1, output: 1})
     (fine_root, fine_edge), (broken_root, broken_edge) = (new_id(), new_id()), (new_id(), new_id())
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    producer.produce(source, b"fine", headers=[(codec.ANCHORS_HEADER, codec.encode_anchors({fine_root: fine_edge}))])
-    producer.produce(
-        source, b"broken", headers=[(codec.ANCHORS_HEADER, codec.encode_anchors({broken_root: broken_edge}))]
-    )
-    producer.produce(source, b"plain")
-    assert producer.flush(30) == 0
-    del producer
+    records = [(b"fine", {fine_root: fine_edge}), (b"broken", {broken_root: broken_edge}), (b"plain", None)]
+    topology = bolt_topology(kafka_bootstrap, "rk-spark-bolt-jvm", records)
 
     def upper(df):
         return df.select(
@@ -71,25 +90,11 @@ def test_a_spark_bolt_writes_in_the_jvm_and_folds_its_children_into_the_final_ac
             F.lit("no such customer").alias("rk_fail_reason"),
         )
 
-    bolt = SparkBolt(
-        spark,
-        topology=topology,
-        bootstrap_servers=kafka_bootstrap,
-        source_topics=source,
-        group_id=f"{topology}.bolt",
-        checkpoint_dir=str(tmp_path / "ckpt"),
-        transform=upper,
-        output_topic=output,
-        available_now=True,
-    )
-    bolt.start()
-    try:
+    with started(available_now_bolt(spark, kafka_bootstrap, topology, tmp_path / "ckpt", upper)) as bolt:
         assert bolt.run_until(timeout=180), "the bolt did not finish its AvailableNow batch"
-    finally:
-        bolt.stop()
     assert (bolt.stats.outputs, bolt.stats.failed_rows, bolt.failed) == (2, 1, 0)
 
-    written = {m.value(): dict(m.headers() or []) for m in read_topic(kafka_bootstrap, output)}
+    written = {m.value(): dict(m.headers() or []) for m in read_topic(kafka_bootstrap, f"{topology}.out")}
     assert set(written) == {b"FINE", b"PLAIN"}
     assert codec.ANCHORS_HEADER not in written[b"PLAIN"]
     [(root, child)] = codec.decode_anchors(written[b"FINE"][codec.ANCHORS_HEADER]).items()
@@ -111,39 +116,18 @@ def test_a_spark_bolt_writes_in_the_jvm_and_folds_its_children_into_the_final_ac
 
 
 def test_a_spark_bolt_batch_whose_transform_fails_fails_its_roots(spark, kafka_bootstrap, tmp_path):
-    topology = unique_name("rk-spark-bolt-fails")
-    source, output = f"{topology}.in", f"{topology}.out"
-    ensure_topics(admin_client(kafka_bootstrap), TopologyTopics(topology, ackers=1))
-    create_topics(kafka_bootstrap, {source: 1, output: 1})
     root, edge = new_id(), new_id()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    producer.produce(source, b"x", headers=[(codec.ANCHORS_HEADER, codec.encode_anchors({root: edge}))])
-    assert producer.flush(30) == 0
-    del producer
+    topology = bolt_topology(kafka_bootstrap, "rk-spark-bolt-fails", [(b"x", {root: edge})])
 
     def broken(df):
         raise ValueError("the transform fails")
 
-    bolt = SparkBolt(
-        spark,
-        topology=topology,
-        bootstrap_servers=kafka_bootstrap,
-        source_topics=source,
-        group_id=f"{topology}.bolt",
-        checkpoint_dir=str(tmp_path / "ckpt"),
-        transform=broken,
-        output_topic=output,
-        available_now=True,
-    )
-    bolt.start()
-    try:
+    with started(available_now_bolt(spark, kafka_bootstrap, topology, tmp_path / "ckpt", broken)) as bolt:
         assert bolt.run_until(timeout=180), "the bolt did not finish its AvailableNow batch"
         wait_for(lambda: root in ack_entries(kafka_bootstrap, topology, bolt.task_id), timeout=60, what="the FAIL")
-    finally:
-        bolt.stop()
     assert (bolt.failed, bolt.acked, bolt.stats.failed_batches) == (1, 0, 1)
     assert ack_entries(kafka_bootstrap, topology, bolt.task_id)[root] == [(EventKind.FAIL, 0)]
-    assert read_topic(kafka_bootstrap, output) == []
+    assert read_topic(kafka_bootstrap, f"{topology}.out") == []
 
 
 def anchored_rows(spark, count: int):

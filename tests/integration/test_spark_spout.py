@@ -16,13 +16,12 @@ from spark_helpers import (
     acking_downstream,
     bolt_running,
     downstream_bolt,
-    new_topology,
     outcomes,
     outputs_by_root,
     source_of,
+    spark_topology,
     started,
     tag_with_source,
-    topology_spout,
 )
 
 from reliable_kafka import codec
@@ -108,22 +107,15 @@ def test_commits_only_completed_trees_and_redelivers_downstream_failures(spark, 
     """3000 records; the downstream fails the first attempt of every 25th: the group commit
     reaches the end only when all trees completed, and never passes a record whose output the
     downstream has not handled (sampled throughout the run), with max_pending below a batch."""
-    topology, source, output = new_topology("rk-spark-commit", kafka_bootstrap)
-    placed = placed_records(kafka_bootstrap, source, 3000)
+    flow = spark_topology(spark, kafka_bootstrap, "rk-spark-commit", tmp_path)
+    placed = placed_records(kafka_bootstrap, flow.source, 3000)
 
     def fails_first(partition: int, offset: int) -> bool:
         return offset % 25 == 7
 
-    group = f"{topology}.job"
     samples = []
-    with acked_downstream(kafka_bootstrap, topology, output, fail_first=fails_first) as log:
-        spout = topology_spout(
-            spark,
-            kafka_bootstrap,
-            topology,
-            source,
-            output,
-            tmp_path / "ckpt",
+    with acked_downstream(kafka_bootstrap, flow.topology, flow.output, fail_first=fails_first) as log:
+        spout = flow.spout(
             transform=tag_with_source,
             max_offsets_per_trigger=800,
             max_pending=300,
@@ -134,14 +126,14 @@ def test_commits_only_completed_trees_and_redelivers_downstream_failures(spark, 
         with started(spout):
 
             def sample_then_check(job) -> bool:
-                committed = committed_offsets(kafka_bootstrap, group, source)
+                committed = committed_offsets(kafka_bootstrap, flow.group, flow.source)
                 samples.append((committed, log.snapshot_ok()))  # handled-before-commit, read after it
                 return job.caught_up()
 
             assert spout.run_until(sample_then_check, timeout=240, poll_interval=0.5), spout.progress()
             progress = spout.progress()
 
-    assert lag(kafka_bootstrap, group, source) == 0
+    assert lag(kafka_bootstrap, flow.group, flow.source) == 0
     passed_unhandled = [
         (partition, offset)
         for committed, handled in samples
@@ -167,8 +159,8 @@ def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_pat
     attempt's outputs carry the same child edges as the retry's: acking both copies cancels them,
     so those roots must time out, not complete; and
     roots whose outputs the downstream withholds (never acks) must not complete either."""
-    topology, source, output = new_topology("rk-spark-retry", kafka_bootstrap)
-    placed = placed_records(kafka_bootstrap, source, 400)
+    flow = spark_topology(spark, kafka_bootstrap, "rk-spark-retry", tmp_path)
+    placed = placed_records(kafka_bootstrap, flow.source, 400)
     failpoint.arm()
 
     def withheld(offset: int, attempt: int) -> bool:
@@ -183,16 +175,9 @@ def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_pat
         handled.add((partition, offset))
         collector.ack(tuple_)
 
-    downstream = downstream_bolt(kafka_bootstrap, topology, output, handle)
-    group = f"{topology}.job"
-    with acker_running(kafka_bootstrap, topology, timeout_ms=6_000), bolt_running(downstream):
-        spout = topology_spout(
-            spark,
-            kafka_bootstrap,
-            topology,
-            source,
-            output,
-            tmp_path / "ckpt",
+    downstream = downstream_bolt(kafka_bootstrap, flow.topology, flow.output, handle)
+    with acker_running(kafka_bootstrap, flow.topology, timeout_ms=6_000), bolt_running(downstream):
+        spout = flow.spout(
             transform=tag_with_source,
             message_timeout_ms=6_000,
             backoff=Backoff(initial_ms=100),
@@ -201,8 +186,8 @@ def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_pat
             assert spout.run_until(lambda job: job.caught_up(), timeout=180), spout.progress()
 
     assert failpoint.fired(), "the failpoint never fired: no task died after writing"
-    decided = outcomes(kafka_bootstrap, topology)
-    by_root = outputs_by_root(kafka_bootstrap, output)
+    decided = outcomes(kafka_bootstrap, flow.topology)
+    by_root = outputs_by_root(kafka_bootstrap, flow.output)
     dead_attempt_roots = [root for root, outs in by_root.items() if len(outs) != len(set(outs))]
     withheld_roots = [root for root, outs in by_root.items() if any(withheld(o, a) for _, o, a, _ in outs)]
     assert dead_attempt_roots, "no record has outputs from two task attempts"
@@ -212,16 +197,16 @@ def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_pat
     assert all(OutcomeKind.TIMED_OUT in decided.get(root, []) for root in withheld_roots)
     assert sum(OutcomeKind.COMPLETED in kinds for kinds in decided.values()) >= len(placed) - len(withheld_roots)
     assert handled == set(placed)
-    assert lag(kafka_bootstrap, group, source) == 0
+    assert lag(kafka_bootstrap, flow.group, flow.source) == 0
 
 
 def test_record_that_always_fails_is_dead_lettered_and_does_not_stall_the_commit(spark, kafka_bootstrap, tmp_path):
-    topology, source, output = new_topology("rk-spark-dlq", kafka_bootstrap)
-    placed = placed_records(kafka_bootstrap, source, 200)
+    flow = spark_topology(spark, kafka_bootstrap, "rk-spark-dlq", tmp_path)
+    placed = placed_records(kafka_bootstrap, flow.source, 200)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     poison = []
     producer.produce(
-        source,
+        flow.source,
         b"poison",
         key=b"bad-key",
         headers=[("origin", b"test")],
@@ -230,22 +215,15 @@ def test_record_that_always_fails_is_dead_lettered_and_does_not_stall_the_commit
     )
     producer.flush(30)
     del producer
-    placed += placed_records(kafka_bootstrap, source, 100)
+    placed += placed_records(kafka_bootstrap, flow.source, 100)
 
     def tag_and_fail_poison(df):
         return tag_with_source(df).withColumn("rk_fail", F.split("value", r"\|").getItem(0) == "poison")
 
-    group = f"{topology}.job"
     # a timeout that holds under load: no good record may time out three times (dead-lettered),
     # and the poison's trees must fail, not time out, however slow a batch is
-    with acked_downstream(kafka_bootstrap, topology, output, timeout_ms=60_000) as log:
-        spout = topology_spout(
-            spark,
-            kafka_bootstrap,
-            topology,
-            source,
-            output,
-            tmp_path / "ckpt",
+    with acked_downstream(kafka_bootstrap, flow.topology, flow.output, timeout_ms=60_000) as log:
+        spout = flow.spout(
             transform=tag_and_fail_poison,
             max_retries=2,
             backoff=Backoff(initial_ms=100),
@@ -256,26 +234,25 @@ def test_record_that_always_fails_is_dead_lettered_and_does_not_stall_the_commit
             assert spout.caught_up()
             progress = spout.progress()
 
-    dead = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
+    dead = read_topic(kafka_bootstrap, TopologyTopics(flow.topology).dlq)
     assert len(dead) == 1
     record = dead[0]
     headers = dict(record.headers())
     parked = codec.decode_parked(headers[codec.PARKED_HEADER])
     assert (record.key(), record.value(), headers["origin"]) == (b"bad-key", b"poison", b"test")
-    assert (parked.source_topic, parked.source_partition, parked.source_offset) == (source, *poison[0])
+    assert (parked.source_topic, parked.source_partition, parked.source_offset) == (flow.source, *poison[0])
     assert parked.attempts == 3 and parked.reason == "FAILED"
     assert progress["dead_lettered"] == 1
     assert set(log.ok) == set(placed), "every other record reached the downstream"
-    assert lag(kafka_bootstrap, group, source) == 0
+    assert lag(kafka_bootstrap, flow.group, flow.source) == 0
 
 
 def test_restart_processes_again_what_spark_will_not_reread_minus_what_is_done(spark, kafka_bootstrap, tmp_path):
     """Run 1 (AvailableNow) reads everything into Spark's checkpoint, but the downstream acks only
     even offsets: the group commit stops at offset 1 with the evens above it in its metadata. Run
     2 on the same checkpoint gets no batch from Spark; it must process exactly the odd offsets."""
-    topology, source, output = new_topology("rk-spark-restart", kafka_bootstrap, partitions=1)
-    placed = placed_records(kafka_bootstrap, source, 300)
-    group = f"{topology}.job"
+    flow = spark_topology(spark, kafka_bootstrap, "rk-spark-restart", tmp_path, partitions=1)
+    placed = placed_records(kafka_bootstrap, flow.source, 300)
     evens = [offset for _, offset in placed if offset % 2 == 0]
     odds = [offset for _, offset in placed if offset % 2 == 1]
 
@@ -285,32 +262,29 @@ def test_restart_processes_again_what_spark_will_not_reread_minus_what_is_done(s
             collector.ack(tuple_)
 
     def new_run():  # both runs: the same checkpoint, AvailableNow
-        return topology_spout(
-            spark,
-            kafka_bootstrap,
-            topology,
-            source,
-            output,
-            tmp_path / "ckpt",
+        return flow.spout(
             transform=tag_with_source,
             available_now=True,
             message_timeout_ms=60_000,
         )
 
-    with acker_running(kafka_bootstrap, topology, timeout_ms=60_000):
-        with bolt_running(downstream_bolt(kafka_bootstrap, topology, output, ack_evens)), started(new_run()) as first:
+    with acker_running(kafka_bootstrap, flow.topology, timeout_ms=60_000):
+        with (
+            bolt_running(downstream_bolt(kafka_bootstrap, flow.topology, flow.output, ack_evens)),
+            started(new_run()) as first,
+        ):
             assert first.run_until(
                 lambda job: job.tracker.stats.completed == len(evens) and not job.query.isActive, timeout=120
             ), first.progress()
-        assert first.committed_offsets() == {(source, 0): 1}
-        with acking_downstream(kafka_bootstrap, topology, output) as log, started(new_run()) as second:
+        assert first.committed_offsets() == {(flow.source, 0): 1}
+        with acking_downstream(kafka_bootstrap, flow.topology, flow.output) as log, started(new_run()) as second:
             assert second.run_until(lambda job: job.caught_up(), timeout=120), second.progress()
             progress = second.progress()
 
     assert progress["recovered"] == len(odds)
     assert progress["batches"] == 0, "Spark re-read records although its checkpoint was committed"
     assert set(log.ok) == {(0, offset) for offset in odds}
-    assert lag(kafka_bootstrap, group, source) == 0
+    assert lag(kafka_bootstrap, flow.group, flow.source) == 0
 
 
 def fail_first_attempt_of_rec_13(df):
@@ -321,17 +295,10 @@ def fail_first_attempt_of_rec_13(df):
 
 
 def test_failed_batch_fails_its_roots_and_the_stream_goes_on(spark, kafka_bootstrap, tmp_path):
-    topology, source, output = new_topology("rk-spark-batchfail", kafka_bootstrap)
-    placed = placed_records(kafka_bootstrap, source, 300)
-    group = f"{topology}.job"
-    with acked_downstream(kafka_bootstrap, topology, output) as log:
-        spout = topology_spout(
-            spark,
-            kafka_bootstrap,
-            topology,
-            source,
-            output,
-            tmp_path / "ckpt",
+    flow = spark_topology(spark, kafka_bootstrap, "rk-spark-batchfail", tmp_path)
+    placed = placed_records(kafka_bootstrap, flow.source, 300)
+    with acked_downstream(kafka_bootstrap, flow.topology, flow.output) as log:
+        spout = flow.spout(
             transform=fail_first_attempt_of_rec_13,
             max_offsets_per_trigger=100,
             backoff=Backoff(initial_ms=100),
@@ -346,27 +313,20 @@ def test_failed_batch_fails_its_roots_and_the_stream_goes_on(spark, kafka_bootst
     # its redelivery may itself time out under load and be redelivered again (at-least-once)
     assert log.ok[rec_13] and min(log.ok[rec_13]) >= 2, "rec-13 was written only by its redeliveries"
     assert set(log.ok) == set(placed)
-    assert lag(kafka_bootstrap, group, source) == 0
+    assert lag(kafka_bootstrap, flow.group, flow.source) == 0
 
 
 def test_failed_batch_stops_the_query_when_told_to(spark, kafka_bootstrap, tmp_path):
-    topology, source, output = new_topology("rk-spark-batchstop", kafka_bootstrap)
-    placed_records(kafka_bootstrap, source, 50)
-    group = f"{topology}.job"
-    with acker_running(kafka_bootstrap, topology):
-        spout = topology_spout(
-            spark,
-            kafka_bootstrap,
-            topology,
-            source,
-            output,
-            tmp_path / "ckpt",
+    flow = spark_topology(spark, kafka_bootstrap, "rk-spark-batchstop", tmp_path)
+    placed_records(kafka_bootstrap, flow.source, 50)
+    with acker_running(kafka_bootstrap, flow.topology):
+        spout = flow.spout(
             transform=fail_first_attempt_of_rec_13,
             on_batch_error="stop",
             message_timeout_ms=10_000,
         )
         with started(spout), pytest.raises(Exception, match="transform fails on purpose"):
             spout.run_until(lambda job: False, timeout=120)
-    assert all(offset <= 0 for offset in committed_offsets(kafka_bootstrap, group, source).values()), (
+    assert all(offset <= 0 for offset in committed_offsets(kafka_bootstrap, flow.group, flow.source).values()), (
         "the commit moved past records of the failed batch"
     )

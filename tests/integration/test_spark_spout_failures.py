@@ -9,7 +9,7 @@ import json
 
 import pytest
 from pyspark.sql import functions as F
-from spark_helpers import acked_downstream, acker_running, new_topology, source_tagged_value, started, topology_spout
+from spark_helpers import acked_downstream, acker_running, source_tagged_value, spark_topology, started
 
 from reliable_kafka import codec
 from reliable_kafka.cli import main
@@ -45,17 +45,10 @@ def _tagged(df):
 
 
 def test_a_poison_row_is_dead_lettered_at_once_and_trace_shows_spark_records(spark, kafka_bootstrap, tmp_path, capsys):
-    topology, source, output = new_topology("rk-spark-poison", kafka_bootstrap, partitions=1)
-    placed = produce_values(kafka_bootstrap, source, [b"good-0", b"poison", b"good-2"])
-    group = f"{topology}.job"
-    with acked_downstream(kafka_bootstrap, topology, output, ackers=1, timeout_ms=60_000):
-        spout = topology_spout(
-            spark,
-            kafka_bootstrap,
-            topology,
-            source,
-            output,
-            tmp_path / "ckpt",
+    flow = spark_topology(spark, kafka_bootstrap, "rk-spark-poison", tmp_path, partitions=1)
+    placed = produce_values(kafka_bootstrap, flow.source, [b"good-0", b"poison", b"good-2"])
+    with acked_downstream(kafka_bootstrap, flow.topology, flow.output, ackers=1, timeout_ms=60_000):
+        spout = flow.spout(
             transform=_tagged,
             max_retries=3,
             backoff=Backoff(initial_ms=100),
@@ -64,7 +57,7 @@ def test_a_poison_row_is_dead_lettered_at_once_and_trace_shows_spark_records(spa
         with started(spout):
             assert spout.run_until(timeout=180), spout.progress()
             progress = spout.progress()
-    [dead] = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
+    [dead] = read_topic(kafka_bootstrap, TopologyTopics(flow.topology).dlq)
     headers = dict(dead.headers())
     parked = codec.decode_parked(headers[codec.PARKED_HEADER])
     assert dead.value() == b"poison" and parked.source_offset == placed[1][1]
@@ -72,12 +65,12 @@ def test_a_poison_row_is_dead_lettered_at_once_and_trace_shows_spark_records(spa
     assert "POISON_PILL" in parked.reason and headers[REASON_HEADER] == b"unparseable order"
     assert [a.attempt for a in decode_attempts(headers[ATTEMPTS_HEADER])] == [1]
     assert progress["dead_lettered"] == 1 and progress["tracker"]["redelivered"] == 0
-    assert lag(kafka_bootstrap, group, source) == 0
+    assert lag(kafka_bootstrap, flow.group, flow.source) == 0
 
-    on = ["--topology", topology, "--bootstrap-servers", kafka_bootstrap, "--json"]
+    on = ["--topology", flow.topology, "--bootstrap-servers", kafka_bootstrap, "--json"]
 
     def traced(index):
-        assert main(["trace", f"{source}:{placed[index][0]}@{placed[index][1]}", *on]) == 0
+        assert main(["trace", f"{flow.source}:{placed[index][0]}@{placed[index][1]}", *on]) == 0
         return json.loads(capsys.readouterr().out)
 
     good = traced(0)
@@ -92,21 +85,14 @@ def test_a_poison_row_is_dead_lettered_at_once_and_trace_shows_spark_records(spa
 
 
 def test_a_stream_of_failing_rows_trips_the_dead_letter_guard(spark, kafka_bootstrap, tmp_path):
-    topology, source, output = new_topology("rk-spark-guard", kafka_bootstrap, partitions=1)
-    produce_values(kafka_bootstrap, source, [f"bad-{i}".encode() for i in range(30)])
+    flow = spark_topology(spark, kafka_bootstrap, "rk-spark-guard", tmp_path, partitions=1)
+    produce_values(kafka_bootstrap, flow.source, [f"bad-{i}".encode() for i in range(30)])
 
     def fail_every_row(df):
         return df.select("key", "value", "anchors", F.lit(True).alias("rk_fail"))
 
-    group = f"{topology}.job"
-    with acker_running(kafka_bootstrap, topology, ackers=1, timeout_ms=60_000):
-        spout = topology_spout(
-            spark,
-            kafka_bootstrap,
-            topology,
-            source,
-            output,
-            tmp_path / "ckpt",
+    with acker_running(kafka_bootstrap, flow.topology, ackers=1, timeout_ms=60_000):
+        spout = flow.spout(
             transform=fail_every_row,
             max_retries=0,
             message_timeout_ms=60_000,
@@ -116,6 +102,6 @@ def test_a_stream_of_failing_rows_trips_the_dead_letter_guard(spark, kafka_boots
         with started(spout), pytest.raises(DeadLetterGuardTripped) as caught:
             spout.run_until(lambda job: False, timeout=180)
     assert caught.value.window == 10 and caught.value.dead_letters == 3 and "dlq list" in str(caught.value)
-    dead = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
+    dead = read_topic(kafka_bootstrap, TopologyTopics(flow.topology).dlq)
     assert len(dead) == 2, "the guard refuses the dead letter that trips it, and every one after"
-    assert committed_offsets(kafka_bootstrap, group, source).get(0, 0) < 30, "the rest stays uncommitted"
+    assert committed_offsets(kafka_bootstrap, flow.group, flow.source).get(0, 0) < 30, "the rest stays uncommitted"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-from spark_helpers import acked_downstream, acker_running, new_topology, started, tag_with_source, topology_spout
+from spark_helpers import acked_downstream, acker_running, spark_topology, started, tag_with_source
 
 from reliable_kafka.offsets import end_offsets, lag
 from reliable_kafka.spark import SparkSpout, spark_session
@@ -51,8 +51,8 @@ def _produce_transactions(bootstrap: str, topic: str) -> set[tuple[int, int]]:
 
 
 def test_a_transactional_source_completes_and_commits_past_its_markers(spark, kafka_bootstrap, tmp_path):
-    topology, source, output = new_topology("rk-spark-ranges", kafka_bootstrap)
-    placed = _produce_transactions(kafka_bootstrap, source)
+    flow = spark_topology(spark, kafka_bootstrap, "rk-spark-ranges", tmp_path)
+    placed = _produce_transactions(kafka_bootstrap, flow.source)
     assert len(placed) == 90
     calls = []
 
@@ -62,15 +62,8 @@ def test_a_transactional_source_completes_and_commits_past_its_markers(spark, ka
             raise RuntimeError("the first batch fails on purpose: its roots are redelivered")
         return tag_with_source(df)
 
-    group = f"{topology}.job"
-    with acked_downstream(kafka_bootstrap, topology, output) as log:
-        spout = topology_spout(
-            spark,
-            kafka_bootstrap,
-            topology,
-            source,
-            output,
-            tmp_path / "ckpt",
+    with acked_downstream(kafka_bootstrap, flow.topology, flow.output) as log:
+        spout = flow.spout(
             transform=fail_first_batch,
             max_offsets_per_trigger=40,
             available_now=True,
@@ -81,9 +74,9 @@ def test_a_transactional_source_completes_and_commits_past_its_markers(spark, ka
             assert spout.run_until(lambda job: job.caught_up() and job.idle(), timeout=180), spout.progress()
             progress = spout.progress()
 
-    ends = end_offsets(kafka_bootstrap, source)
+    ends = end_offsets(kafka_bootstrap, flow.source)
     assert sum(ends.values()) == 120 + 8, "4 transactions: 120 records and a marker per partition each"
-    assert lag(kafka_bootstrap, group, source) == 0
+    assert lag(kafka_bootstrap, flow.group, flow.source) == 0
     assert set(log.ok) == placed, "every committed record reached the downstream, no aborted one"
     assert spout._batches.from_ranges >= 1, "no stream batch was registered from its offset range"
     assert progress["lost_to_retention"] == 0, "offsets that never held a record were counted as lost"
@@ -108,7 +101,7 @@ class _CoordinatorNotReadyYet:
 
 
 def test_start_waits_for_a_group_coordinator_that_is_not_ready(spark, kafka_bootstrap, tmp_path):
-    topology, source, output = new_topology("rk-spark-coordinator", kafka_bootstrap, partitions=1)
+    flow = spark_topology(spark, kafka_bootstrap, "rk-spark-coordinator", tmp_path, partitions=1)
     wrappers = []
 
     class Spout(SparkSpout):
@@ -116,14 +109,8 @@ def test_start_waits_for_a_group_coordinator_that_is_not_ready(spark, kafka_boot
             wrappers.append(_CoordinatorNotReadyYet(super()._new_group_consumer(), failures=3))
             return wrappers[-1]
 
-    with acker_running(kafka_bootstrap, topology):
-        spout = topology_spout(
-            spark,
-            kafka_bootstrap,
-            topology,
-            source,
-            output,
-            tmp_path / "ckpt",
+    with acker_running(kafka_bootstrap, flow.topology):
+        spout = flow.spout(
             spout_class=Spout,
             transform=tag_with_source,
             available_now=True,

@@ -43,6 +43,35 @@ def _progress(bootstrap, group, topic, spout):
     )
 
 
+def _run_word_count(bootstrap: str, topology: str, sentences: str, components, *, timeout: float, what: str):
+    """Run ``build``'s components until the spout (the second) committed to the end of ``sentences``."""
+    spout = components[1]
+    with LocalCluster(*components) as cluster:
+        cluster.wait_until(
+            lambda: _caught_up(bootstrap, f"{topology}-spout", sentences),
+            timeout=timeout,
+            what=what,
+            progress=_progress(bootstrap, f"{topology}-spout", sentences, spout),
+        )
+    return spout
+
+
+class _HoldAcks:
+    """A bolt handler that keeps its tuples unacked until ``release`` is set; the first tuple it
+    gets after that acks them all (an untracked record wakes it)."""
+
+    def __init__(self) -> None:
+        self.held: list = []
+        self.release = threading.Event()
+
+    def __call__(self, tuple_, collector) -> None:
+        self.held.append(tuple_)
+        if self.release.is_set():
+            for t in self.held:
+                collector.ack(t)
+            self.held.clear()
+
+
 def test_word_count_over_10000_sentences_completes_and_commits_to_the_end(kafka_bootstrap):
     topology, sentences, words = _word_count_topics(kafka_bootstrap, "wc")
     rng = random.Random(1)
@@ -51,14 +80,14 @@ def test_word_count_over_10000_sentences_completes_and_commits_to_the_end(kafka_
     # at-least-once: a busy machine may time trees out and replay them (counts then grow), so the
     # timeout is long enough to hold under load and the counts are checked for loss, not equality
     counts, components = build(kafka_bootstrap, topology=topology, sentences=sentences, words=words, timeout_ms=120_000)
-    spout = components[1]
-    with LocalCluster(*components) as cluster:
-        cluster.wait_until(
-            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
-            timeout=240,
-            what="spout committed to the end of the sentences topic",
-            progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout),
-        )
+    spout = _run_word_count(
+        kafka_bootstrap,
+        topology,
+        sentences,
+        components,
+        timeout=240,
+        what="spout committed to the end of the sentences topic",
+    )
     print(f"replays: {spout.stats.replayed}")
     assert spout.stats.completed == 10_000  # each record's tree completes once, whatever was replayed
     assert spout.stats.dead_lettered == 0
@@ -84,14 +113,9 @@ def test_bolt_failing_ten_percent_still_completes_every_sentence_through_replays
         flaky_counts[word.value.decode()] += 1
 
     components[3].handler = flaky_count
-    spout = components[1]
-    with LocalCluster(*components) as cluster:
-        cluster.wait_until(
-            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
-            timeout=240,
-            what="every sentence completed despite failures",
-            progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout),
-        )
+    spout = _run_word_count(
+        kafka_bootstrap, topology, sentences, components, timeout=240, what="every sentence completed despite failures"
+    )
     print(f"replays: {spout.stats.replayed}, failed tuples: {components[3].stats.failed}")
     assert spout.stats.completed == 2_000
     assert spout.stats.replayed > 0 and components[3].stats.failed > 0
@@ -137,7 +161,6 @@ def test_dropped_tuples_time_out_replay_and_complete_without_early_commit(kafka_
         group_id=f"{topology}-split",
         handler=split_dropping_first_sight,
     )
-    spout = components[1]
     samples: list[tuple[float, dict[int, int]]] = []
     stop_sampling = threading.Event()
 
@@ -154,13 +177,14 @@ def test_dropped_tuples_time_out_replay_and_complete_without_early_commit(kafka_
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        with LocalCluster(*components) as cluster:
-            cluster.wait_until(
-                lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
-                timeout=120,
-                what="dropped sentences replayed and completed",
-                progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout),
-            )
+        spout = _run_word_count(
+            kafka_bootstrap,
+            topology,
+            sentences,
+            components,
+            timeout=120,
+            what="dropped sentences replayed and completed",
+        )
     finally:
         stop_sampling.set()
         sampler.join()
@@ -230,27 +254,18 @@ def test_spout_pauses_at_max_pending_and_resumes_when_trees_complete(kafka_boots
     source, middle = f"{topology}-source", f"{topology}-middle"
     create_topics(kafka_bootstrap, {source: 1, middle: 1})
     produce_values(kafka_bootstrap, source, [f"r{i}".encode() for i in range(60)])
-    held: list = []
-    release = threading.Event()
-
-    def hold_until_released(tuple_, collector):
-        held.append(tuple_)
-        if release.is_set():
-            for t in held:
-                collector.ack(t)
-            held.clear()
-
+    hold = _HoldAcks()
     on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
     spout = Spout(
         **on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle, max_pending=5, batch_size=10
     )
-    bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-hold", handler=hold_until_released)
+    bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-hold", handler=hold)
     with LocalCluster(AckerWorker(**on, ackers=1), spout, bolt) as cluster:
         cluster.wait_until(lambda: spout.stats.paused, timeout=60, what="the spout paused at max_pending")
         read = spout.stats.read
         time.sleep(1.0)  # many rounds of the spout's loop: a paused spout reads nothing more
         assert spout.stats.read == read <= 10
-        release.set()
+        hold.release.set()
         produce_values(kafka_bootstrap, middle, [b"nudge"])  # an untracked record wakes the bolt
         cluster.wait_until(
             lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source),
@@ -275,14 +290,9 @@ def test_poison_record_goes_to_the_dead_letter_topic_and_the_commit_moves_past_i
         counts[word.value.decode()] += 1
 
     components[3].handler = count_or_choke
-    spout = components[1]
-    with LocalCluster(*components) as cluster:
-        cluster.wait_until(
-            lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", sentences),
-            timeout=120,
-            what="commit moved past the poison record",
-            progress=_progress(kafka_bootstrap, f"{topology}-spout", sentences, spout),
-        )
+    spout = _run_word_count(
+        kafka_bootstrap, topology, sentences, components, timeout=120, what="commit moved past the poison record"
+    )
     dead = read_topic(kafka_bootstrap, TopologyTopics(topology).dlq)
     assert [m.value() for m in dead] == [b"poison pill"]
     parked = codec.decode_parked(dict(dead[0].headers())[codec.PARKED_HEADER])
@@ -296,8 +306,7 @@ def test_multi_anchored_output_keeps_both_trees_open_until_it_is_acked(kafka_boo
     source, pairs = f"{topology}-source", f"{topology}-pairs"
     create_topics(kafka_bootstrap, {source: 1, pairs: 1, f"{topology}.in": 1})
     produce_values(kafka_bootstrap, source, [b"left", b"right"])
-    held: list = []
-    release = threading.Event()
+    hold = _HoldAcks()
     waiting: list = []
 
     def pair_up(tuple_, collector):  # a rich bolt: one output anchored to two inputs of two trees
@@ -307,19 +316,12 @@ def test_multi_anchored_output_keeps_both_trees_open_until_it_is_acked(kafka_boo
             for t in waiting:
                 collector.ack(t)
 
-    def hold_then_ack(tuple_, collector):
-        held.append(tuple_)
-        if release.is_set():
-            for t in held:
-                collector.ack(t)
-            held.clear()
-
     on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
     # trees are held open on purpose: a timeout that holds under load keeps them from replaying
     spout = Spout(
         **on, source_topics=source, group_id=f"{topology}-spout", emit_to=f"{topology}.in", message_timeout_ms=120_000
     )
-    sink = Bolt(**on, source_topics=pairs, group_id=f"{topology}-sink", handler=hold_then_ack)
+    sink = Bolt(**on, source_topics=pairs, group_id=f"{topology}-sink", handler=hold)
     components = [
         AckerWorker(**on, ackers=1, message_timeout_ms=120_000),
         spout,
@@ -327,12 +329,12 @@ def test_multi_anchored_output_keeps_both_trees_open_until_it_is_acked(kafka_boo
         sink,
     ]
     with LocalCluster(*components) as cluster:
-        cluster.wait_until(lambda: len(held) == 1, timeout=60, what="the paired output reached the sink")
-        assert len(held[0].roots) == 2
+        cluster.wait_until(lambda: len(hold.held) == 1, timeout=60, what="the paired output reached the sink")
+        assert len(hold.held[0].roots) == 2
         time.sleep(2.5)  # the spout's commit interval passes twice: nothing may be committed
         assert committed_offsets(kafka_bootstrap, f"{topology}-spout", source).get(0, -1) <= 0
         assert spout.stats.completed == 0
-        release.set()
+        hold.release.set()
         produce_values(kafka_bootstrap, pairs, [b"nudge"])  # an untracked record wakes the sink
         cluster.wait_until(
             lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source),

@@ -59,6 +59,23 @@ def _components(bootstrap: str, topology: str, topics: dict[str, str]):
     return acker, spout, bolt
 
 
+def _predecessor_left(bootstrap: str, group: str, source: str, *, failed: int, emitted_upto: int, attempt: int) -> None:
+    """The commit a previous spout left on ``source`` partition 0: offsets ``0..failed-1`` in flight
+    with their ``attempt`` failed (the outcome consumed), emission stopped at ``emitted_upto``."""
+    metadata, truncated = encode_spout_state(
+        0,
+        [],
+        emitted_upto=emitted_upto,
+        outcome_position=0,
+        attempts=dict.fromkeys(range(failed), attempt),
+        failed=range(failed),
+    )
+    assert not truncated
+    committer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    committer.commit(offsets=[TopicPartition(source, 0, 0, metadata)], asynchronous=False)
+    committer.close()
+
+
 def _caught_up(bootstrap: str, topology: str, source: str) -> bool:
     return lag(bootstrap, f"{topology}-spout", source) == 0
 
@@ -98,18 +115,7 @@ def test_a_successor_redelivers_thousands_of_failed_in_flight_records(kafka_boot
     records = 3000
     produce_values(kafka_bootstrap, topics["source"], [str(i).encode() for i in range(records)])
     group = f"{topology}-spout"
-    metadata, truncated = encode_spout_state(
-        0,
-        [],
-        emitted_upto=records,
-        outcome_position=0,
-        attempts={offset: 1 for offset in range(records)},
-        failed=range(records),
-    )
-    assert not truncated
-    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
-    committer.commit(offsets=[TopicPartition(topics["source"], 0, 0, metadata)], asynchronous=False)
-    committer.close()
+    _predecessor_left(kafka_bootstrap, group, topics["source"], failed=records, emitted_upto=records, attempt=1)
     acker, spout, bolt = _components(kafka_bootstrap, topology, topics)
     with LocalCluster(acker, spout, bolt) as cluster:
         cluster.wait_until(
@@ -133,12 +139,7 @@ def test_a_record_deleted_while_in_flight_is_parked_as_a_reference_that_dlq_show
     topology, topics = _topology(kafka_bootstrap, "txn-gone", source_partitions=1)
     source, group = topics["source"], f"{topology}-spout"
     produce_values(kafka_bootstrap, topics["source"], [str(i).encode() for i in range(20)])
-    metadata, _ = encode_spout_state(
-        0, [], emitted_upto=5, outcome_position=0, attempts=dict.fromkeys(range(5), 2), failed=range(5)
-    )
-    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
-    committer.commit(offsets=[TopicPartition(source, 0, 0, metadata)], asynchronous=False)
-    committer.close()
+    _predecessor_left(kafka_bootstrap, group, source, failed=5, emitted_upto=5, attempt=2)
     admin = admin_client(kafka_bootstrap)  # held: its futures resolve only while the client lives
     for future in admin.delete_records([TopicPartition(source, 0, 3)]).values():
         assert future.result(timeout=30).low_watermark == 3
@@ -220,3 +221,50 @@ def test_the_largest_commit_metadata_we_write_is_accepted_by_the_broker(kafka_bo
     (committed,) = consumer.committed([TopicPartition(topics["source"], 0)], timeout=30)
     consumer.close()
     assert (committed.offset, committed.metadata) == (1, state)
+
+
+def test_a_dead_letter_and_the_commit_past_its_record_are_one_transaction(kafka_bootstrap):
+    """A predecessor left 0-4 failed on their last attempt: the successor parks them in the DLQ.
+    The round after the transaction that parked them aborts (as a crash there would end it): the
+    spout rebuilds from that transaction's commit, which already passed them, so each is parked
+    once (before, that commit left them failed in flight, and the rebuild parked them again)."""
+    topology, topics = _topology(kafka_bootstrap, "txn-dlq", source_partitions=1)
+    source, group = topics["source"], f"{topology}-spout"
+    produce_values(kafka_bootstrap, source, [str(i).encode() for i in range(20)])
+    # their attempt 6 failed; max_retries is 5: dead letters
+    _predecessor_left(kafka_bootstrap, group, source, failed=5, emitted_upto=5, attempt=6)
+    acker, spout, bolt = _components(kafka_bootstrap, topology, topics)
+    write_dead_letters, commit = spout._roots.write_dead_letters, spout._transactions.commit
+    rounds: list[str] = []  # what each transaction that held dead letters, and the one after, did
+
+    def noted() -> int:
+        written = write_dead_letters()
+        if written:
+            rounds.append(f"parked {written}")
+        return written
+
+    def abort_the_round_after_the_dead_letters(offsets, group_metadata):
+        if rounds and rounds[-1].startswith("parked"):
+            commit(offsets, group_metadata)
+            rounds.append("committed")
+            return
+        if rounds == ["parked 5", "committed"]:
+            rounds.append("aborted")
+            raise KafkaException(KafkaError(KafkaError._FAIL, "forced abort (test)"))
+        commit(offsets, group_metadata)
+
+    spout._roots.write_dead_letters = noted
+    spout._transactions.commit = abort_the_round_after_the_dead_letters
+    with LocalCluster(acker, spout, bolt) as cluster:
+        cluster.wait_until(
+            lambda: committed_offsets(kafka_bootstrap, group, source).get(0) == 20,
+            timeout=180,
+            what="the commit passed the dead letters and the rest completed",
+            progress=lambda: f"{spout.stats}; rounds {rounds}",
+        )
+    assert rounds[:3] == ["parked 5", "committed", "aborted"], rounds
+    letters = dlq.read_dead_letters(kafka_bootstrap, topology)
+    assert sorted(d.source for d in letters) == [(source, 0, offset) for offset in range(5)]  # each once
+    assert spout.stats.dead_lettered == 5
+    effects = _effects(kafka_bootstrap, topics["sink"])
+    assert sorted(effects) == list(range(5, 20)) and set(effects.values()) == {1}

@@ -19,40 +19,15 @@ from reliable_kafka.errors import ArgumentError, DecodeError
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.produce import SEND_WAIT_S
 from reliable_kafka.testing.memory_broker import new_message
+from reliable_kafka.testing.recording_producer import RecordingProducer
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 NONZERO = INT64.filter(bool)
 
 
-class _Producer:
-    """Records what is produced (positional, as the hot path calls it, or by keyword)."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple] = []
-        self.queued = 0  # produced, not yet flushed
-
-    def __len__(self) -> int:
-        return self.queued
-
-    def produce(
-        self,
-        topic,
-        value=None,
-        key=None,
-        partition=-1,
-        callback=None,
-        on_delivery=None,
-        timestamp=0,
-        headers=None,
-        **kwargs,
-    ):
-        self.sent.append((topic, value, key, partition, headers))
-        self.queued += 1
-
-
-def _bolt(handler) -> tuple[BasicBolt, _Producer]:
+def _bolt(handler) -> tuple[BasicBolt, RecordingProducer]:
     bolt = BasicBolt(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="in", group_id="g", handler=handler)
-    producer = _Producer()
+    producer = RecordingProducer()
     bolt._producer = producer
     bolt._acks = AckSender(producer, acks_topic="t.acks", ack_partitions=1, sender=1)
     return bolt, producer
@@ -201,15 +176,14 @@ class _Quarantine:
     unsent = 0
 
 
-def _ack_records(producer: _Producer) -> int:
+def _ack_records(producer: RecordingProducer) -> int:
     return sum(1 for topic, *_ in producer.sent if topic == "t.acks")
 
 
-def _polling_bolt(batches, batch_size: int) -> tuple[BasicBolt, _Producer]:
+def _polling_bolt(batches, batch_size: int) -> tuple[BasicBolt, RecordingProducer]:
     bolt, producer = _bolt(lambda tuple_, collector: None)
     bolt.batch_size, bolt.commit_interval_ms, bolt._last_commit = batch_size, 3_600_000, time.monotonic()
     bolt._consumer, bolt._quarantine, bolt._failures = _Consumer(batches), _Quarantine(), None
-    producer.poll = producer.flush = lambda timeout=0: 0
     return bolt, producer
 
 
@@ -309,7 +283,7 @@ def test_the_bolts_inlined_one_pair_read_is_decode_anchors(raw):
 def test_an_emit_into_a_full_queue_waits_for_room_and_is_produced_once():
     """The inlined emit leaves a full local queue (BufferError) to produce_headers' slow path."""
 
-    class _Full(_Producer):
+    class _Full(RecordingProducer):
         def __init__(self) -> None:
             super().__init__()
             self.full, self.polls = 3, 0

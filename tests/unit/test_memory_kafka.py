@@ -19,6 +19,19 @@ def _read_all(consumer, topic, partitions=1):
     return consumer.consume(10_000, 0)
 
 
+def _open_transaction(*values: bytes):
+    """A MemoryKafka with topic ``t``, and a producer (transactional.id ``x``) whose open transaction
+    wrote ``values`` (queued, not delivered)."""
+    kafka = MemoryKafka()
+    kafka.create_topic("t")
+    txn = kafka.producer({"transactional.id": "x"})
+    txn.init_transactions()
+    txn.begin_transaction()
+    for value in values:
+        txn.produce("t", value)
+    return kafka, txn
+
+
 # a run of writes: ("plain", n) plain records, or ("txn", n, commit?) one transaction of n records
 writes = st.lists(
     st.one_of(
@@ -67,12 +80,7 @@ def test_read_committed_sees_plain_and_committed_records_in_order_and_offsets_ri
 
 
 def test_read_committed_stops_at_an_open_transaction_even_before_later_plain_records():
-    kafka = MemoryKafka()
-    kafka.create_topic("t")
-    txn = kafka.producer({"transactional.id": "x"})
-    txn.init_transactions()
-    txn.begin_transaction()
-    txn.produce("t", b"open")
+    kafka, txn = _open_transaction(b"open")
     txn.flush()
     plain = kafka.producer({})
     plain.produce("t", b"later")
@@ -264,12 +272,7 @@ def test_injected_faults():
 
 
 def test_a_fenced_producer_fails_fatally_and_its_open_transaction_is_aborted():
-    kafka = MemoryKafka()
-    kafka.create_topic("t")
-    old = kafka.producer({"transactional.id": "x"})
-    old.init_transactions()
-    old.begin_transaction()
-    old.produce("t", b"zombie")
+    kafka, old = _open_transaction(b"zombie")
     old.flush()
     new = kafka.producer({"transactional.id": "x"})
     new.init_transactions()  # fences the old one and aborts its transaction
@@ -285,6 +288,25 @@ def test_a_fenced_producer_fails_fatally_and_its_open_transaction_is_aborted():
     with pytest.raises(KafkaException):
         new.begin_transaction()  # fatal from then on
     assert [m.value() for m in kafka.messages("t", read_committed=False)] == [b"zombie"]  # never b"fenced"
+
+
+@pytest.mark.parametrize("delivered_before_commit", [True, False])
+def test_a_transaction_with_a_record_that_failed_delivery_cannot_commit(delivered_before_commit):
+    """As librdkafka's commit_transaction: the transaction is abortable; the next one commits."""
+    kafka, txn = _open_transaction(b"lost", b"written")
+    kafka.fail_next("delivery")
+    if delivered_before_commit:  # the failure already reported by a poll
+        txn.poll(0)
+    with pytest.raises(KafkaException) as raised:
+        txn.commit_transaction()
+    error = raised.value.args[0]
+    assert error.txn_requires_abort() and not error.fatal() and error.code() == KafkaError._MSG_TIMED_OUT
+    txn.abort_transaction()
+    assert kafka.messages("t") == []  # b"written" was in the log, in the aborted transaction
+    txn.begin_transaction()
+    txn.produce("t", b"again")
+    txn.commit_transaction()
+    assert [m.value() for m in kafka.messages("t")] == [b"again"]
 
 
 def test_a_crashed_producer_loses_what_it_had_not_delivered():

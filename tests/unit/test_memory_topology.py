@@ -17,10 +17,9 @@ from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka, TopicSi
 LINES = ["the cat", "the dog and the cat", "a bird"]
 
 
-def _topology(kafka: MemoryKafka, *, split=None, count=None, max_retries: int = 5, name: str = "wc"):
-    acker = AckerWorker(topology=name, bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
-    acker.start()
-    spout = Spout(
+def _spout(kafka: MemoryKafka, *, name: str = "wc", **options) -> Spout:
+    """A spout from ``lines`` to ``sentences`` in group ``<name>.spout`` (not started)."""
+    return Spout(
         topology=name,
         bootstrap_servers="memory",
         clients=kafka,
@@ -28,10 +27,15 @@ def _topology(kafka: MemoryKafka, *, split=None, count=None, max_retries: int = 
         group_id=f"{name}.spout",
         emit_to="sentences",
         commit_interval_ms=0,
-        backoff=Backoff(initial_ms=0),
-        max_retries=max_retries,
         root_index=False,
+        **options,
     )
+
+
+def _topology(kafka: MemoryKafka, *, split=None, count=None, max_retries: int = 5, name: str = "wc"):
+    acker = AckerWorker(topology=name, bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
+    acker.start()
+    spout = _spout(kafka, name=name, backoff=Backoff(initial_ms=0), max_retries=max_retries)
     counts: Counter = Counter()
 
     def split_words(tuple_, collector):
@@ -153,17 +157,7 @@ def test_a_spout_joining_the_group_takes_partitions_over_without_losing_a_line(k
     ListSource(kafka, "lines", [f"line {i}".encode() for i in range(20)], partitions=2)
     acker, first, splitter, counter, counts = _topology(kafka)
     step_until(lambda: first.stats.read >= 1, first)
-    second = Spout(
-        topology="wc",
-        bootstrap_servers="memory",
-        clients=kafka,
-        source_topics="lines",
-        group_id="wc.spout",
-        emit_to="sentences",
-        commit_interval_ms=0,
-        backoff=Backoff(initial_ms=0),
-        root_index=False,
-    )
+    second = _spout(kafka, backoff=Backoff(initial_ms=0))
     second.start()
     step_until(
         lambda: _committed(kafka, "wc.spout", "lines") == _ends(kafka, "lines"), first, second, splitter, counter, acker
@@ -299,16 +293,7 @@ def test_on_revoke_the_spout_commits_what_is_done_so_the_new_owner_replays_nothi
     first.commit_interval_ms = 10**12  # only the revoke commits (the interval never passes)
     step_until(lambda: first.stats.completed == 6, first, splitter, counter, acker)
     assert _committed(kafka, "wc.spout", "lines") == {}  # nothing committed yet: no interval passed
-    second = Spout(
-        topology="wc",
-        bootstrap_servers="memory",
-        clients=kafka,
-        source_topics="lines",
-        group_id="wc.spout",
-        emit_to="sentences",
-        commit_interval_ms=0,
-        root_index=False,
-    )
+    second = _spout(kafka)
     second.start()
     step_until(
         lambda: len(first._consumer.assignment()) == 1 and len(second._consumer.assignment()) == 1,

@@ -12,30 +12,12 @@ from reliable_kafka import codec
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.spout import SourceRecord, Spout
+from reliable_kafka.testing.recording_producer import RecordingProducer
 
 
-class _Producer:
-    def __init__(self) -> None:
-        self.sent: list[tuple] = []
-
-    def produce(
-        self,
-        topic,
-        value=None,
-        key=None,
-        partition=-1,
-        callback=None,
-        on_delivery=None,
-        timestamp=0,
-        headers=None,
-        **kwargs,
-    ):
-        self.sent.append((topic, value, key, headers))
-
-
-def _spout(handler) -> tuple[Spout, _Producer]:
+def _spout(handler) -> tuple[Spout, RecordingProducer]:
     spout = Spout(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="src", group_id="g", handler=handler)
-    producer = _Producer()
+    producer = RecordingProducer()
     spout._producer = producer
     spout._acks = AckSender(producer, acks_topic="t.acks", ack_partitions=1, sender=spout.task_id)
     spout.tracker.assign(("src", 0), committed=None, done_above=[])
@@ -52,7 +34,7 @@ def test_each_tuple_gets_a_fresh_edge_of_its_root_and_the_init_is_their_xor(head
     spout, producer = _spout(handler)
     spout._process(SourceRecord("src", 0, 5, b"k", b"v", headers, 1000))
     anchors = []
-    for topic, value, _key, sent_headers in producer.sent:
+    for topic, value, _key, _partition, sent_headers in producer.sent:
         assert (topic, value) == ("out", b"v")
         as_dict = dict(sent_headers)
         assert [(k, v) for k, v in sent_headers if k != codec.ANCHORS_HEADER] == headers
@@ -71,5 +53,5 @@ def test_each_tuple_gets_a_fresh_edge_of_its_root_and_the_init_is_their_xor(head
 def test_unanchored_emits_carry_no_header_and_leave_the_record_done():
     spout, producer = _spout(lambda record, collector: collector.emit_unanchored("out", b"x"))
     spout._process(SourceRecord("src", 0, 5, None, b"v", [], 1000))
-    assert producer.sent == [("out", b"x", None, None)]
+    assert producer.sent == [("out", b"x", None, -1, None)]
     assert len(spout._acks) == 0 and spout.tracker.pending_roots() == 0

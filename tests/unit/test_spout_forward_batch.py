@@ -12,30 +12,7 @@ from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.produce import ProducerUnusable
 from reliable_kafka.spout import Spout
 from reliable_kafka.testing.memory_broker import new_message
-
-
-class _Producer:
-    """Records what was produced; raises ``fail_with`` for the values in ``fail_on``."""
-
-    def __init__(self, fail_on=(), fail_with=None) -> None:
-        self.sent: list[tuple] = []
-        self.fail_on, self.fail_with = set(fail_on), fail_with
-
-    def produce(
-        self,
-        topic,
-        value=None,
-        key=None,
-        partition=-1,
-        callback=None,
-        on_delivery=None,
-        timestamp=0,
-        headers=None,
-        **kwargs,
-    ):
-        if value in self.fail_on:
-            raise self.fail_with
-        self.sent.append((topic, value, key, headers))
+from reliable_kafka.testing.recording_producer import RecordingProducer
 
 
 def _spout(producer, *, guarantee="at_least_once", spout_class=Spout) -> Spout:
@@ -72,12 +49,12 @@ def _init_entries(spout):
     "headers", [None, [("trace", b"t1")], [(codec.ANCHORS_HEADER, codec.encode_one_anchor(7, 8)), ("trace", b"t1")]]
 )
 def test_each_record_becomes_one_tracked_tuple_and_its_init_cancels_the_edge(headers):
-    producer = _Producer()
+    producer = RecordingProducer()
     spout = _spout(producer)
     spout._process_messages(_messages(headers) + _messages(headers, count=2, partition=1))
     inits = _init_entries(spout)
     assert len(producer.sent) == 7 and len(inits) == 7
-    for topic, value, key, sent in producer.sent:
+    for topic, value, key, _partition, sent in producer.sent:
         assert topic == "out" and key == b"k" + value[1:]
         anchors = [v for k, v in sent if k == codec.ANCHORS_HEADER]
         assert [(k, v) for k, v in sent if k != codec.ANCHORS_HEADER] == [h for h in headers or [] if h[0] == "trace"]
@@ -90,19 +67,19 @@ def test_each_record_becomes_one_tracked_tuple_and_its_init_cancels_the_edge(hea
 
 
 def test_records_done_before_are_skipped():
-    producer = _Producer()
+    producer = RecordingProducer()
     spout = _spout(producer)
     spout.tracker.assign(("src", 0), committed=2, done_above=[3])
     spout._process_messages(_messages())
-    assert [value for _, value, _, _ in producer.sent] == [b"v2", b"v4"]
+    assert [sent.value for sent in producer.sent] == [b"v2", b"v4"]
     assert spout.stats.skipped_done == 3 and spout.tracker.pending_offsets(("src", 0)) == [2, 4]
 
 
 def test_a_record_whose_produce_fails_takes_the_handler_error_path_and_the_rest_go_on():
-    producer = _Producer(fail_on={b"v2"}, fail_with=KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)))
+    producer = RecordingProducer(fail_on={b"v2"}, fail_with=KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)))
     spout = _spout(producer)
     spout._process_messages(_messages())
-    assert [value for _, value, _, _ in producer.sent] == [b"v0", b"v1", b"v3", b"v4"]
+    assert [sent.value for sent in producer.sent] == [b"v0", b"v1", b"v3", b"v4"]
     assert spout.stats.handler_errors == 1
     # the failed record stays pending (failed locally: redelivered after its backoff), nothing is lost
     assert spout.tracker.pending_offsets(("src", 0)) == [0, 1, 2, 3, 4]
@@ -112,7 +89,7 @@ def test_a_record_whose_produce_fails_takes_the_handler_error_path_and_the_rest_
 
 def test_records_produced_before_an_unusable_producer_raised_are_tracked():
     """Otherwise the commit point would pass their offsets once later records are tracked."""
-    producer = _Producer(fail_on={b"v3"}, fail_with=ProducerUnusable(KafkaError(KafkaError._FENCED)))
+    producer = RecordingProducer(fail_on={b"v3"}, fail_with=ProducerUnusable(KafkaError(KafkaError._FENCED)))
     spout = _spout(producer)
     with pytest.raises(ProducerUnusable):
         spout._process_messages(_messages())
@@ -123,14 +100,14 @@ def test_records_produced_before_an_unusable_producer_raised_are_tracked():
 
 @pytest.mark.parametrize("guarantee", ["none", "at_most_once"])
 def test_an_untracked_spout_forwards_a_batch_without_anchors_and_keeps_no_state(guarantee):
-    producer = _Producer(fail_on={b"v1"}, fail_with=KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)))
+    producer = RecordingProducer(fail_on={b"v1"}, fail_with=KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)))
     spout = _spout(producer, guarantee=guarantee)
     headers = [(codec.ANCHORS_HEADER, codec.encode_one_anchor(7, 8)), ("trace", b"t1")]
     spout._process_messages(_messages(headers, count=3) + _messages(count=1, partition=1))
     assert producer.sent == [
-        ("out", b"v0", b"k0", [("trace", b"t1")]),
-        ("out", b"v2", b"k2", [("trace", b"t1")]),
-        ("out", b"v0", b"k0", None),
+        ("out", b"v0", b"k0", -1, [("trace", b"t1")]),
+        ("out", b"v2", b"k2", -1, [("trace", b"t1")]),
+        ("out", b"v0", b"k0", -1, None),
     ]
     assert spout.stats.handler_errors == 1 and spout.stats.emitted == 0
     assert spout.tracker._partitions == {} and len(spout._acks) == 0
@@ -144,7 +121,7 @@ def test_a_subclass_that_hooks_process_gets_it_per_record():
             seen.append(record.offset)
             super()._process(record)
 
-    producer = _Producer()
+    producer = RecordingProducer()
     spout = _spout(producer, spout_class=Hooked)
     spout._process_messages(_messages())
     assert seen == [0, 1, 2, 3, 4] and len(producer.sent) == 5

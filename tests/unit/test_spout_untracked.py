@@ -9,31 +9,13 @@ import pytest
 
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.spout import SourceRecord, Spout
+from reliable_kafka.testing.recording_producer import RecordingProducer
 
 
-class _Producer:
-    def __init__(self) -> None:
-        self.sent: list[tuple] = []
-
-    def produce(
-        self,
-        topic,
-        value=None,
-        key=None,
-        partition=-1,
-        callback=None,
-        on_delivery=None,
-        timestamp=0,
-        headers=None,
-        **kwargs,
-    ):
-        self.sent.append((topic, value, key, headers))
-
-
-def _spout(handler=None, **options) -> tuple[Spout, _Producer]:
+def _spout(handler=None, **options) -> tuple[Spout, RecordingProducer]:
     where = {"handler": handler} if handler is not None else {"emit_to": "out"}
     spout = Spout(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="src", group_id="g", **where, **options)
-    producer = _Producer()
+    producer = RecordingProducer()
     spout._producer = producer
     spout._acks = AckSender(producer, acks_topic="t.acks", ack_partitions=0, sender=spout.task_id)
     return spout, producer
@@ -51,7 +33,7 @@ def test_an_untracked_spout_forwards_every_record_and_keeps_no_per_record_state(
     spout, producer = _spout(guarantee=guarantee)
     for record in _records(headers):
         spout._process(record)
-    assert producer.sent == [("out", b"v%d" % o, b"k%d" % o, list(headers) or None) for o in range(5)]
+    assert producer.sent == [("out", b"v%d" % o, b"k%d" % o, -1, list(headers) or None) for o in range(5)]
     assert spout.stats.emitted == 0  # counts tracked tuples only
     assert spout.tracker._partitions == {}  # nothing per record: not read by this guarantee's commits
     assert spout.tracker.pending_roots() == 0
