@@ -18,6 +18,7 @@ fails or times out (then the record is redelivered, at-least-once, as always).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Iterable
@@ -28,6 +29,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.core.tracker import TrackerStats
 from reliable_kafka.errors import ArgumentError, ConfigError, DecodeError
 from reliable_kafka.ids import to_signed
 from reliable_kafka.kafka.ack_sender import AckSender
@@ -156,6 +158,9 @@ class TransactionalSpout(SpoutShell):
         self._ack_partitions = 0
         self._gone_attempts: dict[TopicPartitionKey, dict[int, int]] = {}  # see _gone
         self._gone_parked: set[tuple[TopicPartitionKey, int]] = set()  # references in the open transaction
+        # the tracker's counters as of the last committed transaction: an abort puts them back, as it
+        # puts back the state (the next round does and counts that work again)
+        self._committed_counts = TrackerStats()
         self._rereader = SourceRereader(
             component=self.name,
             bootstrap_servers=self.bootstrap_servers,
@@ -372,6 +377,7 @@ class TransactionalSpout(SpoutShell):
             return
         roots.dead_letters_delivered()
         roots.committed(offsets)
+        self._committed_counts = dataclasses.replace(self.tracker.stats)
         self.stats.expired_in_flight += len(self._gone_parked)  # their references are committed now
         self._gone_parked.clear()
         self._apply_backpressure()
@@ -402,6 +408,8 @@ class TransactionalSpout(SpoutShell):
             exc if error is None else error,
         )
         self._transactions.abort(exc)  # a new producer reaches the senders through _use_producer
+        for counter in dataclasses.fields(TrackerStats):
+            setattr(self.tracker.stats, counter.name, getattr(self._committed_counts, counter.name))
         self._roots.drop_dead_letters()
         self._gone_parked.clear()  # found gone again, and counted, in the round that commits
         assert self._consumer is not None

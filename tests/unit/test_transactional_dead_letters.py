@@ -90,3 +90,6 @@ def test_an_aborted_round_drops_its_dead_letter_and_the_round_that_commits_parks
     assert aborted == [1]
     assert TopicSink(kafka, TopologyTopics("tx").dlq).values() == [b"poison"]  # read_committed: one copy
     assert spout.stats.dead_lettered == 1  # counted when its transaction committed, not for the aborted one
+    # the tracker's counters are put back with its state: the aborted round's work counts once
+    assert spout.tracker.stats.dead_lettered == 1
+    assert spout.tracker.stats.completed == len(LINES) - 1
