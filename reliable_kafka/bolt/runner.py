@@ -324,60 +324,55 @@ class Bolt:
             vals.clear()
 
     def _handle(self, messages, stats, ends, call, clock, took, decode) -> None:
-        received = untracked = 0  # counted here, added to stats once per batch
         # one clock read per tuple: a handler's time runs from the end of the previous one, so it
         # includes its tuple's own decoding (well under a microsecond); a quarantined record's not
         started = clock()
-        try:
-            for message in messages:
-                received += 1
-                topic, partition, offset = message.topic(), message.partition(), message.offset()
-                ends[(topic, partition)] = offset + 1
-                headers = message.headers()  # read only: a new list is made when one is removed
-                raw = None
-                if headers is None:  # no header at all: untracked (tracking off upstream)
-                    headers = []
-                elif len(headers) == 1:  # the common case: rk-anchors alone, or one header of the user's
-                    if headers[0][0] == _ANCHORS:
-                        raw, headers = headers[0][1], []
-                elif headers:
-                    found = [v for k, v in headers if k == _ANCHORS]
-                    if found:
-                        raw, headers = found[-1], [(k, v) for k, v in headers if k != _ANCHORS]
-                if raw is not None:
-                    try:
-                        if len(raw) == 18 and raw[0] == _V2 and raw[1] == 32 and (pair := _unpack_pair(raw, 2))[0]:
-                            anchors = {pair[0]: pair[1]}  # decode(raw) of one v2 pair, inlined: once per tuple
-                        else:
-                            anchors = decode(raw)
-                    except DecodeError as error:
-                        # its tree cannot be acked: upstream times it out and replays it; the copy keeps it
-                        assert self._quarantine is not None  # made by start()
-                        self._quarantine.decode_error(message, error)
-                        stats.quarantined += 1
-                        started = clock()
-                        continue
-                else:
-                    anchors = {}
-                    untracked += 1
-                timestamp = message.timestamp()
-                tuple_ = Tuple(
-                    topic,
-                    partition,
-                    offset,
-                    message.key(),
-                    message.value(),
-                    headers,
-                    timestamp[1] if timestamp else -1,
-                    anchors,
-                )
-                call(tuple_)
-                now = clock()
-                took(now - started)
-                started = now
-        finally:
-            stats.received += received
-            stats.untracked += untracked
+        for message in messages:
+            stats.received += 1  # before the handler: the status page counts a stuck call as in hand
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            ends[(topic, partition)] = offset + 1
+            headers = message.headers()  # read only: a new list is made when one is removed
+            raw = None
+            if headers is None:  # no header at all: untracked (tracking off upstream)
+                headers = []
+            elif len(headers) == 1:  # the common case: rk-anchors alone, or one header of the user's
+                if headers[0][0] == _ANCHORS:
+                    raw, headers = headers[0][1], []
+            elif headers:
+                found = [v for k, v in headers if k == _ANCHORS]
+                if found:
+                    raw, headers = found[-1], [(k, v) for k, v in headers if k != _ANCHORS]
+            if raw is not None:
+                try:
+                    if len(raw) == 18 and raw[0] == _V2 and raw[1] == 32 and (pair := _unpack_pair(raw, 2))[0]:
+                        anchors = {pair[0]: pair[1]}  # decode(raw) of one v2 pair, inlined: once per tuple
+                    else:
+                        anchors = decode(raw)
+                except DecodeError as error:
+                    # its tree cannot be acked: upstream times it out and replays it; the copy keeps it
+                    assert self._quarantine is not None  # made by start()
+                    self._quarantine.decode_error(message, error)
+                    stats.quarantined += 1
+                    started = clock()
+                    continue
+            else:
+                anchors = {}
+                stats.untracked += 1
+            timestamp = message.timestamp()
+            tuple_ = Tuple(
+                topic,
+                partition,
+                offset,
+                message.key(),
+                message.value(),
+                headers,
+                timestamp[1] if timestamp else -1,
+                anchors,
+            )
+            call(tuple_)
+            now = clock()
+            took(now - started)
+            started = now
 
     def _batch_call(self) -> Callable[[Tuple], None]:
         """What :meth:`_process_batch` calls for each tuple of one batch."""

@@ -382,3 +382,17 @@ def test_a_tuple_is_its_own_anchored_and_emits_xor_into_its_ack_val():
     old_style = Tuple("in", 0, 4, b"k", b"v", [], 5, Anchored({8: 80}))  # the signature before
     assert old_style.anchors == {8: 80} and old_style.ack_val == 0 and old_style.roots == [8]
     assert not Tuple("in", 0, 5, b"k", b"v", [], 5, {}).tracked
+
+
+def test_a_tuple_in_its_handler_is_counted_received_and_not_handled():
+    """The status page finds a stuck handler as ``received - quarantined - handled >= 1``: a tuple
+    is counted received before its handler runs, not at the end of its batch."""
+    in_hand = []
+
+    def handler(tuple_, collector):
+        in_hand.append(bolt.stats.received - bolt.stats.quarantined - bolt.process_latency.count)
+
+    bolt, _ = _bolt(handler)
+    bolt._process_batch([_message(0, {1: 10}), _message(1, None), _message(2, {3: 30})])
+    assert in_hand == [1, 2, 3]  # handled moves once per batch, after it
+    assert bolt.stats.received == 3 and bolt.process_latency.count == 3
