@@ -7,9 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from confluent_kafka import KafkaException
+
+from reliable_kafka import codec
 from reliable_kafka.core.anchors import Anchored, anchor_child, fail_roots
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.ids import new_id
+from reliable_kafka.kafka.produce import produce_headers
 
 if TYPE_CHECKING:
     from reliable_kafka.bolt.runner import Bolt
@@ -17,14 +21,19 @@ if TYPE_CHECKING:
 __all__ = ["Tuple", "BoltCollector", "BoltStats"]
 
 _ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per acked tuple
+_ANCHORS, _ONE_PAIR, _pack_pair = codec.ANCHORS_HEADER, codec._ONE_PAIR_PREFIX, codec._PAIR.pack  # one v2 pair
 
 
-class Tuple:
-    """A record of a data topic as a bolt sees it; ``tracked`` when it carries ``rk-anchors``."""
+class Tuple(Anchored):
+    """A record of a data topic as a bolt sees it; ``tracked`` when it carries ``rk-anchors``.
 
-    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms", "anchored")
+    A tuple is its own :class:`Anchored` (its ``anchors`` and ``ack_val``): one object per received
+    record instead of two (``anchored`` returns the tuple itself, as it returned the pair before).
+    """
 
-    def __init__(self, topic, partition, offset, key, value, headers, timestamp_ms, anchored: Anchored):
+    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms")
+
+    def __init__(self, topic, partition, offset, key, value, headers, timestamp_ms, anchors: dict[int, int] | Anchored):
         self.topic = topic
         self.partition = partition
         self.offset = offset
@@ -32,15 +41,21 @@ class Tuple:
         self.value = value
         self.headers = headers  # the record's headers without rk-anchors
         self.timestamp_ms = timestamp_ms
-        self.anchored = anchored
+        if type(anchors) is dict:  # the runner's: root -> edge, as decoded
+            self.anchors = anchors
+            self.ack_val = 0
+        else:  # an Anchored (the signature before tuples were their own)
+            self.anchors = anchors.anchors  # type: ignore[union-attr]
+            self.ack_val = anchors.ack_val  # type: ignore[union-attr]
 
     @property
-    def tracked(self) -> bool:
-        return self.anchored.tracked
+    def anchored(self) -> Anchored:
+        """The tuple's tracking state: the tuple itself."""
+        return self
 
     @property
     def roots(self) -> list[int]:
-        return list(self.anchored.anchors)
+        return list(self.anchors)
 
     @property
     def coordinates(self) -> str:
@@ -69,13 +84,13 @@ def _child_anchors(anchors: Tuple | Sequence[Tuple] | None) -> dict[int, int]:
     if anchors is None:
         return {}
     if isinstance(anchors, Tuple):  # the common case: anchor_child([anchored]) without its loop
-        parent = anchors.anchored
+        parent = anchors
         if not parent.anchors:
             return {}
         edge = new_id()
         parent.ack_val ^= edge
         return dict.fromkeys(parent.anchors, edge)
-    return anchor_child(parent.anchored for parent in anchors)
+    return anchor_child(anchors)
 
 
 class BoltCollector:
@@ -98,12 +113,11 @@ class BoltCollector:
         self._bolt._produce(topic, value, key, headers, partition, _child_anchors(anchors))
 
     def ack(self, tuple_: Tuple) -> None:
-        anchored = tuple_.anchored
-        if anchored.anchors:
+        if tuple_.anchors:
             acks = self._bolt._acks
             assert acks is not None  # made by start()
-            add, ack_val = acks.add, anchored.ack_val
-            for root, edge in anchored.anchors.items():  # ack_entries(anchored)
+            add, ack_val = acks.add, tuple_.ack_val
+            for root, edge in tuple_.anchors.items():  # ack_entries(tuple_)
                 add(_ACK, root, edge ^ ack_val)
         self._bolt.stats.acked += 1
 
@@ -114,14 +128,14 @@ class BoltCollector:
         failure), ``retry=False`` asks the spout to dead-letter the source record at once."""
         if tuple_.tracked:
             self._bolt._record_failure(tuple_, reason, error, retry)
-        for root in fail_roots(tuple_.anchored):
+        for root in fail_roots(tuple_):
             assert self._bolt._acks is not None  # made by start()
             self._bolt._acks.add(EventKind.FAIL, root)
         self._bolt.stats.failed += 1
 
     def reset_timeout(self, tuple_: Tuple) -> None:
         """Push the deadline of ``tuple_``'s trees (for long work on one tuple)."""
-        for root in tuple_.anchored.anchors:
+        for root in tuple_.anchors:
             assert self._bolt._acks is not None  # made by start()
             self._bolt._acks.add(EventKind.RESET_TIMEOUT, root)
 
@@ -135,13 +149,24 @@ class _BasicCollector(BoltCollector):
         # BoltCollector.emit, inlined: this runs once per output tuple
         current = self.current
         if anchors is None and headers is None and current is not None:
-            parent = current.anchored
+            parent = current
             trees = len(parent.anchors)
             if trees == 1:  # the common case: one tree, no headers of the user's
                 edge = new_id()
                 parent.ack_val ^= edge
                 for root in parent.anchors:
-                    self._bolt._produce_in_tree(topic, value, key, partition, root, edge)
+                    # Bolt._produce_in_tree inlined: a Python call fewer per emitted tuple
+                    bolt = self._bolt
+                    producer = bolt._producer
+                    headers = [(_ANCHORS, _ONE_PAIR + _pack_pair(root, edge))]
+                    try:
+                        producer.produce(  # type: ignore[union-attr]  # made by start()
+                            topic, value, key, -1 if partition is None else partition, None, None, 0, headers
+                        )
+                    except (BufferError, KafkaException):  # queue full, or the producer failed
+                        produce_headers(producer, topic, value, key, partition, headers)  # type: ignore[arg-type]
+                    bolt.stats.emitted += 1
+                    bolt.output_topics.add(topic)
                 return
             if not trees:  # an untracked input: an untracked child, no header
                 self._bolt._produce_in_tree(topic, value, key, partition, None, 0)

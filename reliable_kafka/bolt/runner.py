@@ -19,7 +19,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from reliable_kafka import codec
 from reliable_kafka.bolt.collector import BoltCollector, BoltStats, Tuple, _BasicCollector
-from reliable_kafka.core.anchors import Anchored
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
@@ -50,6 +49,7 @@ __all__ = ["Tuple", "BoltCollector", "Bolt", "BasicBolt", "BoltStats"]
 log = logging.getLogger(__name__)
 
 _ANCHORS = codec.ANCHORS_HEADER
+_V2 = codec._ANCHORS_V2  # with length byte 32 (one pair) and 16 bytes: one v2 pair, decoded inline
 _ONE_PAIR, _unpack_pair, _pack_pair = codec._ONE_PAIR_PREFIX, codec._PAIR.unpack_from, codec._PAIR.pack  # one pair
 ACK_HOLD_ENTRIES = MAX_ENTRIES_PER_RECORD  # while behind, acks wait for this many entries...
 ACK_HOLD_S = 0.02  # ...or this long (a tree is as late as its last ack)
@@ -225,7 +225,7 @@ class Bolt:
             return
         self._failures.write(
             FailureRecord.of(
-                roots=tuple_.anchored.anchors,
+                roots=tuple_.anchors,
                 component=self.name,
                 task_id=self.task_id,
                 reason=reason,
@@ -309,7 +309,7 @@ class Bolt:
 
         One loop with its lookups hoisted: this runs once per received tuple.
         """
-        stats, ends, call = self.stats, self._ends, self._call
+        stats, ends, call = self.stats, self._ends, self._batch_call()
         clock = self._clock.monotonic
         took: list[float] = []  # handler seconds, observed once per batch
         decode = codec.decode_anchors
@@ -324,8 +324,11 @@ class Bolt:
             vals.clear()
 
     def _handle(self, messages, stats, ends, call, clock, took, decode) -> None:
+        # one clock read per tuple: a handler's time runs from the end of the previous one, so it
+        # includes its tuple's own decoding (well under a microsecond); a quarantined record's not
+        started = clock()
         for message in messages:
-            stats.received += 1
+            stats.received += 1  # before the handler: the status page counts a stuck call as in hand
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             ends[(topic, partition)] = offset + 1
             headers = message.headers()  # read only: a new list is made when one is removed
@@ -341,7 +344,7 @@ class Bolt:
                     raw, headers = found[-1], [(k, v) for k, v in headers if k != _ANCHORS]
             if raw is not None:
                 try:
-                    if len(raw) == 18 and raw[:2] == _ONE_PAIR and (pair := _unpack_pair(raw, 2))[0]:
+                    if len(raw) == 18 and raw[0] == _V2 and raw[1] == 32 and (pair := _unpack_pair(raw, 2))[0]:
                         anchors = {pair[0]: pair[1]}  # decode(raw) of one v2 pair, inlined: once per tuple
                     else:
                         anchors = decode(raw)
@@ -350,6 +353,7 @@ class Bolt:
                     assert self._quarantine is not None  # made by start()
                     self._quarantine.decode_error(message, error)
                     stats.quarantined += 1
+                    started = clock()
                     continue
             else:
                 anchors = {}
@@ -363,11 +367,16 @@ class Bolt:
                 message.value(),
                 headers,
                 timestamp[1] if timestamp else -1,
-                Anchored(anchors),
+                anchors,
             )
-            started = clock()
             call(tuple_)
-            took(clock() - started)
+            now = clock()
+            took(now - started)
+            started = now
+
+    def _batch_call(self) -> Callable[[Tuple], None]:
+        """What :meth:`_process_batch` calls for each tuple of one batch."""
+        return self._call
 
     def _call(self, tuple_: Tuple) -> None:
         try:
@@ -491,29 +500,42 @@ class BasicBolt(Bolt):
     _collector_class = _BasicCollector
     collector: _BasicCollector
 
+    def _batch_call(self) -> Callable[[Tuple], None]:
+        """:meth:`_call` with its lookups made once per batch (it runs once per received tuple)."""
+        handler, collector, stats = self.handler, self.collector, self.stats
+        add_root, add_val = self._ack_roots.append, self._ack_vals.append
+
+        def call(tuple_: Tuple) -> None:
+            collector.current = tuple_
+            try:
+                handler(tuple_, collector)
+            except (ProducerUnusable, AuthorizationError):
+                raise  # not the tuple's fault: the transaction aborts, or the process restarts or stops
+            except Exception as exc:  # the basic bolt's contract: a raise fails the input (and replays it)
+                self._handler_failed(tuple_, exc)
+            else:  # collector.ack(tuple_), its entries kept in the batch's lists (no call per tuple)
+                anchors = tuple_.anchors
+                if anchors:
+                    ack_val = tuple_.ack_val
+                    for root, edge in anchors.items():
+                        add_root(root)
+                        add_val(edge ^ ack_val)
+                stats.acked += 1
+            finally:
+                collector.current = None
+
+        return call
+
     def _call(self, tuple_: Tuple) -> None:
-        self.collector.current = tuple_
-        try:
-            self.handler(tuple_, self.collector)
-        except (ProducerUnusable, AuthorizationError):
-            raise  # not the tuple's fault: the transaction aborts, or the process restarts or stops
-        except Exception as exc:  # the basic bolt's contract: a raise fails the input (and replays it)
-            self.stats.handler_errors += 1
-            log.warning(
-                "%s: handler %s raised on %s, failing the tuple: %r",
-                self.name,
-                getattr(self.handler, "__name__", self.handler),
-                tuple_.coordinates,
-                exc,
-            )
-            self.collector.fail(tuple_, error=exc)
-        else:  # collector.ack(tuple_), its entries kept in the batch's lists (no call per tuple)
-            anchors = tuple_.anchored.anchors
-            if anchors:
-                ack_val = tuple_.anchored.ack_val
-                for root, edge in anchors.items():
-                    self._ack_roots.append(root)
-                    self._ack_vals.append(edge ^ ack_val)
-            self.stats.acked += 1
-        finally:
-            self.collector.current = None
+        self._batch_call()(tuple_)
+
+    def _handler_failed(self, tuple_: Tuple, exc: Exception) -> None:
+        self.stats.handler_errors += 1
+        log.warning(
+            "%s: handler %s raised on %s, failing the tuple: %r",
+            self.name,
+            getattr(self.handler, "__name__", self.handler),
+            tuple_.coordinates,
+            exc,
+        )
+        self.collector.fail(tuple_, error=exc)

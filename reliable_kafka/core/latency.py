@@ -10,6 +10,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
+import numpy as np
+
 from reliable_kafka.errors import ArgumentError
 
 __all__ = ["BOUNDS_S", "LatencyHistogram", "quantile"]
@@ -34,6 +36,8 @@ BOUNDS_S: tuple[float, ...] = (
 )
 """Upper bounds (seconds) of the buckets; one more bucket above the last holds everything else."""
 
+_VECTOR_FROM = 64  # observe_many with NumPy from this many values (a bisect each costs ~0.1 us)
+
 
 class LatencyHistogram:
     """Counts of observations per bucket (not cumulative), their number and their sum (seconds)."""
@@ -54,8 +58,13 @@ class LatencyHistogram:
     def observe_many(self, seconds: Sequence[float]) -> None:
         """:meth:`observe` each of ``seconds`` (a bolt's batch: one call instead of one per tuple)."""
         counts, bounds = self.counts, self.bounds
-        for value in seconds:
-            counts[bisect.bisect_left(bounds, value)] += 1
+        if len(seconds) >= _VECTOR_FROM:  # a full batch: one searchsorted instead of a bisect each
+            found = np.bincount(np.searchsorted(bounds, seconds, side="left"), minlength=len(counts))
+            for index in np.flatnonzero(found).tolist():
+                counts[index] += int(found[index])
+        else:
+            for value in seconds:
+                counts[bisect.bisect_left(bounds, value)] += 1
         self.count += len(seconds)
         self.sum_s += sum(seconds)
 

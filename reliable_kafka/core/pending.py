@@ -71,6 +71,12 @@ class PartitionOffsets:
             self.position = offset + 1
 
     def mark_done(self, offset: int) -> None:
+        self.add_done(offset)
+        self.commit_point()  # keeps ``done`` small: offsets below the commit point leave it
+
+    def add_done(self, offset: int) -> None:
+        """:meth:`mark_done` without moving the commit point: for a batch of offsets, followed by one
+        :meth:`commit_point` (which gives the same state as a :meth:`mark_done` each)."""
         self.pending.pop(offset, None)
         if offset not in self.done:
             self.done.add(offset)
@@ -81,7 +87,6 @@ class PartitionOffsets:
             # One stuck offset at the top would keep stale items forever: rebuild (amortised O(1)).
             self._pending_heap = list(self.pending)
             heapq.heapify(self._pending_heap)
-        self.commit_point()  # keeps ``done`` small: offsets below the commit point leave it
 
     def commit_point(self) -> int | None:
         """Smallest pending offset, else the position advanced over offsets already done."""

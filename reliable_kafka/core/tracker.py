@@ -381,6 +381,7 @@ class InFlightTracker:
         now = self._clock()
         done: list[_Entry] = []
         waits: list[float] = []
+        touched: set[_Partition] = set()  # partitions whose commit point moves once, after the loop
         ignored = 0
         for root in roots:
             entry = held.pop(root, None)
@@ -388,9 +389,13 @@ class InFlightTracker:
                 ignored += 1
                 continue
             entry.token = 0
-            partitions[entry.tp].mark_done(entry.offset)
+            part = partitions[entry.tp]
+            part.add_done(entry.offset)
+            touched.add(part)
             waits.append((now - entry.emitted_ms) / 1000.0)
             done.append(entry)
+        for part in touched:
+            part.commit_point()
         self.stats.ignored_outcomes += ignored
         self.stats.completed += len(done)
         self.complete_latency.observe_many(waits)

@@ -146,8 +146,8 @@ def test_packer_extend_refuses_columns_of_different_lengths_and_drops_without_ac
     assert len(off) == 0
 
 
-@given(st.lists(st.floats(min_value=0, max_value=500, allow_nan=False), max_size=30))
-def test_observe_many_is_observe_each(values):
+@given(st.lists(st.floats(min_value=0, max_value=500, allow_nan=False), max_size=200))
+def test_observe_many_is_observe_each(values):  # short lists bisect, long ones (>= 64) use NumPy
     one, many = LatencyHistogram(), LatencyHistogram()
     for value in values:
         one.observe(value)
@@ -305,3 +305,68 @@ def test_an_emit_into_a_full_queue_waits_for_room_and_is_produced_once():
     assert (topic, value, key) == ("out", b"x", b"w") and producer.polls >= 1
     [(root, edge)] = codec.decode_anchors(dict(headers)[codec.ANCHORS_HEADER]).items()
     assert root == 5 and _entries(bolt) == [(EventKind.ACK, 5, 9 ^ edge)]
+
+
+class _StepClock:
+    """A monotonic clock that moves only when a test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_process_latency_is_each_handler_calls_time_and_leaves_out_a_quarantined_records():
+    clock = _StepClock()
+    took = {0: 0.003, 2: 0.2, 3: 0.0004}  # offset -> seconds the handler takes
+
+    def handler(tuple_, collector):
+        clock.now += took[tuple_.offset]
+
+    bolt, _ = _bolt(handler)
+    bolt._clock = clock
+
+    class _Quarantine:
+        def decode_error(self, message, error):
+            clock.now += 7.0  # a slow quarantine copy: not the handler's time
+
+    bolt._quarantine = _Quarantine()
+    bad = new_message(
+        topic="in", partition=0, offset=1, key=b"k", value=b"v", headers=[(codec.ANCHORS_HEADER, b"\x02")]
+    )
+    bolt._process_batch([_message(0, {1: 10}), bad, _message(2, None), _message(3, {4: 40})])
+    histogram = bolt.process_latency
+    assert histogram.count == 3 and histogram.sum_s == pytest.approx(sum(took.values()))
+    expected = LatencyHistogram()
+    for seconds in took.values():
+        expected.observe(seconds)
+    assert histogram.counts == expected.counts
+    assert bolt.stats.received == 4 and bolt.stats.quarantined == 1 and bolt.stats.untracked == 1
+
+
+def test_a_tuple_is_its_own_anchored_and_emits_xor_into_its_ack_val():
+    from reliable_kafka.bolt import Tuple
+    from reliable_kafka.core.anchors import Anchored, anchor_child
+
+    tuple_ = Tuple("in", 0, 3, b"k", b"v", [], 5, {7: 70})
+    assert tuple_.anchored is tuple_ and isinstance(tuple_, Anchored) and tuple_.tracked
+    child = anchor_child([tuple_])
+    assert set(child) == {7} and tuple_.ack_val == child[7]
+    old_style = Tuple("in", 0, 4, b"k", b"v", [], 5, Anchored({8: 80}))  # the signature before
+    assert old_style.anchors == {8: 80} and old_style.ack_val == 0 and old_style.roots == [8]
+    assert not Tuple("in", 0, 5, b"k", b"v", [], 5, {}).tracked
+
+
+def test_a_tuple_in_its_handler_is_counted_received_and_not_handled():
+    """The status page finds a stuck handler as ``received - quarantined - handled >= 1``: a tuple
+    is counted received before its handler runs, not at the end of its batch."""
+    in_hand = []
+
+    def handler(tuple_, collector):
+        in_hand.append(bolt.stats.received - bolt.stats.quarantined - bolt.process_latency.count)
+
+    bolt, _ = _bolt(handler)
+    bolt._process_batch([_message(0, {1: 10}), _message(1, None), _message(2, {3: 30})])
+    assert in_hand == [1, 2, 3]  # handled moves once per batch, after it
+    assert bolt.stats.received == 3 and bolt.process_latency.count == 3

@@ -953,3 +953,26 @@ def test_completed_action_is_the_dataclass_one():
     assert made.due_ms is None and made.root is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.offset = 1
+
+
+@given(
+    st.one_of(st.none(), st.integers(0, 5)),
+    st.lists(st.integers(0, 40), max_size=30),
+    st.lists(st.lists(st.integers(0, 45), max_size=15), max_size=5),
+)
+def test_add_done_of_a_batch_then_one_commit_point_is_mark_done_of_each(committed, pending, batches):
+    """The outcome batch path (``add_done`` per offset, one ``commit_point`` after) leaves a
+    partition exactly as ``mark_done`` of each offset: commit point, pending and done offsets."""
+    from reliable_kafka.core.pending import PartitionOffsets, PendingOffset
+
+    each, batched = PartitionOffsets(committed), PartitionOffsets(committed)
+    for offset in pending:
+        each.add_pending(PendingOffset(TP, offset))
+        batched.add_pending(PendingOffset(TP, offset))
+    for batch in batches:
+        for offset in batch:
+            each.mark_done(offset)
+            batched.add_done(offset)
+        assert batched.commit_point() == each.commit_point()
+        assert batched.pending.keys() == each.pending.keys()
+        assert batched.done == each.done and batched.position == each.position
