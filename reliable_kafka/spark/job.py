@@ -7,6 +7,7 @@ come from (fresh roots for a spout, the ``rk-anchors`` header for a bolt).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
@@ -444,7 +445,8 @@ def offsets_json(offsets: dict[tuple[str, int], int]) -> str:
 def final_acks(inputs: list[tuple[int, int]], children: tuple[Any, Any]) -> list[tuple[int, int]]:
     """The inputs' own (root, edge) pairs folded with their children's XOR (roots, xors): one ACK
     entry per root, whose val cancels both the inputs' edges and the children's (DESIGN 7.2)."""
-    pairs = np.array(inputs, dtype=np.int64).reshape(-1, 2)
+    flat = itertools.chain.from_iterable(inputs)  # a third of np.array's time over a list of tuples
+    pairs = np.fromiter(flat, dtype=np.int64, count=2 * len(inputs)).reshape(-1, 2)
     roots, xors = children
     folded = fold_by_root(
         np.concatenate([pairs[:, 0], np.asarray(roots, dtype=np.int64)]),

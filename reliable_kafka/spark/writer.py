@@ -309,10 +309,10 @@ def fold_by_root(roots, vals):
     """One entry per distinct root, its vals XORed together (an ack's val may be any XOR split)."""
     if len(roots) == 0:
         return roots, vals
-    unique, inverse = np.unique(roots, return_inverse=True)
-    folded = np.zeros(len(unique), dtype=np.int64)
-    np.bitwise_xor.at(folded, inverse, vals)
-    return unique, folded
+    order = np.argsort(roots, kind="stable")  # sorted runs reduced in place: half np.unique's time
+    roots, vals = roots[order], vals[order]
+    starts = np.flatnonzero(np.concatenate(([True], roots[1:] != roots[:-1])))
+    return roots[starts], np.bitwise_xor.reduceat(vals, starts)
 
 
 def _key_value_sql(types: dict[str, str]) -> list[str]:
