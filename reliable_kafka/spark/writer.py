@@ -16,7 +16,7 @@ from reliable_kafka import codec
 from reliable_kafka.errors import StateError, WaitTimeoutError
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN
 
-__all__ = ["in_session", "release_observations", "sink_rows_jvm", "v2_write_session", "write_in_jvm"]
+__all__ = ["in_session", "release_observations", "v2_write_session", "write_in_jvm"]
 
 log = logging.getLogger(__name__)
 
@@ -194,32 +194,27 @@ def _headers_jvm_sql(outputs, salt: int, anchors: str) -> tuple[str, str, str]:
     return row_id, header, ours
 
 
-def with_headers_jvm(outputs, salt: int):
+def with_headers_jvm(outputs, salt: int, *, empty_anchors_as_null: bool = False):
     """:func:`with_children`'s ``rk_headers`` through reliable-kafka's Java functions
     (``jvm_functions``, registered on the session), with the same bytes: a row with one pair (a
     row-to-row transform's output) gets its child edge from ``xxhash64`` and its header from
     ``rk_anchors_v2``; other rows get both from ``rk_child_header``. Adds ``rk_row`` and
     ``rk_header`` (our header value, null without roots); no array of children: the SQL
     expressions that build one, even where not evaluated, make Spark's generated code too large
-    for the JIT (measured: 1.6 us a row)."""
-    row_id, header, ours = _headers_jvm_sql(outputs, salt, f"`{ANCHORS_COLUMN}`")
-    if _lateral_aliases(outputs):
-        return outputs.selectExpr("*", row_id, header, f"{ours} AS rk_headers")
+    for the JIT (measured: 1.6 us a row). ``empty_anchors_as_null``: read empty anchors as NULL
+    (``write_in_jvm``), in the same projection (adds ``rk_anchors``; one analysis, where a step
+    of its own took another, 20 to 80 ms on the loaded driver)."""
+    lateral = _lateral_aliases(outputs)
+    anchors, nullified = f"`{ANCHORS_COLUMN}`", []
+    if empty_anchors_as_null:
+        nullified = [f"IF(size({anchors}) > 0, {anchors}, NULL) AS rk_anchors"]
+        if not lateral:
+            outputs, nullified = outputs.selectExpr("*", *nullified), []
+        anchors = "rk_anchors"
+    row_id, header, ours = _headers_jvm_sql(outputs, salt, anchors)
+    if lateral:  # the row id is still computed once: Spark stacks the projections
+        return outputs.selectExpr("*", *nullified, row_id, header, f"{ours} AS rk_headers")
     return outputs.selectExpr("*", row_id).selectExpr("*", header).selectExpr("*", f"{ours} AS rk_headers")
-
-
-def sink_rows_jvm(outputs, salt: int):
-    """:func:`sink_rows` of :func:`with_headers_jvm` (over anchors as ``write_in_jvm`` passes them:
-    none as NULL) in one projection, where the steps took one analysis each (20 to 80 ms apiece on
-    the loaded driver): key, value and ``headers`` for Spark's Kafka sink, which reads only those,
-    plus ``rk_header`` for the observation (and ``rk_anchors``, ``rk_row``). Needs lateral column
-    aliases (Spark's default); None when they are off."""
-    if not _lateral_aliases(outputs):
-        return None
-    anchors = f"`{ANCHORS_COLUMN}`"
-    nullified = f"IF(size({anchors}) > 0, {anchors}, NULL) AS rk_anchors"
-    row_id, header, ours = _headers_jvm_sql(outputs, salt, "rk_anchors")
-    return outputs.selectExpr(*_key_value_sql(dict(outputs.dtypes)), nullified, row_id, header, f"{ours} AS headers")
 
 
 def observe_headers_jvm(rows):
@@ -315,19 +310,16 @@ def fold_by_root(roots, vals):
     return roots[starts], np.bitwise_xor.reduceat(vals, starts)
 
 
-def _key_value_sql(types: dict[str, str]) -> list[str]:
-    """Key and value as Kafka takes them (string or binary); other types are written as text, as
-    the Python writer does."""
-    return [
+def sink_rows(rows):
+    """The rows as Spark's Kafka sink takes them: key, value and headers. Kafka takes string or
+    binary; other types are written as text, as the Python writer does."""
+    types = dict(rows.dtypes)
+    plain = [
         f"`{n}`" if types[n] in ("string", "binary") else f"CAST(`{n}` AS STRING) AS `{n}`"
         for n in ("key", "value")
         if n in types
     ]
-
-
-def sink_rows(rows):
-    """The rows as Spark's Kafka sink takes them: key, value and headers."""
-    return rows.selectExpr(*_key_value_sql(dict(rows.dtypes)), "rk_headers AS headers")
+    return rows.selectExpr(*plain, "rk_headers AS headers")
 
 
 def without_kafka(sources: str) -> str:
@@ -397,21 +389,16 @@ def write_in_jvm(
     outputs = in_session(outputs, session or v2_write_session(outputs.sparkSession))
     # no anchors as NULL, not an empty array (no roots either way): Spark (ANSI mode) may evaluate
     # ``anchors[0]`` of the child edges' expression ahead of its size guard, and fail the batch
-    jvm = use_jvm_functions(outputs.sparkSession)
-    sink = sink_rows_jvm(outputs, salt) if jvm else None
-    if sink is not None:  # one projection, observed: the observation still sits right below the write
-        sink, observation = observe_headers_jvm(sink)
+    if use_jvm_functions(outputs.sparkSession):
+        rows, observation = observe_headers_jvm(with_headers_jvm(outputs, salt, empty_anchors_as_null=True))
     else:
         anchors = f"`{ANCHORS_COLUMN}`"
         outputs = outputs.withColumn(ANCHORS_COLUMN, F.expr(f"IF(size({anchors}) > 0, {anchors}, NULL)"))
-        if jvm:
-            rows, observation = observe_headers_jvm(with_headers_jvm(outputs, salt))
-        else:
-            rows, observation = observe_children(with_children(outputs, salt))
-        sink = sink_rows(rows)
+        rows, observation = observe_children(with_children(outputs, salt))
     try:
         writer = (
-            sink.write.format("kafka")
+            sink_rows(rows)
+            .write.format("kafka")
             .mode("append")
             .option("kafka.bootstrap.servers", bootstrap_servers)
             .option("topic", topic)
@@ -420,8 +407,8 @@ def write_in_jvm(
             writer = writer.option(key, value)
         writer.save()
         what = f"outputs to {topic}"
-        metrics = observed_metrics(observation, sink.sparkSession, timeout=metrics_timeout, what=what)
+        metrics = observed_metrics(observation, rows.sparkSession, timeout=metrics_timeout, what=what)
     except BaseException:
-        release_observations(sink)
+        release_observations(rows)
         raise
     return children_from_metrics(metrics, what=what)
