@@ -123,11 +123,14 @@ class HadoopFiles:
     """
 
     def __init__(self, spark) -> None:
-        self._jvm = spark._jvm
+        from py4j.java_gateway import JavaClass
+
+        # the class itself: reaching it as _jvm.org.apache... costs a py4j round trip a dotted step
+        self._path_class = JavaClass("org.apache.hadoop.fs.Path", spark.sparkContext._gateway._gateway_client)
         self._conf = spark._jsparkSession.sessionState().newHadoopConf()
 
     def _fs_path(self, path: str):
-        jpath = self._jvm.org.apache.hadoop.fs.Path(path)
+        jpath = self._path_class(path)
         return jpath.getFileSystem(self._conf), jpath
 
     def names(self, directory: str) -> list[str]:

@@ -33,6 +33,7 @@ __all__ = [
     "derive_child_edge",
     "derive_ids",
     "salt_sql",
+    "id_sql",
     "root_column",
     "edge_column",
 ]
@@ -204,15 +205,21 @@ def salt_sql(salt: int) -> str:
     return f"X'{struct.pack('<q', salt).hex()}'"
 
 
+def id_sql(salt: int, tag: int, attempt: str = "`attempt`") -> str:
+    """SQL of the id ``tag`` (:data:`ROOT_TAG`, :data:`EDGE_TAG`) over columns topic, partition,
+    offset and the expression ``attempt`` (a column, or a literal such as ``1``)."""
+    h = (
+        f"xxhash64({salt_sql(salt)}, CAST(`topic` AS STRING), CAST(`partition` AS INT), "
+        f"CAST(`offset` AS BIGINT), CAST({attempt} AS INT), CAST({tag} AS INT))"
+    )
+    return f"coalesce(nullif({h}, 0), CAST({ZERO_REPLACEMENT} AS BIGINT))"
+
+
 def _column(salt: int, tag: int):
     from pyspark.sql import functions as F
 
     # SQL text: one py4j call, where a Column tree costs dozens (each slow on a busy driver).
-    h = (
-        f"xxhash64({salt_sql(salt)}, CAST(`topic` AS STRING), CAST(`partition` AS INT), "
-        f"CAST(`offset` AS BIGINT), CAST(`attempt` AS INT), CAST({tag} AS INT))"
-    )
-    return F.expr(f"coalesce(nullif({h}, 0), CAST({ZERO_REPLACEMENT} AS BIGINT))")
+    return F.expr(id_sql(salt, tag))
 
 
 def root_column(salt: int):

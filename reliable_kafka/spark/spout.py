@@ -41,7 +41,7 @@ from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.clients import new_consumer
 from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog
 from reliable_kafka.spark.checkpoint import HadoopFiles, read_resume_point
-from reliable_kafka.spark.derive import edge_column, root_column
+from reliable_kafka.spark.derive import EDGE_TAG, ROOT_TAG, edge_column, id_sql, root_column
 from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, final_acks
 from reliable_kafka.spark.offset_reads import chunks, read_ranges, read_redeliveries
 from reliable_kafka.spark.recovery import committed_offsets, plan_recovery
@@ -282,18 +282,24 @@ class SparkSpout(SparkJob):
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        frames = []
-        if fresh is not None:
-            frames.append(fresh.select(*SOURCE_COLUMNS, F.lit(1).alias("attempt")))
-        if redeliveries:
-            frames.append(read_redeliveries(self.spark, redeliveries, **self._connection()))
-        if not frames:
-            return
-        batch = functools.reduce(lambda a, b: a.unionByName(b), frames)
         salt = new_id()
-        batch = batch.select("*", root_column(salt).alias("root"), edge_column(salt).alias("edge"))
-        ranges = self._batches.stream_ranges(batch_id) if not redeliveries else None
-        if ranges is None:  # collected: one Spark job reads the batch; the write reads the cache
+
+        def with_ids(frame):
+            return frame.select("*", root_column(salt).alias("root"), edge_column(salt).alias("edge"))
+
+        ranges = self._batches.stream_ranges(batch_id) if fresh is not None and not redeliveries else None
+        if ranges is not None:  # registered from its offset ranges: only the write reads the batch
+            batch = fresh
+        else:
+            frames = []
+            if fresh is not None:
+                frames.append(fresh.select(*SOURCE_COLUMNS, F.lit(1).alias("attempt")))
+            if redeliveries:
+                frames.append(read_redeliveries(self.spark, redeliveries, **self._connection()))
+            if not frames:
+                return
+            # collected: one Spark job reads the batch; the write reads the cache
+            batch = with_ids(functools.reduce(lambda a, b: a.unionByName(b), frames))
             batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
         roots: list[int] = []
         try:
@@ -309,12 +315,17 @@ class SparkSpout(SparkJob):
             if self._roots.root_index is not None:
                 self._roots.root_index.send()  # flushed with the INITs
             self._send_entries(EventKind.INIT, entries, what=f"INIT of {what}")  # (1)
-            inputs = batch
-            if skipped:
-                spark = batch.sparkSession
-                done = spark.createDataFrame([(root,) for root in skipped], "root long")
-                inputs = batch.join(F.broadcast(done), "root", "left_anti")
-            inputs = inputs.select(*SOURCE_COLUMNS, "attempt", F.array(F.struct("root", "edge")).alias("anchors"))
+            if ranges is not None and not skipped:  # one projection: each DataFrame step is analysed anew
+                root, edge = id_sql(salt, ROOT_TAG, attempt="1"), id_sql(salt, EDGE_TAG, attempt="1")
+                anchors = f"array(named_struct('root', {root}, 'edge', {edge})) AS anchors"
+                inputs = fresh.selectExpr(*[f"`{c}`" for c in SOURCE_COLUMNS], "1 AS attempt", anchors)
+            else:
+                inputs = batch if ranges is None else with_ids(fresh.select(*SOURCE_COLUMNS, F.lit(1).alias("attempt")))
+                if skipped:
+                    spark = inputs.sparkSession
+                    done = spark.createDataFrame([(root,) for root in skipped], "root long")
+                    inputs = inputs.join(F.broadcast(done), "root", "left_anti")
+                inputs = inputs.select(*SOURCE_COLUMNS, "attempt", F.array(F.struct("root", "edge")).alias("anchors"))
             self.stats.inputs += len(entries)  # from offset ranges: transaction markers included
             _, _, children = self._write(inputs, salt)  # (2)
             acks = final_acks(entries, children)  # the children's XOR goes into the final acks
@@ -330,7 +341,8 @@ class SparkSpout(SparkJob):
                 self._send_fails(roots)
             self._batch_failed(what, exc)
         finally:
-            batch.unpersist()
+            if ranges is None:
+                batch.unpersist()
 
     # --- the driver loop ------------------------------------------------------------------------
 

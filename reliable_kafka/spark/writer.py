@@ -171,20 +171,15 @@ def with_children(outputs, salt: int):
     )
 
 
-def with_headers_jvm(outputs, salt: int):
-    """:func:`with_children`'s ``rk_headers`` through reliable-kafka's Java functions
-    (``jvm_functions``, registered on the session), with the same bytes: a row with one pair (a
-    row-to-row transform's output) gets its child edge from ``xxhash64`` and its header from
-    ``rk_anchors_v2``; other rows get both from ``rk_child_header``. Adds ``rk_row`` and
-    ``rk_header`` (our header value, null without roots); no array of children: the SQL
-    expressions that build one, even where not evaluated, make Spark's generated code too large
-    for the JIT (measured: 1.6 us a row)."""
+def _headers_jvm_sql(outputs, salt: int, anchors: str) -> tuple[str, str, str]:
+    """SQL of :func:`with_headers_jvm`'s columns over the anchors expression ``anchors``: (row id,
+    ``rk_header``, ``rk_headers``), each with its alias."""
     from reliable_kafka.spark.derive import salt_sql
     from reliable_kafka.spark.jvm_functions import ANCHORS_V2_FUNCTION, CHILD_HEADER_FUNCTION
 
     # get(): null past the end, where [0] raises under ANSI, and Spark evaluates a subexpression the
     # two conditions share for every row (it does not skip the right side of AND)
-    anchors, first = f"`{ANCHORS_COLUMN}`", f"get(`{ANCHORS_COLUMN}`, 0).root"
+    first = f"get({anchors}, 0).root"
     one = f"({anchors} IS NOT NULL AND size({anchors}) = 1 AND {first} IS NOT NULL AND {first} != 0)"
     row_id = f"monotonically_increasing_id() AS {ROW_ID}"
     header = (
@@ -197,8 +192,29 @@ def with_headers_jvm(outputs, salt: int):
     )
     if "headers" in outputs.columns:
         ours = f"concat({_their_headers_sql()}, {ours})"
-    if _lateral_aliases(outputs):
-        return outputs.selectExpr("*", row_id, header, f"{ours} AS rk_headers")
+    return row_id, header, ours
+
+
+def with_headers_jvm(outputs, salt: int, *, empty_anchors_as_null: bool = False):
+    """:func:`with_children`'s ``rk_headers`` through reliable-kafka's Java functions
+    (``jvm_functions``, registered on the session), with the same bytes: a row with one pair (a
+    row-to-row transform's output) gets its child edge from ``xxhash64`` and its header from
+    ``rk_anchors_v2``; other rows get both from ``rk_child_header``. Adds ``rk_row`` and
+    ``rk_header`` (our header value, null without roots); no array of children: the SQL
+    expressions that build one, even where not evaluated, make Spark's generated code too large
+    for the JIT (measured: 1.6 us a row). ``empty_anchors_as_null``: read empty anchors as NULL
+    (``write_in_jvm``), in the same projection (adds ``rk_anchors``; one analysis, where a step
+    of its own took another, 20 to 80 ms on the loaded driver)."""
+    lateral = _lateral_aliases(outputs)
+    anchors, nullified = f"`{ANCHORS_COLUMN}`", []
+    if empty_anchors_as_null:
+        nullified = [f"IF(size({anchors}) > 0, {anchors}, NULL) AS rk_anchors"]
+        if not lateral:
+            outputs, nullified = outputs.selectExpr("*", *nullified), []
+        anchors = "rk_anchors"
+    row_id, header, ours = _headers_jvm_sql(outputs, salt, anchors)
+    if lateral:  # the row id is still computed once: Spark stacks the projections
+        return outputs.selectExpr("*", *nullified, row_id, header, f"{ours} AS rk_headers")
     return outputs.selectExpr("*", row_id).selectExpr("*", header).selectExpr("*", f"{ours} AS rk_headers")
 
 
@@ -230,6 +246,15 @@ def observe_children(rows):
     return observed, observation
 
 
+def jvm_class(session, name: str):
+    """The JVM class ``name`` (fully qualified) as a py4j proxy, without a round trip: reaching it
+    as ``_jvm.org.apache...`` costs one per dotted step, in each of which the JVM tries the prefix
+    as a class in every jar on its classpath (measured: 13% of a tracked job's JVM samples)."""
+    from py4j.java_gateway import JavaClass
+
+    return JavaClass(name, session.sparkContext._gateway._gateway_client)
+
+
 def observed_metrics(observation, session, *, timeout: float, what: str) -> dict[str, Any]:
     """The observation's metrics once Spark's listener set them (asynchronously, after the action
     returned); a :class:`WaitTimeoutError` after ``timeout`` seconds instead of blocking forever,
@@ -254,8 +279,8 @@ def _collected(jrow, session) -> dict[str, Any]:
     batch's 2.5 MB of pairs, against 0.03 s this way)."""
     from pyspark.sql import DataFrame
 
-    jvm = session.sparkContext._jvm
-    jdf = session._jsparkSession.createDataFrame(jvm.java.util.Collections.singletonList(jrow), jrow.schema())
+    rows = jvm_class(session, "java.util.Collections").singletonList(jrow)
+    jdf = session._jsparkSession.createDataFrame(rows, jrow.schema())
     return DataFrame(jdf, session).collect()[0].asDict()
 
 
@@ -280,10 +305,10 @@ def fold_by_root(roots, vals):
     """One entry per distinct root, its vals XORed together (an ack's val may be any XOR split)."""
     if len(roots) == 0:
         return roots, vals
-    unique, inverse = np.unique(roots, return_inverse=True)
-    folded = np.zeros(len(unique), dtype=np.int64)
-    np.bitwise_xor.at(folded, inverse, vals)
-    return unique, folded
+    order = np.argsort(roots, kind="stable")  # sorted runs reduced in place: half np.unique's time
+    roots, vals = roots[order], vals[order]
+    starts = np.flatnonzero(np.concatenate(([True], roots[1:] != roots[:-1])))
+    return roots[starts], np.bitwise_xor.reduceat(vals, starts)
 
 
 def sink_rows(rows):
@@ -328,7 +353,7 @@ def in_session(df, session):
         return df
     from pyspark.sql import DataFrame
 
-    datasets = session.sparkContext._jvm.org.apache.spark.sql.classic.Dataset
+    datasets = jvm_class(session, "org.apache.spark.sql.classic.Dataset")
     return DataFrame(datasets.ofRows(session._jsparkSession, df._jdf.logicalPlan()), session)
 
 
@@ -365,11 +390,11 @@ def write_in_jvm(
     outputs = in_session(outputs, session or v2_write_session(outputs.sparkSession))
     # no anchors as NULL, not an empty array (no roots either way): Spark (ANSI mode) may evaluate
     # ``anchors[0]`` of the child edges' expression ahead of its size guard, and fail the batch
-    anchors = f"`{ANCHORS_COLUMN}`"
-    outputs = outputs.withColumn(ANCHORS_COLUMN, F.expr(f"IF(size({anchors}) > 0, {anchors}, NULL)"))
     if use_jvm_functions(outputs.sparkSession):
-        rows, observation = observe_headers_jvm(with_headers_jvm(outputs, salt))
+        rows, observation = observe_headers_jvm(with_headers_jvm(outputs, salt, empty_anchors_as_null=True))
     else:
+        anchors = f"`{ANCHORS_COLUMN}`"
+        outputs = outputs.withColumn(ANCHORS_COLUMN, F.expr(f"IF(size({anchors}) > 0, {anchors}, NULL)"))
         rows, observation = observe_children(with_children(outputs, salt))
     try:
         writer = (

@@ -29,7 +29,15 @@ from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, lag
 from reliable_kafka.spark import spark_session
-from reliable_kafka.spark.derive import derive_edge, derive_root, edge_column, root_column
+from reliable_kafka.spark.derive import (
+    EDGE_TAG,
+    ROOT_TAG,
+    derive_edge,
+    derive_root,
+    edge_column,
+    id_sql,
+    root_column,
+)
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.topology import TopologyTopics
 
@@ -101,6 +109,12 @@ def test_ids_derived_by_spark_match_the_python_port(spark):
     salt = -4_242_424_242_424_242
     got = df.select(root_column(salt).alias("root"), edge_column(salt).alias("edge")).collect()
     assert [(r.root, r.edge) for r in got] == [(derive_root(salt, *row), derive_edge(salt, *row)) for row in rows]
+    # a stream batch's first attempts: the ids with the attempt as a literal (one input projection)
+    first = df.selectExpr(
+        f"{id_sql(salt, ROOT_TAG, attempt='1')} AS root", f"{id_sql(salt, EDGE_TAG, attempt='1')} AS edge"
+    )
+    expected = [(derive_root(salt, t, p, o, 1), derive_edge(salt, t, p, o, 1)) for t, p, o, _ in rows]
+    assert [(r.root, r.edge) for r in first.collect()] == expected
 
 
 def test_commits_only_completed_trees_and_redelivers_downstream_failures(spark, kafka_bootstrap, tmp_path):

@@ -8,7 +8,8 @@ import java.io.Serializable;
 /**
  * root -> XOR of its values: an open-addressing table of primitive longs (linear probing, at most
  * half full). Key 0 marks a free slot, so a root 0 (never a valid id, but not ours to refuse here)
- * is kept beside the table. Serialized as its used entries only.
+ * is kept beside the table. Serialized as its used entries only. The last root's slot is kept: an
+ * output's roots come in runs (the rows one input's transform made), so most updates skip the probe.
  */
 public final class RootXors implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -19,6 +20,8 @@ public final class RootXors implements Serializable {
     private transient int size;
     private transient boolean hasZero;
     private transient long zeroVal;
+    private transient long lastKey; // 0: none (root 0 never takes a slot)
+    private transient int lastSlot;
 
     public int size() {
         return size + (hasZero ? 1 : 0);
@@ -37,17 +40,25 @@ public final class RootXors implements Serializable {
             zeroVal ^= val;
             return;
         }
+        if (root == lastKey) {
+            vals[lastSlot] ^= val;
+            return;
+        }
         int mask = keys.length - 1;
         int i = slot(root, mask);
         while (true) {
             long key = keys[i];
             if (key == root) {
                 vals[i] ^= val;
+                lastKey = root;
+                lastSlot = i;
                 return;
             }
             if (key == 0L) {
                 keys[i] = root;
                 vals[i] = val;
+                lastKey = root;
+                lastSlot = i;
                 if (++size * 2 > keys.length) {
                     grow();
                 }
@@ -99,6 +110,7 @@ public final class RootXors implements Serializable {
         keys = new long[oldKeys.length * 2];
         vals = new long[oldKeys.length * 2];
         size = 0;
+        lastKey = 0L;
         for (int i = 0; i < oldKeys.length; i++) {
             if (oldKeys[i] != 0L) {
                 xor(oldKeys[i], oldVals[i]);
