@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
+from typing import Any
 
 from reliable_kafka import codec
 from reliable_kafka.bolt import BasicBolt
@@ -63,8 +64,9 @@ def _bolt(counts, *, split: bool = False) -> BasicBolt:
         group_id="bench",
         handler=split_words if split else count,
     )
-    bolt._producer = _NullProducer()
-    bolt._acks = AckSender(bolt._producer, acks_topic="bench.acks", ack_partitions=1, sender=1)
+    producer: Any = _NullProducer()  # the Producer's produce() without librdkafka
+    bolt._producer = producer
+    bolt._acks = AckSender(producer, acks_topic="bench.acks", ack_partitions=1, sender=1)
     bolt._ends = {}
     return bolt
 
@@ -87,6 +89,8 @@ def main() -> None:
     counts: dict[bytes, int] = defaultdict(int)
     bolt = _bolt(counts)
     process = getattr(bolt, "_process_batch", None)
+    acks = bolt._acks
+    assert acks is not None
     print("us of CPU per tuple (best of rounds); the machine is shared, so figures wander")
     for tracked in (False, True):
         messages = _messages(tracked)
@@ -101,7 +105,7 @@ def main() -> None:
             else:  # a checkout from before _process_batch
                 for message in messages:
                     bolt._process(message)
-            bolt._acks.send()
+            acks.send()
 
         label = "tracked" if tracked else "untracked"
         print(
@@ -110,12 +114,14 @@ def main() -> None:
         )
     splitter = _bolt(counts, split=True)
     split_process = splitter._process_batch
+    split_acks = splitter._acks
+    assert split_acks is not None
     for tracked in (False, True):
         messages = _messages(tracked)
 
         def split_batch(messages=messages) -> None:
             split_process(messages)
-            splitter._acks.send()
+            split_acks.send()
 
         per_input = per_tuple_us(split_batch, max(1, args.batches // 8), args.repeat)
         label = "tracked" if tracked else "untracked"

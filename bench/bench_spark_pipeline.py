@@ -204,7 +204,7 @@ def run_tracked(
                 message_timeout_ms=600_000,
             )
             if PROFILE is not None:
-                job._on_stream_batch = _profiled(job._on_stream_batch)
+                job._on_stream_batch = _profiled(job._on_stream_batch)  # type: ignore[method-assign]
             started = time.monotonic()
             with Meter(jvm_pid) as meter:
                 job.start()
@@ -212,7 +212,7 @@ def run_tracked(
             if bolt == "after":
                 helpers.append(downstream)
                 downstream.start()
-            done = job.run_until(lambda j: j.caught_up(), timeout=900, poll_interval=0.5)
+            done = job.run_until(lambda _: job.caught_up(), timeout=900, poll_interval=0.5)
             completed = time.monotonic() - started
             progress = job.progress()
             job.stop()

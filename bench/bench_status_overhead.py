@@ -17,7 +17,7 @@ from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.core.tracker import InFlightTracker
 
 
-class _NoHistogram:
+class _NoHistogram(LatencyHistogram):
     def observe(self, seconds: float) -> None:
         pass
 
