@@ -31,6 +31,7 @@ from reliable_kafka.security import spark_kafka_options as spark_security_option
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
 from reliable_kafka.spark.failed_rows import FailedRow, failed_from_metrics, observe_failed
 from reliable_kafka.spark.writer import (
+    RESERVED_COLUMNS,
     fold_by_root,
     in_session,
     observed_metrics,
@@ -318,6 +319,12 @@ class SparkJob:
                 f"{self.name}: transform {getattr(self.transform, '__name__', self.transform)} must return "
                 f"a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns (and optionally key, headers, "
                 f"rk_fail, rk_fail_reason, rk_fail_retry); got {sorted(columns)}"
+            )
+        reserved = sorted(columns & RESERVED_COLUMNS)
+        if reserved:
+            raise ConfigError(
+                f"{self.name}: transform {getattr(self.transform, '__name__', self.transform)} returned "
+                f"column(s) {reserved}, which reliable-kafka's output path adds itself; rename or drop them"
             )
         session = self._sink_session
         if session is None:

@@ -57,6 +57,10 @@ ROW_ID = "rk_row"
 CHILDREN = "rk_children"
 PAIRS = "rk_pairs"
 HEADER = "rk_header"
+RESERVED_COLUMNS = frozenset({ROW_ID, CHILDREN, PAIRS, HEADER, "rk_headers", "rk_anchors"})
+"""Columns the output path adds to a transform's outputs: an output column of the same name would
+be read in place of ours (Spark resolves a name to an input column before a lateral alias), so
+child edges could repeat within a root and cancel out of its XOR."""
 _HEADER_TYPE = "array<struct<key:string,value:binary>>"
 V1_SOURCES = "spark.sql.sources.useV1SourceList"
 

@@ -1,10 +1,12 @@
 """The figures a Spark job keeps of its stream batches (``SparkJob._on_batch``), which a Python
-StreamingQueryListener used to give: the last batch id and the rate its inputs arrived at."""
+StreamingQueryListener used to give: the last batch id and the rate its inputs arrived at; and the
+columns a transform's outputs may not have (Spark not started)."""
 
 from __future__ import annotations
 
 import pytest
 
+from reliable_kafka.errors import ConfigError
 from reliable_kafka.spark import job as spark_job
 from reliable_kafka.spark.bolt import SparkBolt
 
@@ -64,3 +66,26 @@ def test_a_failed_batch_is_still_the_last_one(monkeypatch):
     with pytest.raises(RuntimeError, match="transform failed"):
         job._on_batch(None, 3)
     assert job.stats.last_batch_id == 3
+
+
+class _Outputs:
+    """What the job reads of a transform's outputs before it asks Spark anything: the columns."""
+
+    def __init__(self, *columns: str) -> None:
+        self.columns = list(columns)
+
+
+@pytest.mark.parametrize("column", ["rk_row", "rk_header", "rk_headers", "rk_anchors", "rk_children", "rk_pairs"])
+def test_outputs_with_a_column_the_output_path_adds_are_refused(column):
+    job = SparkBolt(
+        None,
+        topology="t",
+        bootstrap_servers=CLOSED,
+        source_topics="in",
+        group_id="g",
+        checkpoint_dir="/nonexistent",
+        transform=lambda df: _Outputs("value", "anchors", column),
+        output_topic="out",
+    )
+    with pytest.raises(ConfigError, match=rf"\['{column}'\].*rename or drop"):
+        job._write(None, 1)
