@@ -38,7 +38,8 @@ def reference(records):
 
 def random_records(rng: random.Random, n: int):
     roots = [rng.randint(-(2**63), 2**63 - 1) for _ in range(40)]
-    records, offsets = [], {}
+    records: list[tuple] = []
+    offsets: dict[tuple[str, int], int] = {}
     for _ in range(n):
         key = (rng.choice(["a", "b"]), rng.randint(0, 2))
         offsets[key] = offsets.get(key, rng.randint(0, 1000)) + rng.randint(1, 3)
