@@ -31,7 +31,7 @@ from reliable_kafka.kafka.parking import park
 from reliable_kafka.kafka.produce import flush_or_raise
 from reliable_kafka.spark.anchors import anchors_from_headers
 from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, final_acks
-from reliable_kafka.spark.writer import pairs_bytes_sql
+from reliable_kafka.spark.writer import fold_by_root, pairs_bytes_sql
 
 __all__ = ["BatchInputs", "SparkBolt", "batch_inputs", "input_summary"]
 
@@ -124,7 +124,7 @@ class SparkBolt(SparkJob):
                     .withColumn("anchors", F.col("rk_decoded.anchors"))
                     .drop("rk_decoded")
                 )
-                # in columns: Spark folds the inputs' edges per root; the driver gets one row
+                # in columns: one Spark aggregation, one row to the driver (the pairs as bytes), NumPy
                 summary = batch_inputs(input_summary(inputs).collect()[0])
                 roots = summary.pairs[:, 0].tolist()  # known before the write: failed if it fails
                 self.untracked += summary.untracked
@@ -192,7 +192,7 @@ class SparkBolt(SparkJob):
 
 @dataclass(frozen=True)
 class BatchInputs:
-    """A batch's tracked inputs as the driver needs them, computed by :func:`input_summary`."""
+    """A batch's tracked inputs as the driver needs them, from :func:`input_summary`."""
 
     pairs: np.ndarray  # (roots, 2) int64: each root once, with the XOR of its inputs' edges
     acked: int  # input (root, edge) pairs
@@ -203,44 +203,39 @@ class BatchInputs:
 
 def input_summary(inputs):
     """One row (DataFrame) summing up a batch's ``inputs`` (with ``anchors``) in Spark, for
-    :func:`batch_inputs`: ``acks``, each root's XOR of its input edges as 16-byte big-endian
-    (root, xor) pairs (``bit_xor``, the fold ``final_acks`` does: any XOR split of an ack is
-    the same ack); ``acked``, the pairs; ``ends``, ``inputs`` and ``untracked`` per partition."""
+    :func:`batch_inputs`: ``pairs``, every input (root, edge) pair as 16 big-endian bytes
+    (``listagg``, as the output path observes its children); ``ends``, ``inputs`` and
+    ``untracked``, per partition. One aggregation by partition, then one row: measured twice as
+    fast as a ``bit_xor`` per root, whose shuffle costs more than folding the pairs in NumPy."""
     from pyspark.sql import functions as F
 
-    per_root = (
-        inputs.select(F.explode("anchors").alias("p"))
-        .select("p.root", "p.edge")
-        .groupBy("root")
-        .agg(F.expr("bit_xor(edge)").alias("xor"), F.count(F.lit(1)).alias("n"))
-    )
-    packed = pairs_bytes_sql("array(named_struct('root', root, 'edge', xor))")
-    acks = per_root.agg(
-        F.expr(f"listagg({packed})").alias("acks"),
-        F.sum("n").alias("acked"),
-    )
+    tracked = f"IF(size(anchors) > 0, {pairs_bytes_sql('anchors')}, NULL)"  # listagg skips nulls
     per_partition = inputs.groupBy("topic", "partition").agg(
         (F.max("offset") + 1).alias("end"),
-        F.count(F.lit(1)).alias("n"),
+        F.count(F.lit(1)).alias("inputs"),
         F.expr("count_if(anchors IS NULL OR size(anchors) = 0)").alias("untracked"),
+        F.expr(f"listagg({tracked})").alias("pairs"),
     )
-    ends = per_partition.agg(
+    return per_partition.agg(
+        F.expr("listagg(pairs)").alias("pairs"),
         F.collect_list(F.struct("topic", "partition", "end")).alias("ends"),
-        F.sum("n").alias("inputs"),
+        F.sum("inputs").alias("inputs"),
         F.sum("untracked").alias("untracked"),
     )
-    return acks.crossJoin(ends)  # two one-row aggregates: one row, one collect
 
 
 def batch_inputs(row) -> BatchInputs:
-    """The row of :func:`input_summary` (a ``Row`` or mapping) as arrays and counts. A sum over
-    no rows is null, as is ``listagg``: read as 0 and no pairs."""
-    raw = bytes(row["acks"] or b"")
+    """The row of :func:`input_summary` (a ``Row`` or mapping) as arrays and counts, the pairs
+    folded per root (the fold :func:`final_acks` does: any XOR split of an ack is the same ack).
+    A sum over no rows is null, as is ``listagg``: read as 0 and no pairs."""
+    raw = bytes(row["pairs"] or b"")
     if len(raw) % 16:
-        raise StateError(f"spark bolt: input acks of {len(raw)} bytes are not 16-byte (root, xor) pairs")
+        raise StateError(f"spark bolt: input pairs of {len(raw)} bytes are not 16-byte (root, edge) pairs")
+    pairs = np.frombuffer(raw, dtype=">i8").astype(np.int64).reshape(-1, 2)
+    roots, xors = fold_by_root(pairs[:, 0], pairs[:, 1])
     return BatchInputs(
-        pairs=np.frombuffer(raw, dtype=">i8").astype(np.int64).reshape(-1, 2),
-        acked=int(row["acked"] or 0),
+        pairs=np.stack([roots, xors], axis=1),
+        acked=len(pairs),
         inputs=int(row["inputs"] or 0),
         untracked=int(row["untracked"] or 0),
         ends={(end["topic"], int(end["partition"])): int(end["end"]) for end in row["ends"] or []},
