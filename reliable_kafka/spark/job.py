@@ -449,11 +449,15 @@ def offsets_json(offsets: dict[tuple[str, int], int]) -> str:
     return json.dumps(by_topic)
 
 
-def final_acks(inputs: list[tuple[int, int]], children: tuple[Any, Any]) -> list[tuple[int, int]]:
+def final_acks(inputs: list[tuple[int, int]] | np.ndarray, children: tuple[Any, Any]) -> list[tuple[int, int]]:
     """The inputs' own (root, edge) pairs folded with their children's XOR (roots, xors): one ACK
-    entry per root, whose val cancels both the inputs' edges and the children's (DESIGN 7.2)."""
-    flat = itertools.chain.from_iterable(inputs)  # a third of np.array's time over a list of tuples
-    pairs = np.fromiter(flat, dtype=np.int64, count=2 * len(inputs)).reshape(-1, 2)
+    entry per root, whose val cancels both the inputs' edges and the children's (DESIGN 7.2).
+    ``inputs``: a list of pairs or an (n, 2) int64 array (a batch's pairs already folded in Spark)."""
+    if isinstance(inputs, np.ndarray):
+        pairs = inputs.astype(np.int64, copy=False).reshape(-1, 2)
+    else:
+        flat = itertools.chain.from_iterable(inputs)  # a third of np.array's time over a list of tuples
+        pairs = np.fromiter(flat, dtype=np.int64, count=2 * len(inputs)).reshape(-1, 2)
     roots, xors = children
     folded = fold_by_root(
         np.concatenate([pairs[:, 0], np.asarray(roots, dtype=np.int64)]),
