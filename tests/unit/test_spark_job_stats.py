@@ -21,17 +21,22 @@ class Clock:
         return self.now
 
 
-def _job(monkeypatch, rows_per_batch: list[int], clock: Clock, *, fail: bool = False) -> SparkBolt:
-    job = SparkBolt(
+def _bolt(transform=lambda df: df) -> SparkBolt:
+    """A SparkBolt not started (no Spark session, no client)."""
+    return SparkBolt(
         None,
         topology="t",
         bootstrap_servers=CLOSED,
         source_topics="in",
         group_id="g",
         checkpoint_dir="/nonexistent",
-        transform=lambda df: df,
+        transform=transform,
         output_topic="out",
     )
+
+
+def _job(monkeypatch, rows_per_batch: list[int], clock: Clock, *, fail: bool = False) -> SparkBolt:
+    job = _bolt()
     batches = iter(rows_per_batch)
 
     def batch(df, batch_id: int) -> None:
@@ -77,15 +82,6 @@ class _Outputs:
 
 @pytest.mark.parametrize("column", ["rk_row", "rk_header", "rk_headers", "rk_anchors", "rk_children", "rk_pairs"])
 def test_outputs_with_a_column_the_output_path_adds_are_refused(column):
-    job = SparkBolt(
-        None,
-        topology="t",
-        bootstrap_servers=CLOSED,
-        source_topics="in",
-        group_id="g",
-        checkpoint_dir="/nonexistent",
-        transform=lambda df: _Outputs("value", "anchors", column),
-        output_topic="out",
-    )
+    job = _bolt(lambda df: _Outputs("value", "anchors", column))
     with pytest.raises(ConfigError, match=rf"\['{column}'\].*rename or drop"):
         job._write(None, 1)
