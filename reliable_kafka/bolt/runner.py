@@ -384,14 +384,19 @@ class Bolt:
         except (ProducerUnusable, AuthorizationError):
             raise  # not the tuple's fault: the transaction aborts, or the process restarts or stops
         except Exception as exc:
-            self.stats.handler_errors += 1
-            log.exception(
-                "%s: handler %s raised on %s; failing the tuple",
-                self.name,
-                getattr(self.handler, "__name__", self.handler),
-                tuple_.coordinates,
-            )
-            self.collector.fail(tuple_, error=exc)
+            self._handler_failed(tuple_, exc)
+
+    def _handler_failed(self, tuple_: Tuple, exc: Exception) -> None:
+        """The handler raised on ``tuple_``: counted, logged with its traceback, and the tuple failed."""
+        self.stats.handler_errors += 1
+        log.exception(
+            "%s: handler %s raised on %s; failing the tuple",
+            self.name,
+            getattr(self.handler, "__name__", self.handler),
+            tuple_.coordinates,
+            exc_info=exc,
+        )
+        self.collector.fail(tuple_, error=exc)
 
     def _produce(self, topic, value, key, headers, partition, anchors: dict[int, int]) -> None:
         assert self._producer is not None  # made by start()
@@ -528,14 +533,3 @@ class BasicBolt(Bolt):
 
     def _call(self, tuple_: Tuple) -> None:
         self._batch_call()(tuple_)
-
-    def _handler_failed(self, tuple_: Tuple, exc: Exception) -> None:
-        self.stats.handler_errors += 1
-        log.warning(
-            "%s: handler %s raised on %s, failing the tuple: %r",
-            self.name,
-            getattr(self.handler, "__name__", self.handler),
-            tuple_.coordinates,
-            exc,
-        )
-        self.collector.fail(tuple_, error=exc)
