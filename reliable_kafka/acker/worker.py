@@ -427,22 +427,24 @@ class AckerWorker:
     # --- outcomes and commits -------------------------------------------------------------------
 
     def _publish(self, decided: list[Outcomes]) -> None:
-        for outcomes in decided:
-            kinds = outcomes.kinds
-            self.stats.completed += int(np.count_nonzero(kinds == 0))
-            self.stats.failed += int(np.count_nonzero(kinds == 1))
-            self.stats.timed_out += int(np.count_nonzero(kinds == 2))
-            for owner, (all_roots, all_kinds) in outcomes.by_owner().items():
-                partition = (owner & ((1 << 64) - 1)) % self._outcome_partitions
-                # RESET_TIMEOUT notices go in records of their own: a reader that predates the
-                # symbol cannot decode them, and must not lose decisions with them
-                notice = all_kinds == OutcomeKind.RESET_TIMEOUT
-                for part in (~notice, notice) if notice.any() else (slice(None),):
-                    roots, owner_kinds = all_roots[part], all_kinds[part]
-                    for start in range(0, len(roots), MAX_OUTCOMES_PER_RECORD):
-                        stop = start + MAX_OUTCOMES_PER_RECORD
-                        value = codec.encode_outcomes(owner, roots[start:stop], owner_kinds[start:stop])
-                        self._send_outcome(partition, value)
+        # one record per owner for the whole poll, not one per fold group: each is a produce request
+        # for the acker and a fetch for the spout (a stable sort keeps each owner's decisions in order)
+        outcomes = Outcomes.concat(decided)
+        kinds = outcomes.kinds
+        self.stats.completed += int(np.count_nonzero(kinds == 0))
+        self.stats.failed += int(np.count_nonzero(kinds == 1))
+        self.stats.timed_out += int(np.count_nonzero(kinds == 2))
+        for owner, (all_roots, all_kinds) in outcomes.by_owner().items():
+            partition = (owner & ((1 << 64) - 1)) % self._outcome_partitions
+            # RESET_TIMEOUT notices go in records of their own: a reader that predates the
+            # symbol cannot decode them, and must not lose decisions with them
+            notice = all_kinds == OutcomeKind.RESET_TIMEOUT
+            for part in (~notice, notice) if notice.any() else (slice(None),):
+                roots, owner_kinds = all_roots[part], all_kinds[part]
+                for start in range(0, len(roots), MAX_OUTCOMES_PER_RECORD):
+                    stop = start + MAX_OUTCOMES_PER_RECORD
+                    value = codec.encode_outcomes(owner, roots[start:stop], owner_kinds[start:stop])
+                    self._send_outcome(partition, value)
 
     def _send_outcome(self, partition: int, value: bytes) -> None:
         assert self._producer is not None

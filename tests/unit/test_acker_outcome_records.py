@@ -1,0 +1,68 @@
+"""The acker sends one outcome record per owner for a whole poll, not one per fold group: each
+record is a produce request for the acker and a fetch for the spout. In-memory Kafka, manual clock."""
+
+from __future__ import annotations
+
+from reliable_kafka import codec
+from reliable_kafka.acker.worker import FOLD_GROUP, AckerWorker
+from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka
+
+TOPOLOGY = "t"
+ACKS = f"{TOPOLOGY}.acks"
+OUTCOMES = f"{TOPOLOGY}.outcomes"
+
+
+def _assigned_acker(kafka: MemoryKafka, clock: ManualClock) -> AckerWorker:
+    acker = AckerWorker(topology=TOPOLOGY, bootstrap_servers="memory", clients=kafka, clock=clock)
+    acker.start()
+    for _ in range(10):
+        acker.poll_once(0)
+        if acker._partitions:
+            return acker
+    raise AssertionError("the acker was not assigned its partition")
+
+
+def _decoded_outcomes(kafka: MemoryKafka) -> list[codec.OutcomeBatch]:
+    return [codec.decode_outcomes(m.value()) for m in kafka.messages(OUTCOMES)]
+
+
+def test_one_poll_over_several_fold_groups_sends_one_outcome_record_per_owner():
+    clock = ManualClock()
+    kafka = MemoryKafka(clock=clock)
+    acker = _assigned_acker(kafka, clock)
+    init, ack, fail = int(EventKind.INIT), int(EventKind.ACK), int(EventKind.FAIL)
+    records = 3 * FOLD_GROUP + 5  # four fold groups in one poll
+    owners = (7, 8)
+    expected: dict[int, list[tuple[int, OutcomeKind]]] = {7: [], 8: []}
+    for root in range(1, records + 1):
+        owner = owners[root % 2]
+        if root % 5:  # completes
+            value = codec.encode_ack_batch(owner, [init, ack], [root, root], [root * 3, root * 3])
+            expected[owner].append((root, OutcomeKind.COMPLETED))
+        else:  # fails
+            value = codec.encode_ack_batch(owner, [init, fail], [root, root], [root * 3, 0])
+            expected[owner].append((root, OutcomeKind.FAILED))
+        ListSource(kafka, ACKS).send([{"value": value, "partition": 0}])
+    acker.poll_once(0)
+    batches = _decoded_outcomes(kafka)
+    assert sorted(batch.spout for batch in batches) == [7, 8], "one record per owner for the whole poll"
+    assert acker.stats.outcome_records == 2
+    for batch in batches:  # every decision, in the order the acker folded them
+        got = list(zip(batch.roots.tolist(), (OutcomeKind(k) for k in batch.kinds.tolist())))
+        assert got == expected[batch.spout]
+    assert (acker.stats.completed, acker.stats.failed) == (records - records // 5, records // 5)
+    acker.close()
+
+
+def test_a_poll_that_decides_nothing_sends_no_outcome_record():
+    clock = ManualClock()
+    kafka = MemoryKafka(clock=clock)
+    acker = _assigned_acker(kafka, clock)
+    init = int(EventKind.INIT)
+    for root in range(1, 2 * FOLD_GROUP + 1):  # pending trees only
+        ListSource(kafka, ACKS).send([{"value": codec.encode_ack_batch(7, [init], [root], [root]), "partition": 0}])
+    acker.poll_once(0)
+    assert _decoded_outcomes(kafka) == []
+    assert acker.stats.outcome_records == 0
+    acker.close()
