@@ -17,7 +17,7 @@ __all__ = ["AckSender", "MAX_ENTRIES_PER_RECORD"]
 
 log = logging.getLogger(__name__)
 
-MAX_ENTRIES_PER_RECORD = 2000  # 17 bytes an entry: ~34 KB records, well under message.max.bytes
+MAX_ENTRIES_PER_RECORD = 8000  # 17 bytes an entry: ~136 KB records, well under message.max.bytes (1 MB)
 
 
 class AckSender:

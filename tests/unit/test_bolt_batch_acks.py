@@ -12,11 +12,12 @@ from hypothesis import strategies as st
 
 from reliable_kafka import codec
 from reliable_kafka.bolt import BasicBolt
+from reliable_kafka.bolt.runner import ACK_HOLD_ENTRIES
 from reliable_kafka.core.ack_packer import AckPacker
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import ArgumentError, DecodeError
-from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD, AckSender
 from reliable_kafka.kafka.produce import SEND_WAIT_S
 from reliable_kafka.testing.memory_broker import new_message
 from reliable_kafka.testing.recording_producer import RecordingProducer
@@ -370,3 +371,22 @@ def test_a_tuple_in_its_handler_is_counted_received_and_not_handled():
     bolt._process_batch([_message(0, {1: 10}), _message(1, None), _message(2, {3: 30})])
     assert in_hand == [1, 2, 3]  # handled moves once per batch, after it
     assert bolt.stats.received == 3 and bolt.process_latency.count == 3
+
+
+def test_acks_held_over_several_full_batches_go_in_one_record(monkeypatch):
+    # fewer ack records is fewer produce requests, acker polls and outcome records (the time bound
+    # still caps how long an ack waits)
+    monkeypatch.setattr("reliable_kafka.bolt.runner.ACK_HOLD_S", 3600.0)
+    full = [[_message(500 * b + i, {500 * b + i + 1: 7}) for i in range(500)] for b in range(12)]
+    bolt, producer = _polling_bolt([*full, [_message(9999, {10_000: 7})]], batch_size=500)
+    bolt._acks_sent_at = float("inf")
+    for _ in range(len(full) + 1):
+        bolt.poll_once(0)
+    assert _ack_records(producer) == 1 and bolt._acks.entries_sent == 6001
+
+
+def test_the_largest_ack_record_fits_the_default_message_size():
+    entries = MAX_ENTRIES_PER_RECORD
+    value = codec.encode_ack_batch(-(2**63), [int(EventKind.ACK)] * entries, [-(2**63)] * entries, [-1] * entries)
+    assert len(value) < 1_000_000  # librdkafka's message.max.bytes and the broker's default limit
+    assert ACK_HOLD_ENTRIES <= MAX_ENTRIES_PER_RECORD  # what a bolt holds goes in one record
