@@ -133,6 +133,34 @@ def test_child_xor_refuses_a_header_that_is_not_v2(spark):
         df.selectExpr("rk_child_xor(h)").collect()
 
 
+def test_child_xor_refuses_arguments_that_are_not_one_binary_header(spark):
+    """A Catalyst aggregate of its own: its argument is checked when the query is analysed."""
+    df = spark.createDataFrame([(1, b"x")], "n bigint, h binary")
+    with pytest.raises(Exception, match="rk_child_xor takes a binary rk-anchors v2 header"):
+        df.selectExpr("rk_child_xor(n)").collect()
+    with pytest.raises(Exception, match="rk_child_xor takes one argument"):
+        df.selectExpr("rk_child_xor(h, h)").collect()
+
+
+def test_child_xor_per_group_merges_buffers_across_a_shuffle(spark):
+    """In a grouped aggregation (partial buffers serialized, shuffled, merged): one XOR per root
+    per group, the same as folding each group's pairs in Python."""
+    rows: list = []
+    expected: dict[int, dict[int, int]] = {}
+    for i in range(2_000):
+        group, root, edge = i % 3, (i * 7) % 50 - 25, i * 0x9E3779B97F4A7C15 % 2**63
+        rows.append((group, codec.encode_anchors([(root, edge), (root ^ 0x55, edge + 1)])))
+        xors = expected.setdefault(group, {})
+        for r, e in ((root, edge), (root ^ 0x55, edge + 1)):
+            xors[r] = xors.get(r, 0) ^ e
+    df = spark.createDataFrame(rows, "g int, h binary").repartition(4)
+    got = {}
+    for row in df.groupBy("g").agg(F.expr("rk_child_xor(h)").alias("x")).collect():
+        raw = bytes(row.x)
+        got[row.g] = dict(struct.unpack_from(">qq", raw, i) for i in range(0, len(raw), 16))
+    assert got == expected
+
+
 def test_headers_are_the_sql_paths_bytes_and_decode(spark):
     """One pair, several (roots repeated, up to 40 a row), none, null, root 0, null pairs and
     roots, the user's headers: the jar path's ``rk_headers`` equal the SQL path's row for row (the

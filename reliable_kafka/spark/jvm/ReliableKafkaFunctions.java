@@ -4,13 +4,11 @@ import java.util.Collections;
 import java.util.Map;
 import java.util.WeakHashMap;
 
-import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.api.java.UDF2;
 import org.apache.spark.sql.api.java.UDF3;
 import org.apache.spark.sql.catalyst.expressions.XXH64;
-import org.apache.spark.sql.functions;
 import org.apache.spark.sql.types.DataTypes;
 
 /**
@@ -63,7 +61,11 @@ public final class ReliableKafkaFunctions {
         spark.udf().register(ANCHORS_V2, header, DataTypes.BinaryType);
         UDF3<byte[], Long, scala.collection.Seq<Row>, byte[]> children = ReliableKafkaFunctions::childHeader;
         spark.udf().register(CHILD_HEADER, children, DataTypes.BinaryType);
-        spark.udf().register(CHILD_XOR, functions.udaf(new ChildXor(), Encoders.BINARY()));
+        // a Catalyst aggregate (ChildXor), registered as Spark registers its own Aggregator UDAFs
+        ((org.apache.spark.sql.classic.SparkSession) spark)
+                .sessionState()
+                .functionRegistry()
+                .createOrReplaceTempFunction(CHILD_XOR, ChildXor::build, "java_udf");
         REGISTERED.put(spark, Boolean.TRUE);
         return true;
     }
