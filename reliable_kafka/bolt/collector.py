@@ -96,6 +96,8 @@ def _child_anchors(anchors: Tuple | Sequence[Tuple] | None) -> dict[int, int]:
 class BoltCollector:
     """Emits tuples and acks, fails or resets the timeout of inputs; entries are packed per batch."""
 
+    current: Tuple | None = None  # the tuple whose handler runs (a basic bolt anchors outputs to it)
+
     def __init__(self, bolt: Bolt) -> None:
         self._bolt = bolt
 
@@ -143,8 +145,6 @@ class BoltCollector:
 class _BasicCollector(BoltCollector):
     """A basic bolt's collector: outputs are anchored to the current input unless told otherwise."""
 
-    current: Tuple | None = None
-
     def emit(self, topic, value, *, key=None, anchors=None, headers=None, partition=None) -> None:
         # BoltCollector.emit, inlined: this runs once per output tuple
         current = self.current
@@ -168,8 +168,15 @@ class _BasicCollector(BoltCollector):
                     bolt.stats.emitted += 1
                     bolt.output_topics.add(topic)
                 return
-            if not trees:  # an untracked input: an untracked child, no header
-                self._bolt._produce_in_tree(topic, value, key, partition, None, 0)
+            if not trees:  # an untracked input: an untracked child, no header (_produce_in_tree inlined)
+                bolt = self._bolt
+                producer = bolt._producer
+                try:
+                    producer.produce(topic, value, key, -1 if partition is None else partition)  # type: ignore[union-attr]
+                except (BufferError, KafkaException):  # queue full, or the producer failed
+                    produce_headers(producer, topic, value, key, partition, None)  # type: ignore[arg-type]
+                bolt.stats.emitted += 1
+                bolt.output_topics.add(topic)
                 return
         self._bolt._produce(
             topic, value, key, headers, partition, _child_anchors(self.current if anchors is None else anchors)

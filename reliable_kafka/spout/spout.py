@@ -577,7 +577,10 @@ class Spout(SpoutShell):
                         producer, topic, message.value(), key=message.key(), headers=headers, partition=None, anchors={}
                     )
                 else:
-                    produce_headers(producer, topic, message.value(), message.key(), None, None)
+                    try:  # once per record: produce_headers inlined, its queue-full and error paths left to it
+                        producer.produce(topic, message.value(), message.key())
+                    except (BufferError, KafkaException):
+                        produce_headers(producer, topic, message.value(), message.key(), None, None)
             except (ProducerUnusable, AuthorizationError):
                 raise
             except Exception:  # the handler's error path decides (logs it)

@@ -147,7 +147,11 @@ def test_packer_extend_refuses_columns_of_different_lengths_and_drops_without_ac
     assert len(off) == 0
 
 
-@given(st.lists(st.floats(min_value=0, max_value=500, allow_nan=False), max_size=200))
+@given(  # a third all in the first bucket (<= 1 ms, its bound included): the common case, counted at once
+    st.sampled_from([500.0, 0.003, 0.001]).flatmap(
+        lambda top: st.lists(st.floats(min_value=0, max_value=top), max_size=200)
+    )
+)
 def test_observe_many_is_observe_each(values):  # short lists bisect, long ones (>= 64) use NumPy
     one, many = LatencyHistogram(), LatencyHistogram()
     for value in values:
@@ -247,6 +251,22 @@ def test_children_of_an_untracked_input_are_untracked_and_nothing_is_acked():
     assert _entries(bolt) == [] and bolt.stats.emitted == 1 and bolt.stats.untracked == 1
 
 
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 2)), max_size=40))
+def test_a_batch_notes_each_partitions_next_offset_in_any_order(order):
+    """The loop notes a partition's next offset once per run of its records: any interleaving of
+    topics and partitions gives each one's last offset + 1."""
+    expected: dict[tuple[str, int], int] = {}
+    messages = []
+    for topic, partition in order:
+        offset = expected.get((topic, partition), 10 * partition)
+        expected[(topic, partition)] = offset + 1
+        messages.append(new_message(topic=topic, partition=partition, offset=offset, key=b"k", value=b"v"))
+    bolt, _ = _bolt(lambda tuple_, collector: None)
+    bolt._ends = {}
+    bolt._process_batch(messages)
+    assert bolt._ends == expected
+
+
 class _Parked:
     def __init__(self) -> None:
         self.offsets: list[int] = []
@@ -308,6 +328,29 @@ def test_an_emit_into_a_full_queue_waits_for_room_and_is_produced_once():
     assert root == 5 and _entries(bolt) == [(EventKind.ACK, 5, 9 ^ edge)]
 
 
+def test_an_untracked_emit_into_a_full_queue_waits_for_room_and_is_produced_once():
+    """The untracked emit's inlined produce leaves a full local queue to produce_headers too."""
+
+    class _Full(RecordingProducer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.full = 2
+
+        def produce(self, *args, **kwargs):
+            if self.full:
+                self.full -= 1
+                raise BufferError("Local: Queue full")
+            super().produce(*args, **kwargs)
+
+        def poll(self, timeout=0):
+            return 0
+
+    bolt, _ = _bolt(lambda tuple_, collector: collector.emit("out", b"x", key=b"w"))
+    producer = bolt._producer = _Full()
+    bolt._process_batch([_message(0, None)])
+    assert producer.sent == [("out", b"x", b"w", -1, None)] and bolt.stats.emitted == 1 and _entries(bolt) == []
+
+
 class _StepClock:
     """A monotonic clock that moves only when a test moves it."""
 
@@ -359,9 +402,31 @@ def test_a_tuple_is_its_own_anchored_and_emits_xor_into_its_ack_val():
     assert not Tuple("in", 0, 5, b"k", b"v", [], 5, {}).tracked
 
 
+@pytest.mark.parametrize(
+    "headers", [None, [("trace", b"t1")], [(codec.ANCHORS_HEADER, codec.encode_one_anchor(7, 70))]]
+)
+def test_the_loops_tuple_is_the_one_tuples_constructor_makes(headers):
+    """The loop sets a tuple's fields itself (no ``__init__`` call per tuple): every slot, as
+    ``Tuple(...)`` sets it, whatever the record carries."""
+    from reliable_kafka.bolt import Tuple
+    from reliable_kafka.core.anchors import Anchored
+
+    seen = []
+    bolt, _ = _bolt(lambda tuple_, collector: seen.append(tuple_))
+    bolt._ends = {}
+    message = new_message(topic="in", partition=2, offset=9, key=b"k", value=b"v", headers=headers, timestamp=(1, 55))
+    bolt._process_batch([message])
+    user_headers = [(k, v) for k, v in headers or [] if k != codec.ANCHORS_HEADER]
+    tracked = any(k == codec.ANCHORS_HEADER for k, _ in headers or [])
+    expected = Tuple("in", 2, 9, b"k", b"v", user_headers, 55, {7: 70} if tracked else {})
+    [got] = seen
+    slots = Tuple.__slots__ + Anchored.__slots__
+    assert type(got) is Tuple and {n: getattr(got, n) for n in slots} == {n: getattr(expected, n) for n in slots}
+
+
 def test_a_tuple_in_its_handler_is_counted_received_and_not_handled():
-    """The status page finds a stuck handler as ``received - quarantined - handled >= 1``: a tuple
-    is counted received before its handler runs, not at the end of its batch."""
+    """The status page finds a stuck handler as ``received - quarantined - handled >= 1``: a batch
+    is counted received when it is taken, before its handlers run, not at its end."""
     in_hand = []
 
     def handler(tuple_, collector):
@@ -369,7 +434,7 @@ def test_a_tuple_in_its_handler_is_counted_received_and_not_handled():
 
     bolt, _ = _bolt(handler)
     bolt._process_batch([_message(0, {1: 10}), _message(1, None), _message(2, {3: 30})])
-    assert in_hand == [1, 2, 3]  # handled moves once per batch, after it
+    assert in_hand == [3, 3, 3]  # received moves once per batch, before it; handled once, after it
     assert bolt.stats.received == 3 and bolt.process_latency.count == 3
 
 

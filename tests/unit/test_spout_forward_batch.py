@@ -113,6 +113,33 @@ def test_an_untracked_spout_forwards_a_batch_without_anchors_and_keeps_no_state(
     assert spout.tracker._partitions == {} and len(spout._acks) == 0
 
 
+@pytest.mark.parametrize("guarantee", ["none", "at_most_once"])
+def test_an_untracked_spout_leaves_a_full_queue_and_a_refused_record_to_the_slow_paths(guarantee):
+    """Records without headers are produced inline: a full local queue still waits for room, a
+    refused record still takes the handler's error path."""
+
+    class _FullOnce(RecordingProducer):
+        full = 1
+
+        def produce(self, *args, **kwargs):
+            if self.full and args[1] == b"v0":
+                self.full -= 1
+                raise BufferError("Local: Queue full")
+            super().produce(*args, **kwargs)
+
+        def poll(self, timeout=0):
+            return 0
+
+    producer = _FullOnce(fail_on={b"v1"}, fail_with=KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)))
+    spout = _spout(producer, guarantee=guarantee)
+    spout._process_messages(_messages(count=3))
+    assert [(sent.topic, sent.value, sent.key, sent.headers) for sent in producer.sent] == [
+        ("out", b"v0", b"k0", None),
+        ("out", b"v2", b"k2", None),
+    ]
+    assert spout.stats.handler_errors == 1 and spout.stats.read == 3 and len(spout._acks) == 0
+
+
 def test_a_subclass_that_hooks_process_gets_it_per_record():
     seen = []
 
