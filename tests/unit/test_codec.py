@@ -6,6 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reliable_kafka import codec
+from reliable_kafka.codec import anchors as anchors_codec
+from reliable_kafka.codec import envelope, outcome_batch
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import DecodeError, ReliableKafkaError
 
@@ -24,7 +26,7 @@ def test_anchors_round_trip(anchors):
 
 @given(st.dictionaries(ids, any_long, max_size=20))
 def test_anchors_v1_still_decode(anchors):
-    raw = codec._encode_anchors_v1(anchors)
+    raw = anchors_codec._encode_anchors_v1(anchors)
     assert raw[0] == 1
     assert codec.decode_anchors(raw) == anchors
 
@@ -160,14 +162,14 @@ def test_outcomes_round_trip(spout, entries):
 def test_outcomes_bytes_are_fastavros(spout, entries):
     # the NumPy writer must write exactly the Avro bytes (readers of any version decode them)
     roots, kinds = [r for r, _ in entries], [int(k) for _, k in entries]
-    expected = codec._encode_outcomes_fastavro(spout, roots, kinds)
+    expected = outcome_batch._encode_outcomes_fastavro(spout, roots, kinds)
     assert codec.encode_outcomes(spout, roots, kinds) == expected
     assert codec.encode_outcomes(spout, np.array(roots, dtype=np.int64), np.array(kinds, dtype=np.uint8)) == expected
 
 
 @pytest.mark.parametrize("root", [0, 1, -1, 63, 64, -64, -65, 2**63 - 1, -(2**63), 2**56, -(2**56) - 1])
 def test_outcomes_bytes_at_varint_edges(root):
-    assert codec.encode_outcomes(root, [root], [3]) == codec._encode_outcomes_fastavro(root, [root], [3])
+    assert codec.encode_outcomes(root, [root], [3]) == outcome_batch._encode_outcomes_fastavro(root, [root], [3])
 
 
 def test_outcomes_refuse_unknown_kinds():
@@ -201,7 +203,7 @@ def test_parked_header_written_before_the_reference_fields_still_decodes():
 
     import fastavro
 
-    first = codec._schema("parked_record_first")
+    first = envelope._schema("parked_record_first")
     buffer = io.BytesIO()
     buffer.write(b"\x01")
     fastavro.schemaless_writer(
@@ -260,7 +262,7 @@ def test_random_bytes_never_raise_anything_but_decode_error(decode, raw):
 
 
 def test_trailing_bytes_are_rejected():
-    raw = codec._encode_anchors_v1({1: 2}) + b"\x00"
+    raw = anchors_codec._encode_anchors_v1({1: 2}) + b"\x00"
     with pytest.raises(DecodeError, match="trailing"):
         codec.decode_anchors(raw)
 
@@ -274,7 +276,7 @@ def test_ack_batch_count_must_match_columns():
 
 
 def test_anchors_reject_root_zero_and_repeated_roots():
-    for encode in (codec.encode_anchors, codec._encode_anchors_v1):
+    for encode in (codec.encode_anchors, anchors_codec._encode_anchors_v1):
         with pytest.raises(DecodeError, match="root id 0"):
             codec.decode_anchors(encode([(0, 5)]))
         with pytest.raises(DecodeError, match="twice"):
@@ -290,7 +292,7 @@ def test_decode_error_can_be_placed_at_coordinates():
 
 def _ack_batch_by_fastavro(raw):
     """The ack batch as fastavro reads it (what decode_ack_batch did before reading in place)."""
-    datum, _ = codec._decode("ack_batch", raw)
+    datum, _ = envelope._decode("ack_batch", raw)
     return datum
 
 
@@ -330,8 +332,8 @@ def test_ack_batch_read_in_place_agrees_with_fastavro_on_good_and_damaged_bytes(
 def _outcomes_by_fastavro(raw):
     """The outcome batch as fastavro reads it (what decode_outcomes did before reading with NumPy),
     except that a negative enum index is refused: fastavro reads index -1 as the last symbol."""
-    datum, _ = codec._decode("outcome_batch", raw)
-    indexes, _ = codec._decode("outcome_batch", raw, schema="outcome_batch_indexed")
+    datum, _ = envelope._decode("outcome_batch", raw)
+    indexes, _ = envelope._decode("outcome_batch", raw, schema="outcome_batch_indexed")
     if any(e["kind"] < 0 for e in indexes["entries"]):
         raise DecodeError("outcome_batch", "negative kind index", raw)
     entries = datum["entries"]
@@ -341,8 +343,8 @@ def _outcomes_by_fastavro(raw):
 _outcome_entry = st.tuples(any_long, st.sampled_from(list(OutcomeKind)))
 # short records go to fastavro, long ones are read with NumPy: both kinds, often
 _outcome_entries = st.one_of(
-    st.lists(_outcome_entry, max_size=codec._NUMPY_OUTCOMES - 1),
-    st.lists(_outcome_entry, min_size=codec._NUMPY_OUTCOMES, max_size=120),
+    st.lists(_outcome_entry, max_size=outcome_batch._NUMPY_OUTCOMES - 1),
+    st.lists(_outcome_entry, min_size=outcome_batch._NUMPY_OUTCOMES, max_size=120),
 )
 
 
@@ -372,38 +374,38 @@ def test_outcomes_read_with_numpy_agree_with_fastavro_on_good_and_damaged_bytes(
         assert batch.roots.dtype == np.int64 and batch.kinds.dtype == np.uint8
 
 
-@pytest.mark.parametrize("count", [codec._NUMPY_OUTCOMES, 300])
+@pytest.mark.parametrize("count", [outcome_batch._NUMPY_OUTCOMES, 300])
 def test_outcomes_read_with_numpy_at_varint_edges(count):
     edges = [0, 1, -1, 63, 64, -64, -65, 2**63 - 1, -(2**63), 2**56, -(2**56) - 1, 2**62, -(2**62) - 1]
     roots = (edges * count)[:count]
     kinds = [i % len(OutcomeKind) for i in range(count)]
     raw = codec.encode_outcomes(-(2**63), roots, kinds)
-    batch = codec._outcomes_in_place(raw)
+    batch = outcome_batch._outcomes_in_place(raw)
     assert batch is not None, "the encoder's layout is read with NumPy"
     assert (batch.spout, batch.roots.tolist(), batch.kinds.tolist()) == (-(2**63), roots, kinds)
 
 
 def test_outcomes_in_other_valid_layouts_go_to_fastavro():
     """Two blocks, or a kind index beyond the symbols: not the encoder's layout, fastavro decides."""
-    count = codec._NUMPY_OUTCOMES
+    count = outcome_batch._NUMPY_OUTCOMES
     raw = codec.encode_outcomes(7, list(range(1, count + 1)), [0] * count)
-    assert codec._outcomes_in_place(raw) is not None
+    assert outcome_batch._outcomes_in_place(raw) is not None
     head = raw[:2]  # version byte, spout 7
     body = raw[3:-1]  # after the block count (one byte: zigzag 80), before the end marker
     half = 2 * (count // 2)  # the roots 1..count are one byte each: two bytes an entry
-    split = head + codec._zigzag_varint(count // 2) + body[:half] + codec._zigzag_varint(count - count // 2)
+    split = head + envelope._zigzag_varint(count // 2) + body[:half] + envelope._zigzag_varint(count - count // 2)
     split += body[half:] + b"\x00"
-    assert codec._outcomes_in_place(split) is None
+    assert outcome_batch._outcomes_in_place(split) is None
     assert codec.decode_outcomes(split).roots.tolist() == list(range(1, count + 1))
     for last_kind, index in ((b"\x08", 4), (b"\x01", -1)):  # past the four symbols; negative (zigzag 1)
         unknown = raw[:-2] + last_kind + b"\x00"
-        assert codec._outcomes_in_place(unknown) is None
+        assert outcome_batch._outcomes_in_place(unknown) is None
         with pytest.raises(DecodeError, match=f"entry {count - 1}: kind index {index} "):
             codec.decode_outcomes(unknown)
     beyond_64_bits = raw[:-3] + b"\xff" * 9 + b"\x02" + raw[-2:]  # the last root: a 10-byte varint of 65 bits
-    assert codec._outcomes_in_place(beyond_64_bits) is None
+    assert outcome_batch._outcomes_in_place(beyond_64_bits) is None
     padded = raw[:-3] + b"\x80" * 10 + b"\x00" + raw[-2:]  # the last root: 0 in 11 bytes
-    assert codec._outcomes_in_place(padded) is None
+    assert outcome_batch._outcomes_in_place(padded) is None
 
 
 def test_outcome_kinds_are_their_indexes():

@@ -8,20 +8,21 @@ from importlib import resources
 import pytest
 
 from reliable_kafka import codec
+from reliable_kafka.codec import envelope
 from reliable_kafka.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)
 def fresh_schema_cache():
-    codec._schema.cache_clear()
+    envelope._schema.cache_clear()
     yield
-    codec._schema.cache_clear()
+    envelope._schema.cache_clear()
 
 
 def test_schemas_are_package_data(monkeypatch):
     monkeypatch.delenv("RK_SCHEMA_DIR", raising=False)
     folder = resources.files("reliable_kafka").joinpath("schemas")
-    for name in codec._SCHEMA_FILES.values():
+    for name in envelope._SCHEMA_FILES.values():
         assert json.loads(folder.joinpath(name).read_text(encoding="utf-8"))["type"] in ("record", "array")
     assert codec.schema_dir() == codec.schema_dir().parent / "schemas"
     assert codec.schema_dir().parent.name == "reliable_kafka"
@@ -37,7 +38,7 @@ def test_rk_schema_dir_overrides_and_a_missing_file_is_a_config_error(monkeypatc
 
 def test_rk_schema_dir_with_the_schemas_is_used(monkeypatch, tmp_path):
     source = resources.files("reliable_kafka").joinpath("schemas")
-    for name in codec._SCHEMA_FILES.values():
+    for name in envelope._SCHEMA_FILES.values():
         (tmp_path / name).write_text(source.joinpath(name).read_text(encoding="utf-8"), encoding="utf-8")
     monkeypatch.setenv("RK_SCHEMA_DIR", str(tmp_path))
     assert codec.decode_ack_batch(codec.encode_ack_batch(5, [0], [3], [4])).sender == 5
