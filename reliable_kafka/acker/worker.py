@@ -12,25 +12,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import cast
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka import codec
+from reliable_kafka.acker.outcomes import OUTCOME_PRODUCER_DEFAULTS, OutcomePublisher
+from reliable_kafka.acker.state import AckerStats, _Partition
 from reliable_kafka.core.acker_table import AckerTable, Outcomes
 from reliable_kafka.core.clock import Clock
-from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.errors import ConfigError, DecodeError, DeliveryError, TopologyError
 from reliable_kafka.ids import new_id, partitions_for_roots
-from reliable_kafka.kafka.authorization import check_consumed, check_delivery
+from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config, consumer_settings, producer_settings
 from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.parking import Quarantine
-from reliable_kafka.kafka.produce import flush_or_raise, release_producer
+from reliable_kafka.kafka.produce import release_producer
 from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.polling import consume_batch
 from reliable_kafka.topology import (
@@ -45,61 +46,15 @@ __all__ = ["AckerWorker", "AckerStats"]
 
 log = logging.getLogger(__name__)
 
-MAX_OUTCOMES_PER_RECORD = 5000
 # A killed worker's partitions wait for its session to expire: 6 s, the least a broker accepts by
 # default (group.min.session.timeout.ms), not librdkafka's 45 s. KIP-848's protocol is no faster:
 # its session is the broker's (45 s by default). bench/bench_acker_failover.py measures both.
 ACKER_CONSUMER_DEFAULTS = {"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_000}
-# Outcomes end every tree's completion latency, and an acker sends about one record per poll:
-# they go at once instead of waiting out librdkafka's 5 ms linger (kafka_config may override).
-OUTCOME_PRODUCER_DEFAULTS = {"linger.ms": 0}
 FOLD_GROUP = 16  # records per vectorised fold: shares NumPy's per-call cost (bench/bench_acker_table.py)
 MAX_EVENT_KIND = max(EventKind)
 
 
-@dataclass
-class AckerStats:
-    """Counters of one worker since it started (a restarted worker starts from zero)."""
-
-    records: int = 0
-    entries_folded: int = 0
-    completed: int = 0
-    failed: int = 0
-    timed_out: int = 0
-    expired_ownerless: int = 0
-    invalid_entries: int = 0
-    quarantined: int = 0
-    outcome_records: int = 0
-    pending: int = 0
-    table_bytes: int = 0
-    committed: dict[int, int] = field(default_factory=dict)
-
-
-class _Partition:
-    """What the worker holds for one assigned ack partition."""
-
-    __slots__ = ("table", "next_offset", "event_ms", "event_wall_ms", "committed", "ownerless")
-
-    def __init__(self, table: AckerTable, committed: int | None) -> None:
-        self.table = table
-        self.next_offset: int | None = None  # offset after the last record folded
-        self.event_ms: int | None = None  # largest record timestamp seen
-        self.event_wall_ms = 0  # wall clock when that timestamp was seen
-        self.committed = committed
-        self.ownerless = 0  # the table's expired_ownerless already added to the worker's stats
-
-    def clock_ms(self, wall_ms: int) -> int | None:
-        """Event time, carried forward by wall time while the partition is idle."""
-        if self.event_ms is None:
-            return None
-        return self.event_ms + max(0, wall_ms - self.event_wall_ms)
-
-    def commit_offset(self) -> int | None:
-        low = self.table.low_offset()
-        return low if low is not None else self.next_offset
-
-
-class AckerWorker:
+class AckerWorker(OutcomePublisher):
     """One acker process (or thread). Several workers with the same group share the partitions.
 
     Keyword arguments (defaults in brackets):
@@ -423,104 +378,3 @@ class AckerWorker:
             expired = state.table.stats.expired_ownerless
             self.stats.expired_ownerless += expired - state.ownerless
             state.ownerless = expired
-
-    # --- outcomes and commits -------------------------------------------------------------------
-
-    def _publish(self, decided: list[Outcomes]) -> None:
-        # one record per owner for the whole poll, not one per fold group: each is a produce request
-        # for the acker and a fetch for the spout (a stable sort keeps each owner's decisions in order)
-        outcomes = Outcomes.concat(decided)
-        kinds = outcomes.kinds
-        self.stats.completed += int(np.count_nonzero(kinds == 0))
-        self.stats.failed += int(np.count_nonzero(kinds == 1))
-        self.stats.timed_out += int(np.count_nonzero(kinds == 2))
-        for owner, (all_roots, all_kinds) in outcomes.by_owner().items():
-            partition = (owner & ((1 << 64) - 1)) % self._outcome_partitions
-            # RESET_TIMEOUT notices go in records of their own: a reader that predates the
-            # symbol cannot decode them, and must not lose decisions with them
-            notice = all_kinds == OutcomeKind.RESET_TIMEOUT
-            for part in (~notice, notice) if notice.any() else (slice(None),):
-                roots, owner_kinds = all_roots[part], all_kinds[part]
-                for start in range(0, len(roots), MAX_OUTCOMES_PER_RECORD):
-                    stop = start + MAX_OUTCOMES_PER_RECORD
-                    value = codec.encode_outcomes(owner, roots[start:stop], owner_kinds[start:stop])
-                    self._send_outcome(partition, value)
-
-    def _send_outcome(self, partition: int, value: bytes) -> None:
-        assert self._producer is not None
-        while True:
-            try:
-                self._producer.produce(
-                    self.topics.outcomes, value, partition=partition, on_delivery=self._outcome_delivered
-                )
-                self.stats.outcome_records += 1
-                return
-            except BufferError:
-                self._producer.poll(0.05)
-
-    def _outcome_delivered(self, error, message) -> None:
-        check_delivery(error, message, self._producer)  # refused: stop, not retry forever
-        if error is not None:  # kept and sent again: a lost outcome would stall its tree
-            log.error("%s: outcome to partition %s not delivered (%s); retrying", self.name, message.partition(), error)
-            self._retry_outcomes.append((message.partition(), message.value()))
-
-    def _on_commit(self, error, partitions) -> None:
-        """An asynchronous commit's result (served by consume): a failed one is committed again."""
-        for tp in partitions or []:
-            if error is None and tp.error is None:
-                continue
-            state = self._partitions.get(tp.partition)
-            if state is not None and state.committed == tp.offset:
-                state.committed = None  # not in the group: the next due commit sends it again
-            log.warning(
-                "%s: commit of %s[%s]@%s failed: %s", self.name, tp.topic, tp.partition, tp.offset, error or tp.error
-            )
-
-    def _retry_failed_outcomes(self) -> None:
-        retries, self._retry_outcomes = self._retry_outcomes, []
-        for partition, value in retries:
-            self._send_outcome(partition, value)
-
-    def _commit(self, *, force: bool = False, only: set[int] | None = None) -> None:
-        now = self._clock.monotonic()
-        if not force and (now - self._last_commit) * 1000 < self.commit_interval_ms:
-            return
-        assert self._consumer is not None and self._producer is not None and self._quarantine is not None
-        if not force and (len(self._producer) or self._retry_outcomes or self._quarantine.unsent):
-            # outcomes below the new low points go first: rather than block the loop in a flush (a
-            # round trip, each interval, for every ack record behind it), commit on a later round
-            # once they are delivered; a producer that never drains is flushed after one more interval
-            if self._commit_waits_since is None:
-                self._commit_waits_since = now
-            if (now - self._commit_waits_since) * 1000 < self.commit_interval_ms:
-                return
-        self._commit_waits_since = None
-        self._last_commit = now
-        offsets = []
-        for partition, state in self._partitions.items():
-            if only is not None and partition not in only:
-                continue
-            offset = state.commit_offset()
-            # forced: even if sent before (an asynchronous commit may have failed, not yet reported)
-            if offset is not None and (force or offset != state.committed):
-                offsets.append((partition, state, offset))
-        if not offsets:
-            return
-        try:
-            # outcomes decided below the new low points must be delivered first (DESIGN section 4)
-            flush_or_raise(self._producer, what=f"{self.name} outcomes", clock=self._clock)
-            if self._retry_outcomes or self._quarantine.unsent:  # written again on the next poll
-                return
-            # a forced commit (revoke, close) must have landed before the partitions go; a periodic
-            # one need not block: a failure reaches _on_commit, and the next round commits again
-            self._consumer.commit(  # type: ignore[call-overload]  # stubs: Literal bools only
-                offsets=[TopicPartition(self.topics.acks, p, off) for p, _, off in offsets], asynchronous=not force
-            )
-        except (KafkaException, DeliveryError) as exc:
-            if only is not None:
-                raise
-            log.warning("%s: commit postponed: %s", self.name, exc)  # the low point only lags
-            return
-        for partition, state, offset in offsets:
-            state.committed = offset
-            self.stats.committed[partition] = offset
