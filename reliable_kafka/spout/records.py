@@ -13,7 +13,7 @@ from reliable_kafka.core.anchors import Anchored, spout_root
 from reliable_kafka.ids import new_id
 
 if TYPE_CHECKING:
-    from reliable_kafka.spout.spout import SpoutShell
+    from reliable_kafka.spout.shell import SpoutShell
 
 __all__ = ["SourceRecord", "SpoutStats", "SpoutCollector", "forward_to", "with_attempt"]
 

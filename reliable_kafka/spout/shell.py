@@ -1,0 +1,328 @@
+"""What both Python spouts are made of (:class:`SpoutShell`): configuration, the handler and its
+collector, the clients, emission, and the root-owning core (DESIGN section 5)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Literal, cast
+
+from confluent_kafka import Consumer, Producer
+
+from reliable_kafka.codec import ANCHORS_HEADER as _ANCHORS
+from reliable_kafka.codec import encode_one_anchor
+from reliable_kafka.core.clock import Clock, monotonic_ms
+from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.core.tracker import Backoff, InFlightTracker
+from reliable_kafka.errors import AuthorizationError, ConfigError, TopologyError
+from reliable_kafka.ids import new_id
+from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.clients import SENT_PER_POLL, check_ack_sender_config, new_consumer, new_producer
+from reliable_kafka.kafka.config import client_config
+from reliable_kafka.kafka.factory import KafkaClients
+from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple
+from reliable_kafka.lifecycle import Pollable, run_until_stopped
+from reliable_kafka.ops.failures import FailureRecord
+from reliable_kafka.spout.records import SourceRecord, SpoutCollector, SpoutStats, forward_to
+from reliable_kafka.spout.roots import RootOwner, check_guard_config
+from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
+
+__all__ = ["SpoutShell", "Guarantee"]
+
+log = logging.getLogger("reliable_kafka.spout.spout")  # the spouts' logger, as before the split
+
+Guarantee = Literal["at_least_once", "at_most_once", "none"]
+TopicPartitionKey = tuple[str, int]
+
+_INIT = EventKind.INIT  # an enum member read through its class costs ~0.17 us: once per root
+
+
+class SpoutShell:
+    """What both Python spouts are made of: configuration, the handler and its collector, and the
+    root-owning core (:class:`~reliable_kafka.spout.roots.RootOwner`). :class:`Spout` and
+    :class:`~reliable_kafka.spout.transactional.TransactionalSpout` differ only in how they read
+    and commit: each writes its own start, rebalance callbacks and round. Keywords: see :class:`Spout`.
+    """
+
+    topic_wait_s = 30.0  # how long start() waits for an acker to create the topology's topics
+
+    def __init__(
+        self,
+        *,
+        topology: str,
+        bootstrap_servers: str,
+        source_topics: list[str] | str,
+        group_id: str,
+        emit_to: str | None = None,
+        handler: Callable[[SourceRecord, SpoutCollector], None] | None = None,
+        guarantee: Guarantee = "at_least_once",
+        ackers: int | None = None,
+        max_pending: int = 10_000,
+        max_retries: int = 5,
+        backoff: Backoff | None = None,
+        message_timeout_ms: int = 30_000,
+        backstop_grace_ms: int = 10_000,
+        commit_interval_ms: int = 1000,
+        batch_size: int = 500,
+        kafka_config: dict | None = None,
+        consumer_config: dict | None = None,
+        producer_config: dict | None = None,
+        name: str | None = None,
+        metrics_port: int | None = None,
+        max_dead_letter_ratio: float | None = None,
+        dead_letter_window: int = 1000,
+        root_index: bool = True,
+        clients: KafkaClients | None = None,
+        clock: Clock = time,
+    ) -> None:
+        check_guard_config("Spout", max_dead_letter_ratio, dead_letter_window)
+        if (emit_to is None) == (handler is None):
+            raise ConfigError("Spout: give exactly one of emit_to (forward records) or handler")
+        if guarantee not in ("at_least_once", "at_most_once", "none"):
+            raise ConfigError(f"Spout: guarantee must be at_least_once, at_most_once or none, not {guarantee!r}")
+        self.topics = TopologyTopics(topology)
+        self.bootstrap_servers = bootstrap_servers
+        self.source_topics = [source_topics] if isinstance(source_topics, str) else list(source_topics)
+        self.group_id = group_id
+        self.handler = handler or forward_to(cast(str, emit_to))  # checked above: one of the two is given
+        self._forward_topic = emit_to  # the default handler's topic: poll_once forwards a batch at a time
+        self.guarantee = guarantee
+        self.ackers = ackers
+        self.commit_interval_ms = commit_interval_ms
+        self.batch_size = batch_size
+        self.kafka_config = client_config(
+            kafka_config, consumer_config=consumer_config, producer_config=producer_config
+        )
+        self.clients = clients
+        self._clock = clock
+        self.task_id = new_id()
+        self.name = name or f"spout-{self.task_id & 0xFFFF:04x}"
+        self._sends_acks = guarantee == "at_least_once" and ackers != 0
+        # only at-least-once commits the tracker's commit point ("none" auto-commits, at-most-once
+        # commits before emitting): the others keep no per-record bookkeeping (issue 11)
+        self._tracks_offsets = guarantee == "at_least_once"
+        if self._sends_acks:
+            check_ack_sender_config(self.kafka_config, component=self.name)
+        self.tracker = InFlightTracker(
+            max_pending=max_pending,
+            max_retries=max_retries,
+            backoff=backoff,
+            message_timeout_ms=message_timeout_ms,
+            backstop_grace_ms=backstop_grace_ms,
+            clock=monotonic_ms(clock),
+        )
+        self.stats = SpoutStats()
+        # set by the rebalance callbacks: backpressure is applied to the new assignment afresh
+        self._assignment_moved = False
+        self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
+        self.output_topics: set[str] = set()  # for the status page's graph
+        self.max_dead_letter_ratio = max_dead_letter_ratio
+        self.dead_letter_window = dead_letter_window
+        self.root_index = root_index
+        self.ready = threading.Event()
+        self._roots = RootOwner(
+            component=self.name,
+            topics=self.topics,
+            tracker=self.tracker,
+            stats=self.stats,
+            bootstrap_servers=bootstrap_servers,
+            kafka_config=self.kafka_config,
+            clients=clients,
+            max_dead_letter_ratio=max_dead_letter_ratio,
+            dead_letter_window=dead_letter_window,
+            # the hook only when a subclass has one: a call per completed root otherwise for nothing
+            on_completed=None
+            if type(self)._completed is SpoutShell._completed
+            else cast("Callable[[object], None]", lambda record: self._completed(record)),
+            clock=clock,
+        )  # a SourceRecord
+        self._collector = SpoutCollector(self)
+        self._derive_root: Callable[[SourceRecord], int] | None = None  # None: a random root per attempt
+        self._senders: dict[TopicPartitionKey, AckSender] | None = None  # None: INITs go through _acks
+        self._last_commit = 0.0
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._acks: AckSender | None = None
+
+    @property
+    def tracking(self) -> bool:
+        return self.guarantee == "at_least_once" and self._acks is not None and self._acks.ack_partitions > 0
+
+    def run(self, stop: threading.Event | None = None, *, handle_signals: bool = False) -> SpoutStats:
+        """Read, emit and commit until ``stop`` is set (or SIGTERM/SIGINT with ``handle_signals``)."""
+        return run_until_stopped(cast(Pollable, self), stop, handle_signals=handle_signals)  # subclasses add start etc.
+
+    # --- clients (made here only) ---------------------------------------------------------------
+
+    def _new_producer(self, **overrides):
+        return new_producer(
+            self.bootstrap_servers,
+            self.kafka_config,
+            clients=self.clients,
+            ack_sender=self.name if self._sends_acks else None,
+            defaults=SENT_PER_POLL,
+            **overrides,
+        )
+
+    def _new_consumer(self, **overrides):
+        return new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, clients=self.clients, **overrides)
+
+    def _use_producer(self, producer) -> None:
+        """``producer`` sends tuples, INITs, dead letters and quarantine copies (also a replacement)."""
+        self._producer = producer
+        self._roots.use_producer(producer)
+        if self._acks is not None:
+            self._acks.producer = producer
+
+    def _connect(self, producer, *, spout_id: int | None, index_roots: bool) -> int:
+        """The producer, the ack topic's partitions, the outcome listener (before any INIT) and the
+        root index; returns the ack partitions (0: nothing tracked)."""
+        self._use_producer(producer)
+        ack_partitions = 0
+        if self._sends_acks:
+            admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name, clients=self.clients)
+            found = partition_count(admin, self.topics.acks, wait=self.topic_wait_s, clock=self._clock)
+            if found is None:
+                raise TopologyError(
+                    f"{self.name}: ack topic {self.topics.acks} does not exist; start an acker worker "
+                    f"for topology {self.topics.topology!r} first (or pass ackers=0 to track nothing)"
+                )
+            if self.ackers is not None and found != self.ackers:
+                raise TopologyError(f"{self.name}: {self.topics.acks} has {found} partitions, ackers={self.ackers}")
+            ack_partitions = found
+            # an older topology has no root index topic (an acker of this version creates it); a
+            # spout that derives its roots (transactional) writes no index: it does not look for one
+            self.root_index = (
+                self.root_index
+                and index_roots
+                and partition_count(admin, self.topics.roots, clock=self._clock) is not None
+            )
+            self._roots.listen(spout_id)
+        self._acks = AckSender(
+            producer, acks_topic=self.topics.acks, ack_partitions=ack_partitions, sender=self.task_id
+        )
+        if index_roots and self.root_index and ack_partitions:
+            self._roots.index_roots(self.task_id)
+        return ack_partitions
+
+    # --- emission -------------------------------------------------------------------------------
+
+    def _process(self, record: SourceRecord) -> None:
+        key = (record.topic, record.partition)
+        tracks_offsets = self._tracks_offsets
+        if tracks_offsets and record.attempt == 1 and self.tracker.should_skip(key, record.offset):
+            self.stats.skipped_done += 1
+            return
+        root = None
+        if self.tracking:
+            root = new_id() if self._derive_root is None else self._derive_root(record)
+        self._collector._begin(root)
+        parent = self._collector._parent
+        emitted_before = self.stats.emitted
+        try:
+            self.handler(record, self._collector)
+        except (ProducerUnusable, AuthorizationError):
+            raise  # not the record's fault: the caller replaces the producer (or the process restarts or stops)
+        except Exception as exc:
+            self.stats.handler_errors += 1
+            log.exception(
+                "%s: handler %s raised on %s (attempt %d); the record will be retried",
+                self.name,
+                getattr(self.handler, "__name__", self.handler),
+                record.coordinates,
+                record.attempt,
+            )
+            if root is None:
+                if tracks_offsets:
+                    self.tracker.done_immediately(key, record.offset)
+                return
+            self._roots.track(key, record.offset, root, record.attempt, record)
+            self._roots.fail_locally(
+                root,
+                FailureRecord.of(
+                    roots=[root],
+                    component=self.name,
+                    task_id=self.task_id,
+                    error=exc,
+                    topic=record.topic,
+                    partition=record.partition,
+                    offset=record.offset,
+                    clock=self._clock,
+                ),
+            )
+            return
+        finally:
+            self._collector._begin(None)
+        if root is None or self.stats.emitted == emitted_before:
+            if tracks_offsets:
+                self.tracker.done_immediately(key, record.offset)
+            return
+        self._roots.track(key, record.offset, root, record.attempt, record)
+        sender = self._acks if self._senders is None else self._senders[key]
+        assert sender is not None and parent is not None  # tracking: start() made the senders; _begin(root) the parent
+        sender.add(_INIT, root, parent.ack_val)  # = ack_entries(parent)
+
+    def _produce_output(self, topic, value, key, headers, partition, anchors) -> None:
+        assert self._producer is not None  # made by start()
+        if headers or anchors:
+            produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
+        else:  # untracked, no headers (tracking off): nothing to build
+            produce_headers(self._producer, topic, value, key, partition, None)
+        if anchors:
+            self.stats.emitted += 1
+        self.output_topics.add(topic)
+
+    def _produce_in_tree(self, topic, value, key, headers, partition, root: int, edge: int) -> None:
+        """:meth:`_produce_output` of a tuple of one tree (``{root: edge}``): once per emit."""
+        if headers:
+            self._produce_output(topic, value, key, headers, partition, {root: edge})
+            return
+        assert self._producer is not None  # made by start()
+        produce_headers(self._producer, topic, value, key, partition, [(_ANCHORS, encode_one_anchor(root, edge))])
+        self.stats.emitted += 1
+        self.output_topics.add(topic)
+
+    def _output_failed(self, error, message) -> None:
+        """The producer's delivery report, for failed messages only (:data:`ERRORS_ONLY`).
+
+        A tuple that was not delivered keeps its edge in its tree's XOR: the acker times the tree
+        out and it is replayed (a report cannot name the tree: reports carry no headers).
+        """
+        if error is not None:
+            self.stats.output_delivery_errors += 1
+            log.error(
+                "%s: tuple to %s[%s] not delivered (its tree will time out and replay): %s",
+                self.name,
+                message.topic(),
+                message.partition(),
+                error,
+            )
+
+    def _completed(self, record: SourceRecord) -> None:
+        """Hook: ``record``'s tree completed (bench/bench_pipeline.py times completions here)."""
+
+    def _apply_backpressure(self) -> None:
+        """Pause the assignment while too many trees are pending, resume it once they are not.
+
+        After a rebalance the new assignment gets the current state afresh: librdkafka keeps a
+        partition's pause across its revoke and re-assignment, so a resume issued while nothing was
+        assigned (the roots of lost partitions went, and with them the pending count) left the
+        partitions paused for good when they came back.
+        """
+        over = self.tracker.over_max_pending()
+        if over == self.stats.paused and not self._assignment_moved:
+            return  # nothing to change; assignment() is a round trip to librdkafka's thread (ms)
+        consumer = self._consumer
+        assert consumer is not None  # made by start()
+        self._assignment_moved = False
+        assignment = consumer.assignment()
+        if over:
+            if assignment:
+                consumer.pause(assignment)
+            self.stats.paused = bool(assignment)  # nothing assigned: try again next round
+        else:
+            if assignment:
+                consumer.resume(assignment)
+            self.stats.paused = False
