@@ -3,6 +3,7 @@ fails with (DESIGN sections 2 and 6); :mod:`reliable_kafka.bolt.runner` runs the
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -12,7 +13,7 @@ from confluent_kafka import KafkaException
 from reliable_kafka import codec
 from reliable_kafka.core.anchors import Anchored, anchor_child, fail_roots
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.ids import new_id
+from reliable_kafka.ids import _pool, new_id
 from reliable_kafka.kafka.produce import produce_headers
 
 if TYPE_CHECKING:
@@ -21,7 +22,10 @@ if TYPE_CHECKING:
 __all__ = ["Tuple", "BoltCollector", "BoltStats"]
 
 _ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per acked tuple
-_ANCHORS, _ONE_PAIR, _pack_pair = codec.ANCHORS_HEADER, codec._ONE_PAIR_PREFIX, codec._PAIR.pack  # one v2 pair
+_ANCHORS = codec.ANCHORS_HEADER
+# a whole one-pair v2 value (version 2, length byte 32, root, edge) in one struct call, as encode_one_anchor
+_pack_one = struct.Struct(">BBqq").pack
+_take_id = _pool.pop  # new_id() without its call when the pool has ids (the pool list is never replaced)
 
 
 class Tuple(Anchored):
@@ -152,13 +156,16 @@ class _BasicCollector(BoltCollector):
             parent = current
             trees = len(parent.anchors)
             if trees == 1:  # the common case: one tree, no headers of the user's
-                edge = new_id()
+                try:
+                    edge = _take_id()
+                except IndexError:
+                    edge = new_id()  # refills the pool
                 parent.ack_val ^= edge
                 for root in parent.anchors:
                     # Bolt._produce_in_tree inlined: a Python call fewer per emitted tuple
                     bolt = self._bolt
                     producer = bolt._producer
-                    headers = [(_ANCHORS, _ONE_PAIR + _pack_pair(root, edge))]
+                    headers = [(_ANCHORS, _pack_one(2, 32, root, edge))]  # encode_one_anchor(root, edge)
                     try:
                         producer.produce(  # type: ignore[union-attr]  # made by start()
                             topic, value, key, -1 if partition is None else partition, None, None, 0, headers
