@@ -35,7 +35,9 @@ class Tuple(Anchored):
     record instead of two (``anchored`` returns the tuple itself, as it returned the pair before).
     """
 
-    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms")
+    # _one_root: the root of the tuple's one tree (0: in none or several), so that a basic bolt's
+    # emit anchors a child without reading the anchors dict (a tuple's anchors are as received)
+    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms", "_one_root")
 
     def __init__(self, topic, partition, offset, key, value, headers, timestamp_ms, anchors: dict[int, int] | Anchored):
         self.topic = topic
@@ -51,6 +53,7 @@ class Tuple(Anchored):
         else:  # an Anchored (the signature before tuples were their own)
             self.anchors = anchors.anchors  # type: ignore[union-attr]
             self.ack_val = anchors.ack_val  # type: ignore[union-attr]
+        self._one_root = next(iter(self.anchors)) if len(self.anchors) == 1 else 0
 
     @property
     def anchored(self) -> Anchored:
@@ -154,28 +157,27 @@ class _BasicCollector(BoltCollector):
         current = self.current
         if anchors is None and headers is None and current is not None:
             parent = current
-            trees = len(parent.anchors)
-            if trees == 1:  # the common case: one tree, no headers of the user's
+            root = parent._one_root
+            if root:  # the common case: one tree, no headers of the user's
                 try:
                     edge = _take_id()
                 except IndexError:
                     edge = new_id()  # refills the pool
                 parent.ack_val ^= edge
-                for root in parent.anchors:
-                    # Bolt._produce_in_tree inlined: a Python call fewer per emitted tuple
-                    bolt = self._bolt
-                    producer = bolt._producer
-                    headers = [(_ANCHORS, _pack_one(2, 32, root, edge))]  # encode_one_anchor(root, edge)
-                    try:
-                        producer.produce(  # type: ignore[union-attr]  # made by start()
-                            topic, value, key, -1 if partition is None else partition, None, None, 0, headers
-                        )
-                    except (BufferError, KafkaException):  # queue full, or the producer failed
-                        produce_headers(producer, topic, value, key, partition, headers)  # type: ignore[arg-type]
-                    bolt.stats.emitted += 1
-                    bolt.output_topics.add(topic)
+                # Bolt._produce_in_tree inlined: a Python call fewer per emitted tuple
+                bolt = self._bolt
+                producer = bolt._producer
+                headers = [(_ANCHORS, _pack_one(2, 32, root, edge))]  # encode_one_anchor(root, edge)
+                try:
+                    producer.produce(  # type: ignore[union-attr]  # made by start()
+                        topic, value, key, -1 if partition is None else partition, None, None, 0, headers
+                    )
+                except (BufferError, KafkaException):  # queue full, or the producer failed
+                    produce_headers(producer, topic, value, key, partition, headers)  # type: ignore[arg-type]
+                bolt.stats.emitted += 1
+                bolt.output_topics.add(topic)
                 return
-            if not trees:  # an untracked input: an untracked child, no header (_produce_in_tree inlined)
+            if not parent.anchors:  # an untracked input: an untracked child, no header (_produce_in_tree inlined)
                 bolt = self._bolt
                 producer = bolt._producer
                 try:

@@ -366,8 +366,8 @@ class Bolt:
                         if version == _V2 and length == 32 and root:
                             anchors = {root: edge}
                         else:
-                            root = 0
                             anchors = decode(raw)
+                            [(root, edge)] = anchors.items() if len(anchors) == 1 else [(0, 0)]  # e.g. v1, one tree
                     except DecodeError as error:
                         # its tree cannot be acked: upstream times it out and replays it; the copy keeps it
                         assert self._quarantine is not None  # made by start()
@@ -383,6 +383,7 @@ class Bolt:
                 tuple_.topic, tuple_.partition, tuple_.offset = topic, partition, offset
                 tuple_.key, tuple_.value, tuple_.headers = message.key(), message.value(), headers
                 tuple_.timestamp_ms, tuple_.anchors, tuple_.ack_val = timestamp[1] if timestamp else -1, anchors, 0
+                tuple_._one_root = root
                 if basic:
                     collector.current = tuple_  # outputs are anchored to it
                 try:

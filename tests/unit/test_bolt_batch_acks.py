@@ -308,6 +308,8 @@ class _Parked:
 
 
 _ONE_PAIR_VALUES = st.one_of(
+    st.builds(lambda root, edge: codec._encode_anchors_v1({root: edge}), NONZERO, INT64),  # one tree, v1
+    st.dictionaries(NONZERO, INT64, max_size=3).map(codec.encode_anchors),  # none or several trees
     st.builds(codec.encode_one_anchor, INT64, INT64),  # root 0 included: a bad header
     st.builds(lambda body: b"\x02\x20" + body, st.binary(min_size=16, max_size=16)),
     st.binary(max_size=20),
@@ -437,9 +439,16 @@ def test_a_tuple_is_its_own_anchored_and_emits_xor_into_its_ack_val():
 
 
 @pytest.mark.parametrize(
-    "headers", [None, [("trace", b"t1")], [(codec.ANCHORS_HEADER, codec.encode_one_anchor(7, 70))]]
+    "headers, anchors",
+    [
+        (None, {}),
+        ([("trace", b"t1")], {}),
+        ([(codec.ANCHORS_HEADER, codec.encode_one_anchor(7, 70))], {7: 70}),
+        ([(codec.ANCHORS_HEADER, codec._encode_anchors_v1({7: 70}))], {7: 70}),  # one tree, read by decode
+        ([(codec.ANCHORS_HEADER, codec.encode_anchors({7: 70, 8: 80}))], {7: 70, 8: 80}),
+    ],
 )
-def test_the_loops_tuple_is_the_one_tuples_constructor_makes(headers):
+def test_the_loops_tuple_is_the_one_tuples_constructor_makes(headers, anchors):
     """The loop sets a tuple's fields itself (no ``__init__`` call per tuple): every slot, as
     ``Tuple(...)`` sets it, whatever the record carries."""
     from reliable_kafka.bolt import Tuple
@@ -452,7 +461,7 @@ def test_the_loops_tuple_is_the_one_tuples_constructor_makes(headers):
     bolt._process_batch([message])
     user_headers = [(k, v) for k, v in headers or [] if k != codec.ANCHORS_HEADER]
     tracked = any(k == codec.ANCHORS_HEADER for k, _ in headers or [])
-    expected = Tuple("in", 2, 9, b"k", b"v", user_headers, 55, {7: 70} if tracked else {})
+    expected = Tuple("in", 2, 9, b"k", b"v", user_headers, 55, anchors if tracked else {})
     [got] = seen
     slots = Tuple.__slots__ + Anchored.__slots__
     assert type(got) is Tuple and {n: getattr(got, n) for n in slots} == {n: getattr(expected, n) for n in slots}
