@@ -33,6 +33,8 @@ class Tuple(Anchored):
 
     A tuple is its own :class:`Anchored` (its ``anchors`` and ``ack_val``): one object per received
     record instead of two (``anchored`` returns the tuple itself, as it returned the pair before).
+    Its ``anchors`` are the trees it was received in: read them, never replace them (the loop and a
+    basic bolt's emit use the one root they read).
     """
 
     # _one_root: the root of the tuple's one tree (0: in none or several), so that a basic bolt's
