@@ -3,6 +3,7 @@ fails with (DESIGN sections 2 and 6); :mod:`reliable_kafka.bolt.runner` runs the
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -12,7 +13,7 @@ from confluent_kafka import KafkaException
 from reliable_kafka import codec
 from reliable_kafka.core.anchors import Anchored, anchor_child, fail_roots
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.ids import new_id
+from reliable_kafka.ids import _pool, new_id
 from reliable_kafka.kafka.produce import produce_headers
 
 if TYPE_CHECKING:
@@ -21,7 +22,10 @@ if TYPE_CHECKING:
 __all__ = ["Tuple", "BoltCollector", "BoltStats"]
 
 _ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per acked tuple
-_ANCHORS, _ONE_PAIR, _pack_pair = codec.ANCHORS_HEADER, codec._ONE_PAIR_PREFIX, codec._PAIR.pack  # one v2 pair
+_ANCHORS = codec.ANCHORS_HEADER
+# a whole one-pair v2 value (version 2, length byte 32, root, edge) in one struct call, as encode_one_anchor
+_pack_one = struct.Struct(">BBqq").pack
+_take_id = _pool.pop  # new_id() without its call when the pool has ids (the pool list is never replaced)
 
 
 class Tuple(Anchored):
@@ -29,9 +33,13 @@ class Tuple(Anchored):
 
     A tuple is its own :class:`Anchored` (its ``anchors`` and ``ack_val``): one object per received
     record instead of two (``anchored`` returns the tuple itself, as it returned the pair before).
+    Its ``anchors`` are the trees it was received in: read them, never replace them (the loop and a
+    basic bolt's emit use the one root they read).
     """
 
-    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms")
+    # _one_root: the root of the tuple's one tree (0: in none or several), so that a basic bolt's
+    # emit anchors a child without reading the anchors dict (a tuple's anchors are as received)
+    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms", "_one_root")
 
     def __init__(self, topic, partition, offset, key, value, headers, timestamp_ms, anchors: dict[int, int] | Anchored):
         self.topic = topic
@@ -47,6 +55,7 @@ class Tuple(Anchored):
         else:  # an Anchored (the signature before tuples were their own)
             self.anchors = anchors.anchors  # type: ignore[union-attr]
             self.ack_val = anchors.ack_val  # type: ignore[union-attr]
+        self._one_root = next(iter(self.anchors)) if len(self.anchors) == 1 else 0
 
     @property
     def anchored(self) -> Anchored:
@@ -150,25 +159,27 @@ class _BasicCollector(BoltCollector):
         current = self.current
         if anchors is None and headers is None and current is not None:
             parent = current
-            trees = len(parent.anchors)
-            if trees == 1:  # the common case: one tree, no headers of the user's
-                edge = new_id()
+            root = parent._one_root
+            if root:  # the common case: one tree, no headers of the user's
+                try:
+                    edge = _take_id()
+                except IndexError:
+                    edge = new_id()  # refills the pool
                 parent.ack_val ^= edge
-                for root in parent.anchors:
-                    # Bolt._produce_in_tree inlined: a Python call fewer per emitted tuple
-                    bolt = self._bolt
-                    producer = bolt._producer
-                    headers = [(_ANCHORS, _ONE_PAIR + _pack_pair(root, edge))]
-                    try:
-                        producer.produce(  # type: ignore[union-attr]  # made by start()
-                            topic, value, key, -1 if partition is None else partition, None, None, 0, headers
-                        )
-                    except (BufferError, KafkaException):  # queue full, or the producer failed
-                        produce_headers(producer, topic, value, key, partition, headers)  # type: ignore[arg-type]
-                    bolt.stats.emitted += 1
-                    bolt.output_topics.add(topic)
+                # Bolt._produce_in_tree inlined: a Python call fewer per emitted tuple
+                bolt = self._bolt
+                producer = bolt._producer
+                headers = [(_ANCHORS, _pack_one(2, 32, root, edge))]  # encode_one_anchor(root, edge)
+                try:
+                    producer.produce(  # type: ignore[union-attr]  # made by start()
+                        topic, value, key, -1 if partition is None else partition, None, None, 0, headers
+                    )
+                except (BufferError, KafkaException):  # queue full, or the producer failed
+                    produce_headers(producer, topic, value, key, partition, headers)  # type: ignore[arg-type]
+                bolt.stats.emitted += 1
+                bolt.output_topics.add(topic)
                 return
-            if not trees:  # an untracked input: an untracked child, no header (_produce_in_tree inlined)
+            if not parent.anchors:  # an untracked input: an untracked child, no header (_produce_in_tree inlined)
                 bolt = self._bolt
                 producer = bolt._producer
                 try:

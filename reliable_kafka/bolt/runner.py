@@ -10,6 +10,7 @@ input offsets (a lost ack only delays the tree until its timeout and replay); wi
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -50,7 +51,9 @@ log = logging.getLogger(__name__)
 
 _ANCHORS = codec.ANCHORS_HEADER
 _V2 = codec._ANCHORS_V2  # with length byte 32 (one pair) and 16 bytes: one v2 pair, decoded inline
-_ONE_PAIR, _unpack_pair, _pack_pair = codec._ONE_PAIR_PREFIX, codec._PAIR.unpack_from, codec._PAIR.pack  # one pair
+# a whole one-pair v2 value (version, length byte, root, edge) in one struct call; other lengths raise struct.error
+_ONE_V2_PAIR = struct.Struct(">BBqq")
+_unpack_one, _pack_one = _ONE_V2_PAIR.unpack, _ONE_V2_PAIR.pack
 ACK_HOLD_ENTRIES = MAX_ENTRIES_PER_RECORD  # while behind, acks wait for this many entries...
 ACK_HOLD_S = 0.02  # ...or this long (a tree is as late as its last ack)
 _ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per batch here
@@ -353,12 +356,18 @@ class Bolt:
                     found = [v for k, v in headers if k == _ANCHORS]
                     if found:
                         raw, headers = found[-1], [(k, v) for k, v in headers if k != _ANCHORS]
+                root = 0  # the tuple's one tree, when it is in exactly one (its ack entry is made from it)
                 if raw is not None:
                     try:
-                        if len(raw) == 18 and raw[0] == _V2 and raw[1] == 32 and (pair := _unpack_pair(raw, 2))[0]:
-                            anchors = {pair[0]: pair[1]}  # decode(raw) of one v2 pair, inlined: once per tuple
+                        try:  # decode(raw) of one v2 pair, inlined: once per tuple
+                            version, length, root, edge = _unpack_one(raw)
+                        except struct.error:  # not 18 bytes (several pairs, v1, damaged): decode() judges it
+                            version = 0
+                        if version == _V2 and length == 32 and root:
+                            anchors = {root: edge}
                         else:
                             anchors = decode(raw)
+                            [(root, edge)] = anchors.items() if len(anchors) == 1 else [(0, 0)]  # e.g. v1, one tree
                     except DecodeError as error:
                         # its tree cannot be acked: upstream times it out and replays it; the copy keeps it
                         assert self._quarantine is not None  # made by start()
@@ -374,6 +383,7 @@ class Bolt:
                 tuple_.topic, tuple_.partition, tuple_.offset = topic, partition, offset
                 tuple_.key, tuple_.value, tuple_.headers = message.key(), message.value(), headers
                 tuple_.timestamp_ms, tuple_.anchors, tuple_.ack_val = timestamp[1] if timestamp else -1, anchors, 0
+                tuple_._one_root = root
                 if basic:
                     collector.current = tuple_  # outputs are anchored to it
                 try:
@@ -384,8 +394,10 @@ class Bolt:
                     self._handler_failed(tuple_, exc)
                 else:
                     if basic:  # collector.ack(tuple_), its entries kept in the batch's lists (no call per tuple)
-                        anchors = tuple_.anchors
-                        if anchors:
+                        if root:  # one tree: the pair decoded above (a tuple's anchors do not change)
+                            add_root(root)
+                            add_val(edge ^ tuple_.ack_val)
+                        elif anchors := tuple_.anchors:
                             ack_val = tuple_.ack_val
                             for root, edge in anchors.items():
                                 add_root(root)
@@ -425,7 +437,7 @@ class Bolt:
         assert producer is not None  # made by start()
         # once per emitted tuple: encode_one_anchor and produce_headers inlined (the ids are int64:
         # drawn by new_id or decoded from a header), the queue-full and error paths left to them
-        headers: list | None = None if root is None else [(_ANCHORS, _ONE_PAIR + _pack_pair(root, edge))]
+        headers: list | None = None if root is None else [(_ANCHORS, _pack_one(_V2, 32, root, edge))]
         try:
             producer.produce(topic, value, key, -1 if partition is None else partition, None, None, 0, headers)
         except (BufferError, KafkaException):

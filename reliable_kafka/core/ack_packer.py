@@ -66,7 +66,8 @@ class AckPacker:
         """Everything collected, per partition, as columns (in the order added); empty afterwards."""
         if not self._roots:
             return {}
-        kinds = np.array(self._kinds, dtype=np.uint8)
+        # bytearray reads the IntEnum members as ints in C (np.array asks each for its value: ~4x the cost)
+        kinds = np.frombuffer(bytearray(self._kinds), dtype=np.uint8)
         roots = np.array(self._roots, dtype=np.int64)
         vals = np.array(self._vals, dtype=np.int64)
         self._kinds, self._roots, self._vals = [], [], []

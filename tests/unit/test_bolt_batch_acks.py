@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from functools import reduce
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reliable_kafka import codec
+from reliable_kafka import codec, ids
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.bolt.runner import ACK_HOLD_ENTRIES
 from reliable_kafka.core.ack_packer import AckPacker
@@ -60,6 +61,10 @@ def test_one_tree_emits_balance_the_inputs_ack(root, edge, children):
     outputs = [codec.decode_anchors(dict(headers)[codec.ANCHORS_HEADER]) for *_, headers in producer.sent]
     assert all(list(anchors) == [root] for anchors in outputs)
     child_edges = [anchors[root] for anchors in outputs]
+    # the inlined header is byte for byte what encode_anchors writes
+    assert [dict(headers)[codec.ANCHORS_HEADER] for *_, headers in producer.sent] == [
+        codec.encode_anchors({root: child}) for child in child_edges
+    ]
     assert len(set(child_edges)) == children  # one fresh edge per child
     [(kind, acked_root, val)] = _entries(bolt)
     assert (kind, acked_root) == (EventKind.ACK, root)
@@ -137,6 +142,33 @@ def test_packer_extend_is_add_per_entry(entries):
         assert sorted(zip(kinds.tolist(), roots.tolist(), vals.tolist())) == sorted(
             zip(*(column.tolist() for column in drained_many[partition]))
         )
+
+
+@given(st.lists(st.sampled_from(list(EventKind)), min_size=1, max_size=20))
+def test_packer_drains_kinds_as_a_writable_uint8_column_of_their_values(kinds):
+    packer = AckPacker(ack_partitions=1)
+    for root, kind in enumerate(kinds, start=1):
+        packer.add(kind, root)
+    [(drained, _, _)] = packer.drain().values()
+    assert drained.dtype == np.uint8 and drained.flags.writeable
+    assert drained.tolist() == [int(kind) for kind in kinds]
+
+
+def test_an_emptied_id_pool_is_refilled_by_the_inlined_emit(monkeypatch):
+    """The basic collector takes edge ids from ids' pool itself; an empty pool falls back to new_id."""
+    monkeypatch.setattr(ids, "_POOL_SIZE", 3)
+    ids._pool.clear()
+
+    def split(tuple_, collector):
+        for i in range(7):
+            collector.emit("out", b"%d" % i, key=b"w")
+
+    bolt, producer = _bolt(split)
+    bolt._process_batch([_message(0, {5: 9})])
+    edges = [codec.decode_anchors(dict(headers)[codec.ANCHORS_HEADER])[5] for *_, headers in producer.sent]
+    assert len(edges) == 7 and len(set(edges)) == 7 and all(edges)
+    [(_, _, val)] = _entries(bolt)
+    assert reduce(lambda a, b: a ^ b, edges, 9 ^ val) == 0
 
 
 def test_packer_extend_refuses_columns_of_different_lengths_and_drops_without_ackers():
@@ -276,6 +308,8 @@ class _Parked:
 
 
 _ONE_PAIR_VALUES = st.one_of(
+    st.builds(lambda root, edge: codec._encode_anchors_v1({root: edge}), NONZERO, INT64),  # one tree, v1
+    st.dictionaries(NONZERO, INT64, max_size=3).map(codec.encode_anchors),  # none or several trees
     st.builds(codec.encode_one_anchor, INT64, INT64),  # root 0 included: a bad header
     st.builds(lambda body: b"\x02\x20" + body, st.binary(min_size=16, max_size=16)),
     st.binary(max_size=20),
@@ -299,6 +333,8 @@ def test_the_bolts_inlined_one_pair_read_is_decode_anchors(raw):
         assert seen == [] and parked.offsets == [7] and bolt.stats.quarantined == 1
     else:
         assert seen == [expected] and parked.offsets == []
+        # the ack entry too: made from the pair read inline (one tree) or from the dict (several)
+        assert _entries(bolt) == [(EventKind.ACK, root, edge) for root, edge in expected.items()]
 
 
 def test_an_emit_into_a_full_queue_waits_for_room_and_is_produced_once():
@@ -403,9 +439,16 @@ def test_a_tuple_is_its_own_anchored_and_emits_xor_into_its_ack_val():
 
 
 @pytest.mark.parametrize(
-    "headers", [None, [("trace", b"t1")], [(codec.ANCHORS_HEADER, codec.encode_one_anchor(7, 70))]]
+    "headers, anchors",
+    [
+        (None, {}),
+        ([("trace", b"t1")], {}),
+        ([(codec.ANCHORS_HEADER, codec.encode_one_anchor(7, 70))], {7: 70}),
+        ([(codec.ANCHORS_HEADER, codec._encode_anchors_v1({7: 70}))], {7: 70}),  # one tree, read by decode
+        ([(codec.ANCHORS_HEADER, codec.encode_anchors({7: 70, 8: 80}))], {7: 70, 8: 80}),
+    ],
 )
-def test_the_loops_tuple_is_the_one_tuples_constructor_makes(headers):
+def test_the_loops_tuple_is_the_one_tuples_constructor_makes(headers, anchors):
     """The loop sets a tuple's fields itself (no ``__init__`` call per tuple): every slot, as
     ``Tuple(...)`` sets it, whatever the record carries."""
     from reliable_kafka.bolt import Tuple
@@ -418,7 +461,7 @@ def test_the_loops_tuple_is_the_one_tuples_constructor_makes(headers):
     bolt._process_batch([message])
     user_headers = [(k, v) for k, v in headers or [] if k != codec.ANCHORS_HEADER]
     tracked = any(k == codec.ANCHORS_HEADER for k, _ in headers or [])
-    expected = Tuple("in", 2, 9, b"k", b"v", user_headers, 55, {7: 70} if tracked else {})
+    expected = Tuple("in", 2, 9, b"k", b"v", user_headers, 55, anchors if tracked else {})
     [got] = seen
     slots = Tuple.__slots__ + Anchored.__slots__
     assert type(got) is Tuple and {n: getattr(got, n) for n in slots} == {n: getattr(expected, n) for n in slots}
