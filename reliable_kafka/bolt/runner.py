@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from reliable_kafka import codec
 from reliable_kafka.bolt.collector import BoltCollector, BoltStats, Tuple, _BasicCollector
+from reliable_kafka.codec.anchors import _ANCHORS_V2  # a one-pair header is read inline
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
@@ -50,7 +51,7 @@ __all__ = ["Tuple", "BoltCollector", "Bolt", "BasicBolt", "BoltStats"]
 log = logging.getLogger(__name__)
 
 _ANCHORS = codec.ANCHORS_HEADER
-_V2 = codec._ANCHORS_V2  # with length byte 32 (one pair) and 16 bytes: one v2 pair, decoded inline
+_V2 = _ANCHORS_V2  # with length byte 32 (one pair) and 16 bytes: one v2 pair, decoded inline
 # a whole one-pair v2 value (version, length byte, root, edge) in one struct call; other lengths raise struct.error
 _ONE_V2_PAIR = struct.Struct(">BBqq")
 _unpack_one, _pack_one = _ONE_V2_PAIR.unpack, _ONE_V2_PAIR.pack

@@ -9,11 +9,6 @@ that do not decode, carrying the raw bytes so the caller can park them.
 from __future__ import annotations
 
 from reliable_kafka.codec.ack_batch import AckBatch, decode_ack_batch, encode_ack_batch
-
-# the bolt reads and writes one-pair headers inline, with these
-from reliable_kafka.codec.anchors import _ANCHORS_V2 as _ANCHORS_V2
-from reliable_kafka.codec.anchors import _ONE_PAIR_PREFIX as _ONE_PAIR_PREFIX
-from reliable_kafka.codec.anchors import _PAIR as _PAIR
 from reliable_kafka.codec.anchors import (
     ANCHORS_HEADER,
     ANCHORS_VERSION,

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from reliable_kafka import codec, ids
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.bolt.runner import ACK_HOLD_ENTRIES
+from reliable_kafka.codec import anchors as anchors_codec
 from reliable_kafka.core.ack_packer import AckPacker
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
@@ -308,7 +309,7 @@ class _Parked:
 
 
 _ONE_PAIR_VALUES = st.one_of(
-    st.builds(lambda root, edge: codec._encode_anchors_v1({root: edge}), NONZERO, INT64),  # one tree, v1
+    st.builds(lambda root, edge: anchors_codec._encode_anchors_v1({root: edge}), NONZERO, INT64),  # one tree, v1
     st.dictionaries(NONZERO, INT64, max_size=3).map(codec.encode_anchors),  # none or several trees
     st.builds(codec.encode_one_anchor, INT64, INT64),  # root 0 included: a bad header
     st.builds(lambda body: b"\x02\x20" + body, st.binary(min_size=16, max_size=16)),
@@ -444,7 +445,7 @@ def test_a_tuple_is_its_own_anchored_and_emits_xor_into_its_ack_val():
         (None, {}),
         ([("trace", b"t1")], {}),
         ([(codec.ANCHORS_HEADER, codec.encode_one_anchor(7, 70))], {7: 70}),
-        ([(codec.ANCHORS_HEADER, codec._encode_anchors_v1({7: 70}))], {7: 70}),  # one tree, read by decode
+        ([(codec.ANCHORS_HEADER, anchors_codec._encode_anchors_v1({7: 70}))], {7: 70}),  # one tree, read by decode
         ([(codec.ANCHORS_HEADER, codec.encode_anchors({7: 70, 8: 80}))], {7: 70, 8: 80}),
     ],
 )
