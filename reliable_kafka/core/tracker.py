@@ -32,11 +32,14 @@ Typical shell loop::
 from __future__ import annotations
 
 import dataclasses
+import gc
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from reliable_kafka.core.backoff import Backoff
 from reliable_kafka.core.clock import monotonic_ms
@@ -269,38 +272,89 @@ class InFlightTracker:
         return root
 
     def emitted_many(
-        self, tp: TopicPartition, offsets: Iterable[int], roots: Iterable[int], *, attempt: int = 1
+        self,
+        tp: TopicPartition,
+        offsets: Sequence[int] | np.ndarray,
+        roots: Sequence[int] | np.ndarray,
+        *,
+        attempt: int = 1,
     ) -> None:
         """``emitted(tp, offset, root=root, attempt=attempt)`` for each (offset, root) pair in one
-        call (the Spark driver registers a batch at a time). Fresh offsets take an inlined path;
-        an offset already pending, or a root that is held or 0, goes through :meth:`emitted`."""
+        call (the Spark driver registers a batch at a time; lists or NumPy arrays).
+
+        A batch of fresh records (offsets ascending and not pending, roots distinct, non-zero and
+        not held: a stream batch's range) is registered in bulk, with C-level dict, heap and deque
+        operations; any other batch goes pair by pair, re-emissions and errors as :meth:`emitted`.
+        """
         if attempt < 1:
             raise ArgumentError(f"emitted {tp}: attempt numbers start at 1, got {attempt}")
+        offsets = offsets.tolist() if isinstance(offsets, np.ndarray) else list(offsets)
+        roots = roots.tolist() if isinstance(roots, np.ndarray) else list(roots)
+        if len(roots) < len(offsets):
+            offsets = offsets[: len(roots)]  # zip's rule, as before
+        elif len(offsets) < len(roots):
+            roots = roots[: len(offsets)]
+        if not offsets:
+            return
         part = self._partitions.get(tp)
         if part is None:
             part = self._partitions[tp] = _Partition(None)
-        held, pending, tokens = self._roots, part.pending, self._tokens
+        if self._fresh(part, offsets, roots):
+            self._emitted_fresh(tp, part, offsets, roots, attempt)
+        else:
+            for offset, root in zip(offsets, roots):
+                self.emitted(tp, offset, root=root, attempt=attempt)
+
+    def _fresh(self, part: _Partition, offsets: list[int], roots: list[int]) -> bool:
+        """True when ``emitted_many`` may take the bulk path: every pair a first emission, no error."""
+        column = np.array(offsets, dtype=np.int64)
+        if len(column) > 1 and not bool((column[1:] > column[:-1]).all()):
+            return False  # not strictly ascending: a repeated offset is a re-emission
+        if part.position is not None and offsets[0] < part.position and not part.pending.keys().isdisjoint(offsets):
+            return False
+        distinct = set(roots)
+        return len(distinct) == len(roots) and 0 not in distinct and self._roots.keys().isdisjoint(distinct)
+
+    def _emitted_fresh(
+        self, tp: TopicPartition, part: _Partition, offsets: list[int], roots: list[int], attempt: int
+    ) -> None:
         now = self._clock()
-        backstop = self._backstop if self._backstop_ms is not None else None
-        deadline = now + (self._backstop_ms or 0)
-        fresh = 0
-        for offset, root in zip(offsets, roots):
-            if offset in pending or root in held or not root:
-                self.emitted(tp, offset, root=root, attempt=attempt)  # re-emission, or the error it raises
-                continue
-            entry = _Entry(tp, offset)
-            entry.first_ms = entry.emitted_ms = now
-            entry.root = root
-            entry.attempt = attempt
-            entry.token = token = next(tokens)
-            part.add_pending(entry)
-            held[root] = entry
-            if backstop is not None:
-                backstop.append((deadline, token, entry))
-            fresh += 1
-        self.stats.emitted += fresh
-        if backstop is not None and len(backstop) > 2 * len(held) + 1024:
-            self._backstop = deque(item for item in backstop if item[2].token == item[1])
+        tokens = list(itertools.islice(self._tokens, len(offsets)))
+        # The cyclic GC would run dozens of times while a batch's entries are made, at times a full
+        # collection over every object of the driver (measured: 25 to 85 ms instead of 15 per 25,000
+        # records); the entries hold no cycles, so it runs once afterwards instead.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            repeat = itertools.repeat
+            entries = list(map(_Entry, repeat(tp), offsets, roots, repeat(attempt), tokens, repeat(now)))
+            part.add_pending_many(offsets, entries)
+            held = self._roots
+            held.update(zip(roots, entries))
+            if self._backstop_ms is not None:
+                backstop = self._backstop
+                backstop.extend(zip(repeat(now + self._backstop_ms), tokens, entries))
+                if len(backstop) > 2 * len(held) + 1024:
+                    self._backstop = deque(item for item in backstop if item[2].token == item[1])
+        finally:
+            if collecting:
+                gc.enable()
+        self.stats.emitted += len(entries)
+
+    def skip_mask(self, tp: TopicPartition, offsets: np.ndarray) -> np.ndarray:
+        """``should_skip(tp, offset)`` for each of ``offsets`` (a NumPy int64 array), as a boolean
+        array: below the commit point, or recorded done above it."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        part = self._partitions.get(tp)
+        if part is None or part.position is None:
+            return np.zeros(len(offsets), dtype=bool)
+        # The commit point is the smallest pending offset, so nothing below it is pending, and no
+        # offset is both pending and done: should_skip's order of checks does not matter here.
+        point = part.commit_point()
+        mask = offsets < point if point is not None else np.zeros(len(offsets), dtype=bool)
+        if part.done:
+            mask |= np.isin(offsets, np.fromiter(part.done, dtype=np.int64, count=len(part.done)))
+        return mask
 
     def done_immediately(self, tp: TopicPartition, offset: int) -> None:
         """Mark ``offset`` done without tracking (untracked, no tuples emitted, at-most-once)."""

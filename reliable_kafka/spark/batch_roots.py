@@ -96,13 +96,13 @@ def register_ranges(owner: RootOwner, ranges: Ranges, salt: int) -> tuple[list[t
         tp = (topic, partition)
         offsets = np.arange(start, end, dtype=np.int64)
         roots, edges = derive_ids(salt, topic, partition, offsets, 1)
-        should_skip = tracker.should_skip
-        keep = np.fromiter((not should_skip(tp, o) for o in range(start, end)), dtype=bool, count=end - start)
-        if not keep.all():
-            skipped.extend(roots[~keep].tolist())
+        skip = tracker.skip_mask(tp, offsets)
+        if skip.any():
+            skipped.extend(roots[skip].tolist())
+            keep = ~skip
             offsets, roots, edges = offsets[keep], roots[keep], edges[keep]
         kept_roots = roots.tolist()
-        owner.track_many(tp, offsets.tolist(), kept_roots, 1)
+        owner.track_many(tp, offsets.tolist(), kept_roots, 1)  # ascending, fresh: the tracker's bulk path
         entries.extend(zip(kept_roots, edges.tolist()))
     return entries, skipped
 

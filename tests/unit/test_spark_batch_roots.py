@@ -143,6 +143,94 @@ def test_emitted_many_refuses_what_emitted_refuses():
         tracker.emitted_many(("t", 0), [4], [44], attempt=0)
 
 
+# A tracker's state before a batch: assigned (or not) with done offsets above its commit, some
+# offsets emitted, then some completed or failed; a batch is then a range, maybe overlapping them.
+tracker_histories = st.fixed_dictionaries(
+    {
+        "committed": st.none() | st.integers(0, 20),
+        "done_above": st.lists(st.integers(0, 60), max_size=8),
+        "emitted": st.lists(st.integers(0, 60), max_size=25),
+        "settled": st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["COMPLETED", "FAILED"])), max_size=25),
+    }
+)
+
+
+def _tracker_after(history, clock) -> InFlightTracker:
+    tracker = InFlightTracker(max_pending=None, max_retries=1, clock=lambda: clock[0])
+    tp = ("t", 0)
+    if history["committed"] is not None:
+        tracker.assign(tp, committed=history["committed"], done_above=history["done_above"])
+    roots = {}
+    for offset in history["emitted"]:
+        roots[offset] = tracker.emitted(tp, offset, root=1000 + len(roots) + offset * 100)
+    for offset, kind in history["settled"]:
+        if offset in roots:
+            tracker.on_outcome(roots[offset], OutcomeKind[kind])
+    clock[0] += 5
+    return tracker
+
+
+def _state(tracker: InFlightTracker):
+    tp = ("t", 0)
+    return (
+        tracker.pending_offsets(tp),
+        tracker.commit_points(),
+        tracker.done_above(tp),
+        tracker.unsettled(tp),
+        tracker.pending_summary(),
+        tracker.stats.as_dict(),
+        tracker.pending_roots(),
+        tracker.next_due_ms(),
+    )
+
+
+@settings(max_examples=300)
+@given(tracker_histories, st.integers(0, 80), st.integers(0, 30))
+def test_skip_mask_is_should_skip_per_offset(history, start, length):
+    tracker = _tracker_after(history, [0])
+    offsets = np.arange(start, start + length, dtype=np.int64)
+    expected = [tracker.should_skip(("t", 0), o) for o in offsets.tolist()]
+    assert tracker.skip_mask(("t", 0), offsets).tolist() == expected
+    assert tracker.skip_mask(("t", 9), offsets).tolist() == [False] * length  # a partition not tracked
+
+
+@settings(max_examples=300)
+@given(tracker_histories, st.integers(0, 80), st.integers(1, 30), st.booleans(), st.integers(1, 3))
+def test_emitted_many_in_bulk_is_emitted_one_by_one(history, start, length, skip_done, attempt):
+    """A batch's range after random replays, completions and failures: the bulk path (fresh offsets)
+    and the fallback (an offset pending, a root held) leave the same state as emitted per record."""
+    clock = [0]
+    one, many = _tracker_after(history, clock), _tracker_after(history, [0])
+    offsets = np.arange(start, start + length, dtype=np.int64)
+    if skip_done:  # as register_ranges does
+        offsets = offsets[~one.skip_mask(("t", 0), offsets)]
+    roots = offsets * 7 + 100_003  # distinct from the history's roots, unless an offset repeats one
+    for offset, root in zip(offsets.tolist(), roots.tolist()):
+        one.emitted(("t", 0), offset, root=root, attempt=attempt)
+    many.emitted_many(("t", 0), offsets, roots, attempt=attempt)
+    assert _state(many) == _state(one)
+    for root in roots.tolist() + list(range(1000, 8000)):
+        assert many.on_outcome(root, OutcomeKind.COMPLETED) == one.on_outcome(root, OutcomeKind.COMPLETED)
+    assert _state(many) == _state(one)
+    assert many.expire_backstop(10**9) == one.expire_backstop(10**9)
+    assert many.due_redeliveries(10**10) == one.due_redeliveries(10**10)
+
+
+def test_a_fresh_range_is_registered_without_a_call_per_record(monkeypatch):
+    tracker = InFlightTracker(max_pending=None)
+    tracker.assign(("t", 0), committed=10, done_above=[12])
+    monkeypatch.setattr(tracker, "emitted", lambda *a, **k: pytest.fail("bulk path expected"))
+    tracker.emitted_many(("t", 0), np.arange(10, 20), np.arange(1, 11))
+    assert tracker.pending_offsets(("t", 0)) == list(range(10, 20)) and tracker.commit_point(("t", 0)) == 10
+    assert all(type(o) is int for o in tracker.pending_offsets(("t", 0)))  # no NumPy scalars kept
+
+
+def test_emitted_many_with_a_repeated_root_in_one_batch_raises_as_emitted_does():
+    tracker = InFlightTracker()
+    with pytest.raises(ArgumentError, match="already held"):
+        tracker.emitted_many(("t", 0), [1, 2], [5, 5])
+
+
 def _owner(tracker: InFlightTracker) -> RootOwner:
     return RootOwner(component="c", topics=TopologyTopics("tp"), tracker=tracker, bootstrap_servers="", kafka_config={})
 
