@@ -595,6 +595,11 @@ class InFlightTracker:
         """The tracker's clock (ms), the time base of ``pending_summary``."""
         return self._clock()
 
+    def is_pending(self, tp: TopicPartition, offset: int) -> bool:
+        """True while ``offset`` of ``tp`` is emitted and not done (in flight, failed or dead-lettering)."""
+        part = self._partitions.get(tp)
+        return part is not None and offset in part.pending
+
     def pending_offsets(self, tp: TopicPartition) -> list[int]:
         """Offsets of ``tp`` not done yet, ascending (O(n log n): for inspection and tests)."""
         part = self._partitions.get(tp)

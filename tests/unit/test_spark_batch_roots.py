@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reliable_kafka.core.kinds import OutcomeKind
-from reliable_kafka.core.tracker import InFlightTracker
+from reliable_kafka.core.tracker import InFlightTracker, Redelivery
 from reliable_kafka.errors import ArgumentError, WaitTimeoutError
-from reliable_kafka.spark import derive
+from reliable_kafka.spark import batch_roots, derive
 from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog, register_ranges
 from reliable_kafka.spark.checkpoint import LocalFiles
 from reliable_kafka.spark.derive import ZERO_REPLACEMENT, derive_edge, derive_ids, derive_root
@@ -249,6 +249,50 @@ def test_register_ranges_tracks_every_offset_except_those_done():
     for root, _ in entries:
         owner.act(owner.tracker.on_outcome(root, OutcomeKind.COMPLETED))
     assert owner.tracker.commit_points() == {("t", 0): 15, ("t", 1): 2}
+
+
+collected_rows = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 60), st.sampled_from([1, 1, 1, 2])), max_size=40)
+
+
+@settings(max_examples=300)
+@given(tracker_histories, collected_rows, st.booleans(), st.lists(st.integers(0, 60), max_size=4), st.booleans())
+def test_register_collected_in_bulk_is_record_by_record(history, rows, ascending, unread, held):
+    """Collected batches (first attempts, redeliveries, repeats, any order) after random replays:
+    the same entries, skips, missing redeliveries and tracker state as registering each record."""
+    if ascending:
+        rows = sorted(set(rows), key=lambda row: (row[0], row[1]))
+    columns = {
+        "topic": ["t"] * len(rows),
+        "partition": [p for p, _, _ in rows],
+        "offset": [o for _, o, _ in rows],
+        "attempt": [a for _, _, a in rows],
+        "root": [500_000 + i for i in range(len(rows))],
+        "edge": [900_000 + i for i in range(len(rows))],
+    }
+    asked = [(("t", p), o, a) for p, o, a in rows if a > 1] + [(("t", 0), o, 2) for o in unread]
+    redeliveries = [Redelivery(tp, o, a, "FAILED") for tp, o, a in dict.fromkeys(asked)]
+    bulk, one = (_owner(_tracker_after(history, [0])) for _ in range(2))
+    for owner in (bulk, one) if held else ():  # as due_redeliveries leaves them: pending
+        for i, r in enumerate(redeliveries):
+            if not owner.tracker.is_pending(r.tp, r.offset):
+                owner.tracker.emitted(r.tp, r.offset, root=700_000 + i)
+    got = batch_roots.register_collected(bulk, columns, redeliveries)
+    expected = batch_roots._register_one_by_one(one, columns, redeliveries)
+    assert sorted(got[0]) == sorted(expected[0]) and sorted(got[1]) == sorted(expected[1])
+    assert got[2] == expected[2]
+    assert _state(bulk.tracker) == _state(one.tracker)
+    assert bulk.tracker.pending_offsets(("t", 1)) == one.tracker.pending_offsets(("t", 1))
+    assert bulk.tracker.commit_points() == one.tracker.commit_points()
+
+
+def test_a_collected_batch_in_offset_order_is_registered_a_partition_at_a_time(monkeypatch):
+    owner = _owner(InFlightTracker(max_pending=None))
+    monkeypatch.setattr(owner, "track", lambda *a, **k: pytest.fail("bulk path expected"))
+    columns = {"topic": ["t"] * 4, "partition": [0, 1, 0, 1], "offset": [3, 0, 4, 1], "attempt": [1] * 4}
+    columns |= {"root": [11, 12, 13, 14], "edge": [21, 22, 23, 24]}
+    entries, skipped, missing = batch_roots.register_collected(owner, columns, [])
+    assert sorted(entries) == [(11, 21), (12, 22), (13, 23), (14, 24)] and skipped == [] and missing == []
+    assert owner.tracker.pending_offsets(("t", 0)) == [3, 4] and owner.tracker.pending_offsets(("t", 1)) == [0, 1]
 
 
 # --- the group's commit on a fresh broker -----------------------------------------------------
