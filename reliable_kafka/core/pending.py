@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from reliable_kafka.core.outcome_actions import TopicPartition
 
@@ -79,7 +79,7 @@ class PartitionOffsets:
         if self.position is None or offset >= self.position:
             self.position = offset + 1
 
-    def add_pending_many(self, offsets: list[int], entries: list[PendingOffset]) -> None:
+    def add_pending_many(self, offsets: Sequence[int], entries: list[PendingOffset]) -> None:
         """:meth:`add_pending` for ``entries`` of distinct ``offsets``, ascending, none pending (the
         tracker checked): with C-level bulk operations."""
         heap = self._pending_heap

@@ -4,12 +4,15 @@ reading the group's commit while a fresh broker's coordinator is not ready
 (reliable_kafka.spark.batch_roots, derive.derive_ids, recovery.committed_offsets,
 InFlightTracker.emitted_many)."""
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reliable_kafka.core import tracker as tracker_module
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import InFlightTracker, Redelivery
 from reliable_kafka.errors import ArgumentError, WaitTimeoutError
@@ -195,8 +198,15 @@ def test_skip_mask_is_should_skip_per_offset(history, start, length):
 
 
 @settings(max_examples=300)
-@given(tracker_histories, st.integers(0, 80), st.integers(1, 30), st.booleans(), st.integers(1, 3))
-def test_emitted_many_in_bulk_is_emitted_one_by_one(history, start, length, skip_done, attempt):
+@given(
+    tracker_histories,
+    st.integers(0, 80),
+    st.integers(1, 30),
+    st.booleans(),
+    st.integers(1, 3),
+    st.sampled_from([1, 64]),
+)
+def test_emitted_many_in_bulk_is_emitted_one_by_one(history, start, length, skip_done, attempt, bulk_min):
     """A batch's range after random replays, completions and failures: the bulk path (fresh offsets)
     and the fallback (an offset pending, a root held) leave the same state as emitted per record."""
     clock = [0]
@@ -207,7 +217,8 @@ def test_emitted_many_in_bulk_is_emitted_one_by_one(history, start, length, skip
     roots = offsets * 7 + 100_003  # distinct from the history's roots, unless an offset repeats one
     for offset, root in zip(offsets.tolist(), roots.tolist()):
         one.emitted(("t", 0), offset, root=root, attempt=attempt)
-    many.emitted_many(("t", 0), offsets, roots, attempt=attempt)
+    with mock.patch.object(tracker_module, "BULK_MIN", bulk_min):  # 1: the bulk path when fresh
+        many.emitted_many(("t", 0), offsets, roots, attempt=attempt)
     assert _state(many) == _state(one)
     for root in roots.tolist() + list(range(1000, 8000)):
         assert many.on_outcome(root, OutcomeKind.COMPLETED) == one.on_outcome(root, OutcomeKind.COMPLETED)
@@ -220,6 +231,7 @@ def test_a_fresh_range_is_registered_without_a_call_per_record(monkeypatch):
     tracker = InFlightTracker(max_pending=None)
     tracker.assign(("t", 0), committed=10, done_above=[12])
     monkeypatch.setattr(tracker, "emitted", lambda *a, **k: pytest.fail("bulk path expected"))
+    monkeypatch.setattr(tracker_module, "BULK_MIN", 10)
     tracker.emitted_many(("t", 0), np.arange(10, 20), np.arange(1, 11))
     assert tracker.pending_offsets(("t", 0)) == list(range(10, 20)) and tracker.commit_point(("t", 0)) == 10
     assert all(type(o) is int for o in tracker.pending_offsets(("t", 0)))  # no NumPy scalars kept
@@ -276,7 +288,8 @@ def test_register_collected_in_bulk_is_record_by_record(history, rows, ascending
         for i, r in enumerate(redeliveries):
             if not owner.tracker.is_pending(r.tp, r.offset):
                 owner.tracker.emitted(r.tp, r.offset, root=700_000 + i)
-    got = batch_roots.register_collected(bulk, columns, redeliveries)
+    with mock.patch.object(tracker_module, "BULK_MIN", 1):
+        got = batch_roots.register_collected(bulk, columns, redeliveries)
     expected = batch_roots._register_one_by_one(one, columns, redeliveries)
     assert sorted(got[0]) == sorted(expected[0]) and sorted(got[1]) == sorted(expected[1])
     assert got[2] == expected[2]
