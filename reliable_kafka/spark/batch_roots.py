@@ -89,22 +89,27 @@ def register_ranges(owner: RootOwner, ranges: Ranges, salt: int) -> tuple[list[t
     """Register every offset of ``ranges`` (first attempts) under ids derived from ``salt``, except
     those the tracker says are done; returns ((root, edge) entries, skipped roots). The caller
     holds the tracker's lock."""
-    tracker = owner.tracker
     entries: list[tuple[int, int]] = []
     skipped: list[int] = []
     for (topic, partition), (start, end) in sorted(ranges.items()):
         tp = (topic, partition)
         offsets = np.arange(start, end, dtype=np.int64)
         roots, edges = derive_ids(salt, topic, partition, offsets, 1)
-        skip = tracker.skip_mask(tp, offsets)
-        if skip.any():
-            skipped.extend(roots[skip].tolist())
-            keep = ~skip
-            offsets, roots, edges = offsets[keep], roots[keep], edges[keep]
-        kept_roots = roots.tolist()
-        owner.track_many(tp, offsets.tolist(), kept_roots, 1)  # ascending, fresh: the tracker's bulk path
-        entries.extend(zip(kept_roots, edges.tolist()))
+        _track_first_attempts(owner, tp, offsets, roots, edges, entries, skipped)
     return entries, skipped
+
+
+def _track_first_attempts(owner: RootOwner, tp: TP, offsets, roots, edges, entries: list, skipped: list) -> None:
+    """Register first attempts of ``tp`` (ascending NumPy columns) that the tracker does not say
+    are done, in one call; their (root, edge) pairs go to ``entries``, skipped roots to ``skipped``."""
+    skip = owner.tracker.skip_mask(tp, offsets)
+    if skip.any():
+        skipped.extend(roots[skip].tolist())
+        keep = ~skip
+        offsets, roots, edges = offsets[keep], roots[keep], edges[keep]
+    kept_roots = roots.tolist()
+    owner.track_many(tp, offsets.tolist(), kept_roots, 1)  # ascending and fresh: the tracker's bulk path
+    entries.extend(zip(kept_roots, edges.tolist()))
 
 
 RECORD_COLUMNS = ("topic", "partition", "offset", "attempt", "root", "edge")
@@ -141,14 +146,7 @@ def register_collected(
     entries: list[tuple[int, int]] = []
     skipped: list[int] = []
     for tp, (offsets, roots, edges) in firsts.items():
-        skip = owner.tracker.skip_mask(tp, offsets)
-        if skip.any():
-            skipped.extend(roots[skip].tolist())
-            keep = ~skip
-            offsets, roots, edges = offsets[keep], roots[keep], edges[keep]
-        kept_roots = roots.tolist()
-        owner.track_many(tp, offsets.tolist(), kept_roots, 1)
-        entries.extend(zip(kept_roots, edges.tolist()))
+        _track_first_attempts(owner, tp, offsets, roots, edges, entries, skipped)
     more, more_skipped, missing = _register_one_by_one(owner, later, redeliveries)
     return entries + more, skipped + more_skipped, missing
 
