@@ -32,11 +32,14 @@ Typical shell loop::
 from __future__ import annotations
 
 import dataclasses
+import gc
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from reliable_kafka.core.backoff import Backoff
 from reliable_kafka.core.clock import monotonic_ms
@@ -62,6 +65,9 @@ __all__ = [
 ]
 
 BACKSTOP_REASON = "backstop timeout"
+BULK_MIN = 64
+"""``emitted_many`` takes batches of at least this many records in bulk (measured: at 10 records
+the bulk path's checks cost 0.3 us a record more than a loop; at 500 they save 0.3)."""
 
 
 @dataclass(slots=True)
@@ -109,6 +115,11 @@ def _done_action(tp: TopicPartition, offset: int, attempt: int) -> OutcomeAction
     _SET_DUE_MS(action, None)
     _SET_ROOT(action, None)
     return action
+
+
+def _listed(values: Sequence[int] | np.ndarray) -> Sequence[int]:
+    """Python ints from a NumPy array (the tracker keeps no NumPy scalars), else ``values`` itself."""
+    return values.tolist() if isinstance(values, np.ndarray) else values
 
 
 class InFlightTracker:
@@ -269,16 +280,30 @@ class InFlightTracker:
         return root
 
     def emitted_many(
-        self, tp: TopicPartition, offsets: Iterable[int], roots: Iterable[int], *, attempt: int = 1
+        self,
+        tp: TopicPartition,
+        offsets: Sequence[int] | np.ndarray,
+        roots: Sequence[int] | np.ndarray,
+        *,
+        attempt: int = 1,
     ) -> None:
         """``emitted(tp, offset, root=root, attempt=attempt)`` for each (offset, root) pair in one
-        call (the Spark driver registers a batch at a time). Fresh offsets take an inlined path;
-        an offset already pending, or a root that is held or 0, goes through :meth:`emitted`."""
+        call (the Spark driver registers a batch at a time; lists or NumPy arrays).
+
+        A batch of fresh records (offsets ascending and not pending, roots distinct, non-zero and
+        not held: a stream batch's range) is registered in bulk, with C-level dict, heap and deque
+        operations; any other batch goes pair by pair, re-emissions and errors as :meth:`emitted`.
+        """
         if attempt < 1:
             raise ArgumentError(f"emitted {tp}: attempt numbers start at 1, got {attempt}")
+        offsets, roots = _listed(offsets), _listed(roots)
         part = self._partitions.get(tp)
         if part is None:
             part = self._partitions[tp] = _Partition(None)
+        if len(offsets) >= BULK_MIN and len(offsets) == len(roots) and self._fresh(part, offsets, roots):
+            self._emitted_fresh(tp, part, offsets, roots, attempt)
+            return
+        # A small batch (a Python spout's poll at a low rate): the checks above cost more than they save.
         held, pending, tokens = self._roots, part.pending, self._tokens
         now = self._clock()
         backstop = self._backstop if self._backstop_ms is not None else None
@@ -288,19 +313,66 @@ class InFlightTracker:
             if offset in pending or root in held or not root:
                 self.emitted(tp, offset, root=root, attempt=attempt)  # re-emission, or the error it raises
                 continue
-            entry = _Entry(tp, offset)
-            entry.first_ms = entry.emitted_ms = now
-            entry.root = root
-            entry.attempt = attempt
-            entry.token = token = next(tokens)
+            entry = _Entry(tp, offset, root, attempt, next(tokens), now)
             part.add_pending(entry)
             held[root] = entry
             if backstop is not None:
-                backstop.append((deadline, token, entry))
+                backstop.append((deadline, entry.token, entry))
             fresh += 1
         self.stats.emitted += fresh
         if backstop is not None and len(backstop) > 2 * len(held) + 1024:
             self._backstop = deque(item for item in backstop if item[2].token == item[1])
+
+    def _fresh(self, part: _Partition, offsets: Sequence[int], roots: Sequence[int]) -> bool:
+        """True when ``emitted_many`` may take the bulk path: every pair a first emission, no error."""
+        column = np.array(offsets, dtype=np.int64)
+        if len(column) > 1 and not bool((column[1:] > column[:-1]).all()):
+            return False  # not strictly ascending: a repeated offset is a re-emission
+        if part.position is not None and offsets[0] < part.position and not part.pending.keys().isdisjoint(offsets):
+            return False
+        distinct = set(roots)
+        return len(distinct) == len(roots) and 0 not in distinct and self._roots.keys().isdisjoint(distinct)
+
+    def _emitted_fresh(
+        self, tp: TopicPartition, part: _Partition, offsets: Sequence[int], roots: Sequence[int], attempt: int
+    ) -> None:
+        now = self._clock()
+        tokens = list(itertools.islice(self._tokens, len(offsets)))
+        # The cyclic GC would run dozens of times while a batch's entries are made, at times a full
+        # collection over every object of the driver (measured: 25 to 85 ms instead of 15 per 25,000
+        # records); the entries hold no cycles, so it runs once afterwards instead.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            repeat = itertools.repeat
+            entries = list(map(_Entry, repeat(tp), offsets, roots, repeat(attempt), tokens, repeat(now)))
+            part.add_pending_many(offsets, entries)
+            held = self._roots
+            held.update(zip(roots, entries))
+            if self._backstop_ms is not None:
+                backstop = self._backstop
+                backstop.extend(zip(repeat(now + self._backstop_ms), tokens, entries))
+                if len(backstop) > 2 * len(held) + 1024:
+                    self._backstop = deque(item for item in backstop if item[2].token == item[1])
+        finally:
+            if collecting:
+                gc.enable()
+        self.stats.emitted += len(entries)
+
+    def skip_mask(self, tp: TopicPartition, offsets: np.ndarray) -> np.ndarray:
+        """``should_skip(tp, offset)`` for each of ``offsets`` (a NumPy int64 array), as a boolean
+        array: below the commit point, or recorded done above it."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        part = self._partitions.get(tp)
+        if part is None or part.position is None:
+            return np.zeros(len(offsets), dtype=bool)
+        # The commit point is the smallest pending offset, so nothing below it is pending, and no
+        # offset is both pending and done: should_skip's order of checks does not matter here.
+        point = part.commit_point()
+        mask = offsets < point if point is not None else np.zeros(len(offsets), dtype=bool)
+        if part.done:
+            mask |= np.isin(offsets, np.fromiter(part.done, dtype=np.int64, count=len(part.done)))
+        return mask
 
     def done_immediately(self, tp: TopicPartition, offset: int) -> None:
         """Mark ``offset`` done without tracking (untracked, no tuples emitted, at-most-once)."""
@@ -540,6 +612,11 @@ class InFlightTracker:
     def now_ms(self) -> int:
         """The tracker's clock (ms), the time base of ``pending_summary``."""
         return self._clock()
+
+    def is_pending(self, tp: TopicPartition, offset: int) -> bool:
+        """True while ``offset`` of ``tp`` is emitted and not done (in flight, failed or dead-lettering)."""
+        part = self._partitions.get(tp)
+        return part is not None and offset in part.pending
 
     def pending_offsets(self, tp: TopicPartition) -> list[int]:
         """Offsets of ``tp`` not done yet, ascending (O(n log n): for inspection and tests)."""

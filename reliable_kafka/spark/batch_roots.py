@@ -89,22 +89,27 @@ def register_ranges(owner: RootOwner, ranges: Ranges, salt: int) -> tuple[list[t
     """Register every offset of ``ranges`` (first attempts) under ids derived from ``salt``, except
     those the tracker says are done; returns ((root, edge) entries, skipped roots). The caller
     holds the tracker's lock."""
-    tracker = owner.tracker
     entries: list[tuple[int, int]] = []
     skipped: list[int] = []
     for (topic, partition), (start, end) in sorted(ranges.items()):
         tp = (topic, partition)
         offsets = np.arange(start, end, dtype=np.int64)
         roots, edges = derive_ids(salt, topic, partition, offsets, 1)
-        should_skip = tracker.should_skip
-        keep = np.fromiter((not should_skip(tp, o) for o in range(start, end)), dtype=bool, count=end - start)
-        if not keep.all():
-            skipped.extend(roots[~keep].tolist())
-            offsets, roots, edges = offsets[keep], roots[keep], edges[keep]
-        kept_roots = roots.tolist()
-        owner.track_many(tp, offsets.tolist(), kept_roots, 1)
-        entries.extend(zip(kept_roots, edges.tolist()))
+        _track_first_attempts(owner, tp, offsets, roots, edges, entries, skipped)
     return entries, skipped
+
+
+def _track_first_attempts(owner: RootOwner, tp: TP, offsets, roots, edges, entries: list, skipped: list) -> None:
+    """Register first attempts of ``tp`` (ascending NumPy columns) that the tracker does not say
+    are done, in one call; their (root, edge) pairs go to ``entries``, skipped roots to ``skipped``."""
+    skip = owner.tracker.skip_mask(tp, offsets)
+    if skip.any():
+        skipped.extend(roots[skip].tolist())
+        keep = ~skip
+        offsets, roots, edges = offsets[keep], roots[keep], edges[keep]
+    kept_roots = roots.tolist()
+    owner.track_many(tp, offsets.tolist(), kept_roots, 1)  # ascending and fresh: the tracker's bulk path
+    entries.extend(zip(kept_roots, edges.tolist()))
 
 
 RECORD_COLUMNS = ("topic", "partition", "offset", "attempt", "root", "edge")
@@ -123,7 +128,62 @@ def register_collected(
 ) -> tuple[list[tuple[int, int]], list[int], list[Redelivery]]:
     """Register the collected records (:func:`record_columns`): first attempts not done yet, and
     the redeliveries asked for; returns ((root, edge) entries, skipped roots, redeliveries Kafka
-    did not hand out). The caller holds the tracker's lock."""
+    did not hand out). The caller holds the tracker's lock.
+
+    First attempts are registered a partition at a time (:func:`_first_attempts_in_bulk`) when
+    that gives what record-by-record registration gives; else record by record."""
+    split = _first_attempts_in_bulk(columns)
+    if split is not None:
+        # A redelivery re-emits an offset still pending, which changes no first attempt's skip;
+        # one that is not pending (not expected) could, so that batch goes record by record.
+        wanted = {(r.tp, r.offset) for r in redeliveries}
+        later_rows = zip(split[1]["topic"], split[1]["partition"], split[1]["offset"])
+        if not all(owner.tracker.is_pending((t, p), o) for t, p, o in later_rows if ((t, p), o) in wanted):
+            split = None
+    if split is None:
+        return _register_one_by_one(owner, columns, redeliveries)
+    firsts, later = split
+    entries: list[tuple[int, int]] = []
+    skipped: list[int] = []
+    for tp, (offsets, roots, edges) in firsts.items():
+        _track_first_attempts(owner, tp, offsets, roots, edges, entries, skipped)
+    more, more_skipped, missing = _register_one_by_one(owner, later, redeliveries)
+    return entries + more, skipped + more_skipped, missing
+
+
+def _first_attempts_in_bulk(
+    columns: dict[str, list],
+) -> tuple[dict[TP, tuple[np.ndarray, np.ndarray, np.ndarray]], dict[str, list]] | None:
+    """``({tp: (offsets, roots, edges)} of first attempts, the other rows' columns)``, or None when
+    a partition's first attempts are not strictly ascending or share an offset with a later
+    attempt: registering one record can change whether a later one is skipped (it moves a commit
+    point over offsets never seen below it; a repeated offset is re-emitted), so those batches go
+    record by record, in order. Ascending and distinct, checking every skip first is the same."""
+    attempts = np.asarray(columns["attempt"], dtype=np.int64)
+    first = attempts == 1
+    if not first.any():
+        return {}, columns
+    topics = np.asarray(columns["topic"], dtype=object)
+    partitions = np.asarray(columns["partition"], dtype=np.int64)
+    offsets = np.asarray(columns["offset"], dtype=np.int64)
+    roots = np.asarray(columns["root"], dtype=np.int64)
+    edges = np.asarray(columns["edge"], dtype=np.int64)
+    firsts: dict[TP, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for topic, partition in sorted({(t, p) for t, p in zip(topics[first].tolist(), partitions[first].tolist())}):
+        rows = (topics == topic) & (partitions == partition)
+        ours = offsets[rows & first]
+        if len(ours) > 1 and not bool((ours[1:] > ours[:-1]).all()):
+            return None
+        if np.isin(ours, offsets[rows & ~first]).any():
+            return None
+        firsts[(topic, partition)] = (ours, roots[rows & first], edges[rows & first])
+    others = np.flatnonzero(~first).tolist()  # a few redeliveries
+    return firsts, {n: [columns[n][i] for i in others] for n in RECORD_COLUMNS}
+
+
+def _register_one_by_one(
+    owner: RootOwner, columns: dict[str, list], redeliveries: list[Redelivery]
+) -> tuple[list[tuple[int, int]], list[int], list[Redelivery]]:
     tracker = owner.tracker
     wanted = {(r.tp, r.offset): r for r in redeliveries}
     entries: list[tuple[int, int]] = []

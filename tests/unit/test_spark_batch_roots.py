@@ -4,16 +4,19 @@ reading the group's commit while a fresh broker's coordinator is not ready
 (reliable_kafka.spark.batch_roots, derive.derive_ids, recovery.committed_offsets,
 InFlightTracker.emitted_many)."""
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reliable_kafka.core import tracker as tracker_module
 from reliable_kafka.core.kinds import OutcomeKind
-from reliable_kafka.core.tracker import InFlightTracker
+from reliable_kafka.core.tracker import InFlightTracker, Redelivery
 from reliable_kafka.errors import ArgumentError, WaitTimeoutError
-from reliable_kafka.spark import derive
+from reliable_kafka.spark import batch_roots, derive
 from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog, register_ranges
 from reliable_kafka.spark.checkpoint import LocalFiles
 from reliable_kafka.spark.derive import ZERO_REPLACEMENT, derive_edge, derive_ids, derive_root
@@ -143,6 +146,103 @@ def test_emitted_many_refuses_what_emitted_refuses():
         tracker.emitted_many(("t", 0), [4], [44], attempt=0)
 
 
+# A tracker's state before a batch: assigned (or not) with done offsets above its commit, some
+# offsets emitted, then some completed or failed; a batch is then a range, maybe overlapping them.
+tracker_histories = st.fixed_dictionaries(
+    {
+        "committed": st.none() | st.integers(0, 20),
+        "done_above": st.lists(st.integers(0, 60), max_size=8),
+        "emitted": st.lists(st.integers(0, 60), max_size=25),
+        "settled": st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["COMPLETED", "FAILED"])), max_size=25),
+    }
+)
+
+
+def _tracker_after(history, clock) -> InFlightTracker:
+    tracker = InFlightTracker(max_pending=None, max_retries=1, clock=lambda: clock[0])
+    tp = ("t", 0)
+    if history["committed"] is not None:
+        tracker.assign(tp, committed=history["committed"], done_above=history["done_above"])
+    roots = {}
+    for offset in history["emitted"]:
+        roots[offset] = tracker.emitted(tp, offset, root=1000 + len(roots) + offset * 100)
+    for offset, kind in history["settled"]:
+        if offset in roots:
+            tracker.on_outcome(roots[offset], OutcomeKind[kind])
+    clock[0] += 5
+    return tracker
+
+
+def _state(tracker: InFlightTracker):
+    tp = ("t", 0)
+    return (
+        tracker.pending_offsets(tp),
+        tracker.commit_points(),
+        tracker.done_above(tp),
+        tracker.unsettled(tp),
+        tracker.pending_summary(),
+        tracker.stats.as_dict(),
+        tracker.pending_roots(),
+        tracker.next_due_ms(),
+    )
+
+
+@settings(max_examples=300)
+@given(tracker_histories, st.integers(0, 80), st.integers(0, 30))
+def test_skip_mask_is_should_skip_per_offset(history, start, length):
+    tracker = _tracker_after(history, [0])
+    offsets = np.arange(start, start + length, dtype=np.int64)
+    expected = [tracker.should_skip(("t", 0), o) for o in offsets.tolist()]
+    assert tracker.skip_mask(("t", 0), offsets).tolist() == expected
+    assert tracker.skip_mask(("t", 9), offsets).tolist() == [False] * length  # a partition not tracked
+
+
+@settings(max_examples=300)
+@given(
+    tracker_histories,
+    st.integers(0, 80),
+    st.integers(1, 30),
+    st.booleans(),
+    st.integers(1, 3),
+    st.sampled_from([1, 64]),
+)
+def test_emitted_many_in_bulk_is_emitted_one_by_one(history, start, length, skip_done, attempt, bulk_min):
+    """A batch's range after random replays, completions and failures: the bulk path (fresh offsets)
+    and the fallback (an offset pending, a root held) leave the same state as emitted per record."""
+    clock = [0]
+    one, many = _tracker_after(history, clock), _tracker_after(history, [0])
+    offsets = np.arange(start, start + length, dtype=np.int64)
+    if skip_done:  # as register_ranges does
+        offsets = offsets[~one.skip_mask(("t", 0), offsets)]
+    roots = offsets * 7 + 100_003  # distinct from the history's roots, unless an offset repeats one
+    for offset, root in zip(offsets.tolist(), roots.tolist()):
+        one.emitted(("t", 0), offset, root=root, attempt=attempt)
+    with mock.patch.object(tracker_module, "BULK_MIN", bulk_min):  # 1: the bulk path when fresh
+        many.emitted_many(("t", 0), offsets, roots, attempt=attempt)
+    assert _state(many) == _state(one)
+    for root in roots.tolist() + list(range(1000, 8000)):
+        assert many.on_outcome(root, OutcomeKind.COMPLETED) == one.on_outcome(root, OutcomeKind.COMPLETED)
+    assert _state(many) == _state(one)
+    assert many.expire_backstop(10**9) == one.expire_backstop(10**9)
+    assert many.due_redeliveries(10**10) == one.due_redeliveries(10**10)
+
+
+def test_a_fresh_range_is_registered_without_a_call_per_record(monkeypatch):
+    tracker = InFlightTracker(max_pending=None)
+    tracker.assign(("t", 0), committed=10, done_above=[12])
+    monkeypatch.setattr(tracker, "emitted", lambda *a, **k: pytest.fail("bulk path expected"))
+    monkeypatch.setattr(tracker_module, "BULK_MIN", 10)
+    tracker.emitted_many(("t", 0), np.arange(10, 20), np.arange(1, 11))
+    assert tracker.pending_offsets(("t", 0)) == list(range(10, 20)) and tracker.commit_point(("t", 0)) == 10
+    assert all(type(o) is int for o in tracker.pending_offsets(("t", 0)))  # no NumPy scalars kept
+
+
+def test_emitted_many_with_a_repeated_root_in_one_batch_raises_as_emitted_does():
+    tracker = InFlightTracker()
+    with pytest.raises(ArgumentError, match="already held"):
+        tracker.emitted_many(("t", 0), [1, 2], [5, 5])
+
+
 def _owner(tracker: InFlightTracker) -> RootOwner:
     return RootOwner(component="c", topics=TopologyTopics("tp"), tracker=tracker, bootstrap_servers="", kafka_config={})
 
@@ -161,6 +261,51 @@ def test_register_ranges_tracks_every_offset_except_those_done():
     for root, _ in entries:
         owner.act(owner.tracker.on_outcome(root, OutcomeKind.COMPLETED))
     assert owner.tracker.commit_points() == {("t", 0): 15, ("t", 1): 2}
+
+
+collected_rows = st.lists(st.tuples(st.integers(0, 1), st.integers(0, 60), st.sampled_from([1, 1, 1, 2])), max_size=40)
+
+
+@settings(max_examples=300)
+@given(tracker_histories, collected_rows, st.booleans(), st.lists(st.integers(0, 60), max_size=4), st.booleans())
+def test_register_collected_in_bulk_is_record_by_record(history, rows, ascending, unread, held):
+    """Collected batches (first attempts, redeliveries, repeats, any order) after random replays:
+    the same entries, skips, missing redeliveries and tracker state as registering each record."""
+    if ascending:
+        rows = sorted(set(rows), key=lambda row: (row[0], row[1]))
+    columns = {
+        "topic": ["t"] * len(rows),
+        "partition": [p for p, _, _ in rows],
+        "offset": [o for _, o, _ in rows],
+        "attempt": [a for _, _, a in rows],
+        "root": [500_000 + i for i in range(len(rows))],
+        "edge": [900_000 + i for i in range(len(rows))],
+    }
+    asked = [(("t", p), o, a) for p, o, a in rows if a > 1] + [(("t", 0), o, 2) for o in unread]
+    redeliveries = [Redelivery(tp, o, a, "FAILED") for tp, o, a in dict.fromkeys(asked)]
+    bulk, one = (_owner(_tracker_after(history, [0])) for _ in range(2))
+    for owner in (bulk, one) if held else ():  # as due_redeliveries leaves them: pending
+        for i, r in enumerate(redeliveries):
+            if not owner.tracker.is_pending(r.tp, r.offset):
+                owner.tracker.emitted(r.tp, r.offset, root=700_000 + i)
+    with mock.patch.object(tracker_module, "BULK_MIN", 1):
+        got = batch_roots.register_collected(bulk, columns, redeliveries)
+    expected = batch_roots._register_one_by_one(one, columns, redeliveries)
+    assert sorted(got[0]) == sorted(expected[0]) and sorted(got[1]) == sorted(expected[1])
+    assert got[2] == expected[2]
+    assert _state(bulk.tracker) == _state(one.tracker)
+    assert bulk.tracker.pending_offsets(("t", 1)) == one.tracker.pending_offsets(("t", 1))
+    assert bulk.tracker.commit_points() == one.tracker.commit_points()
+
+
+def test_a_collected_batch_in_offset_order_is_registered_a_partition_at_a_time(monkeypatch):
+    owner = _owner(InFlightTracker(max_pending=None))
+    monkeypatch.setattr(owner, "track", lambda *a, **k: pytest.fail("bulk path expected"))
+    columns = {"topic": ["t"] * 4, "partition": [0, 1, 0, 1], "offset": [3, 0, 4, 1], "attempt": [1] * 4}
+    columns |= {"root": [11, 12, 13, 14], "edge": [21, 22, 23, 24]}
+    entries, skipped, missing = batch_roots.register_collected(owner, columns, [])
+    assert sorted(entries) == [(11, 21), (12, 22), (13, 23), (14, 24)] and skipped == [] and missing == []
+    assert owner.tracker.pending_offsets(("t", 0)) == [3, 4] and owner.tracker.pending_offsets(("t", 1)) == [0, 1]
 
 
 # --- the group's commit on a fresh broker -----------------------------------------------------
