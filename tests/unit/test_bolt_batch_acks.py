@@ -338,26 +338,28 @@ def test_the_bolts_inlined_one_pair_read_is_decode_anchors(raw):
         assert _entries(bolt) == [(EventKind.ACK, root, edge) for root, edge in expected.items()]
 
 
+class _FullQueue(RecordingProducer):
+    """Refuses the first ``full`` produce calls as librdkafka does when its local queue is full."""
+
+    def __init__(self, full: int) -> None:
+        super().__init__()
+        self.full, self.polls = full, 0
+
+    def produce(self, *args, **kwargs):
+        if self.full:
+            self.full -= 1
+            raise BufferError("Local: Queue full")
+        super().produce(*args, **kwargs)
+
+    def poll(self, timeout=0):
+        self.polls += 1
+        return 0
+
+
 def test_an_emit_into_a_full_queue_waits_for_room_and_is_produced_once():
     """The inlined emit leaves a full local queue (BufferError) to produce_headers' slow path."""
-
-    class _Full(RecordingProducer):
-        def __init__(self) -> None:
-            super().__init__()
-            self.full, self.polls = 3, 0
-
-        def produce(self, *args, **kwargs):
-            if self.full:
-                self.full -= 1
-                raise BufferError("Local: Queue full")
-            super().produce(*args, **kwargs)
-
-        def poll(self, timeout=0):
-            self.polls += 1
-            return 0
-
     bolt, _ = _bolt(lambda tuple_, collector: collector.emit("out", b"x", key=b"w"))
-    producer = bolt._producer = _Full()
+    producer = bolt._producer = _FullQueue(3)
     bolt._process_batch([_message(0, {5: 9})])
     [(topic, value, key, _partition, headers)] = producer.sent
     assert (topic, value, key) == ("out", b"x", b"w") and producer.polls >= 1
@@ -367,23 +369,8 @@ def test_an_emit_into_a_full_queue_waits_for_room_and_is_produced_once():
 
 def test_an_untracked_emit_into_a_full_queue_waits_for_room_and_is_produced_once():
     """The untracked emit's inlined produce leaves a full local queue to produce_headers too."""
-
-    class _Full(RecordingProducer):
-        def __init__(self) -> None:
-            super().__init__()
-            self.full = 2
-
-        def produce(self, *args, **kwargs):
-            if self.full:
-                self.full -= 1
-                raise BufferError("Local: Queue full")
-            super().produce(*args, **kwargs)
-
-        def poll(self, timeout=0):
-            return 0
-
     bolt, _ = _bolt(lambda tuple_, collector: collector.emit("out", b"x", key=b"w"))
-    producer = bolt._producer = _Full()
+    producer = bolt._producer = _FullQueue(2)
     bolt._process_batch([_message(0, None)])
     assert producer.sent == [("out", b"x", b"w", -1, None)] and bolt.stats.emitted == 1 and _entries(bolt) == []
 
