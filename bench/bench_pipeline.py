@@ -600,6 +600,7 @@ class Pipeline:
             name = "+".join(result["roles"])
             tx = rx = produce = fetch = commit = records = 0
             by_topic: dict[str, int] = {}
+            other: dict[str, int] = defaultdict(int)  # the other request types (Heartbeat, Metadata...)
             for stats in result["client_stats"].values():
                 for broker in stats.get("brokers", {}).values():  # the group coordinator's too
                     tx += broker.get("tx", 0)
@@ -611,6 +612,8 @@ class Pipeline:
                             fetch += count
                         elif request == "OffsetCommit":
                             commit += count
+                        elif count:
+                            other[request] += count
                 for topic_name, topic in stats.get("topics", {}).items():
                     sent = sum(p.get("txmsgs", 0) for pid, p in topic.get("partitions", {}).items() if int(pid) >= 0)
                     if sent:
@@ -623,6 +626,7 @@ class Pipeline:
                 "commit": commit,
                 "per_request": records / produce if produce else 0.0,
                 "records": by_topic,
+                "other": dict(sorted(other.items(), key=lambda item: -item[1])),
             }
         return totals
 
@@ -734,7 +738,7 @@ def _report_throughput(
             print(
                 f"  {config:<8} {name:<22} requests {t['requests']:>7}  produce {t['produce']:>6}  "
                 f"fetch {t['fetch']:>6}  commit {t['commit']:>5}  records/produce request {t['per_request']:.1f}  "
-                f"records sent {t['records']}"
+                f"records sent {t['records']}  other {t['other']}"
             )
     return rates, totals
 
