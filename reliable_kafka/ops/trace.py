@@ -51,6 +51,8 @@ class RootIndex:
 
     def add_many(self, tp: tuple[str, int], offsets: list[int], roots: list[int]) -> None:
         """:meth:`add` for each (offset, root) pair of ``tp`` (a consumed batch), with one interleave."""
+        if not len(offsets):
+            return
         pairs = self._pending.get(tp)
         if pairs is None:
             pairs = self._pending[tp] = array("q")
