@@ -57,7 +57,7 @@ class PendingOffset:
 class PartitionOffsets:
     """Pending and done offsets of one source partition."""
 
-    __slots__ = ("pending", "_pending_heap", "done", "_done_heap", "position")
+    __slots__ = ("pending", "_pending_heap", "done", "_done_heap", "position", "restored_above")
 
     def __init__(self, committed: int | None, done_above: Iterable[int] = ()) -> None:
         self.pending: dict[int, PendingOffset] = {}
@@ -66,10 +66,14 @@ class PartitionOffsets:
         self._done_heap: list[int] = []
         # Next offset after everything seen (None: nothing seen, nothing committed).
         self.position = committed
+        # Above every offset restored as done (commit metadata): every other done offset is below
+        # the position, which never moves down, so nothing at or above both is done.
+        self.restored_above = 0
         if committed is not None:
             self.done.update(o for o in done_above if o >= committed)
             self._done_heap = list(self.done)
             heapq.heapify(self._done_heap)
+            self.restored_above = max(self.done) + 1 if self.done else 0
 
     def add_pending(self, entry: PendingOffset) -> None:
         offset = entry.offset
@@ -107,8 +111,11 @@ class PartitionOffsets:
             heapq.heappush(self._done_heap, offset)
         if self.position is None or offset >= self.position:
             self.position = offset + 1
+        self.compact_pending_heap()
+
+    def compact_pending_heap(self) -> None:
+        """One stuck offset at the top would keep stale items forever: rebuild (amortised O(1))."""
         if len(self._pending_heap) > 2 * len(self.pending) + 64:
-            # One stuck offset at the top would keep stale items forever: rebuild (amortised O(1)).
             self._pending_heap = list(self.pending)
             heapq.heapify(self._pending_heap)
 

@@ -233,6 +233,13 @@ class InFlightTracker:
         point = part.commit_point()
         return point is not None and offset < point
 
+    def first_unseen(self, tp: TopicPartition) -> int:
+        """An offset from which on ``should_skip(tp, offset)`` is False until ``tp`` is emitted, done
+        or assigned again (at or above the position, above every offset restored as done): a
+        consumed batch checks only the offsets below it."""
+        part = self._partitions.get(tp)
+        return 0 if part is None else max(part.position or 0, part.restored_above)
+
     def emitted(self, tp: TopicPartition, offset: int, *, root: int | None = None, attempt: int = 1) -> int:
         """Record that the record at ``offset`` was emitted as ``root``; returns the root.
 
@@ -455,18 +462,32 @@ class InFlightTracker:
         waits: list[float] = []
         touched: set[_Partition] = set()  # partitions whose commit point moves once, after the loop
         ignored = 0
+        pop, keep, wait = held.pop, done.append, waits.append
+        heappush = heapq.heappush
+        tp: TopicPartition | None = None
+        part = _Partition(None)  # replaced at the first entry
         for root in roots:
-            entry = held.pop(root, None)
+            entry = pop(root, None)
             if entry is None:
                 ignored += 1
                 continue
             entry.token = 0
-            part = partitions[entry.tp]
-            part.add_done(entry.offset)
-            touched.add(part)
-            waits.append((now - entry.emitted_ms) / 1000.0)
-            done.append(entry)
+            if entry.tp is not tp:  # a batch's entries share their partition's key object: one lookup a run
+                tp = entry.tp
+                part = partitions[tp]
+                touched.add(part)
+            # part.add_done(entry.offset), inlined (once per completed root)
+            offset = entry.offset
+            part.pending.pop(offset, None)
+            if offset not in part.done:
+                part.done.add(offset)
+                heappush(part._done_heap, offset)
+            if part.position is None or offset >= part.position:
+                part.position = offset + 1
+            wait((now - entry.emitted_ms) / 1000.0)
+            keep(entry)
         for part in touched:
+            part.compact_pending_heap()
             part.commit_point()
         self.stats.ignored_outcomes += ignored
         self.stats.completed += len(done)

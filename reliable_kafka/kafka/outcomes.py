@@ -6,6 +6,7 @@ import logging
 import time
 from typing import cast
 
+import numpy as np
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka import codec
@@ -141,9 +142,18 @@ class OutcomeListener:
 
     def poll(self, timeout: float = 0.0, *, max_records: int = 500) -> list[tuple[int, OutcomeKind]]:
         """Outcomes for the followed owners that arrived since the last call."""
+        outcomes: list[tuple[int, OutcomeKind]] = []
+        for roots, kinds in self.poll_batches(timeout, max_records=max_records):
+            outcomes.extend(zip(roots, map(_KIND_OF, kinds.tolist())))
+        return outcomes
+
+    def poll_batches(self, timeout: float = 0.0, *, max_records: int = 500) -> list[tuple[list[int], np.ndarray]]:
+        """:meth:`poll` in columns, one ``(roots, kinds)`` pair per outcome record, in order: the
+        roots as Python ints, the kinds as the decoder's array of OutcomeKind values (a spout acts
+        on a record whose kinds are all COMPLETED with one call, not a call per root)."""
         if self._consumer is None:
             raise StateError("OutcomeListener.start() was not called")
-        outcomes: list[tuple[int, OutcomeKind]] = []
+        outcomes: list[tuple[list[int], np.ndarray]] = []
         if self.quarantine is not None and self.quarantine.unsent:
             self.quarantine.retry_unsent()
         for message in self._consumer.consume(num_messages=max_records, timeout=timeout):
@@ -163,7 +173,8 @@ class OutcomeListener:
                 continue
             if batch.spout not in self._owners:
                 continue
-            outcomes.extend(zip(batch.roots.tolist(), map(_KIND_OF, batch.kinds.tolist())))
+            if len(batch):
+                outcomes.append((batch.roots.tolist(), batch.kinds))
         return outcomes
 
     def close(self) -> None:

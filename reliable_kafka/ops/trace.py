@@ -49,6 +49,18 @@ class RootIndex:
         pairs.append(offset)
         pairs.append(root)
 
+    def add_many(self, tp: tuple[str, int], offsets: list[int], roots: list[int]) -> None:
+        """:meth:`add` for each (offset, root) pair of ``tp`` (a consumed batch), with one interleave."""
+        if not len(offsets):
+            return
+        pairs = self._pending.get(tp)
+        if pairs is None:
+            pairs = self._pending[tp] = array("q")
+        interleaved = [0] * (2 * len(offsets))
+        interleaved[0::2] = offsets
+        interleaved[1::2] = roots
+        pairs.extend(interleaved)
+
     def send(self) -> None:
         if not self._pending:
             return

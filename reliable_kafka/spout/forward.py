@@ -63,17 +63,22 @@ class ForwardingShell(SpoutShell):
         assert producer is not None and self._acks is not None  # made by start()
         should_skip, records = tracker.should_skip, self._roots.records
         tracked: dict[TopicPartitionKey, tuple[list[int], list[int]]] = {}
+        unseen: dict[TopicPartitionKey, int] = {}  # per partition: offsets from here on are new, not skipped
         roots: list[int] = []
         edges: list[int] = []
+        read = emitted = 0  # added to the stats once, at the end
         try:
             for message in messages:
                 if message.error() is not None:
                     self._consumer_error(message)
                     continue
-                stats.read += 1
+                read += 1
                 record = _source_record(message)
                 key, offset = (record.topic, record.partition), record.offset
-                if should_skip(key, offset):
+                first_unseen = unseen.get(key)
+                if first_unseen is None:
+                    first_unseen = unseen[key] = tracker.first_unseen(key)
+                if offset < first_unseen and should_skip(key, offset):
                     stats.skipped_done += 1
                     continue
                 root, edge = new_id(), new_id()
@@ -89,15 +94,17 @@ class ForwardingShell(SpoutShell):
                             anchors={root: edge},
                         )
                     else:
-                        produce_headers(
-                            producer, topic, record.value, record.key, None, [(_ANCHORS, encode_one_anchor(root, edge))]
-                        )
+                        headers: list[tuple[str, str | bytes | None]] = [(_ANCHORS, encode_one_anchor(root, edge))]
+                        try:  # once per record: produce_headers inlined, its queue-full and error paths left to it
+                            producer.produce(topic, record.value, record.key, -1, None, None, 0, headers)
+                        except (BufferError, KafkaException):
+                            produce_headers(producer, topic, record.value, record.key, None, headers)
                 except (ProducerUnusable, AuthorizationError):
                     raise
                 except Exception:  # nothing was produced: the handler's error path decides (logs, fails it)
                     self._process(record)
                     continue
-                stats.emitted += 1
+                emitted += 1
                 pair = tracked.get(key)
                 if pair is None:
                     pair = tracked[key] = ([], [])
@@ -107,6 +114,8 @@ class ForwardingShell(SpoutShell):
                 roots.append(root)
                 edges.append(edge)  # the root's INIT val: the XOR of its one tuple's edge
         finally:
+            stats.read += read
+            stats.emitted += emitted
             for key, (offsets, key_roots) in tracked.items():
                 self._roots.track_many(key, offsets, key_roots, attempt=1)
             self._acks.extend(_INIT, roots, edges)

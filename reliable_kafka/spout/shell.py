@@ -132,10 +132,11 @@ class SpoutShell:
             clients=clients,
             max_dead_letter_ratio=max_dead_letter_ratio,
             dead_letter_window=dead_letter_window,
-            # the hook only when a subclass has one: a call per completed root otherwise for nothing
+            # the hook only when a subclass has one: a call per outcome batch otherwise for nothing
             on_completed=None
             if type(self)._completed is SpoutShell._completed
-            else cast("Callable[[object], None]", lambda record: self._completed(record)),
+            and type(self)._completed_many is SpoutShell._completed_many
+            else self._completed_many,
             clock=clock,
         )  # a SourceRecord
         self._collector = SpoutCollector(self)
@@ -301,7 +302,14 @@ class SpoutShell:
             )
 
     def _completed(self, record: SourceRecord) -> None:
-        """Hook: ``record``'s tree completed (bench/bench_pipeline.py times completions here)."""
+        """Hook: ``record``'s tree completed (called by :meth:`_completed_many`)."""
+
+    def _completed_many(self, records: list) -> None:
+        """Hook: these records' trees completed, one call per outcome batch (bench/bench_pipeline.py
+        times completions here); by default :meth:`_completed` for each."""
+        completed = self._completed
+        for record in records:
+            completed(record)
 
     def _apply_backpressure(self) -> None:
         """Pause the assignment while too many trees are pending, resume it once they are not.

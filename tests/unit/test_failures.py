@@ -91,6 +91,30 @@ def test_root_index_records_round_trip(pairs, spout):
     assert decode_root_index(value) == (spout, pairs)
 
 
+@given(st.lists(st.lists(st.tuples(st.integers(min_value=0, max_value=2**62), int64), max_size=20), max_size=5))
+def test_root_index_add_many_is_add_of_each_pair(batches):
+    # a consumed batch's pairs go in with one call (the spout's hot path): the same record, and an
+    # empty batch adds nothing (no empty index record)
+    sent: dict[str, list] = {"each": [], "many": []}
+
+    def producer(name):
+        class Producer:
+            def produce(self, topic, value, key):
+                sent[name].append((topic, key, value))
+
+        return Producer()
+
+    each = RootIndex(producer("each"), topic="t.roots", spout_id=7)
+    many = RootIndex(producer("many"), topic="t.roots", spout_id=7)
+    for pairs in batches:
+        for offset, root in pairs:
+            each.add(TP, offset, root)
+        many.add_many(TP, [offset for offset, _ in pairs], [root for _, root in pairs])
+    each.send()
+    many.send()
+    assert sent["many"] == sent["each"]
+
+
 def test_a_bad_root_index_record_is_a_decode_error():
     with pytest.raises(DecodeError):
         decode_root_index(b"\x01" + b"\x00" * 8 + b"\x00" * 15)

@@ -6,6 +6,7 @@ no broker, no listener.
 
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -222,3 +223,58 @@ def test_never_commits_past_a_record_that_is_not_completed_or_confirmed_in_the_d
         for tp in owner.offsets_to_commit():
             assert all(o in settled for o in range(tp.offset)), f"committed {tp.offset} past an unsettled record"
             owner.committed([tp])
+
+
+class _BatchListener:
+    """What :meth:`OutcomeListener.poll_batches` gives: ``(roots, kinds)`` per outcome record."""
+
+    def __init__(self, batches) -> None:
+        self.batches = batches
+
+    def poll_batches(self, timeout=0.0, *, max_records=500):
+        batches, self.batches = self.batches, []
+        return [(roots, np.array(kinds, dtype=np.uint8)) for roots, kinds in batches]
+
+    def close(self) -> None:
+        pass
+
+
+_KINDS = [OutcomeKind.COMPLETED, OutcomeKind.FAILED, OutcomeKind.TIMED_OUT, OutcomeKind.RESET_TIMEOUT]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 12),
+    st.lists(
+        st.lists(st.tuples(st.integers(-1, 11), st.sampled_from([0, 0, 0, 1, 2, 3])), max_size=8),
+        max_size=5,
+    ),
+)
+def test_outcome_records_in_columns_act_as_each_outcome_in_order(records, batches):
+    # take_outcomes acts on an all-COMPLETED record with one complete_many and on a mixed one run by
+    # run: the same as acting on each (root, kind) in order (-1: a root not held)
+    by_batch, one_by_one = _owner(max_retries=1), _owner(max_retries=1)
+    completed_by_batch: list = []
+    completed_one_by_one: list = []
+    by_batch._on_completed = completed_by_batch.extend
+    one_by_one._on_completed = completed_one_by_one.extend
+    roots = {}
+    for offset in range(records):
+        roots[offset] = by_batch.tracker.emitted(TP, offset)
+        one_by_one.tracker.emitted(TP, offset, root=roots[offset])
+        by_batch.records[(TP, offset)] = one_by_one.records[(TP, offset)] = Record(TP[0], TP[1], offset)
+    by_batch.listener = _BatchListener(
+        [([roots.get(offset, 12345) for offset, _ in batch], [kind for _, kind in batch]) for batch in batches]
+    )
+    by_batch.take_outcomes()
+    for batch in batches:
+        for offset, kind in batch:
+            one_by_one.act(one_by_one.tracker.on_outcome(roots.get(offset, 12345), _KINDS[kind]))
+    assert by_batch.tracker.stats == one_by_one.tracker.stats
+    assert by_batch.stats == one_by_one.stats
+    assert by_batch.tracker.commit_points() == one_by_one.tracker.commit_points()
+    assert by_batch.tracker.pending_offsets(TP) == one_by_one.tracker.pending_offsets(TP)
+    assert [r.offset for r in completed_by_batch] == [r.offset for r in completed_one_by_one]
+    assert sorted(by_batch.records) == sorted(one_by_one.records)
+    assert [(a.offset, a.kind) for a in by_batch._bound] == [(a.offset, a.kind) for a in one_by_one._bound]
+    assert by_batch.tracker.due_redeliveries() == one_by_one.tracker.due_redeliveries()

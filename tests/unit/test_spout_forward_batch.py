@@ -153,3 +153,28 @@ def test_a_subclass_that_hooks_process_gets_it_per_record():
     spout._process_messages(_messages())
     assert seen == [0, 1, 2, 3, 4] and len(producer.sent) == 5
     assert spout.tracker.pending_offsets(("src", 0)) == [0, 1, 2, 3, 4]
+
+
+def test_completion_hooks_get_each_completed_record_once():
+    # a subclass's _completed is called per record (through the default _completed_many); one that
+    # overrides _completed_many gets a list per outcome batch
+    class PerRecord(Spout):
+        def _completed(self, record):
+            seen.append(("one", record.offset))
+
+    class PerBatch(Spout):
+        def _completed_many(self, records):
+            seen.append(("batch", [record.offset for record in records]))
+
+    for spout_class, expected in [
+        (PerRecord, [("one", 0), ("one", 1), ("one", 2), ("one", 3), ("one", 4)]),
+        (PerBatch, [("batch", [0, 1, 2, 3, 4])]),
+        (Spout, []),
+    ]:
+        seen: list = []
+        spout = _spout(RecordingProducer(), spout_class=spout_class)
+        assert (spout._roots._on_completed is None) == (spout_class is Spout)
+        spout._process_messages(_messages())
+        roots = list(_init_entries(spout))
+        spout._roots._done_many(spout.tracker.complete_many(roots))
+        assert seen == expected and spout.stats.completed == 5 and not spout._roots.records

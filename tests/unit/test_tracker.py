@@ -164,6 +164,34 @@ def test_complete_many_is_complete_of_each_root_in_order(emits, batches, wait_ms
         assert got["sum_s"] == pytest.approx(want["sum_s"])  # summed in another order
 
 
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 20)), max_size=50),
+    st.lists(st.lists(st.tuples(st.integers(0, 2), st.integers(-1, 20)), max_size=15), max_size=6),
+    st.booleans(),
+)
+def test_complete_many_over_partitions_is_complete_of_each_root_in_order(emits, batches, shared_keys):
+    """``complete_many`` looks a partition up once per run of its entries: over several partitions,
+    whose entries share their key object (``emitted_many``) or not, it is ``complete`` of each root."""
+    tps = [("orders", 0), ("orders", 1), ("audit", 0)]
+    one_by_one, _ = make()
+    batched, _ = make()
+    roots: dict[tuple[int, int], int] = {}
+    for index, offset in emits:
+        tp = tps[index] if shared_keys else (tps[index][0], tps[index][1])  # a fresh tuple per emit
+        roots[(index, offset)] = one_by_one.emitted(tp, offset)
+        batched.emitted(tp, offset, root=roots[(index, offset)])
+    for batch in batches:
+        given_roots = [roots.get(pair, 99_999) for pair in batch]
+        expected = [one_by_one.complete(root) for root in given_roots]
+        entries = batched.complete_many(given_roots)
+        assert [(e.tp, e.offset) for e in entries] == [(e.tp, e.offset) for e in expected if e is not None]
+        for tp in tps:
+            assert batched.commit_point(tp) == one_by_one.commit_point(tp)
+            assert batched.done_above(tp) == one_by_one.done_above(tp)
+            assert batched.pending_offsets(tp) == one_by_one.pending_offsets(tp)
+        assert batched.stats == one_by_one.stats
+
+
 def test_outcome_kind_may_be_a_plain_int_from_the_wire():
     tracker, _ = make()
     root = tracker.emitted(TP, 0)
@@ -832,6 +860,19 @@ class TrackerMachine(RuleBasedStateMachine):
             assert self.tracker.done_above(tp) == sorted(o for o in m.done if o > point)
 
     @invariant()
+    def nothing_from_first_unseen_on_is_skipped(self):
+        # a spout's consumed batch asks should_skip only below first_unseen
+        if not hasattr(self, "tracker"):
+            return
+        for tp in TPS + [("orders", 9)]:  # an assigned, a tracked-from-emit and an unknown partition
+            first = self.tracker.first_unseen(tp)
+            point = self.tracker.commit_point(tp)
+            done = set(self.tracker.done_above(tp))
+            top = max([first, *done, point or 0, *self.log.get(tp, [])]) + 3
+            for offset in range(first, top):
+                assert not self.tracker.should_skip(tp, offset), (tp, offset, first)
+
+    @invariant()
     def roots_and_backpressure_match(self):
         if not hasattr(self, "tracker"):
             return
@@ -941,6 +982,8 @@ def test_should_skip_is_exactly_done_or_below_the_commit_point(committed, done_a
     for offset in range(0, 50):
         expected = offset not in pending and (offset in done or (point is not None and offset < point))
         assert tracker.should_skip(TP, offset) == expected, offset
+        if offset >= tracker.first_unseen(TP):  # a consumed batch checks only below it
+            assert not expected, offset
 
 
 def test_completed_action_is_the_dataclass_one():
