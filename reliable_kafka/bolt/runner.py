@@ -29,6 +29,7 @@ from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD, AckSender
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, SENT_PER_POLL, check_ack_sender_config, new_consumer, new_producer
+from reliable_kafka.kafka.commit_wait import commit_wait
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.parking import Quarantine
@@ -458,15 +459,13 @@ class Bolt:
             self._acks.send()  # held acks go before the partitions do (revoke) or the producer (close)
         if not self._uncommitted or (not force and (now - self._last_commit) * 1000 < self.commit_interval_ms):
             return
-        if not force and self._in_flight():
-            # a commit waits for its batches' outputs and acks: rather than block the loop in a flush
-            # (a round trip, each second, for every tuple behind it), commit on a later round once
-            # they are delivered; a producer that never drains is flushed after one more interval
-            if self._commit_waits_since is None:
-                self._commit_waits_since = now
-            if (now - self._commit_waits_since) * 1000 < self.commit_interval_ms:
-                return
-        self._commit_waits_since = None
+        # a commit waits for its batches' outputs and acks to be delivered, on later rounds (commit_wait)
+        in_flight = not force and self._in_flight()
+        go, self._commit_waits_since = commit_wait(
+            self._commit_waits_since, now, in_flight=in_flight, interval_ms=self.commit_interval_ms
+        )
+        if not go:
+            return
         self._last_commit = now
         try:
             assert self._acks is not None
