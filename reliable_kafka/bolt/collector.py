@@ -34,12 +34,14 @@ class Tuple(Anchored):
     A tuple is its own :class:`Anchored` (its ``anchors`` and ``ack_val``): one object per received
     record instead of two (``anchored`` returns the tuple itself, as it returned the pair before).
     Its ``anchors`` are the trees it was received in: read them, never replace them (the loop and a
-    basic bolt's emit use the one root they read).
+    basic bolt's emit use the one root they read). ``timestamp_ms`` is read from the consumed record
+    when asked for (few handlers do).
     """
 
     # _one_root: the root of the tuple's one tree (0: in none or several), so that a basic bolt's
-    # emit anchors a child without reading the anchors dict (a tuple's anchors are as received)
-    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms", "_one_root")
+    # emit anchors a child without reading the anchors dict (a tuple's anchors are as received);
+    # _record: the consumed message, whose timestamp() timestamp_ms reads (None: _timestamp_ms is it)
+    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "_timestamp_ms", "_one_root", "_record")
 
     def __init__(self, topic, partition, offset, key, value, headers, timestamp_ms, anchors: dict[int, int] | Anchored):
         self.topic = topic
@@ -48,7 +50,8 @@ class Tuple(Anchored):
         self.key = key
         self.value = value
         self.headers = headers  # the record's headers without rk-anchors
-        self.timestamp_ms = timestamp_ms
+        self._timestamp_ms = timestamp_ms
+        self._record = None
         if type(anchors) is dict:  # the runner's: root -> edge, as decoded
             self.anchors = anchors
             self.ack_val = 0
@@ -56,6 +59,15 @@ class Tuple(Anchored):
             self.anchors = anchors.anchors  # type: ignore[union-attr]
             self.ack_val = anchors.ack_val  # type: ignore[union-attr]
         self._one_root = next(iter(self.anchors)) if len(self.anchors) == 1 else 0
+
+    @property
+    def timestamp_ms(self) -> int:
+        """The record's timestamp, ms since the epoch (-1: it has none)."""
+        record = self._record
+        if record is None:
+            return self._timestamp_ms
+        timestamp = record.timestamp()
+        return timestamp[1] if timestamp else -1
 
     @property
     def anchored(self) -> Anchored:
