@@ -44,9 +44,9 @@ def _reference(rounds, interval_ms):
 
 
 @given(
-    rounds=st.lists(
-        st.tuples(st.floats(0, 5, allow_nan=False), st.booleans(), st.booleans()), max_size=40
-    ).map(lambda rs: [(sum(r[0] for r in rs[: i + 1]), r[1], r[2]) for i, r in enumerate(rs)]),
+    rounds=st.lists(st.tuples(st.floats(0, 5, allow_nan=False), st.booleans(), st.booleans()), max_size=40).map(
+        lambda rs: [(sum(r[0] for r in rs[: i + 1]), r[1], r[2]) for i, r in enumerate(rs)]
+    ),
     interval_ms=st.sampled_from([0, 1, 250, 1000, 3000]),
 )
 def test_same_decisions_as_the_inline_code_it_replaced(rounds, interval_ms):
