@@ -13,13 +13,14 @@ from confluent_kafka import KafkaException
 from reliable_kafka import codec
 from reliable_kafka.core.anchors import Anchored, anchor_child, fail_roots
 from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.errors import ArgumentError
 from reliable_kafka.ids import _pool, new_id
 from reliable_kafka.kafka.produce import produce_headers
 
 if TYPE_CHECKING:
     from reliable_kafka.bolt.runner import Bolt
 
-__all__ = ["Tuple", "BoltCollector", "BoltStats"]
+__all__ = ["Tuple", "TupleBatch", "BoltCollector", "BoltStats"]
 
 _ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per acked tuple
 _ANCHORS = codec.ANCHORS_HEADER
@@ -84,6 +85,54 @@ class Tuple(Anchored):
 
     def __repr__(self) -> str:
         return f"Tuple({self.coordinates}, key={self.key!r}, tracked={self.tracked})"
+
+
+class TupleBatch:
+    """A consumed batch as a basic bolt's ``batch_handler`` sees it: its records in columns, made
+    when asked for, and its tuples one by one only where a handler needs them.
+
+    ``keys()`` and ``values()`` are lists (one per call: keep them), in the order consumed, records
+    that were quarantined left out. ``batch[i]`` (and iterating) gives record i as a :class:`Tuple`,
+    the one to name in ``collector.emit(..., anchors=batch[i])``; the same object each time.
+    """
+
+    __slots__ = ("_messages", "_anchors", "_headers", "_roots", "_tuples")
+
+    def __init__(self, messages: list, anchors: list, headers: list, roots: list) -> None:
+        self._messages = messages  # consumed messages (key(), value(), topic(), ...)
+        self._anchors = anchors  # per message: root -> edge, as decoded ({}: untracked)
+        self._headers = headers  # per message: its headers without rk-anchors
+        self._roots = roots  # per message: the root of its one tree, else 0
+        self._tuples: dict[int, Tuple] = {}  # made on demand; the runner reads their ack vals
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def keys(self) -> list:
+        return [message.key() for message in self._messages]
+
+    def values(self) -> list:
+        return [message.value() for message in self._messages]
+
+    def __getitem__(self, index: int) -> Tuple:
+        tuples = self._tuples
+        if index < 0:
+            index += len(self._messages)
+        tuple_ = tuples.get(index)
+        if tuple_ is None:
+            message = self._messages[index]  # IndexError past the end
+            tuple_ = tuples[index] = object.__new__(Tuple)  # as the per-tuple loop fills one
+            tuple_.topic, tuple_.partition, tuple_.offset = message.topic(), message.partition(), message.offset()
+            tuple_.key, tuple_.value, tuple_.headers = message.key(), message.value(), self._headers[index]
+            tuple_.anchors, tuple_.ack_val, tuple_._one_root = self._anchors[index], 0, self._roots[index]
+            tuple_._record = message
+        return tuple_
+
+    def __iter__(self):
+        return (self[index] for index in range(len(self._messages)))
+
+    def __repr__(self) -> str:
+        return f"TupleBatch({len(self._messages)} tuples)"
 
 
 @dataclass
@@ -201,6 +250,11 @@ class _BasicCollector(BoltCollector):
                 bolt.stats.emitted += 1
                 bolt.output_topics.add(topic)
                 return
+        if anchors is None and current is None and self._bolt.batch_handler is not None:
+            raise ArgumentError(
+                f"{self._bolt.name}: a batch_handler's emit names its inputs: emit(..., anchors=batch[i]) "
+                f"(to {topic!r}; there is no current tuple to anchor to)"
+            )
         self._bolt._produce(
             topic, value, key, headers, partition, _child_anchors(self.current if anchors is None else anchors)
         )
