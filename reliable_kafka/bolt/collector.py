@@ -218,8 +218,8 @@ class _BasicCollector(BoltCollector):
     def emit(self, topic, value, *, key=None, anchors=None, headers=None, partition=None) -> None:
         # BoltCollector.emit, inlined: this runs once per output tuple
         current = self.current
-        if anchors is None and headers is None and current is not None:
-            parent = current
+        parent = current if anchors is None else anchors  # one input: the current tuple, or the one named
+        if headers is None and type(parent) is Tuple:
             root = parent._one_root
             if root:  # the common case: one tree, no headers of the user's
                 try:

@@ -130,6 +130,7 @@ def test_each_trees_xor_balances_with_a_batch_handler(records):
     for sent in producer.sent:
         parent = int(sent.value.split(b".")[0])
         raw = dict(sent.headers or []).get(codec.ANCHORS_HEADER)
+        assert raw is None or raw == codec.encode_anchors(codec.decode_anchors(raw))  # as the writer writes it
         for root, edge in (codec.decode_anchors(raw) if raw else {}).items():
             children_edges.setdefault((parent, root), []).append(edge)
     # one ACK entry per (input, root), in the order of the inputs
