@@ -1,7 +1,8 @@
 """A basic bolt's own CPU per received tuple, without a broker: the word count's count bolt
-(handler: one dict increment) over batches of consumed messages, tracked (one ``rk-anchors``
-pair, acked) and untracked, plus the ack records' encoding per batch; and the split bolt's (8
-anchored emits per received tuple, to a producer that drops them), per emitted tuple.
+(handler: one dict increment; also as a ``batch_handler``) over batches of consumed messages,
+tracked (one ``rk-anchors`` pair, acked) and untracked, plus the ack records' encoding per batch;
+and the split bolt's (8 anchored emits per received tuple, to a producer that drops them), per
+emitted tuple.
 
 Each figure is microseconds of CPU time of this process per tuple, best of ``--repeat`` rounds;
 ``bare`` is the same handler called in a plain loop over the same messages (what any consumer
@@ -49,9 +50,13 @@ def _messages(tracked: bool) -> list:
     ]
 
 
-def _bolt(counts, *, split: bool = False) -> BasicBolt:
+def _bolt(counts, *, split: bool = False, together: bool = False) -> BasicBolt:
     def count(word, collector) -> None:
         counts[word.key] += 1
+
+    def count_batch(words, collector) -> None:  # the same count as a batch_handler
+        for key in words.keys():
+            counts[key] += 1
 
     def split_words(sentence, collector) -> None:
         for word in WORDS:
@@ -62,7 +67,7 @@ def _bolt(counts, *, split: bool = False) -> BasicBolt:
         bootstrap_servers="unused:9092",
         source_topics="words",
         group_id="bench",
-        handler=split_words if split else count,
+        **({"batch_handler": count_batch} if together else {"handler": split_words if split else count}),
     )
     producer: Any = _NullProducer()  # the Producer's produce() without librdkafka
     bolt._producer = producer
@@ -88,6 +93,10 @@ def main() -> None:
     args = parser.parse_args()
     counts: dict[bytes, int] = defaultdict(int)
     bolt = _bolt(counts)
+    try:  # a checkout from before batch_handler has none
+        batch_bolt: BasicBolt | None = _bolt(counts, together=True)
+    except TypeError:
+        batch_bolt = None
     process = getattr(bolt, "_process_batch", None)
     acks = bolt._acks
     assert acks is not None
@@ -107,10 +116,20 @@ def main() -> None:
                     bolt._process(message)
             acks.send()
 
+        together = None
+        if batch_bolt is not None:
+            batch_acks = batch_bolt._acks
+            assert batch_acks is not None
+
+            def together(messages=messages, process=batch_bolt._process_batch, acks=batch_acks) -> None:
+                process(messages)
+                acks.send()
+
         label = "tracked" if tracked else "untracked"
         print(
             f"{label:>10}: bolt {per_tuple_us(ours, args.batches, args.repeat):6.2f}"
             f"   bare loop {per_tuple_us(bare, args.batches, args.repeat):6.2f}"
+            + (f"   batch_handler {per_tuple_us(together, args.batches, args.repeat):6.2f}" if together else "")
         )
     splitter = _bolt(counts, split=True)
     split_process = splitter._process_batch

@@ -16,6 +16,7 @@ from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import DeliveryError
 from reliable_kafka.kafka.authorization import check_delivery
+from reliable_kafka.kafka.commit_wait import commit_wait
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import flush_or_raise
 from reliable_kafka.topology import TopologyTopics
@@ -108,15 +109,13 @@ class OutcomePublisher:
         if not force and (now - self._last_commit) * 1000 < self.commit_interval_ms:
             return
         assert self._consumer is not None and self._producer is not None and self._quarantine is not None
-        if not force and (len(self._producer) or self._retry_outcomes or self._quarantine.unsent):
-            # outcomes below the new low points go first: rather than block the loop in a flush (a
-            # round trip, each interval, for every ack record behind it), commit on a later round
-            # once they are delivered; a producer that never drains is flushed after one more interval
-            if self._commit_waits_since is None:
-                self._commit_waits_since = now
-            if (now - self._commit_waits_since) * 1000 < self.commit_interval_ms:
-                return
-        self._commit_waits_since = None
+        # outcomes below the new low points go first: waited for on later rounds (commit_wait)
+        in_flight = not force and bool(len(self._producer) or self._retry_outcomes or self._quarantine.unsent)
+        go, self._commit_waits_since = commit_wait(
+            self._commit_waits_since, now, in_flight=in_flight, interval_ms=self.commit_interval_ms
+        )
+        if not go:
+            return
         self._last_commit = now
         offsets = []
         for partition, state in self._partitions.items():

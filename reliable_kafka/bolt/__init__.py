@@ -1,5 +1,5 @@
 """Bolts and the collector API for plain Python consumers (DESIGN section 6)."""
 
-from reliable_kafka.bolt.runner import BasicBolt, Bolt, BoltCollector, BoltStats, Tuple
+from reliable_kafka.bolt.runner import BasicBolt, Bolt, BoltCollector, BoltStats, Tuple, TupleBatch
 
-__all__ = ["Bolt", "BasicBolt", "BoltCollector", "BoltStats", "Tuple"]
+__all__ = ["Bolt", "BasicBolt", "BoltCollector", "BoltStats", "Tuple", "TupleBatch"]

@@ -13,13 +13,14 @@ from confluent_kafka import KafkaException
 from reliable_kafka import codec
 from reliable_kafka.core.anchors import Anchored, anchor_child, fail_roots
 from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.errors import ArgumentError
 from reliable_kafka.ids import _pool, new_id
 from reliable_kafka.kafka.produce import produce_headers
 
 if TYPE_CHECKING:
     from reliable_kafka.bolt.runner import Bolt
 
-__all__ = ["Tuple", "BoltCollector", "BoltStats"]
+__all__ = ["Tuple", "TupleBatch", "BoltCollector", "BoltStats"]
 
 _ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per acked tuple
 _ANCHORS = codec.ANCHORS_HEADER
@@ -34,12 +35,14 @@ class Tuple(Anchored):
     A tuple is its own :class:`Anchored` (its ``anchors`` and ``ack_val``): one object per received
     record instead of two (``anchored`` returns the tuple itself, as it returned the pair before).
     Its ``anchors`` are the trees it was received in: read them, never replace them (the loop and a
-    basic bolt's emit use the one root they read).
+    basic bolt's emit use the one root they read). ``timestamp_ms`` is read from the consumed record
+    when asked for (few handlers do).
     """
 
     # _one_root: the root of the tuple's one tree (0: in none or several), so that a basic bolt's
-    # emit anchors a child without reading the anchors dict (a tuple's anchors are as received)
-    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms", "_one_root")
+    # emit anchors a child without reading the anchors dict (a tuple's anchors are as received);
+    # _record: the consumed message, whose timestamp() timestamp_ms reads (None: _timestamp_ms is it)
+    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "_timestamp_ms", "_one_root", "_record")
 
     def __init__(self, topic, partition, offset, key, value, headers, timestamp_ms, anchors: dict[int, int] | Anchored):
         self.topic = topic
@@ -48,7 +51,8 @@ class Tuple(Anchored):
         self.key = key
         self.value = value
         self.headers = headers  # the record's headers without rk-anchors
-        self.timestamp_ms = timestamp_ms
+        self._timestamp_ms = timestamp_ms
+        self._record = None
         if type(anchors) is dict:  # the runner's: root -> edge, as decoded
             self.anchors = anchors
             self.ack_val = 0
@@ -56,6 +60,15 @@ class Tuple(Anchored):
             self.anchors = anchors.anchors  # type: ignore[union-attr]
             self.ack_val = anchors.ack_val  # type: ignore[union-attr]
         self._one_root = next(iter(self.anchors)) if len(self.anchors) == 1 else 0
+
+    @property
+    def timestamp_ms(self) -> int:
+        """The record's timestamp, ms since the epoch (-1: it has none)."""
+        record = self._record
+        if record is None:
+            return self._timestamp_ms
+        timestamp = record.timestamp()
+        return timestamp[1] if timestamp else -1
 
     @property
     def anchored(self) -> Anchored:
@@ -72,6 +85,54 @@ class Tuple(Anchored):
 
     def __repr__(self) -> str:
         return f"Tuple({self.coordinates}, key={self.key!r}, tracked={self.tracked})"
+
+
+class TupleBatch:
+    """A consumed batch as a basic bolt's ``batch_handler`` sees it: its records in columns, made
+    when asked for, and its tuples one by one only where a handler needs them.
+
+    ``keys()`` and ``values()`` are lists (one per call: keep them), in the order consumed, records
+    that were quarantined left out. ``batch[i]`` (and iterating) gives record i as a :class:`Tuple`,
+    the one to name in ``collector.emit(..., anchors=batch[i])``; the same object each time.
+    """
+
+    __slots__ = ("_messages", "_anchors", "_headers", "_roots", "_tuples")
+
+    def __init__(self, messages: list, anchors: list, headers: list, roots: list) -> None:
+        self._messages = messages  # consumed messages (key(), value(), topic(), ...)
+        self._anchors = anchors  # per message: root -> edge, as decoded ({}: untracked)
+        self._headers = headers  # per message: its headers without rk-anchors
+        self._roots = roots  # per message: the root of its one tree, else 0
+        self._tuples: dict[int, Tuple] = {}  # made on demand; the runner reads their ack vals
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def keys(self) -> list:
+        return [message.key() for message in self._messages]
+
+    def values(self) -> list:
+        return [message.value() for message in self._messages]
+
+    def __getitem__(self, index: int) -> Tuple:
+        tuples = self._tuples
+        if index < 0:
+            index += len(self._messages)
+        tuple_ = tuples.get(index)
+        if tuple_ is None:
+            message = self._messages[index]  # IndexError past the end
+            tuple_ = tuples[index] = object.__new__(Tuple)  # as the per-tuple loop fills one
+            tuple_.topic, tuple_.partition, tuple_.offset = message.topic(), message.partition(), message.offset()
+            tuple_.key, tuple_.value, tuple_.headers = message.key(), message.value(), self._headers[index]
+            tuple_.anchors, tuple_.ack_val, tuple_._one_root = self._anchors[index], 0, self._roots[index]
+            tuple_._record = message
+        return tuple_
+
+    def __iter__(self):
+        return (self[index] for index in range(len(self._messages)))
+
+    def __repr__(self) -> str:
+        return f"TupleBatch({len(self._messages)} tuples)"
 
 
 @dataclass
@@ -157,8 +218,8 @@ class _BasicCollector(BoltCollector):
     def emit(self, topic, value, *, key=None, anchors=None, headers=None, partition=None) -> None:
         # BoltCollector.emit, inlined: this runs once per output tuple
         current = self.current
-        if anchors is None and headers is None and current is not None:
-            parent = current
+        parent = current if anchors is None else anchors  # one input: the current tuple, or the one named
+        if headers is None and type(parent) is Tuple:
             root = parent._one_root
             if root:  # the common case: one tree, no headers of the user's
                 try:
@@ -189,6 +250,11 @@ class _BasicCollector(BoltCollector):
                 bolt.stats.emitted += 1
                 bolt.output_topics.add(topic)
                 return
+        if anchors is None and current is None and self._bolt.batch_handler is not None:
+            raise ArgumentError(
+                f"{self._bolt.name}: a batch_handler's emit names its inputs: emit(..., anchors=batch[i]) "
+                f"(to {topic!r}; there is no current tuple to anchor to)"
+            )
         self._bolt._produce(
             topic, value, key, headers, partition, _child_anchors(self.current if anchors is None else anchors)
         )

@@ -7,7 +7,9 @@
 - :mod:`~reliable_kafka.kafka.ack_sender`: packing ack entries into ack-topic records;
 - :mod:`~reliable_kafka.kafka.parking`: the quarantine and dead-letter writes that never raise;
 - :mod:`~reliable_kafka.kafka.outcomes`: reading the outcomes addressed to a spout;
-- :mod:`~reliable_kafka.kafka.deadline`: a hard deadline around a client call that can hang.
+- :mod:`~reliable_kafka.kafka.deadline`: a hard deadline around a client call that can hang;
+- :mod:`~reliable_kafka.kafka.commit_wait`: a due commit that waits for delivery on later rounds
+  instead of blocking in a flush (bolts and ackers).
 """
 
 __all__: list[str] = []

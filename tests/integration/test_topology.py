@@ -446,3 +446,43 @@ def test_word_count_example_runs_as_a_script():
     assert expected["the"] == 800 and expected["seven"] == 400 and sum(expected.values()) == 6400
     # at-least-once (a 30 s timeout on a busy machine may replay sentences): nothing lost
     assert set(counts) == set(expected) and all(counts[w] >= n for w, n in expected.items()), counts
+
+
+def test_word_count_with_batch_handlers_completes_every_sentence(kafka_bootstrap):
+    """Split and count as ``batch_handler``s (one call per consumed batch): the split names each
+    word's input sentence as its anchor, the count reads the batch's values column; every tree
+    completes and the spout commits to the end."""
+    topology, sentences, words = _word_count_topics(kafka_bootstrap, "wcb")
+    rng = random.Random(2)
+    batch = [rng.choice(SENTENCES) for _ in range(2_000)]
+    produce_values(kafka_bootstrap, sentences, [s.encode() for s in batch])
+    counts: Counter = Counter()
+
+    def split(sentences_batch, collector):
+        for sentence in sentences_batch:
+            for word in sentence.value.decode().split():
+                collector.emit(words, word.encode(), key=word.encode(), anchors=sentence)
+
+    def count(words_batch, collector):
+        counts.update(value.decode() for value in words_batch.values())
+
+    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    spout = Spout(
+        **on,
+        source_topics=sentences,
+        group_id=f"{topology}-spout",
+        emit_to=f"{topology}.sentences",
+        message_timeout_ms=120_000,
+    )
+    components = [
+        AckerWorker(**on, ackers=2, message_timeout_ms=120_000),
+        spout,
+        BasicBolt(**on, source_topics=f"{topology}.sentences", group_id=f"{topology}-split", batch_handler=split),
+        BasicBolt(**on, source_topics=words, group_id=f"{topology}-count", batch_handler=count),
+    ]
+    _run_word_count(
+        kafka_bootstrap, topology, sentences, components, timeout=240, what="spout committed to the end of sentences"
+    )
+    assert spout.stats.completed == 2_000 and spout.stats.dead_lettered == 0
+    expected = Counter(word for s in batch for word in s.split())
+    assert set(counts) == set(expected) and all(counts[w] >= n for w, n in expected.items())

@@ -451,8 +451,10 @@ def test_the_loops_tuple_is_the_one_tuples_constructor_makes(headers, anchors):
     tracked = any(k == codec.ANCHORS_HEADER for k, _ in headers or [])
     expected = Tuple("in", 2, 9, b"k", b"v", user_headers, 55, anchors if tracked else {})
     [got] = seen
-    slots = Tuple.__slots__ + Anchored.__slots__
-    assert type(got) is Tuple and {n: getattr(got, n) for n in slots} == {n: getattr(expected, n) for n in slots}
+    # timestamp_ms is read from the message (_record) when asked for, or from _timestamp_ms for Tuple(...)
+    fields = [n for n in Tuple.__slots__ + Anchored.__slots__ if n not in ("_record", "_timestamp_ms")]
+    fields.append("timestamp_ms")
+    assert type(got) is Tuple and {n: getattr(got, n) for n in fields} == {n: getattr(expected, n) for n in fields}
 
 
 def test_a_tuple_in_its_handler_is_counted_received_and_not_handled():
@@ -486,3 +488,32 @@ def test_the_largest_ack_record_fits_the_default_message_size():
     value = codec.encode_ack_batch(-(2**63), [int(EventKind.ACK)] * entries, [-(2**63)] * entries, [-1] * entries)
     assert len(value) < 1_000_000  # librdkafka's message.max.bytes and the broker's default limit
     assert ACK_HOLD_ENTRIES <= MAX_ENTRIES_PER_RECORD  # what a bolt holds goes in one record
+
+
+def test_error_messages_in_a_batch_are_left_out_and_the_rest_handled_and_stored():
+    """A consumed batch may carry error messages (end of partition): they are not tuples; the good
+    messages around them are handled and their offsets stored. A batch without one is used as is."""
+    from confluent_kafka import KafkaError
+
+    handled = []
+    eof = new_message(topic="in", partition=0, offset=2, error=KafkaError(KafkaError._PARTITION_EOF))
+    batches = [[_message(0, {1: 7}), _message(1, None), eof, _message(2, {3: 7})], [_message(3, None)]]
+    bolt, _ = _polling_bolt(batches, batch_size=10)
+    bolt.handler = lambda tuple_, collector: handled.append(tuple_.offset)
+    stored = []
+    bolt._consumer.store_offsets = lambda *, offsets: stored.append([(tp.partition, tp.offset) for tp in offsets])
+    bolt.poll_once(0)
+    bolt.poll_once(0)
+    assert handled == [0, 1, 2, 3] and bolt.stats.received == 4
+    assert stored == [[(0, 3)], [(0, 4)]]
+
+
+def test_a_refused_read_in_a_batch_stops_the_bolt():
+    from confluent_kafka import KafkaError
+
+    from reliable_kafka.errors import AuthorizationError
+
+    refused = new_message(topic="in", partition=0, offset=0, error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    bolt, _ = _polling_bolt([[_message(0, None), refused]], batch_size=10)
+    with pytest.raises(AuthorizationError):
+        bolt.poll_once(0)
