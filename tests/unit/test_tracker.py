@@ -22,7 +22,7 @@ from reliable_kafka.core.tracker import (
     OutcomeAction,
     Redelivery,
 )
-from reliable_kafka.errors import ConfigError
+from reliable_kafka.errors import ArgumentError, ConfigError
 
 TP = ("orders", 0)
 TP2 = ("orders", 1)
@@ -119,7 +119,12 @@ def test_complete_is_on_outcome_completed_without_the_action(steps):
     roots: dict[int, int] = {}
     for offset, step in steps:
         if step == "emit":
-            roots[offset] = by_outcome.emitted(TP, offset)
+            try:
+                roots[offset] = by_outcome.emitted(TP, offset)
+            except ArgumentError:  # out of offset order: refused by both
+                with pytest.raises(ArgumentError, match="order"):
+                    by_complete.emitted(TP, offset, root=99_998)
+                continue
             by_complete.emitted(TP, offset, root=roots[offset])
             continue
         root = roots.get(offset, 0) if step == "complete" else 99_999
@@ -146,6 +151,8 @@ def test_complete_many_is_complete_of_each_root_in_order(emits, batches, wait_ms
     batched, clock_batched = make()
     roots: dict[int, int] = {}
     for offset in emits:
+        if offset < max(roots, default=-1) and offset not in roots:
+            continue  # out of offset order: refused (test_registering_out_of_offset_order_is_refused)
         roots[offset] = one_by_one.emitted(TP, offset)
         batched.emitted(TP, offset, root=roots[offset])
     clock_one.now = clock_batched.now = wait_ms
@@ -178,6 +185,8 @@ def test_complete_many_over_partitions_is_complete_of_each_root_in_order(emits, 
     roots: dict[tuple[int, int], int] = {}
     for index, offset in emits:
         tp = tps[index] if shared_keys else (tps[index][0], tps[index][1])  # a fresh tuple per emit
+        if offset < max((o for i, o in roots if i == index), default=-1) and (index, offset) not in roots:
+            continue  # out of offset order: refused (test_registering_out_of_offset_order_is_refused)
         roots[(index, offset)] = one_by_one.emitted(tp, offset)
         batched.emitted(tp, offset, root=roots[(index, offset)])
     for batch in batches:
@@ -212,15 +221,36 @@ def test_reemitting_a_pending_offset_forgets_the_old_root():
     assert tracker.commit_point(TP) == 4
 
 
-def test_reemitting_below_the_commit_point_moves_it_back():
+def test_registering_out_of_offset_order_is_refused():
+    # With nothing pending, registering 7 lets the commit point pass 3..6 as offsets Kafka never
+    # handed out; a record at 3 registered after that could already be committed as done.
     tracker, _ = make()
-    for off in range(5):
-        tracker.done_immediately(TP, off)
-    assert tracker.commit_point(TP) == 5
-    root = tracker.emitted(TP, 2)
-    assert tracker.commit_point(TP) == 2
+    root = tracker.emitted(TP, 7)
     tracker.on_outcome(root, COMPLETED)
-    assert tracker.commit_point(TP) == 5
+    assert tracker.commit_point(TP) == 8
+    with pytest.raises(ArgumentError, match=r"orders', 0\)@3: .*out of offset order"):
+        tracker.emitted(TP, 3)
+    with pytest.raises(ArgumentError, match="out of offset order"):
+        tracker.emitted_many(TP, [8, 9, 5], [81, 91, 51])  # refused whole: nothing of it registered
+    with pytest.raises(ArgumentError, match="out of offset order"):
+        tracker.emitted_many(TP, list(range(2, 102)), list(range(1_001, 1_101)))  # the bulk path
+    assert tracker.pending_offsets(TP) == [] and tracker.commit_point(TP) == 8 and tracker.pending_roots() == 0
+    assert tracker.stats.emitted == 1
+    # a pending offset may be registered again below the position (a redelivery), and a re-assigned
+    # partition starts again from its committed offset
+    pending = tracker.emitted(TP, 10)
+    tracker.emitted(TP, 11)
+    tracker.on_outcome(pending, FAILED)
+    (redelivery,) = tracker.due_redeliveries(10**6)
+    tracker.emitted(TP, 10, attempt=redelivery.attempt)
+    tracker.emitted_many(TP, [10, 12, 12, 15], [101, 121, 122, 151])  # re-emissions, then new offsets with a gap
+    assert tracker.pending_offsets(TP) == [10, 11, 12, 15]
+    tracker.assign(TP, committed=3, done_above=[5])
+    tracker.emitted(TP, 3)
+    assert tracker.should_skip(TP, 5) and not tracker.should_skip(TP, 6)
+    tracker.emitted(TP, 6)
+    with pytest.raises(ArgumentError, match="out of offset order"):
+        tracker.emitted(TP, 4)  # Kafka handed 3 then 6: 4 and 5 were no records (5 restored done)
 
 
 def test_given_roots_are_used_and_duplicates_refused():
@@ -973,7 +1003,10 @@ def test_should_skip_is_exactly_done_or_below_the_commit_point(committed, done_a
     for offset, complete in steps:
         if tracker.should_skip(TP, offset):
             continue
-        root = tracker.emitted(TP, offset)
+        try:
+            root = tracker.emitted(TP, offset)
+        except ArgumentError:  # out of offset order: refused
+            continue
         if complete:
             tracker.on_outcome(root, COMPLETED)
     point = tracker.commit_point(TP)
