@@ -1052,3 +1052,105 @@ def test_add_done_of_a_batch_then_one_commit_point_is_mark_done_of_each(committe
         assert batched.commit_point() == each.commit_point()
         assert batched.pending.keys() == each.pending.keys()
         assert batched.done == each.done and batched.position == each.position
+
+
+# -- registration order ------------------------------------------------------------------------
+
+registration_steps = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["emit", "complete", "fail", "dead_letter", "done_immediately"]), st.integers(0, 40)),
+        st.tuples(st.just("emit_many"), st.lists(st.integers(0, 40), max_size=6)),
+        st.tuples(st.sampled_from(["redeliver", "revoke"]), st.none()),
+        st.tuples(st.just("assign"), st.tuples(st.integers(0, 30), st.sets(st.integers(0, 45), max_size=5))),
+    ),
+    max_size=60,
+)
+
+
+def _registration_state(tracker):
+    return (
+        tracker.pending_offsets(TP),
+        tracker.commit_point(TP),
+        tracker.done_above(TP),
+        tracker.pending_roots(),
+        tracker.stats.emitted,
+    )
+
+
+@settings(max_examples=500)
+@given(registration_steps)
+def test_the_commit_point_never_passes_an_offset_registered_and_not_finished(steps):
+    """For any registration order the tracker accepts, interleaved with outcomes, redeliveries, dead
+    letters, revokes and assigns (commit metadata included): every offset registered and not finished
+    is at or above every commit point reported since its partition was assigned, so no commit could
+    have passed it. A refused registration changes nothing."""
+    tracker, _ = make(max_retries=1)
+    roots: dict[int, int] = {}
+    fresh = iter(range(1, 10**6))
+    passed = 0  # the highest commit point reported in this incarnation of the partition
+    for step, arg in steps:
+        before = _registration_state(tracker)
+        try:
+            if step == "emit":
+                roots[arg] = tracker.emitted(TP, arg, root=next(fresh))
+            elif step == "emit_many":
+                batch = [next(fresh) for _ in arg]
+                tracker.emitted_many(TP, arg, batch)
+                roots.update(zip(arg, batch))
+        except ArgumentError as error:
+            assert "out of offset order" in str(error)
+            assert _registration_state(tracker) == before
+            continue
+        if step == "complete":
+            tracker.on_outcome(roots.get(arg, 0) or 99_999_999, COMPLETED)
+        elif step == "fail":
+            tracker.on_outcome(roots.get(arg, 0) or 99_999_999, FAILED)
+        elif step == "redeliver":  # a redelivery of a pending offset is never refused
+            for redelivery in tracker.due_redeliveries(10**9):
+                roots[redelivery.offset] = tracker.emitted(TP, redelivery.offset, attempt=redelivery.attempt)
+        elif step == "dead_letter":
+            tracker.dead_lettered(TP, arg)
+        elif step == "done_immediately":
+            tracker.done_immediately(TP, arg)
+        elif step == "revoke":
+            tracker.revoke(TP)
+            passed = 0
+        elif step == "assign":
+            committed, done_above = arg
+            tracker.assign(TP, committed=committed, done_above=sorted(done_above))
+            passed = committed
+        point = tracker.commit_point(TP)
+        passed = max(passed, point or 0)
+        assert all(offset >= passed for offset in tracker.pending_offsets(TP)), (passed, tracker.pending_offsets(TP))
+
+
+@settings(max_examples=300)
+@given(
+    st.none() | st.integers(0, 10),
+    st.sets(st.integers(0, 60), max_size=8),
+    st.lists(st.tuples(st.sets(st.integers(0, 60), max_size=8), st.integers(0, 3)), max_size=8),
+)
+def test_a_shell_registering_in_consumed_order_is_never_refused(committed, done_above, polls):
+    """Kafka hands a partition's records ascending, with gaps (transaction markers, compaction), from
+    the committed offset; a shell skips what the tracker says is done and registers the rest, one by
+    one or in a batch, while outcomes fail, complete and redeliver records: nothing is refused."""
+    tracker, _ = make(max_retries=2)
+    tracker.assign(TP, committed=committed, done_above=sorted(done_above) if committed is not None else ())
+    roots: dict[int, int] = {}
+    fresh = iter(range(1, 10**6))
+    consumed = -1 if committed is None else committed - 1
+    for index, (offsets, settle) in enumerate(polls):
+        batch = [o for o in sorted(offsets) if o > consumed and not tracker.should_skip(TP, o)]
+        consumed = max([consumed, *offsets])
+        if index % 2:
+            batch_roots = [next(fresh) for _ in batch]
+            tracker.emitted_many(TP, batch, batch_roots)
+            roots.update(zip(batch, batch_roots))
+        else:
+            roots.update((offset, tracker.emitted(TP, offset)) for offset in batch)
+        for redelivery in tracker.due_redeliveries(10**9):
+            roots[redelivery.offset] = tracker.emitted(TP, redelivery.offset, attempt=redelivery.attempt)
+        for offset in tracker.pending_offsets(TP)[:settle]:
+            action = tracker.on_outcome(roots[offset], FAILED if (offset + index) % 3 == 0 else COMPLETED)
+            if action is not None and action.kind is ActionKind.DEAD_LETTER:
+                tracker.dead_lettered(TP, offset)
