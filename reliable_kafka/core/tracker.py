@@ -35,6 +35,7 @@ import dataclasses
 import gc
 import heapq
 import itertools
+import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -117,6 +118,31 @@ def _done_action(tp: TopicPartition, offset: int, attempt: int) -> OutcomeAction
     return action
 
 
+def _out_of_order(tp: TopicPartition, offset: int, position: int) -> ArgumentError:
+    return ArgumentError(
+        f"emitted {tp}@{offset}: offset {offset} is not pending and lies below {position}, the next offset after "
+        "every one registered or done: registered out of offset order, it could be one the commit point has "
+        "already passed (committing it as done, DESIGN invariant 1). Register a partition's records in the "
+        "order they were consumed (only redeliveries of pending offsets may come later), or assign() the "
+        "partition again from a committed offset at or below it to read it again."
+    )
+
+
+def _check_order(tp: TopicPartition, part: _Partition, offsets: Sequence[int]) -> None:
+    """Raise as ``emitted`` would for the first offset of ``offsets`` registered out of order."""
+    position = part.position
+    if offsets and (position is None or offsets[0] >= position) and all(map(operator.lt, offsets, offsets[1:])):
+        return  # the usual batch, new offsets ascending: checked at C speed
+    pending, seen = part.pending, set()
+    for offset in offsets:
+        if offset in pending or offset in seen:
+            continue  # a re-emission
+        if position is not None and offset < position:
+            raise _out_of_order(tp, offset, position)
+        seen.add(offset)
+        position = offset + 1
+
+
 def _listed(values: Sequence[int] | np.ndarray) -> Sequence[int]:
     """Python ints from a NumPy array (the tracker keeps no NumPy scalars), else ``values`` itself."""
     return values.tolist() if isinstance(values, np.ndarray) else values
@@ -139,8 +165,12 @@ class InFlightTracker:
 
     Re-emitting an offset that is still pending (a redelivery, or Kafka handing the record again
     after a seek or restart) replaces its root: the old root is forgotten, so a late outcome for it
-    is ignored. Re-emitting an offset below the commit point makes it pending again, so the commit
-    point moves back to it.
+    is ignored. Any other offset must be registered (``emitted``, ``emitted_many``) in offset order,
+    above every offset registered or done before in the partition: when nothing is pending, the
+    commit point passes offsets never registered (Kafka never hands out a transaction marker or a
+    compacted record), so a record registered below them could already have been committed as done.
+    Such a registration raises :class:`ArgumentError` and changes nothing; to read a partition again
+    from lower down, ``assign`` it again from that committed offset.
     """
 
     def __init__(
@@ -253,6 +283,8 @@ class InFlightTracker:
         if part is None:
             part = self._partitions[tp] = _Partition(None)
         entry = part.pending.get(offset)
+        if entry is None and part.position is not None and offset < part.position:
+            raise _out_of_order(tp, offset, part.position)
         if root is None:
             root = new_id()
             while root in self._roots:
@@ -308,8 +340,11 @@ class InFlightTracker:
         if part is None:
             part = self._partitions[tp] = _Partition(None)
         if len(offsets) >= BULK_MIN and len(offsets) == len(roots) and self._fresh(part, offsets, roots):
+            if part.position is not None and offsets[0] < part.position:  # ascending, none pending: the first
+                raise _out_of_order(tp, offsets[0], part.position)
             self._emitted_fresh(tp, part, offsets, roots, attempt)
             return
+        _check_order(tp, part, offsets)  # before any is registered: a refused batch changes nothing
         # A small batch (a Python spout's poll at a low rate): the checks above cost more than they save.
         held, pending, tokens = self._roots, part.pending, self._tokens
         now = self._clock()

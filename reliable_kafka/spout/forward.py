@@ -102,6 +102,9 @@ class ForwardingShell(SpoutShell):
                 except (ProducerUnusable, AuthorizationError):
                     raise
                 except Exception:  # nothing was produced: the handler's error path decides (logs, fails it)
+                    earlier = tracked.pop(key, None)
+                    if earlier is not None:  # registered first: the tracker takes a partition's offsets in order
+                        self._roots.track_many(key, *earlier, attempt=1)
                     self._process(record)
                     continue
                 emitted += 1

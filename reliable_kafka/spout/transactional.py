@@ -354,15 +354,16 @@ class TransactionalSpout(SpoutShell):
             return
         self._transactions.begin()
         self._gone_parked.clear()
+        read = replayed = 0  # counted once the round commits: an aborted round's records are read again
         try:
             self._read_again([(r.tp, r.offset) for r in due] + roots.bound_for_dead_letters())
             for redelivery in due:
                 record = roots.records.get((redelivery.tp, redelivery.offset))
                 if record is not None:
-                    self.stats.replayed += 1
+                    replayed += 1
                     self._process(with_attempt(cast(SourceRecord, record), redelivery.attempt))
             for message in messages:
-                self.stats.read += 1
+                read += 1
                 self._process(_source_record(message))
                 topic, partition, offset = coordinates(message)
                 self._emitted_upto[(topic, partition)] = max(self._emitted_upto.get((topic, partition), 0), offset + 1)
@@ -377,6 +378,8 @@ class TransactionalSpout(SpoutShell):
             return
         roots.dead_letters_delivered()
         roots.committed(offsets)
+        self.stats.read += read
+        self.stats.replayed += replayed
         self._committed_counts = dataclasses.replace(self.tracker.stats)
         self.stats.expired_in_flight += len(self._gone_parked)  # their references are committed now
         self._gone_parked.clear()

@@ -4,6 +4,7 @@ reading the group's commit while a fresh broker's coordinator is not ready
 (reliable_kafka.spark.batch_roots, derive.derive_ids, recovery.committed_offsets,
 InFlightTracker.emitted_many)."""
 
+import contextlib
 from unittest import mock
 
 import numpy as np
@@ -119,6 +120,11 @@ def test_emitted_many_is_emitted_one_by_one(emitted, attempt):
     clock = [0]
     one, many = (InFlightTracker(max_pending=None, clock=lambda: clock[0]) for _ in range(2))
     next_root = iter(range(1, 10_000))
+    accepted: list[tuple[int, int]] = []  # the tracker's order: a new highest offset, or a repeat (pending here)
+    for offset, count in emitted:
+        if offset > max((o for o, _ in accepted), default=-1) or offset in {o for o, _ in accepted}:
+            accepted.append((offset, count))
+    emitted = accepted
     for chunk in (emitted[: len(emitted) // 2], emitted[len(emitted) // 2 :]):
         offsets = [offset for offset, _ in chunk]
         roots = [next(next_root) for _ in chunk]
@@ -165,7 +171,10 @@ def _tracker_after(history, clock) -> InFlightTracker:
         tracker.assign(tp, committed=history["committed"], done_above=history["done_above"])
     roots = {}
     for offset in history["emitted"]:
-        roots[offset] = tracker.emitted(tp, offset, root=1000 + len(roots) + offset * 100)
+        try:
+            roots[offset] = tracker.emitted(tp, offset, root=1000 + len(roots) + offset * 100)
+        except ArgumentError:  # registered out of offset order: refused, nothing changed
+            continue
     for offset, kind in history["settled"]:
         if offset in roots:
             tracker.on_outcome(roots[offset], OutcomeKind[kind])
@@ -215,8 +224,15 @@ def test_emitted_many_in_bulk_is_emitted_one_by_one(history, start, length, skip
     if skip_done:  # as register_ranges does
         offsets = offsets[~one.skip_mask(("t", 0), offsets)]
     roots = offsets * 7 + 100_003  # distinct from the history's roots, unless an offset repeats one
-    for offset, root in zip(offsets.tolist(), roots.tolist()):
-        one.emitted(("t", 0), offset, root=root, attempt=attempt)
+    before = _state(many)
+    try:
+        for offset, root in zip(offsets.tolist(), roots.tolist()):
+            one.emitted(("t", 0), offset, root=root, attempt=attempt)
+    except ArgumentError:  # an offset out of order: emitted_many refuses the whole batch
+        with mock.patch.object(tracker_module, "BULK_MIN", bulk_min), pytest.raises(ArgumentError, match="order"):
+            many.emitted_many(("t", 0), offsets, roots, attempt=attempt)
+        assert _state(many) == before
+        return
     with mock.patch.object(tracker_module, "BULK_MIN", bulk_min):  # 1: the bulk path when fresh
         many.emitted_many(("t", 0), offsets, roots, attempt=attempt)
     assert _state(many) == _state(one)
@@ -287,10 +303,16 @@ def test_register_collected_in_bulk_is_record_by_record(history, rows, ascending
     for owner in (bulk, one) if held else ():  # as due_redeliveries leaves them: pending
         for i, r in enumerate(redeliveries):
             if not owner.tracker.is_pending(r.tp, r.offset):
-                owner.tracker.emitted(r.tp, r.offset, root=700_000 + i)
+                with contextlib.suppress(ArgumentError):  # out of offset order: refused, not pending
+                    owner.tracker.emitted(r.tp, r.offset, root=700_000 + i)
+    try:
+        expected = batch_roots._register_one_by_one(one, columns, redeliveries)
+    except ArgumentError:  # a record out of offset order (not skipped): refused either way
+        with mock.patch.object(tracker_module, "BULK_MIN", 1), pytest.raises(ArgumentError, match="order"):
+            batch_roots.register_collected(bulk, columns, redeliveries)
+        return
     with mock.patch.object(tracker_module, "BULK_MIN", 1):
         got = batch_roots.register_collected(bulk, columns, redeliveries)
-    expected = batch_roots._register_one_by_one(one, columns, redeliveries)
     assert sorted(got[0]) == sorted(expected[0]) and sorted(got[1]) == sorted(expected[1])
     assert got[2] == expected[2]
     assert _state(bulk.tracker) == _state(one.tracker)

@@ -22,7 +22,7 @@ from reliable_kafka.core.tracker import (
     OutcomeAction,
     Redelivery,
 )
-from reliable_kafka.errors import ConfigError
+from reliable_kafka.errors import ArgumentError, ConfigError
 
 TP = ("orders", 0)
 TP2 = ("orders", 1)
@@ -119,7 +119,12 @@ def test_complete_is_on_outcome_completed_without_the_action(steps):
     roots: dict[int, int] = {}
     for offset, step in steps:
         if step == "emit":
-            roots[offset] = by_outcome.emitted(TP, offset)
+            try:
+                roots[offset] = by_outcome.emitted(TP, offset)
+            except ArgumentError:  # out of offset order: refused by both
+                with pytest.raises(ArgumentError, match="order"):
+                    by_complete.emitted(TP, offset, root=99_998)
+                continue
             by_complete.emitted(TP, offset, root=roots[offset])
             continue
         root = roots.get(offset, 0) if step == "complete" else 99_999
@@ -146,6 +151,8 @@ def test_complete_many_is_complete_of_each_root_in_order(emits, batches, wait_ms
     batched, clock_batched = make()
     roots: dict[int, int] = {}
     for offset in emits:
+        if offset < max(roots, default=-1) and offset not in roots:
+            continue  # out of offset order: refused (test_registering_out_of_offset_order_is_refused)
         roots[offset] = one_by_one.emitted(TP, offset)
         batched.emitted(TP, offset, root=roots[offset])
     clock_one.now = clock_batched.now = wait_ms
@@ -178,6 +185,8 @@ def test_complete_many_over_partitions_is_complete_of_each_root_in_order(emits, 
     roots: dict[tuple[int, int], int] = {}
     for index, offset in emits:
         tp = tps[index] if shared_keys else (tps[index][0], tps[index][1])  # a fresh tuple per emit
+        if offset < max((o for i, o in roots if i == index), default=-1) and (index, offset) not in roots:
+            continue  # out of offset order: refused (test_registering_out_of_offset_order_is_refused)
         roots[(index, offset)] = one_by_one.emitted(tp, offset)
         batched.emitted(tp, offset, root=roots[(index, offset)])
     for batch in batches:
@@ -212,15 +221,36 @@ def test_reemitting_a_pending_offset_forgets_the_old_root():
     assert tracker.commit_point(TP) == 4
 
 
-def test_reemitting_below_the_commit_point_moves_it_back():
+def test_registering_out_of_offset_order_is_refused():
+    # With nothing pending, registering 7 lets the commit point pass 3..6 as offsets Kafka never
+    # handed out; a record at 3 registered after that could already be committed as done.
     tracker, _ = make()
-    for off in range(5):
-        tracker.done_immediately(TP, off)
-    assert tracker.commit_point(TP) == 5
-    root = tracker.emitted(TP, 2)
-    assert tracker.commit_point(TP) == 2
+    root = tracker.emitted(TP, 7)
     tracker.on_outcome(root, COMPLETED)
-    assert tracker.commit_point(TP) == 5
+    assert tracker.commit_point(TP) == 8
+    with pytest.raises(ArgumentError, match=r"orders', 0\)@3: .*out of offset order"):
+        tracker.emitted(TP, 3)
+    with pytest.raises(ArgumentError, match="out of offset order"):
+        tracker.emitted_many(TP, [8, 9, 5], [81, 91, 51])  # refused whole: nothing of it registered
+    with pytest.raises(ArgumentError, match="out of offset order"):
+        tracker.emitted_many(TP, list(range(2, 102)), list(range(1_001, 1_101)))  # the bulk path
+    assert tracker.pending_offsets(TP) == [] and tracker.commit_point(TP) == 8 and tracker.pending_roots() == 0
+    assert tracker.stats.emitted == 1
+    # a pending offset may be registered again below the position (a redelivery), and a re-assigned
+    # partition starts again from its committed offset
+    pending = tracker.emitted(TP, 10)
+    tracker.emitted(TP, 11)
+    tracker.on_outcome(pending, FAILED)
+    (redelivery,) = tracker.due_redeliveries(10**6)
+    tracker.emitted(TP, 10, attempt=redelivery.attempt)
+    tracker.emitted_many(TP, [10, 12, 12, 15], [101, 121, 122, 151])  # re-emissions, then new offsets with a gap
+    assert tracker.pending_offsets(TP) == [10, 11, 12, 15]
+    tracker.assign(TP, committed=3, done_above=[5])
+    tracker.emitted(TP, 3)
+    assert tracker.should_skip(TP, 5) and not tracker.should_skip(TP, 6)
+    tracker.emitted(TP, 6)
+    with pytest.raises(ArgumentError, match="out of offset order"):
+        tracker.emitted(TP, 4)  # Kafka handed 3 then 6: 4 and 5 were no records (5 restored done)
 
 
 def test_given_roots_are_used_and_duplicates_refused():
@@ -973,7 +1003,10 @@ def test_should_skip_is_exactly_done_or_below_the_commit_point(committed, done_a
     for offset, complete in steps:
         if tracker.should_skip(TP, offset):
             continue
-        root = tracker.emitted(TP, offset)
+        try:
+            root = tracker.emitted(TP, offset)
+        except ArgumentError:  # out of offset order: refused
+            continue
         if complete:
             tracker.on_outcome(root, COMPLETED)
     point = tracker.commit_point(TP)
@@ -1019,3 +1052,105 @@ def test_add_done_of_a_batch_then_one_commit_point_is_mark_done_of_each(committe
         assert batched.commit_point() == each.commit_point()
         assert batched.pending.keys() == each.pending.keys()
         assert batched.done == each.done and batched.position == each.position
+
+
+# -- registration order ------------------------------------------------------------------------
+
+registration_steps = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["emit", "complete", "fail", "dead_letter", "done_immediately"]), st.integers(0, 40)),
+        st.tuples(st.just("emit_many"), st.lists(st.integers(0, 40), max_size=6)),
+        st.tuples(st.sampled_from(["redeliver", "revoke"]), st.none()),
+        st.tuples(st.just("assign"), st.tuples(st.integers(0, 30), st.sets(st.integers(0, 45), max_size=5))),
+    ),
+    max_size=60,
+)
+
+
+def _registration_state(tracker):
+    return (
+        tracker.pending_offsets(TP),
+        tracker.commit_point(TP),
+        tracker.done_above(TP),
+        tracker.pending_roots(),
+        tracker.stats.emitted,
+    )
+
+
+@settings(max_examples=500)
+@given(registration_steps)
+def test_the_commit_point_never_passes_an_offset_registered_and_not_finished(steps):
+    """For any registration order the tracker accepts, interleaved with outcomes, redeliveries, dead
+    letters, revokes and assigns (commit metadata included): every offset registered and not finished
+    is at or above every commit point reported since its partition was assigned, so no commit could
+    have passed it. A refused registration changes nothing."""
+    tracker, _ = make(max_retries=1)
+    roots: dict[int, int] = {}
+    fresh = iter(range(1, 10**6))
+    passed = 0  # the highest commit point reported in this incarnation of the partition
+    for step, arg in steps:
+        before = _registration_state(tracker)
+        try:
+            if step == "emit":
+                roots[arg] = tracker.emitted(TP, arg, root=next(fresh))
+            elif step == "emit_many":
+                batch = [next(fresh) for _ in arg]
+                tracker.emitted_many(TP, arg, batch)
+                roots.update(zip(arg, batch))
+        except ArgumentError as error:
+            assert "out of offset order" in str(error)
+            assert _registration_state(tracker) == before
+            continue
+        if step == "complete":
+            tracker.on_outcome(roots.get(arg, 0) or 99_999_999, COMPLETED)
+        elif step == "fail":
+            tracker.on_outcome(roots.get(arg, 0) or 99_999_999, FAILED)
+        elif step == "redeliver":  # a redelivery of a pending offset is never refused
+            for redelivery in tracker.due_redeliveries(10**9):
+                roots[redelivery.offset] = tracker.emitted(TP, redelivery.offset, attempt=redelivery.attempt)
+        elif step == "dead_letter":
+            tracker.dead_lettered(TP, arg)
+        elif step == "done_immediately":
+            tracker.done_immediately(TP, arg)
+        elif step == "revoke":
+            tracker.revoke(TP)
+            passed = 0
+        elif step == "assign":
+            committed, done_above = arg
+            tracker.assign(TP, committed=committed, done_above=sorted(done_above))
+            passed = committed
+        point = tracker.commit_point(TP)
+        passed = max(passed, point or 0)
+        assert all(offset >= passed for offset in tracker.pending_offsets(TP)), (passed, tracker.pending_offsets(TP))
+
+
+@settings(max_examples=300)
+@given(
+    st.none() | st.integers(0, 10),
+    st.sets(st.integers(0, 60), max_size=8),
+    st.lists(st.tuples(st.sets(st.integers(0, 60), max_size=8), st.integers(0, 3)), max_size=8),
+)
+def test_a_shell_registering_in_consumed_order_is_never_refused(committed, done_above, polls):
+    """Kafka hands a partition's records ascending, with gaps (transaction markers, compaction), from
+    the committed offset; a shell skips what the tracker says is done and registers the rest, one by
+    one or in a batch, while outcomes fail, complete and redeliver records: nothing is refused."""
+    tracker, _ = make(max_retries=2)
+    tracker.assign(TP, committed=committed, done_above=sorted(done_above) if committed is not None else ())
+    roots: dict[int, int] = {}
+    fresh = iter(range(1, 10**6))
+    consumed = -1 if committed is None else committed - 1
+    for index, (offsets, settle) in enumerate(polls):
+        batch = [o for o in sorted(offsets) if o > consumed and not tracker.should_skip(TP, o)]
+        consumed = max([consumed, *offsets])
+        if index % 2:
+            batch_roots = [next(fresh) for _ in batch]
+            tracker.emitted_many(TP, batch, batch_roots)
+            roots.update(zip(batch, batch_roots))
+        else:
+            roots.update((offset, tracker.emitted(TP, offset)) for offset in batch)
+        for redelivery in tracker.due_redeliveries(10**9):
+            roots[redelivery.offset] = tracker.emitted(TP, redelivery.offset, attempt=redelivery.attempt)
+        for offset in tracker.pending_offsets(TP)[:settle]:
+            action = tracker.on_outcome(roots[offset], FAILED if (offset + index) % 3 == 0 else COMPLETED)
+            if action is not None and action.kind is ActionKind.DEAD_LETTER:
+                tracker.dead_lettered(TP, offset)
