@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
+from operator import itemgetter
 
 import numpy as np
 
@@ -188,7 +189,10 @@ def _register_one_by_one(
     wanted = {(r.tp, r.offset): r for r in redeliveries}
     entries: list[tuple[int, int]] = []
     skipped: list[int] = []
-    for topic, partition, offset, attempt, root, edge in zip(*(columns[n] for n in RECORD_COLUMNS)):
+    # in offset order, as the tracker takes a partition's records: a Kafka partition split over
+    # several Spark tasks (minPartitions) can come back from collect_list a chunk at a time, out of order
+    rows = sorted(zip(*(columns[n] for n in RECORD_COLUMNS)), key=itemgetter(0, 1, 2))
+    for topic, partition, offset, attempt, root, edge in rows:
         tp = (topic, partition)
         if attempt == 1:
             if tracker.should_skip(tp, offset):

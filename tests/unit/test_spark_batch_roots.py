@@ -330,6 +330,25 @@ def test_a_collected_batch_in_offset_order_is_registered_a_partition_at_a_time(m
     assert owner.tracker.pending_offsets(("t", 0)) == [3, 4] and owner.tracker.pending_offsets(("t", 1)) == [0, 1]
 
 
+def test_a_partition_collected_out_of_offset_order_is_registered_in_order():
+    """A Kafka partition read by several Spark tasks can come back a chunk at a time, later chunk
+    first: every record is registered (the tracker refuses registrations out of offset order), and
+    the commit point waits for the earliest."""
+    owner = _owner(InFlightTracker(max_pending=None))
+    owner.tracker.assign(("t", 0), committed=0, done_above=[])
+    columns = {"topic": ["t"] * 6, "partition": [0] * 6, "offset": [3, 4, 5, 0, 1, 2], "attempt": [1] * 6}
+    columns |= {"root": [13, 14, 15, 10, 11, 12], "edge": [23, 24, 25, 20, 21, 22]}
+    entries, skipped, missing = batch_roots.register_collected(owner, columns, [])
+    assert entries == [(10, 20), (11, 21), (12, 22), (13, 23), (14, 24), (15, 25)]
+    assert skipped == [] and missing == []
+    assert owner.tracker.pending_offsets(("t", 0)) == [0, 1, 2, 3, 4, 5]
+    for root in (13, 14, 15, 11, 12):
+        owner.act(owner.tracker.on_outcome(root, OutcomeKind.COMPLETED))
+    assert owner.tracker.commit_points().get(("t", 0), 0) == 0  # offset 0 still pending
+    owner.act(owner.tracker.on_outcome(10, OutcomeKind.COMPLETED))
+    assert owner.tracker.commit_points() == {("t", 0): 6}
+
+
 # --- the group's commit on a fresh broker -----------------------------------------------------
 
 
