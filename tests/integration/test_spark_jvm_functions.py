@@ -86,6 +86,38 @@ def test_one_pair_header_of_nulls_is_null(spark):
 @SLOW
 @given(
     rows=st.lists(
+        st.lists(st.tuples(st.integers(min_value=-3, max_value=3) | longs | st.none(), longs) | st.none(), max_size=20)
+        | st.none(),
+        max_size=100,
+    ),
+    salt=longs,
+)
+def test_output_header_is_the_child_headers_bytes(spark, rows, salt):
+    """rk_output_header (a static call on Catalyst's arrays) against rk_child_header (a UDF on Scala
+    Rows) and the Python port of the child edges: null, empty and one-pair anchors, null pairs,
+    null and 0 roots, repeated roots, more than 16 pairs."""
+    from reliable_kafka.spark.derive import salt_sql
+
+    data = [(i, pairs) for i, pairs in enumerate(rows)]
+    df = spark.createDataFrame(data, f"row bigint, a {ANCHORS_TYPE}")
+    salted = salt_sql(salt)
+    got = df.selectExpr(
+        "row", f"rk_output_header({salted}, row, a) AS new", f"rk_child_header({salted}, row, a) AS old"
+    ).collect()
+    assert len(got) == len(rows)
+    for row in got:
+        pairs = rows[row.row] or []
+        roots = list(dict.fromkeys(p[0] for p in pairs if p is not None and p[0] is not None and p[0] != 0))
+        if not roots:
+            assert row.new is None and row.old is None
+            continue
+        expected = [(root, derive_child_edge(salt, row.row, root)) for root in roots]
+        assert bytes(row.new) == bytes(row.old) == codec.encode_anchors(expected)
+
+
+@SLOW
+@given(
+    rows=st.lists(
         st.lists(st.tuples(st.integers(min_value=-3, max_value=3) | longs, longs), min_size=0, max_size=5) | st.none(),
         max_size=300,
     ),
