@@ -185,16 +185,20 @@ def _headers_jvm_sql(outputs, salt: int, anchors: str) -> tuple[str, str, str]:
     # one static call with the row's values, any number of pairs: each child edge is hashed once
     # (SQL's nullif(xxhash64(...), 0) inside an IF computed it twice per row)
     header = f"{OUTPUT_HEADER_FUNCTION}({salt_sql(salt)}, {ROW_ID}, {anchors}) AS {HEADER}"
+    return row_id, header, _our_headers_sql("headers" in outputs.columns)
+
+
+def _our_headers_sql(theirs: bool) -> str:
+    """SQL: the Kafka headers of a row with ``rk_header`` (ours, when not null), after the user's
+    ``headers`` (minus any ``rk-anchors``) when ``theirs``."""
     key = f"'{codec.ANCHORS_HEADER}'"
     ours = (
         f"IF({HEADER} IS NULL, CAST(array() AS {_HEADER_TYPE}), array(named_struct('key', {key}, 'value', {HEADER})))"
     )
-    if "headers" in outputs.columns:
-        ours = f"concat({_their_headers_sql()}, {ours})"
-    return row_id, header, ours
+    return f"concat({_their_headers_sql()}, {ours})" if theirs else ours
 
 
-def with_headers_jvm(outputs, salt: int, *, empty_anchors_as_null: bool = False):
+def with_headers_jvm(outputs, salt: int, *, empty_anchors_as_null: bool = False, headers_column: bool = True):
     """:func:`with_children`'s ``rk_headers`` through reliable-kafka's Java functions
     (``jvm_functions``, registered on the session), with the same bytes: every row's child edges
     and header from ``rk_output_header``, a static call in Spark's generated code. Adds ``rk_row``
@@ -203,13 +207,16 @@ def with_headers_jvm(outputs, salt: int, *, empty_anchors_as_null: bool = False)
     for the JIT (measured: 1.6 us a row). ``empty_anchors_as_null``: read empty anchors as NULL
     (adds ``rk_anchors``, in the row id's projection; the same bytes either way). Three projections, not one
     with lateral column aliases: Spark analyses those more slowly than three plain steps (measured
-    on the driver after warm-up, 25,000 sentences' outputs: 0.06 to 0.2 s against 0.03 to 0.04)."""
+    on the driver after warm-up, 25,000 sentences' outputs: 0.06 to 0.2 s against 0.03 to 0.04).
+    ``headers_column=False``: no ``rk_headers`` projection; :func:`sink_rows` builds the headers
+    (the same SQL) in its own projection (``write_in_jvm``: one DataFrame step, analysed, fewer)."""
     anchors, nullified = f"`{ANCHORS_COLUMN}`", []
     if empty_anchors_as_null:
         nullified = [f"IF(size({anchors}) > 0, {anchors}, NULL) AS rk_anchors"]
         anchors = "rk_anchors"
     row_id, header, ours = _headers_jvm_sql(outputs, salt, anchors)
-    return outputs.selectExpr("*", *nullified, row_id).selectExpr("*", header).selectExpr("*", f"{ours} AS rk_headers")
+    rows = outputs.selectExpr("*", *nullified, row_id).selectExpr("*", header)
+    return rows.selectExpr("*", f"{ours} AS rk_headers") if headers_column else rows
 
 
 def observe_headers_jvm(rows):
@@ -306,7 +313,8 @@ def fold_by_root(roots, vals):
 
 
 def sink_rows(rows):
-    """The rows as Spark's Kafka sink takes them: key, value and headers, plus what the observation
+    """The rows as Spark's Kafka sink takes them: key, value and headers (``rk_headers``, else built
+    from ``rk_header`` and the user's ``headers``, as :func:`with_headers_jvm`), plus what the observation
     reads (``rk_header`` or ``rk_pairs``, which the sink ignores: its table accepts any schema). Kafka
     takes string or binary; other types are written as text, as the Python writer does. Observed
     after this projection, the rows reach the sink without another copy (an observation is not
@@ -318,7 +326,8 @@ def sink_rows(rows):
         if n in types
     ]
     observed = [n for n in (HEADER, PAIRS) if n in types]
-    return rows.selectExpr(*plain, "rk_headers AS headers", *observed)
+    headers = "rk_headers" if "rk_headers" in types else _our_headers_sql("headers" in types)
+    return rows.selectExpr(*plain, f"{headers} AS headers", *observed)
 
 
 def without_kafka(sources: str) -> str:
@@ -387,7 +396,7 @@ def write_in_jvm(
 
     outputs = in_session(outputs, session or v2_write_session(outputs.sparkSession))
     if use_jvm_functions(outputs.sparkSession):  # rk_output_header reads empty anchors as no roots
-        rows, observation = observe_headers_jvm(sink_rows(with_headers_jvm(outputs, salt)))
+        rows, observation = observe_headers_jvm(sink_rows(with_headers_jvm(outputs, salt, headers_column=False)))
     else:
         # no anchors as NULL, not an empty array (no roots either way): Spark (ANSI mode) may evaluate
         # ``anchors[0]`` of the child edges' expression ahead of its size guard, and fail the batch

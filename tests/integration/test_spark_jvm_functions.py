@@ -27,6 +27,7 @@ from reliable_kafka.spark.writer import (
     observe_children,
     observe_headers_jvm,
     observed_metrics,
+    sink_rows,
     with_children,
     with_headers_jvm,
 )
@@ -222,15 +223,18 @@ def test_headers_are_the_sql_paths_bytes_and_decode(spark):
         jar = {r.value: r for r in with_headers_jvm(outputs, 17).collect()}
         # write_in_jvm's one projection: empty anchors read as NULL in it
         once = {r.value: r for r in with_headers_jvm(outputs, 17, empty_anchors_as_null=True).collect()}
+        # what write_in_jvm writes: the headers built in the sink's projection
+        sunk = {r.value: r for r in sink_rows(with_headers_jvm(outputs, 17, headers_column=False)).collect()}
     finally:
         outputs.unpersist()
-    assert sql.keys() == jar.keys() == once.keys() and len(jar) == 2000
+    assert sql.keys() == jar.keys() == once.keys() == sunk.keys() and len(jar) == 2000
     for value, row in jar.items():
         assert row[ROW_ID] == sql[value][ROW_ID] == once[value][ROW_ID]
         assert (
             [(h.key, bytes(h.value)) for h in row.rk_headers]
             == [(h.key, bytes(h.value)) for h in sql[value].rk_headers]
             == [(h.key, bytes(h.value)) for h in once[value].rk_headers]
+            == [(h.key, bytes(h.value)) for h in sunk[value].headers]
         )
         children = {c.root: c.edge for c in sql[value][CHILDREN]}
         if children:
