@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 #    the (root, child edge) pairs as big-endian bytes and the ``rk-anchors`` v2 header around them;
 # 2. observes the rows (``DataFrame.observe``): the row count and every row's pairs (``listagg``),
 #    collected in the same job as the write;
-#    (with reliable-kafka's Java functions, ``jvm_functions``: the header from ``rk_anchors_v2`` /
-#    ``rk_child_header``, and instead of every row's pairs one (root, XOR) pair per root from the
+#    (with reliable-kafka's Java functions, ``jvm_functions``: the header from ``rk_output_header``,
+#    and instead of every row's pairs one (root, XOR) pair per root from the
 #    ``rk_child_xor`` aggregate, folded in the tasks; the same bytes, the same observation)
 # 3. writes them with Spark's own Kafka sink, as a DataSource V2 batch write (``append``): Spark
 #    reports observed metrics for V2 writes, not for the Kafka sink's V1 path (its
