@@ -273,9 +273,9 @@ def output_path_only(rows: int, rounds: int) -> int:
         "plain": lambda: write(outputs.select("value")),
         "plain+count": lambda: write(*counted(outputs.select("value"))),
         "sql header": lambda: write(sink_rows(with_children(outputs, 5))),
-        "sql": lambda: (lambda o: write(sink_rows(o[0]), o[1]))(observe_children(with_children(outputs, 5))),
+        "sql": lambda: write(*observe_children(sink_rows(with_children(outputs, 5)))),  # as write_in_jvm
         "jar header": lambda: write(sink_rows(with_headers_jvm(outputs, 5))),
-        "jar": lambda: (lambda o: write(sink_rows(o[0]), o[1]))(observe_headers_jvm(with_headers_jvm(outputs, 5))),
+        "jar": lambda: write(*observe_headers_jvm(sink_rows(with_headers_jvm(outputs, 5)))),
     }
     cpu: dict[str, list[float]] = {name: [] for name in variants}
     try:

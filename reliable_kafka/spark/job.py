@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from reliable_kafka.ops.reporter import ComponentReporter
 
-__all__ = ["SOURCE_COLUMNS", "BatchErrorPolicy", "SparkJobStats", "Transform", "final_acks"]
+__all__ = ["SOURCE_COLUMNS", "BatchErrorPolicy", "SparkJobStats", "Transform", "final_ack_columns", "final_acks"]
 
 log = logging.getLogger(__name__)
 
@@ -388,12 +388,17 @@ class SparkJob:
 
     def _send_entries(self, kind: EventKind, entries: list[tuple[int, int]], *, what: str) -> None:
         """Send ack-topic entries from the driver and wait until the broker has them."""
-        if not entries:
+        self._send_columns(kind, [root for root, _ in entries], [val for _, val in entries], what=what)
+
+    def _send_columns(self, kind: EventKind, roots: list[int], vals: list[int], *, what: str) -> None:
+        """:meth:`_send_entries` of ``(roots[i], vals[i])``: a batch's entries in columns, added to the
+        packer with two list extends (entry by entry, 25,000 of them took about 20 ms)."""
+        if not roots:
             return
         acks, producer = self._started()
         with self._lock:
             errors_before = len(acks.delivery_errors)
-            acks.add_many(kind, entries)
+            acks.extend(kind, roots, vals)
             acks.send()
         flush_or_raise(producer, what=f"{self.name} {what}")
         if len(acks.delivery_errors) > errors_before:
@@ -453,6 +458,12 @@ def final_acks(inputs: list[tuple[int, int]] | np.ndarray, children: tuple[Any, 
     """The inputs' own (root, edge) pairs folded with their children's XOR (roots, xors): one ACK
     entry per root, whose val cancels both the inputs' edges and the children's (DESIGN 7.2).
     ``inputs``: a list of pairs or an (n, 2) int64 array (a batch's pairs already folded in Spark)."""
+    roots, vals = final_ack_columns(inputs, children)
+    return list(zip(roots, vals))
+
+
+def final_ack_columns(inputs: list[tuple[int, int]] | np.ndarray, children: tuple[Any, Any]) -> tuple[list, list]:
+    """:func:`final_acks` as (roots, vals) lists, for :meth:`SparkJob._send_columns`."""
     if isinstance(inputs, np.ndarray):
         pairs = inputs.astype(np.int64, copy=False).reshape(-1, 2)
     else:
@@ -463,4 +474,4 @@ def final_acks(inputs: list[tuple[int, int]] | np.ndarray, children: tuple[Any, 
         np.concatenate([pairs[:, 0], np.asarray(roots, dtype=np.int64)]),
         np.concatenate([pairs[:, 1], np.asarray(xors, dtype=np.int64)]),
     )
-    return list(zip(folded[0].tolist(), folded[1].tolist()))
+    return folded[0].tolist(), folded[1].tolist()

@@ -5,6 +5,9 @@ output path (``writer.write_in_jvm``, DESIGN 7.2) that Spark SQL can only do slo
   through hex strings (ANSI mode refuses ``CAST(bigint AS binary)``);
 - ``rk_child_header(salt, row id, anchors)``: the same for an output row with any number of pairs,
   its child edges derived as the SQL path derives them;
+- ``rk_output_header(salt, row id, anchors)``: ``rk_child_header``'s bytes as a static call in
+  Spark's generated code (no boxed arguments, no Scala Rows), one child edge hash per root; the
+  writer's header;
 - ``rk_child_xor(header)``: an aggregate for ``DataFrame.observe``, one (root, XOR of its edges)
   pair per root, where SQL sent the driver every row's pairs (``listagg``) to fold there.
 
@@ -42,6 +45,7 @@ JAVA_CLASS = "reliablekafka.spark.ReliableKafkaFunctions"
 ANCHORS_V2_FUNCTION = "rk_anchors_v2"  # the names ReliableKafkaFunctions.register gives them
 CHILD_HEADER_FUNCTION = "rk_child_header"
 CHILD_XOR_FUNCTION = "rk_child_xor"
+OUTPUT_HEADER_FUNCTION = "rk_output_header"
 JAR_NAME = "reliable-kafka-spark-functions.jar"
 _SOURCES = Path(__file__).parent / "jvm"
 _STAMP = ".built"

@@ -42,7 +42,7 @@ from reliable_kafka.kafka.clients import new_consumer
 from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog
 from reliable_kafka.spark.checkpoint import HadoopFiles, read_resume_point
 from reliable_kafka.spark.derive import EDGE_TAG, ROOT_TAG, edge_column, id_sql, root_column
-from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, final_acks
+from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, final_ack_columns
 from reliable_kafka.spark.offset_reads import chunks, read_ranges, read_redeliveries
 from reliable_kafka.spark.recovery import committed_offsets, plan_recovery
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
@@ -308,13 +308,14 @@ class SparkSpout(SparkJob):
             except Exception as exc:
                 raise _BeforeEmit(str(exc)) from exc
             roots = [root for root, _ in entries]
+            edges = [edge for _, edge in entries]
             if recovery:
                 self.recovered += len(entries)
             if not entries:
                 return
             if self._roots.root_index is not None:
                 self._roots.root_index.send()  # flushed with the INITs
-            self._send_entries(EventKind.INIT, entries, what=f"INIT of {what}")  # (1)
+            self._send_columns(EventKind.INIT, roots, edges, what=f"INIT of {what}")  # (1)
             if ranges is not None and not skipped:  # one projection: each DataFrame step is analysed anew
                 root, edge = id_sql(salt, ROOT_TAG, attempt="1"), id_sql(salt, EDGE_TAG, attempt="1")
                 anchors = f"array(named_struct('root', {root}, 'edge', {edge})) AS anchors"
@@ -328,8 +329,8 @@ class SparkSpout(SparkJob):
                 inputs = inputs.select(*SOURCE_COLUMNS, "attempt", F.array(F.struct("root", "edge")).alias("anchors"))
             self.stats.inputs += len(entries)  # from offset ranges: transaction markers included
             _, _, children = self._write(inputs, salt)  # (2)
-            acks = final_acks(entries, children)  # the children's XOR goes into the final acks
-            self._send_entries(EventKind.ACK, acks, what=f"input acks of {what}")  # (3)
+            acked, vals = final_ack_columns(entries, children)  # the children's XOR goes into the final acks
+            self._send_columns(EventKind.ACK, acked, vals, what=f"input acks of {what}")  # (3)
         except _BeforeEmit as exc:
             self._batches.requeue(redeliveries)
             cause = exc.__cause__ or exc

@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 #    the (root, child edge) pairs as big-endian bytes and the ``rk-anchors`` v2 header around them;
 # 2. observes the rows (``DataFrame.observe``): the row count and every row's pairs (``listagg``),
 #    collected in the same job as the write;
-#    (with reliable-kafka's Java functions, ``jvm_functions``: the header from ``rk_anchors_v2`` /
-#    ``rk_child_header``, and instead of every row's pairs one (root, XOR) pair per root from the
+#    (with reliable-kafka's Java functions, ``jvm_functions``: the header from ``rk_output_header``,
+#    and instead of every row's pairs one (root, XOR) pair per root from the
 #    ``rk_child_xor`` aggregate, folded in the tasks; the same bytes, the same observation)
 # 3. writes them with Spark's own Kafka sink, as a DataSource V2 batch write (``append``): Spark
 #    reports observed metrics for V2 writes, not for the Kafka sink's V1 path (its
@@ -179,43 +179,44 @@ def _headers_jvm_sql(outputs, salt: int, anchors: str) -> tuple[str, str, str]:
     """SQL of :func:`with_headers_jvm`'s columns over the anchors expression ``anchors``: (row id,
     ``rk_header``, ``rk_headers``), each with its alias."""
     from reliable_kafka.spark.derive import salt_sql
-    from reliable_kafka.spark.jvm_functions import ANCHORS_V2_FUNCTION, CHILD_HEADER_FUNCTION
+    from reliable_kafka.spark.jvm_functions import OUTPUT_HEADER_FUNCTION
 
-    # get(): null past the end, where [0] raises under ANSI, and Spark evaluates a subexpression the
-    # two conditions share for every row (it does not skip the right side of AND)
-    first = f"get({anchors}, 0).root"
-    one = f"({anchors} IS NOT NULL AND size({anchors}) = 1 AND {first} IS NOT NULL AND {first} != 0)"
     row_id = f"monotonically_increasing_id() AS {ROW_ID}"
-    header = (
-        f"IF({one}, {ANCHORS_V2_FUNCTION}({first}, {_child_edge_sql(salt, ROW_ID, first)}), "
-        f"{CHILD_HEADER_FUNCTION}({salt_sql(salt)}, {ROW_ID}, {anchors})) AS {HEADER}"
-    )
+    # one static call with the row's values, any number of pairs: each child edge is hashed once
+    # (SQL's nullif(xxhash64(...), 0) inside an IF computed it twice per row)
+    header = f"{OUTPUT_HEADER_FUNCTION}({salt_sql(salt)}, {ROW_ID}, {anchors}) AS {HEADER}"
+    return row_id, header, _our_headers_sql("headers" in outputs.columns)
+
+
+def _our_headers_sql(theirs: bool) -> str:
+    """SQL: the Kafka headers of a row with ``rk_header`` (ours, when not null), after the user's
+    ``headers`` (minus any ``rk-anchors``) when ``theirs``."""
     key = f"'{codec.ANCHORS_HEADER}'"
     ours = (
         f"IF({HEADER} IS NULL, CAST(array() AS {_HEADER_TYPE}), array(named_struct('key', {key}, 'value', {HEADER})))"
     )
-    if "headers" in outputs.columns:
-        ours = f"concat({_their_headers_sql()}, {ours})"
-    return row_id, header, ours
+    return f"concat({_their_headers_sql()}, {ours})" if theirs else ours
 
 
-def with_headers_jvm(outputs, salt: int, *, empty_anchors_as_null: bool = False):
+def with_headers_jvm(outputs, salt: int, *, empty_anchors_as_null: bool = False, headers_column: bool = True):
     """:func:`with_children`'s ``rk_headers`` through reliable-kafka's Java functions
-    (``jvm_functions``, registered on the session), with the same bytes: a row with one pair (a
-    row-to-row transform's output) gets its child edge from ``xxhash64`` and its header from
-    ``rk_anchors_v2``; other rows get both from ``rk_child_header``. Adds ``rk_row`` and
-    ``rk_header`` (our header value, null without roots); no array of children: the SQL
+    (``jvm_functions``, registered on the session), with the same bytes: every row's child edges
+    and header from ``rk_output_header``, a static call in Spark's generated code. Adds ``rk_row``
+    and ``rk_header`` (our header value, null without roots); no array of children: the SQL
     expressions that build one, even where not evaluated, make Spark's generated code too large
     for the JIT (measured: 1.6 us a row). ``empty_anchors_as_null``: read empty anchors as NULL
-    (``write_in_jvm``; adds ``rk_anchors``, in the row id's projection). Three projections, not one
+    (adds ``rk_anchors``, in the row id's projection; the same bytes either way). Three projections, not one
     with lateral column aliases: Spark analyses those more slowly than three plain steps (measured
-    on the driver after warm-up, 25,000 sentences' outputs: 0.06 to 0.2 s against 0.03 to 0.04)."""
+    on the driver after warm-up, 25,000 sentences' outputs: 0.06 to 0.2 s against 0.03 to 0.04).
+    ``headers_column=False``: no ``rk_headers`` projection; :func:`sink_rows` builds the headers
+    (the same SQL) in its own projection (``write_in_jvm``: one DataFrame step, analysed, fewer)."""
     anchors, nullified = f"`{ANCHORS_COLUMN}`", []
     if empty_anchors_as_null:
         nullified = [f"IF(size({anchors}) > 0, {anchors}, NULL) AS rk_anchors"]
         anchors = "rk_anchors"
     row_id, header, ours = _headers_jvm_sql(outputs, salt, anchors)
-    return outputs.selectExpr("*", *nullified, row_id).selectExpr("*", header).selectExpr("*", f"{ours} AS rk_headers")
+    rows = outputs.selectExpr("*", *nullified, row_id).selectExpr("*", header)
+    return rows.selectExpr("*", f"{ours} AS rk_headers") if headers_column else rows
 
 
 def observe_headers_jvm(rows):
@@ -312,15 +313,21 @@ def fold_by_root(roots, vals):
 
 
 def sink_rows(rows):
-    """The rows as Spark's Kafka sink takes them: key, value and headers. Kafka takes string or
-    binary; other types are written as text, as the Python writer does."""
+    """The rows as Spark's Kafka sink takes them: key, value and headers (``rk_headers``, else built
+    from ``rk_header`` and the user's ``headers``, as :func:`with_headers_jvm`), plus what the observation
+    reads (``rk_header`` or ``rk_pairs``, which the sink ignores: its table accepts any schema). Kafka
+    takes string or binary; other types are written as text, as the Python writer does. Observed
+    after this projection, the rows reach the sink without another copy (an observation is not
+    part of Spark's generated code, so a projection above it would copy every row again)."""
     types = dict(rows.dtypes)
     plain = [
         f"`{n}`" if types[n] in ("string", "binary") else f"CAST(`{n}` AS STRING) AS `{n}`"
         for n in ("key", "value")
         if n in types
     ]
-    return rows.selectExpr(*plain, "rk_headers AS headers")
+    observed = [n for n in (HEADER, PAIRS) if n in types]
+    headers = "rk_headers" if "rk_headers" in types else _our_headers_sql("headers" in types)
+    return rows.selectExpr(*plain, f"{headers} AS headers", *observed)
 
 
 def without_kafka(sources: str) -> str:
@@ -388,18 +395,17 @@ def write_in_jvm(
     from reliable_kafka.spark.jvm_functions import use_jvm_functions
 
     outputs = in_session(outputs, session or v2_write_session(outputs.sparkSession))
-    # no anchors as NULL, not an empty array (no roots either way): Spark (ANSI mode) may evaluate
-    # ``anchors[0]`` of the child edges' expression ahead of its size guard, and fail the batch
-    if use_jvm_functions(outputs.sparkSession):
-        rows, observation = observe_headers_jvm(with_headers_jvm(outputs, salt, empty_anchors_as_null=True))
+    if use_jvm_functions(outputs.sparkSession):  # rk_output_header reads empty anchors as no roots
+        rows, observation = observe_headers_jvm(sink_rows(with_headers_jvm(outputs, salt, headers_column=False)))
     else:
+        # no anchors as NULL, not an empty array (no roots either way): Spark (ANSI mode) may evaluate
+        # ``anchors[0]`` of the child edges' expression ahead of its size guard, and fail the batch
         anchors = f"`{ANCHORS_COLUMN}`"
         outputs = outputs.withColumn(ANCHORS_COLUMN, F.expr(f"IF(size({anchors}) > 0, {anchors}, NULL)"))
-        rows, observation = observe_children(with_children(outputs, salt))
+        rows, observation = observe_children(sink_rows(with_children(outputs, salt)))
     try:
         writer = (
-            sink_rows(rows)
-            .write.format("kafka")
+            rows.write.format("kafka")
             .mode("append")
             .option("kafka.bootstrap.servers", bootstrap_servers)
             .option("topic", topic)

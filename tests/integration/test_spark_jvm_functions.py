@@ -27,6 +27,7 @@ from reliable_kafka.spark.writer import (
     observe_children,
     observe_headers_jvm,
     observed_metrics,
+    sink_rows,
     with_children,
     with_headers_jvm,
 )
@@ -81,6 +82,38 @@ def test_one_pair_header_is_the_sql_expressions_and_the_codecs_bytes(spark, pair
 def test_one_pair_header_of_nulls_is_null(spark):
     got = spark.sql("SELECT rk_anchors_v2(NULL, 1L) AS a, rk_anchors_v2(1L, NULL) AS b, rk_anchors_v2(0L, 1L) AS c")
     assert got.collect()[0].asDict() == {"a": None, "b": None, "c": None}
+
+
+@SLOW
+@given(
+    rows=st.lists(
+        st.lists(st.tuples(st.integers(min_value=-3, max_value=3) | longs | st.none(), longs) | st.none(), max_size=20)
+        | st.none(),
+        max_size=100,
+    ),
+    salt=longs,
+)
+def test_output_header_is_the_child_headers_bytes(spark, rows, salt):
+    """rk_output_header (a static call on Catalyst's arrays) against rk_child_header (a UDF on Scala
+    Rows) and the Python port of the child edges: null, empty and one-pair anchors, null pairs,
+    null and 0 roots, repeated roots, more than 16 pairs."""
+    from reliable_kafka.spark.derive import salt_sql
+
+    data = [(i, pairs) for i, pairs in enumerate(rows)]
+    df = spark.createDataFrame(data, f"row bigint, a {ANCHORS_TYPE}")
+    salted = salt_sql(salt)
+    got = df.selectExpr(
+        "row", f"rk_output_header({salted}, row, a) AS new", f"rk_child_header({salted}, row, a) AS old"
+    ).collect()
+    assert len(got) == len(rows)
+    for row in got:
+        pairs = rows[row.row] or []
+        roots = list(dict.fromkeys(p[0] for p in pairs if p is not None and p[0] is not None and p[0] != 0))
+        if not roots:
+            assert row.new is None and row.old is None
+            continue
+        expected = [(root, derive_child_edge(salt, row.row, root)) for root in roots]
+        assert bytes(row.new) == bytes(row.old) == codec.encode_anchors(expected)
 
 
 @SLOW
@@ -190,15 +223,18 @@ def test_headers_are_the_sql_paths_bytes_and_decode(spark):
         jar = {r.value: r for r in with_headers_jvm(outputs, 17).collect()}
         # write_in_jvm's one projection: empty anchors read as NULL in it
         once = {r.value: r for r in with_headers_jvm(outputs, 17, empty_anchors_as_null=True).collect()}
+        # what write_in_jvm writes: the headers built in the sink's projection
+        sunk = {r.value: r for r in sink_rows(with_headers_jvm(outputs, 17, headers_column=False)).collect()}
     finally:
         outputs.unpersist()
-    assert sql.keys() == jar.keys() == once.keys() and len(jar) == 2000
+    assert sql.keys() == jar.keys() == once.keys() == sunk.keys() and len(jar) == 2000
     for value, row in jar.items():
         assert row[ROW_ID] == sql[value][ROW_ID] == once[value][ROW_ID]
         assert (
             [(h.key, bytes(h.value)) for h in row.rk_headers]
             == [(h.key, bytes(h.value)) for h in sql[value].rk_headers]
             == [(h.key, bytes(h.value)) for h in once[value].rk_headers]
+            == [(h.key, bytes(h.value)) for h in sunk[value].headers]
         )
         children = {c.root: c.edge for c in sql[value][CHILDREN]}
         if children:

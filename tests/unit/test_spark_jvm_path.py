@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from reliable_kafka.errors import StateError
 from reliable_kafka.spark.derive import derive_child_edge
 from reliable_kafka.spark.failed_rows import FailedRow, failed_from_metrics
-from reliable_kafka.spark.job import final_acks
+from reliable_kafka.spark.job import final_ack_columns, final_acks
 from reliable_kafka.spark.writer import children_from_metrics, fold_by_root, without_kafka
 
 longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -102,6 +102,8 @@ def test_final_acks_cancel_every_input_edge_and_child_edge_once_per_root(inputs,
     for root, val in [*inputs, *children]:
         expected[root] = expected.get(root, 0) ^ val
     assert dict(acks) == expected
+    acked, vals = final_ack_columns(inputs, (roots, xors))  # the spout's columns: the same entries
+    assert list(zip(acked, vals)) == acks
 
 
 def test_rows_failed_with_rk_fail_are_read_from_the_observed_metrics():

@@ -8,7 +8,13 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.api.java.UDF2;
 import org.apache.spark.sql.api.java.UDF3;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.XXH64;
+import org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.types.AbstractDataType;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 
 /**
@@ -23,6 +29,11 @@ import org.apache.spark.sql.types.DataTypes;
  *       the v2 header of an output row with any number of pairs: per distinct non-zero root, in
  *       order of first appearance, the child edge {@code xxhash64(salt, row, root, 3)} (0 replaced),
  *       exactly as the SQL expressions of reliable_kafka.spark.writer derive it; null without roots.
+ *   <li>{@code rk_output_header(salt binary, row bigint, anchors array<struct<root, edge>>) -> binary}:
+ *       the same bytes as {@code rk_child_header}, as a Catalyst {@code StaticInvoke}: Spark's
+ *       generated code calls {@link #outputHeader} with the row's own values (primitives and the
+ *       anchors as {@code ArrayData}), where a UDF boxes its arguments and converts the anchors to
+ *       Scala Rows; one call for any number of pairs, each child edge hashed once.
  *   <li>{@code rk_child_xor(header binary) -> binary}: aggregate over v2 headers of any number of
  *       pairs: one (root, XOR of its edges) pair per distinct root, big-endian int64s; nulls are
  *       skipped, no rows give zero bytes.
@@ -32,6 +43,8 @@ public final class ReliableKafkaFunctions {
     public static final String ANCHORS_V2 = "rk_anchors_v2";
     public static final String CHILD_HEADER = "rk_child_header";
     public static final String CHILD_XOR = "rk_child_xor";
+    public static final String OUTPUT_HEADER = "rk_output_header";
+    static final DataType ANCHORS_TYPE = DataType.fromDDL("array<struct<root:bigint,edge:bigint>>");
 
     // reliable_kafka.spark.derive: CHILD_TAG, ZERO_REPLACEMENT; Spark's xxhash64 seed
     static final int CHILD_TAG = 3;
@@ -53,7 +66,8 @@ public final class ReliableKafkaFunctions {
         }
         if (spark.catalog().functionExists(ANCHORS_V2)
                 && spark.catalog().functionExists(CHILD_HEADER)
-                && spark.catalog().functionExists(CHILD_XOR)) {
+                && spark.catalog().functionExists(CHILD_XOR)
+                && spark.catalog().functionExists(OUTPUT_HEADER)) {
             REGISTERED.put(spark, Boolean.TRUE);
             return false;
         }
@@ -61,13 +75,68 @@ public final class ReliableKafkaFunctions {
         spark.udf().register(ANCHORS_V2, header, DataTypes.BinaryType);
         UDF3<byte[], Long, scala.collection.Seq<Row>, byte[]> children = ReliableKafkaFunctions::childHeader;
         spark.udf().register(CHILD_HEADER, children, DataTypes.BinaryType);
-        // a Catalyst aggregate (ChildXor), registered as Spark registers its own Aggregator UDAFs
-        ((org.apache.spark.sql.classic.SparkSession) spark)
-                .sessionState()
-                .functionRegistry()
-                .createOrReplaceTempFunction(CHILD_XOR, ChildXor::build, "java_udf");
+        // Catalyst expressions of our own, registered as Spark registers its own Aggregator UDAFs
+        org.apache.spark.sql.catalyst.analysis.FunctionRegistry registry =
+                ((org.apache.spark.sql.classic.SparkSession) spark).sessionState().functionRegistry();
+        registry.createOrReplaceTempFunction(CHILD_XOR, ChildXor::build, "java_udf");
+        registry.createOrReplaceTempFunction(OUTPUT_HEADER, ReliableKafkaFunctions::buildOutputHeader, "java_udf");
         REGISTERED.put(spark, Boolean.TRUE);
         return true;
+    }
+
+    /** The function registry's builder of {@code rk_output_header}: a static call to {@link #outputHeader}. */
+    static Expression buildOutputHeader(scala.collection.immutable.Seq<Expression> arguments) {
+        if (arguments.size() != 3) {
+            throw new IllegalArgumentException(
+                    OUTPUT_HEADER + " takes (salt binary, row bigint, anchors), got " + arguments.size() + " arguments");
+        }
+        scala.collection.immutable.Seq<AbstractDataType> types = scala.jdk.javaapi.CollectionConverters.asScala(
+                        java.util.List.<AbstractDataType>of(DataTypes.BinaryType, DataTypes.LongType, ANCHORS_TYPE))
+                .toList();
+        // propagateNull: null anchors give a null header, as rk_child_header's
+        return new StaticInvoke(
+                ReliableKafkaFunctions.class, DataTypes.BinaryType, "outputHeader", arguments, types,
+                true, true, true, scala.Option.empty());
+    }
+
+    /**
+     * {@link #childHeader} over the anchors as Catalyst holds them: the same bytes, without
+     * converting the array to Scala Rows. Called by Spark's generated code ({@code rk_output_header}).
+     */
+    public static byte[] outputHeader(byte[] salt, long row, ArrayData anchors) {
+        int n = anchors.numElements();
+        if (n == 0 || salt == null || salt.length != 8) {
+            return null;
+        }
+        if (n == 1) { // a row-to-row transform's output: no scan, no array
+            if (anchors.isNullAt(0)) {
+                return null;
+            }
+            InternalRow pair = anchors.getStruct(0, 2);
+            if (pair.isNullAt(0) || pair.getLong(0) == 0L) {
+                return null;
+            }
+            long root = pair.getLong(0);
+            return onePairHeader(root, childEdge(saltRowHash(salt, row), root));
+        }
+        long[] roots = new long[n];
+        int distinct = 0;
+        RootXors seen = n > 16 ? new RootXors() : null; // many roots (an aggregate's output): no scan
+        for (int i = 0; i < n; i++) {
+            if (anchors.isNullAt(i)) {
+                continue;
+            }
+            InternalRow pair = anchors.getStruct(i, 2);
+            if (pair.isNullAt(0)) {
+                continue;
+            }
+            long root = pair.getLong(0);
+            if (root == 0L || (seen == null ? contains(roots, distinct, root) : !seen.add(root))) {
+                continue;
+            }
+            roots[distinct++] = root;
+        }
+        return childrenHeader(salt, row, roots, distinct);
     }
 
     /** The v2 header of one (root, edge) pair; null for a missing or zero root. */
@@ -75,6 +144,10 @@ public final class ReliableKafkaFunctions {
         if (root == null || root == 0L || edge == null) {
             return null;
         }
+        return onePairHeader(root, edge);
+    }
+
+    private static byte[] onePairHeader(long root, long edge) {
         byte[] out = new byte[18];
         out[0] = 2;
         out[1] = 32; // zigzag varint of 16, the body's length
@@ -108,16 +181,26 @@ public final class ReliableKafkaFunctions {
             }
             roots[distinct++] = root;
         }
+        return childrenHeader(salt, row, roots, distinct);
+    }
+
+    /** The v2 header of the first {@code distinct} of {@code roots}, each with its child edge; null for none. */
+    private static byte[] childrenHeader(byte[] salt, long row, long[] roots, int distinct) {
         if (distinct == 0) {
             return null;
         }
-        long seed = XXH64.hashLong(row, XXH64.hashLong(littleEndianLong(salt), SPARK_SEED));
+        long seed = saltRowHash(salt, row);
         byte[] body = new byte[16 * distinct];
         for (int i = 0; i < distinct; i++) {
             putLong(body, 16 * i, roots[i]);
             putLong(body, 16 * i + 8, childEdge(seed, roots[i]));
         }
         return header(body);
+    }
+
+    /** Spark's {@code xxhash64} chain over (salt, row): a row's child edges continue from it. */
+    static long saltRowHash(byte[] salt, long row) {
+        return XXH64.hashLong(row, XXH64.hashLong(littleEndianLong(salt), SPARK_SEED));
     }
 
     /** {@code xxhash64(salt, row, root, CHILD_TAG)}, 0 replaced, from the hash of (salt, row). */
