@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from reliable_kafka import codec
@@ -116,14 +117,16 @@ def main() -> None:
                     bolt._process(message)
             acks.send()
 
-        together = None
+        together: Callable[[], None] | None = None
         if batch_bolt is not None:
             batch_acks = batch_bolt._acks
             assert batch_acks is not None
 
-            def together(messages=messages, process=batch_bolt._process_batch, acks=batch_acks) -> None:
+            def batched(messages=messages, process=batch_bolt._process_batch, acks=batch_acks) -> None:
                 process(messages)
                 acks.send()
+
+            together = batched
 
         label = "tracked" if tracked else "untracked"
         print(
