@@ -26,6 +26,7 @@ an embedded broker is started and stopped). ``--profile`` runs cProfile around t
 driver and prints where its wall time went (each Spark action there is synchronous, so its cumulative time is that
 action's), and CPU seconds of Spark's Python workers (children of the JVM, e.g. a Python output writer).
 ``--output-path-only ROWS`` measures the JVM CPU per row of the output path alone (see ``output_path_only``).
+``--output-plan-time BATCHES`` times the driver building a batch's output plan (see ``output_plan_time``).
 """
 
 from __future__ import annotations
@@ -294,6 +295,45 @@ def output_path_only(rows: int, rounds: int) -> int:
     return 0
 
 
+def output_plan_time(batches: int, rows: int) -> int:
+    """``--output-plan-time BATCHES``: the driver's wall time to build ``write_in_jvm``'s rows
+    (Java functions; each DataFrame step is analysed over the whole plan), per batch of ``rows``
+    sentences split as above, each batch with a new salt and written to the ``noop`` sink."""
+    from reliable_kafka.spark import spark_session
+    from reliable_kafka.spark.derive import EDGE_TAG, ROOT_TAG, id_sql
+    from reliable_kafka.spark.jvm_functions import MODE_ENV, use_jvm_functions
+    from reliable_kafka.spark.writer import observed_metrics, output_rows_jvm, v2_write_session
+
+    os.environ[MODE_ENV] = "on"
+    spark = spark_session("rk-bench-spark-output-plan", master="local[2]")
+    session = v2_write_session(spark)
+    source = session.range(0, rows, 1, 2).selectExpr(
+        "CAST(id AS STRING) AS value", "CAST(NULL AS BINARY) AS key", "'t' AS topic", "0 AS partition", "id AS offset"
+    )
+    seconds = []
+    try:
+        for salt in range(1000, 1000 + batches + 2):  # two warm-ups
+            root, edge = id_sql(salt, ROOT_TAG, attempt="1"), id_sql(salt, EDGE_TAG, attempt="1")
+            anchors = f"array(named_struct('root', {root}, 'edge', {edge})) AS anchors"
+            inputs = source.selectExpr("value", "key", anchors)
+            outputs = split_words(inputs)
+            started = time.perf_counter()
+            use_jvm_functions(outputs.sparkSession)
+            observed, observation = output_rows_jvm(outputs, salt)
+            seconds.append(time.perf_counter() - started)
+            observed.write.format("noop").mode("overwrite").save()
+            observed_metrics(observation, session, timeout=120, what="bench")
+    finally:
+        spark.stop()
+    seconds = seconds[2:]
+    print(
+        f"output plan of a batch ({rows:,} sentences), driver wall s over {batches} batches, load "
+        f"{os.getloadavg()[0]:.1f}: median {statistics.median(seconds):.3f}, min {min(seconds):.3f}, "
+        f"max {max(seconds):.3f}"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=100_000)
@@ -323,7 +363,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ROWS",
         help="measure only the output path's JVM CPU per row (noop sink, no Kafka) over ROWS rows",
     )
+    parser.add_argument(
+        "--output-plan-time",
+        type=int,
+        metavar="BATCHES",
+        help="measure only the driver's time to build a batch's output plan (batches of --batch sentences)",
+    )
     args = parser.parse_args(argv)
+    if args.output_plan_time:
+        return output_plan_time(args.output_plan_time, args.batch)
     if args.output_path_only:
         return output_path_only(args.output_path_only, args.rounds)
     global PROFILE

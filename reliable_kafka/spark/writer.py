@@ -209,7 +209,8 @@ def with_headers_jvm(outputs, salt: int, *, empty_anchors_as_null: bool = False,
     with lateral column aliases: Spark analyses those more slowly than three plain steps (measured
     on the driver after warm-up, 25,000 sentences' outputs: 0.06 to 0.2 s against 0.03 to 0.04).
     ``headers_column=False``: no ``rk_headers`` projection; :func:`sink_rows` builds the headers
-    (the same SQL) in its own projection (``write_in_jvm``: one DataFrame step, analysed, fewer)."""
+    (the same SQL) in its own projection. ``write_in_jvm`` takes :func:`output_rows_jvm`: the same
+    rows in fewer steps."""
     anchors, nullified = f"`{ANCHORS_COLUMN}`", []
     if empty_anchors_as_null:
         nullified = [f"IF(size({anchors}) > 0, {anchors}, NULL) AS rk_anchors"]
@@ -330,6 +331,29 @@ def sink_rows(rows):
     return rows.selectExpr(*plain, f"{headers} AS headers", *observed)
 
 
+def output_rows_jvm(outputs, salt: int):
+    """``write_in_jvm``'s rows through the Java functions, observed (:func:`observe_headers_jvm`):
+    the rows of ``sink_rows(with_headers_jvm(outputs, salt, headers_column=False))``, the same
+    bytes, in two DataFrame steps where that takes three. Each step is a new Dataset, which Spark
+    analyses over the whole plan (about 10 ms to 0.1 s a step on this busy machine, 25,000
+    sentences a batch). The row id is an argument of ``rk_output_header``, not a column: it is read
+    only there, so it is still computed once per row."""
+    from reliable_kafka.spark.derive import salt_sql
+    from reliable_kafka.spark.jvm_functions import OUTPUT_HEADER_FUNCTION
+
+    types = dict(outputs.dtypes)
+    plain = [
+        f"`{n}`" if types[n] in ("string", "binary") else f"CAST(`{n}` AS STRING) AS `{n}`"
+        for n in ("key", "value")
+        if n in types
+    ]
+    theirs = ["`headers`"] if "headers" in types else []
+    header = f"{OUTPUT_HEADER_FUNCTION}({salt_sql(salt)}, monotonically_increasing_id(), `{ANCHORS_COLUMN}`)"
+    rows = outputs.selectExpr(*plain, *theirs, f"{header} AS {HEADER}")
+    names = [f"`{n}`" for n in ("key", "value") if n in types]
+    return observe_headers_jvm(rows.selectExpr(*names, f"{_our_headers_sql(bool(theirs))} AS headers", HEADER))
+
+
 def without_kafka(sources: str) -> str:
     """A :data:`V1_SOURCES` list without ``kafka`` (the same list when it has none)."""
     names = [name for name in sources.split(",") if name.strip()]
@@ -396,7 +420,7 @@ def write_in_jvm(
 
     outputs = in_session(outputs, session or v2_write_session(outputs.sparkSession))
     if use_jvm_functions(outputs.sparkSession):  # rk_output_header reads empty anchors as no roots
-        rows, observation = observe_headers_jvm(sink_rows(with_headers_jvm(outputs, salt, headers_column=False)))
+        rows, observation = output_rows_jvm(outputs, salt)
     else:
         # no anchors as NULL, not an empty array (no roots either way): Spark (ANSI mode) may evaluate
         # ``anchors[0]`` of the child edges' expression ahead of its size guard, and fail the batch

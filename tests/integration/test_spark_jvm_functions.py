@@ -27,6 +27,7 @@ from reliable_kafka.spark.writer import (
     observe_children,
     observe_headers_jvm,
     observed_metrics,
+    output_rows_jvm,
     sink_rows,
     with_children,
     with_headers_jvm,
@@ -225,9 +226,13 @@ def test_headers_are_the_sql_paths_bytes_and_decode(spark):
         once = {r.value: r for r in with_headers_jvm(outputs, 17, empty_anchors_as_null=True).collect()}
         # what write_in_jvm writes: the headers built in the sink's projection
         sunk = {r.value: r for r in sink_rows(with_headers_jvm(outputs, 17, headers_column=False)).collect()}
+        # ... in two DataFrame steps, the row id inside rk_output_header's call (write_in_jvm's path)
+        rows, _ = output_rows_jvm(outputs, 17)
+        assert rows.columns == ["value", "headers", HEADER]
+        fewer = {r.value: r for r in rows.collect()}
     finally:
         outputs.unpersist()
-    assert sql.keys() == jar.keys() == once.keys() == sunk.keys() and len(jar) == 2000
+    assert sql.keys() == jar.keys() == once.keys() == sunk.keys() == fewer.keys() and len(jar) == 2000
     for value, row in jar.items():
         assert row[ROW_ID] == sql[value][ROW_ID] == once[value][ROW_ID]
         assert (
@@ -235,7 +240,9 @@ def test_headers_are_the_sql_paths_bytes_and_decode(spark):
             == [(h.key, bytes(h.value)) for h in sql[value].rk_headers]
             == [(h.key, bytes(h.value)) for h in once[value].rk_headers]
             == [(h.key, bytes(h.value)) for h in sunk[value].headers]
+            == [(h.key, bytes(h.value)) for h in fewer[value].headers]
         )
+        assert row[HEADER] == sunk[value][HEADER] == fewer[value][HEADER]
         children = {c.root: c.edge for c in sql[value][CHILDREN]}
         if children:
             assert codec.decode_anchors(bytes(row[HEADER])) == children
@@ -255,14 +262,17 @@ def test_xor_per_root_observed_during_the_write_is_the_sql_paths(spark):
     try:
         computed = with_children(outputs, 99).select(ROW_ID, CHILDREN).collect()
         written, per_root = observed_write(with_headers_jvm(outputs, 99))
+        observed, observation = output_rows_jvm(outputs, 99)  # write_in_jvm's rows, observed as it does
+        observed.write.format("noop").mode("overwrite").save()
+        fewer = children_from_metrics(observed_metrics(observation, spark, timeout=60, what="test"), what="test")
     finally:
         outputs.unpersist()
     expected: dict[int, int] = {}
     for row in computed:
         for child in row[CHILDREN]:
             expected[child.root] = expected.get(child.root, 0) ^ child.edge
-    assert per_root == expected
-    assert written == len(computed) == 3000
+    assert per_root == expected == dict(zip(fewer[1].tolist(), fewer[2].tolist()))
+    assert written == len(computed) == fewer[0] == 3000
 
 
 def test_rows_without_children_are_counted_and_no_rows_observe_no_roots(spark):

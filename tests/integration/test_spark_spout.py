@@ -68,23 +68,26 @@ class SinkFailpoint:
 def failpoint(spark, monkeypatch):
     from reliable_kafka.spark import writer
 
-    original = writer.sink_rows
+    original, original_jvm = writer.sink_rows, writer.output_rows_jvm
 
-    def with_failpoint(rows):  # after the persisted rows: the sink has the rows before this one
-        index = F.col(writer.ROW_ID).bitwiseAND(F.lit((1 << 33) - 1))  # the row's place in its partition
+    def failing(rows, row_id):  # after the persisted rows: the sink has the rows before this one
+        index = row_id.bitwiseAND(F.lit((1 << 33) - 1))  # the row's place in its partition
         cleared = F.call_function(
             "java_method", F.lit("java.lang.System"), F.lit("clearProperty"), F.lit(FAILPOINT_PROPERTY)
         )
         # once: the property's value the first time, then the text "null" (one call per row reached)
         fire = (index == FAILPOINT_OUTPUTS) & (cleared != "null")
-        return original(
-            rows.withColumn(
-                "value",
-                F.when(fire, F.raise_error(F.lit("failpoint: a task dies after writing"))).otherwise(F.col("value")),
-            )
+        return rows.withColumn(
+            "value",
+            F.when(fire, F.raise_error(F.lit("failpoint: a task dies after writing"))).otherwise(F.col("value")),
         )
 
-    monkeypatch.setattr(writer, "sink_rows", with_failpoint)
+    # the SQL path's rows carry their row id; the Java functions' path reads it inside rk_output_header,
+    # so the failpoint counts the partition's rows itself (the same place: nothing filters in between)
+    monkeypatch.setattr(writer, "sink_rows", lambda rows: original(failing(rows, F.col(writer.ROW_ID))))
+    monkeypatch.setattr(
+        writer, "output_rows_jvm", lambda rows, salt: original_jvm(failing(rows, F.monotonically_increasing_id()), salt)
+    )
     point = SinkFailpoint(spark)
     yield point
     point.system.clearProperty(FAILPOINT_PROPERTY)
