@@ -313,6 +313,16 @@ def fold_by_root(roots, vals):
     return roots[starts], np.bitwise_xor.reduceat(vals, starts)
 
 
+def _key_value_sql(types: dict[str, str]) -> list[str]:
+    """SQL of the rows' key and value as the Kafka sink takes them: string or binary as they are,
+    other types as text (as the Python writer writes them)."""
+    return [
+        f"`{n}`" if types[n] in ("string", "binary") else f"CAST(`{n}` AS STRING) AS `{n}`"
+        for n in ("key", "value")
+        if n in types
+    ]
+
+
 def sink_rows(rows):
     """The rows as Spark's Kafka sink takes them: key, value and headers (``rk_headers``, else built
     from ``rk_header`` and the user's ``headers``, as :func:`with_headers_jvm`), plus what the observation
@@ -321,11 +331,7 @@ def sink_rows(rows):
     after this projection, the rows reach the sink without another copy (an observation is not
     part of Spark's generated code, so a projection above it would copy every row again)."""
     types = dict(rows.dtypes)
-    plain = [
-        f"`{n}`" if types[n] in ("string", "binary") else f"CAST(`{n}` AS STRING) AS `{n}`"
-        for n in ("key", "value")
-        if n in types
-    ]
+    plain = _key_value_sql(types)
     observed = [n for n in (HEADER, PAIRS) if n in types]
     headers = "rk_headers" if "rk_headers" in types else _our_headers_sql("headers" in types)
     return rows.selectExpr(*plain, f"{headers} AS headers", *observed)
@@ -342,11 +348,7 @@ def output_rows_jvm(outputs, salt: int):
     from reliable_kafka.spark.jvm_functions import OUTPUT_HEADER_FUNCTION
 
     types = dict(outputs.dtypes)
-    plain = [
-        f"`{n}`" if types[n] in ("string", "binary") else f"CAST(`{n}` AS STRING) AS `{n}`"
-        for n in ("key", "value")
-        if n in types
-    ]
+    plain = _key_value_sql(types)
     theirs = ["`headers`"] if "headers" in types else []
     header = f"{OUTPUT_HEADER_FUNCTION}({salt_sql(salt)}, monotonically_increasing_id(), `{ANCHORS_COLUMN}`)"
     rows = outputs.selectExpr(*plain, *theirs, f"{header} AS {HEADER}")
