@@ -128,11 +128,16 @@ class SpoutView(ComponentView):
     def latency(self) -> LatencyHistogram:
         return self.worker.tracker.complete_latency
 
+    def _tracker_counts(self) -> tuple[object, dict[str, int]]:
+        """The tracker's counters (a TrackerStats) and its dead letters by reason."""
+        return self.worker.tracker.stats, self.worker.tracker.dead_letters_by_reason
+
     def _read(self) -> dict:
         worker, tracker = self.worker, self.worker.tracker
         counters = _counters(worker.stats)
+        tracker_stats, by_reason = self._tracker_counts()
         for key in ("failed", "timed_out", "backstop_expired", "redelivered", "ignored_outcomes"):
-            counters[key] = getattr(tracker.stats, key)
+            counters[key] = getattr(tracker_stats, key)
         pending = tracker.pending_roots()
         partitions = [dict(p) for p in self.consumer_partitions]
         committed = _retry(lambda: dict(worker.stats.committed), {})
@@ -153,13 +158,21 @@ class SpoutView(ComponentView):
             "backlog": None if lag is None else pending + lag,
             "pending_roots": pending,
             "paused": bool(worker.stats.paused),
-            "dead_letters_by_reason": _retry(lambda: dict(tracker.dead_letters_by_reason), {}),
+            "dead_letters_by_reason": _retry(lambda: dict(by_reason), {}),
             "partitions": partitions,
         }
 
 
 class TransactionalSpoutView(SpoutView):
+    """The tracker's counts as of the spout's last commit: an aborted round's work is done again."""
+
     kind = "transactional-spout"
+
+    def latency(self) -> LatencyHistogram:
+        return self.worker.committed_complete_latency
+
+    def _tracker_counts(self) -> tuple[object, dict[str, int]]:
+        return self.worker.committed_tracker_stats, self.worker.committed_dead_letters_by_reason
 
 
 class BoltView(ComponentView):

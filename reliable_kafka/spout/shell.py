@@ -114,6 +114,8 @@ class SpoutShell:
             clock=monotonic_ms(clock),
         )
         self.stats = SpoutStats()
+        # where _process and emits count (a TransactionalSpout's: its round's, added when the round commits)
+        self._counts = self.stats
         # set by the rebalance callbacks: backpressure is applied to the new assignment afresh
         self._assignment_moved = False
         self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
@@ -214,20 +216,20 @@ class SpoutShell:
         key = (record.topic, record.partition)
         tracks_offsets = self._tracks_offsets
         if tracks_offsets and record.attempt == 1 and self.tracker.should_skip(key, record.offset):
-            self.stats.skipped_done += 1
+            self._counts.skipped_done += 1
             return
         root = None
         if self.tracking:
             root = new_id() if self._derive_root is None else self._derive_root(record)
         self._collector._begin(root)
         parent = self._collector._parent
-        emitted_before = self.stats.emitted
+        emitted_before = self._counts.emitted
         try:
             self.handler(record, self._collector)
         except (ProducerUnusable, AuthorizationError):
             raise  # not the record's fault: the caller replaces the producer (or the process restarts or stops)
         except Exception as exc:
-            self.stats.handler_errors += 1
+            self._counts.handler_errors += 1
             log.exception(
                 "%s: handler %s raised on %s (attempt %d); the record will be retried",
                 self.name,
@@ -256,7 +258,7 @@ class SpoutShell:
             return
         finally:
             self._collector._begin(None)
-        if root is None or self.stats.emitted == emitted_before:
+        if root is None or self._counts.emitted == emitted_before:
             if tracks_offsets:
                 self.tracker.done_immediately(key, record.offset)
             return
@@ -272,7 +274,7 @@ class SpoutShell:
         else:  # untracked, no headers (tracking off): nothing to build
             produce_headers(self._producer, topic, value, key, partition, None)
         if anchors:
-            self.stats.emitted += 1
+            self._counts.emitted += 1
         self.output_topics.add(topic)
 
     def _produce_in_tree(self, topic, value, key, headers, partition, root: int, edge: int) -> None:
@@ -282,7 +284,7 @@ class SpoutShell:
             return
         assert self._producer is not None  # made by start()
         produce_headers(self._producer, topic, value, key, partition, [(_ANCHORS, encode_one_anchor(root, edge))])
-        self.stats.emitted += 1
+        self._counts.emitted += 1
         self.output_topics.add(topic)
 
     def _output_failed(self, error, message) -> None:

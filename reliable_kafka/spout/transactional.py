@@ -29,6 +29,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.core.tracker import TrackerStats
 from reliable_kafka.errors import ArgumentError, ConfigError, DecodeError
 from reliable_kafka.ids import to_signed
@@ -37,7 +38,7 @@ from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import coordinates
 from reliable_kafka.kafka.parking import park_reference
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
-from reliable_kafka.spout.records import with_attempt
+from reliable_kafka.spout.records import SpoutStats, with_attempt
 from reliable_kafka.spout.reread import DELETED, RereadFailed, SourceRereader
 from reliable_kafka.spout.reread import clusters as _clusters  # noqa: F401 (its old name)
 from reliable_kafka.spout.roots import GONE_REASON
@@ -51,6 +52,8 @@ __all__ = ["TransactionalSpout", "encode_spout_state", "decode_spout_state", "ow
 log = logging.getLogger(__name__)
 
 _STATE_SEPARATOR = "|rkx:"
+# the SpoutStats counters a round counts aside (paused is a state, committed is set after a commit)
+_ROUND_COUNTERS = tuple(f.name for f in dataclasses.fields(SpoutStats) if type(f.default) is int)
 
 
 def owner_id(group_id: str, topic: str, partition: int) -> int:
@@ -158,9 +161,19 @@ class TransactionalSpout(SpoutShell):
         self._ack_partitions = 0
         self._gone_attempts: dict[TopicPartitionKey, dict[int, int]] = {}  # see _gone
         self._gone_parked: set[tuple[TopicPartitionKey, int]] = set()  # references in the open transaction
-        # the tracker's counters as of the last committed transaction: an abort puts them back, as it
-        # puts back the state (the next round does and counts that work again)
-        self._committed_counts = TrackerStats()
+        # An aborted round's work is done again by a later round: what a round counts (records read
+        # and replayed, tuples emitted, handler errors, outcomes taken) is held here and added to
+        # self.stats when its transaction commits, dropped when it aborts. self.stats (status,
+        # metrics) so counts committed work only, and only goes up. `committed` is the same dict.
+        self._round = SpoutStats(committed=self.stats.committed)
+        self._counts = self._round  # the shell's emits, handler errors and skips
+        self._roots.stats = self._round  # outcomes taken, dead letters written, truncated metadata
+        # The tracker counts as it goes: these are its counters, dead letters by reason and completion
+        # latency as of the last commit, which status and metrics show. An abort puts the tracker's
+        # own back to them (rebuilt from the last commit, it does and counts that work again).
+        self.committed_tracker_stats = TrackerStats()
+        self.committed_dead_letters_by_reason: dict[str, int] = {}
+        self.committed_complete_latency = LatencyHistogram(self.tracker.complete_latency.bounds)
         self._rereader = SourceRereader(
             component=self.name,
             bootstrap_servers=self.bootstrap_servers,
@@ -354,16 +367,16 @@ class TransactionalSpout(SpoutShell):
             return
         self._transactions.begin()
         self._gone_parked.clear()
-        read = replayed = 0  # counted once the round commits: an aborted round's records are read again
+        round_ = self._round
         try:
             self._read_again([(r.tp, r.offset) for r in due] + roots.bound_for_dead_letters())
             for redelivery in due:
                 record = roots.records.get((redelivery.tp, redelivery.offset))
                 if record is not None:
-                    replayed += 1
+                    round_.replayed += 1
                     self._process(with_attempt(cast(SourceRecord, record), redelivery.attempt))
             for message in messages:
-                read += 1
+                round_.read += 1
                 self._process(_source_record(message))
                 topic, partition, offset = coordinates(message)
                 self._emitted_upto[(topic, partition)] = max(self._emitted_upto.get((topic, partition), 0), offset + 1)
@@ -378,12 +391,22 @@ class TransactionalSpout(SpoutShell):
             return
         roots.dead_letters_delivered()
         roots.committed(offsets)
-        self.stats.read += read
-        self.stats.replayed += replayed
-        self._committed_counts = dataclasses.replace(self.tracker.stats)
-        self.stats.expired_in_flight += len(self._gone_parked)  # their references are committed now
+        round_.expired_in_flight += len(self._gone_parked)  # their references are committed now
         self._gone_parked.clear()
+        self._count_committed()
         self._apply_backpressure()
+
+    def _count_committed(self) -> None:
+        """The round's transaction committed: its counts join the stats, the tracker's are kept."""
+        round_, stats = self._round, self.stats
+        for name in _ROUND_COUNTERS:  # each stats counter only goes up, by its own step
+            setattr(stats, name, getattr(stats, name) + getattr(round_, name))
+            setattr(round_, name, 0)
+        tracker = self.tracker
+        # new objects, never changed after: status and metrics read them from their own threads
+        self.committed_tracker_stats = dataclasses.replace(tracker.stats)
+        self.committed_dead_letters_by_reason = dict(tracker.dead_letters_by_reason)
+        self.committed_complete_latency = _copy_histogram(tracker.complete_latency)
 
     def _state_changed(self) -> bool:
         return any(self.tracker.commit_point(key) != self.stats.committed.get(key) for key in self._owners)
@@ -411,8 +434,6 @@ class TransactionalSpout(SpoutShell):
             exc if error is None else error,
         )
         self._transactions.abort(exc)  # a new producer reaches the senders through _use_producer
-        for counter in dataclasses.fields(TrackerStats):
-            setattr(self.tracker.stats, counter.name, getattr(self._committed_counts, counter.name))
         self._roots.drop_dead_letters()
         self._gone_parked.clear()  # found gone again, and counted, in the round that commits
         assert self._consumer is not None
@@ -420,3 +441,19 @@ class TransactionalSpout(SpoutShell):
         for tp in assignment:
             self._forget((tp.topic, tp.partition))
         self._on_assign(self._consumer, assignment)
+        # last: the re-adoption above registers again, and counts again, records in flight at the
+        # last commit; the round that commits next counts what it does
+        for name in _ROUND_COUNTERS:
+            setattr(self._round, name, 0)
+        tracker = self.tracker  # put back in place: the tracker's objects stay the same
+        for counter in dataclasses.fields(TrackerStats):
+            setattr(tracker.stats, counter.name, getattr(self.committed_tracker_stats, counter.name))
+        tracker.dead_letters_by_reason.clear()
+        tracker.dead_letters_by_reason.update(self.committed_dead_letters_by_reason)
+        _copy_histogram(self.committed_complete_latency, into=tracker.complete_latency)
+
+
+def _copy_histogram(histogram: LatencyHistogram, *, into: LatencyHistogram | None = None) -> LatencyHistogram:
+    copy = LatencyHistogram(histogram.bounds) if into is None else into
+    copy.counts[:], copy.count, copy.sum_s = histogram.counts, histogram.count, histogram.sum_s
+    return copy
