@@ -145,7 +145,8 @@ class TransactionalSpout(SpoutShell):
     Other arguments as :class:`~reliable_kafka.spout.Spout`. It shares the spout's handler,
     collector and root-owning core; it differs in how it reads (from where emission stopped, and
     records left in flight by a predecessor read again by offset) and how it commits (in the
-    transaction, with the partition's state in the offset's metadata).
+    transaction, with the partition's state in the offset's metadata). Its ``stats``, and the
+    tracker's counters that status and metrics show, count the work of committed rounds only.
     """
 
     def __init__(self, *, name: str, **options) -> None:
