@@ -166,6 +166,7 @@ class TransactionalSpout(SpoutShell):
         # and replayed, tuples emitted, handler errors, outcomes taken) is held here and added to
         # self.stats when its transaction commits, dropped when it aborts. self.stats (status,
         # metrics) so counts committed work only, and only goes up. `committed` is the same dict.
+        # (output_delivery_errors counts as failures happen: one is why its round aborts.)
         self._round = SpoutStats(committed=self.stats.committed)
         self._counts = self._round  # the shell's emits, handler errors and skips
         self._roots.stats = self._round  # outcomes taken, dead letters written, truncated metadata
