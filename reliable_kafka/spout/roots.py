@@ -14,6 +14,7 @@ the base of :class:`RootOwner`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 from collections import deque
@@ -207,7 +208,7 @@ class RootOwner(DeadLetters):
             tracker = self.tracker
             for roots, kinds in batches:
                 if not (kinds != _COMPLETED_VALUE).any():  # the usual record: its roots done with one call
-                    self._done_many(tracker.complete_many(roots))
+                    self._done_runs(tracker.complete_runs(roots))
                     continue
                 completed: list[int] = []  # a run of COMPLETED roots, done together (in order with the rest)
                 for root, kind in zip(roots, map(_OUTCOME_KIND, kinds.tolist())):
@@ -215,11 +216,11 @@ class RootOwner(DeadLetters):
                         completed.append(root)
                         continue
                     if completed:
-                        self._done_many(tracker.complete_many(completed))
+                        self._done_runs(tracker.complete_runs(completed))
                         completed = []
                     self.act(tracker.on_outcome(root, kind))
                 if completed:
-                    self._done_many(tracker.complete_many(completed))
+                    self._done_runs(tracker.complete_runs(completed))
             for action in self.tracker.expire_backstop():
                 self.act(action)
 
@@ -264,6 +265,23 @@ class RootOwner(DeadLetters):
             for entry in entries:
                 if entry.attempt > 1:
                     attempts.pop((entry.tp, entry.offset), None)
+
+    def _done_runs(self, runs: list[tuple[TopicPartitionKey, list[int], list[int]]]) -> None:
+        """:meth:`_done_many` for the tracker's ``complete_runs``: per partition, the offsets done and
+        their attempts, in columns (no object a root)."""
+        records, attempts_held = self.records, self._attempts
+        kept: list = []
+        for tp, offsets, attempts in runs:
+            self.stats.completed += len(offsets)
+            if records:
+                found = map(records.pop, zip(itertools.repeat(tp), offsets), itertools.repeat(None))
+                kept.extend(record for record in found if record is not None)
+            if attempts_held and max(attempts) > 1:  # retries only: histories of records that needed more than one
+                for offset, attempt in zip(offsets, attempts):
+                    if attempt > 1:
+                        attempts_held.pop((tp, offset), None)
+        if kept and self._on_completed is not None:
+            self._on_completed(kept)
 
     def _note_attempt(self, action: OutcomeAction) -> OutcomeAction | None:
         """Failure path only: remember why this attempt ended. A poison pill skips its retries: the
