@@ -57,7 +57,8 @@ class PartitionOffsets:
     0 once done), ``states`` (a :class:`PendingState` while live), ``roots`` (0: none, e.g. failed),
     ``attempts``, ``tokens`` (change with every state change: queued retry and backstop items that
     carry an older one are stale), ``first_ms`` (first emit: the age of the oldest pending record)
-    and ``emitted_ms`` (this attempt's emit: complete latency). ``extra`` holds offsets done that
+    ``emitted_ms`` (this attempt's emit: complete latency) and ``records`` (what the shell keeps
+    for a pending offset, its source record, or None; opaque here). ``extra`` holds offsets done that
     have no slot (restored from commit metadata, or marked done without being registered).
     """
 
@@ -75,6 +76,7 @@ class PartitionOffsets:
         "tokens",
         "first_ms",
         "emitted_ms",
+        "records",
         "reasons",
         "pending_count",
         "extra",
@@ -99,6 +101,7 @@ class PartitionOffsets:
         self.tokens: list[int] = []
         self.first_ms: list[int] = []
         self.emitted_ms: list[int] = []
+        self.records: list[object] = []
         self.reasons: dict[int, str] = {}  # seq -> why its last attempt failed (failed slots only)
         self.pending_count = 0
         self.extra: set[int] = set()
@@ -133,7 +136,7 @@ class PartitionOffsets:
         """Slot ``i``'s name in the tracker's root map."""
         return self.number << SEQ_BITS | (self.base + i)
 
-    def append(self, offset: int, root: int, attempt: int, token: int, now_ms: int) -> int:
+    def append(self, offset: int, root: int, attempt: int, token: int, now_ms: int, record: object = None) -> int:
         """Register ``offset`` (above every slot) as pending in flight under ``root``; its slot."""
         self.offsets.append(offset)
         self.live.append(1)
@@ -143,6 +146,7 @@ class PartitionOffsets:
         self.tokens.append(token)
         self.first_ms.append(now_ms)
         self.emitted_ms.append(now_ms)
+        self.records.append(record)
         self.pending_count += 1
         if self.extra:
             self.extra.discard(offset)
@@ -150,7 +154,15 @@ class PartitionOffsets:
             self.position = offset + 1
         return len(self.offsets) - 1
 
-    def extend(self, offsets: Sequence[int], roots: Sequence[int], attempt: int, token: int, now_ms: int) -> int:
+    def extend(
+        self,
+        offsets: Sequence[int],
+        roots: Sequence[int],
+        attempt: int,
+        token: int,
+        now_ms: int,
+        records: Sequence[object] | None = None,
+    ) -> int:
         """:meth:`append` for ``offsets``, ascending and above every slot, with C-level list
         operations; the first new slot."""
         n = len(offsets)
@@ -164,6 +176,7 @@ class PartitionOffsets:
         self.tokens.extend(repeat(token, n))
         self.first_ms.extend(repeat(now_ms, n))
         self.emitted_ms.extend(repeat(now_ms, n))
+        self.records.extend(repeat(None, n) if records is None else records)
         self.pending_count += n
         if self.extra:
             self.extra.difference_update(offsets)
@@ -176,6 +189,7 @@ class PartitionOffsets:
         self.live[i] = 0
         self.roots[i] = 0
         self.tokens[i] = 0
+        self.records[i] = None
         self.pending_count -= 1
         if self.reasons:
             self.reasons.pop(self.base + i, None)
@@ -200,7 +214,16 @@ class PartitionOffsets:
         if head < 0:
             head = len(self.offsets)
         if head >= _DROP_FROM and 2 * head >= len(self.offsets):
-            for column in (self.offsets, self.roots, self.attempts, self.tokens, self.first_ms, self.emitted_ms):
+            columns = (
+                self.offsets,
+                self.roots,
+                self.attempts,
+                self.tokens,
+                self.first_ms,
+                self.emitted_ms,
+                self.records,
+            )
+            for column in columns:
                 del column[:head]
             del self.live[:head]
             del self.states[:head]

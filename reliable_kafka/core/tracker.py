@@ -71,6 +71,9 @@ set and list operations: cheaper than a call per record from two records on)."""
 _NUMPY_ORDER_FROM = 1024  # a batch this long is checked for ascending offsets with NumPy
 _SEQ_MASK = (1 << SEQ_BITS) - 1
 
+Run = tuple[TopicPartition, list[int], list[int], list[object]]
+"""``complete_runs``' answer for a run of one partition: ``(tp, offsets, attempts, records)``."""
+
 
 @dataclass(slots=True)
 class TrackerStats:
@@ -292,12 +295,15 @@ class InFlightTracker:
         part = self._partitions.get(tp)
         return 0 if part is None else max(part.position or 0, part.restored_above)
 
-    def emitted(self, tp: TopicPartition, offset: int, *, root: int | None = None, attempt: int = 1) -> int:
+    def emitted(
+        self, tp: TopicPartition, offset: int, *, root: int | None = None, attempt: int = 1, record: object = None
+    ) -> int:
         """Record that the record at ``offset`` was emitted as ``root``; returns the root.
 
         ``root`` defaults to a fresh id; ``attempt`` is 1 for a first delivery and
         ``Redelivery.attempt`` for a redelivery. A partition not assigned yet is tracked from
-        here, with no committed offset.
+        here, with no committed offset. ``record``: kept for the offset while it is pending
+        (:meth:`record`; a re-emission without one keeps the one before).
         """
         if attempt < 1:
             raise ArgumentError(f"emitted {tp}@{offset}: attempt numbers start at 1, got {attempt}")
@@ -323,8 +329,10 @@ class InFlightTracker:
         now = self._clock()
         token = next(self._tokens)
         if i < 0:
-            i = part.append(offset, root, attempt, token, now)
+            i = part.append(offset, root, attempt, token, now, record)
         else:
+            if record is not None:
+                part.records[i] = record
             old = part.roots[i]
             if old:
                 del held[old]  # the old root is forgotten: its late outcome is ignored
@@ -348,6 +356,7 @@ class InFlightTracker:
         roots: Sequence[int] | np.ndarray,
         *,
         attempt: int = 1,
+        records: Sequence[object] | None = None,
     ) -> None:
         """``emitted(tp, offset, root=root, attempt=attempt)`` for each (offset, root) pair in one
         call (a spout's consumed batch; the Spark driver's batch; lists or NumPy arrays).
@@ -355,6 +364,7 @@ class InFlightTracker:
         A batch of fresh records (offsets ascending above every one registered, roots distinct,
         non-zero and not held: a stream batch's range) is appended to the partition's columns in
         bulk; any other batch goes pair by pair, re-emissions and errors as :meth:`emitted`.
+        ``records``: one for each pair, kept as :meth:`emitted` keeps one.
         """
         if attempt < 1:
             raise ArgumentError(f"emitted {tp}: attempt numbers start at 1, got {attempt}")
@@ -363,11 +373,11 @@ class InFlightTracker:
             return
         part = self._part(tp)
         if len(offsets) >= BULK_MIN and len(offsets) == len(roots) and self._fresh(part, offsets, roots):
-            self._emitted_fresh(part, offsets, roots, attempt)
+            self._emitted_fresh(part, offsets, roots, attempt, records)
             return
         _check_order(tp, part, offsets)  # before any is registered: a refused batch changes nothing
-        for offset, root in zip(offsets, roots):
-            self.emitted(tp, offset, root=root, attempt=attempt)
+        for offset, root, record in zip(offsets, roots, itertools.repeat(None) if records is None else records):
+            self.emitted(tp, offset, root=root, attempt=attempt, record=record)
 
     def _fresh(self, part: _Partition, offsets: Sequence[int], roots: Sequence[int]) -> bool:
         """True when ``emitted_many`` may take the bulk path: every pair a first emission, no error."""
@@ -382,10 +392,17 @@ class InFlightTracker:
         distinct = set(roots)
         return len(distinct) == len(roots) and 0 not in distinct and self._roots.keys().isdisjoint(distinct)
 
-    def _emitted_fresh(self, part: _Partition, offsets: Sequence[int], roots: Sequence[int], attempt: int) -> None:
+    def _emitted_fresh(
+        self,
+        part: _Partition,
+        offsets: Sequence[int],
+        roots: Sequence[int],
+        attempt: int,
+        records: Sequence[object] | None,
+    ) -> None:
         now = self._clock()
         token = next(self._tokens)  # one for the batch: a later state change of a slot gives it its own
-        first = part.base + part.extend(offsets, roots, attempt, token, now)
+        first = part.base + part.extend(offsets, roots, attempt, token, now, records)
         end = first + len(offsets)
         self._roots.update(zip(roots, range(part.number << SEQ_BITS | first, part.number << SEQ_BITS | end)))
         if self._backstop_ms is not None:
@@ -501,7 +518,7 @@ class InFlightTracker:
         runs = self.complete_runs((root,))
         if not runs:
             return None
-        tp, offsets, attempts = runs[0]
+        tp, offsets, attempts, _ = runs[0]
         return DoneEntry((tp, offsets[0], attempts[0]))
 
     def complete_many(self, roots: Iterable[int]) -> list[DoneEntry]:
@@ -509,18 +526,19 @@ class InFlightTracker:
         in order; roots not held are counted and skipped."""
         return [
             DoneEntry(entry)
-            for tp, offsets, attempts in self.complete_runs(roots)
+            for tp, offsets, attempts, _ in self.complete_runs(roots)
             for entry in zip(itertools.repeat(tp), offsets, attempts)
         ]
 
-    def complete_runs(self, roots: Iterable[int]) -> list[tuple[TopicPartition, list[int], list[int]]]:
+    def complete_runs(self, roots: Iterable[int]) -> list[Run]:
         """:meth:`complete_many` in columns (a spout's outcome batch, once per root): per run of
-        consecutive roots of one partition, ``(tp, offsets, attempts)`` of the records done, in order;
-        roots not held are counted and skipped."""
+        consecutive roots of one partition, ``(tp, offsets, attempts, records)`` of the records done,
+        in order (``records``: what :meth:`emitted` kept, None where nothing); roots not held are
+        counted and skipped."""
         pop = self._roots.pop
         numbered = self._numbered
         now = self._clock()
-        runs: list[tuple[TopicPartition, list[int], list[int]]] = []
+        runs: list[Run] = []
         waits: list[float] = []
         wait = waits.append
         ignored = 0
@@ -528,6 +546,7 @@ class InFlightTracker:
         part = None
         offsets: list[int] = []
         attempts: list[int] = []
+        records: list[object] = []
         for root in roots:
             code = pop(root, None)
             if code is None:
@@ -536,10 +555,11 @@ class InFlightTracker:
             if code >> SEQ_BITS != number:  # a batch's roots share their partition: one lookup a run
                 number = code >> SEQ_BITS
                 part = numbered[number]
-                offsets, attempts = [], []
-                runs.append((part.tp, offsets, attempts))
+                offsets, attempts, records = [], [], []
+                runs.append((part.tp, offsets, attempts, records))
                 base, live, slot_roots, tokens = part.base, part.live, part.roots, part.tokens
                 slot_offsets, slot_attempts, emitted_ms = part.offsets, part.attempts, part.emitted_ms
+                slot_records = part.records
             i = (code & _SEQ_MASK) - base
             # part.finish(i), inlined (once per completed root); a completed slot was in flight: no reason kept
             live[i] = 0
@@ -548,9 +568,11 @@ class InFlightTracker:
             part.pending_count -= 1  # type: ignore[union-attr]
             offsets.append(slot_offsets[i])
             attempts.append(slot_attempts[i])
+            records.append(slot_records[i])
+            slot_records[i] = None
             wait((now - emitted_ms[i]) / 1000.0)
         done = len(waits)
-        for tp, _, _ in runs:
+        for tp, *_ in runs:
             self._partitions[tp].first_pending()
         self.stats.ignored_outcomes += ignored
         self.stats.completed += done
@@ -724,6 +746,30 @@ class InFlightTracker:
         """Offsets of ``tp`` not done yet, ascending (for inspection and tests)."""
         part = self._partitions.get(tp)
         return [] if part is None else part.pending_offsets()
+
+    def record(self, tp: TopicPartition, offset: int) -> object:
+        """What :meth:`emitted` kept for ``offset`` while it is pending, else None."""
+        part = self._partitions.get(tp)
+        i = part.pending_index(offset) if part is not None else -1
+        return None if i < 0 or part is None else part.records[i]
+
+    def forget_record(self, tp: TopicPartition, offset: int) -> object:
+        """:meth:`record`, no longer kept (the offset stays pending)."""
+        part = self._partitions.get(tp)
+        i = part.pending_index(offset) if part is not None else -1
+        if i < 0 or part is None:
+            return None
+        record, part.records[i] = part.records[i], None
+        return record
+
+    def records_held(self) -> list[tuple[TopicPartition, int]]:
+        """``(tp, offset)`` of every pending offset with a record kept (O(pending): not the hot path)."""
+        return [
+            (tp, part.offsets[i])
+            for tp, part in self._partitions.items()
+            for i in part.pending_slots()
+            if part.records[i] is not None
+        ]
 
     def unsettled(self, tp: TopicPartition) -> list[tuple[int, int, bool]]:
         """``(offset, attempt, failed)`` of the pending offsets of ``tp`` that a successor must

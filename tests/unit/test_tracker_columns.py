@@ -102,6 +102,7 @@ def run(script, max_retries, assign_first):
     roots: list[int] = []  # every root handed out, in order (outcomes pick from them)
     fresh = iter(range(1, 10**9))
     cursor = {tp: 0 for tp in TPS}  # the next new offset a consumer would read
+    kept: dict = {}  # (tp, offset) -> the record given with its last emit (the new tracker keeps it while pending)
 
     def offset_for(tp, shift):
         # shift > 0: a new offset after a gap; 0: the next one; < 0: an older one (re-emission or
@@ -111,8 +112,9 @@ def run(script, max_retries, assign_first):
     for step, a, b in script:
         if step == "emit":
             tp, offset, root = TPS[a], offset_for(TPS[a], b), next(fresh)
-            got = [_call(t.emitted, tp, offset, root=root) for t in (new, old)]
+            got = [_call(new.emitted, tp, offset, root=root, record=-root), _call(old.emitted, tp, offset, root=root)]
             if got[0][0] == "ok":
+                kept[(tp, offset)] = -root
                 roots.append(root)
                 cursor[tp] = max(cursor[tp], offset + 1)
         elif step == "emit_many":
@@ -123,8 +125,13 @@ def run(script, max_retries, assign_first):
                 offsets.append(at)
                 at += 1
             batch = [next(fresh) for _ in offsets]
-            got = [_call(t.emitted_many, tp, offsets, batch) for t in (new, old)]
+            records = [-root for root in batch]
+            got = [
+                _call(new.emitted_many, tp, offsets, batch, records=records),
+                _call(old.emitted_many, tp, offsets, batch),
+            ]
             if got[0][0] == "ok":
+                kept.update(zip([(tp, offset) for offset in offsets], records))
                 roots.extend(batch)
                 if offsets:
                     cursor[tp] = max(cursor[tp], max(offsets) + 1)
@@ -172,6 +179,9 @@ def run(script, max_retries, assign_first):
             assert [new.should_skip(tp, o) for o in range(top)] == [old.should_skip(tp, o) for o in range(top)]
             assert new.skip_mask(tp, list(range(top))).tolist() == old.skip_mask(tp, list(range(top))).tolist()
             assert [new.is_pending(tp, o) for o in range(top)] == [old.is_pending(tp, o) for o in range(top)]
+            assert [new.record(tp, o) for o in range(top)] == [
+                kept.get((tp, o)) if old.is_pending(tp, o) else None for o in range(top)
+            ]
 
 
 _SHIPPED_DROP_FROM = pending._DROP_FROM
