@@ -98,7 +98,7 @@ def run(script, max_retries, assign_first):
     new, old = _make(InFlightTracker, clock, max_retries), _make(TrackerBefore, clock, max_retries)
     if assign_first:
         for tracker in (new, old):
-            tracker.assign(TPS[0], committed=3, done_above=[5, 9])
+            tracker.assign(TPS[0], committed=3, done_above=[4, 5, 9])
     roots: list[int] = []  # every root handed out, in order (outcomes pick from them)
     fresh = iter(range(1, 10**9))
     cursor = {tp: 0 for tp in TPS}  # the next new offset a consumer would read
