@@ -2,7 +2,7 @@
 
 Seed 001's ``InflightRecordTracker`` (kinesis-storm-spout) keeps every emitted record of a shard
 in a linked map and moves a checkpoint when the oldest one is acked. This tracker keeps the same
-facts per Kafka partition, with a heap of pending offsets instead of the linked map:
+facts per Kafka partition, in columns (``reliable_kafka.core.pending``) instead of the linked map:
 
 * an emitted offset is *pending* until its tree COMPLETED, its dead-letter write was confirmed, or
   the shell declared it done at once (untracked, no tuples, at-most-once);
@@ -32,7 +32,6 @@ Typical shell loop::
 from __future__ import annotations
 
 import dataclasses
-import gc
 import heapq
 import itertools
 import operator
@@ -49,8 +48,8 @@ from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.core.outcome_actions import ActionKind, OutcomeAction, Redelivery, TopicPartition
 
 # the tracker's short names for its per-partition bookkeeping
+from reliable_kafka.core.pending import SEQ_BITS, DoneEntry
 from reliable_kafka.core.pending import PartitionOffsets as _Partition
-from reliable_kafka.core.pending import PendingOffset as _Entry
 from reliable_kafka.core.pending import PendingState as _State
 from reliable_kafka.errors import ArgumentError, ConfigError
 from reliable_kafka.ids import new_id
@@ -66,9 +65,14 @@ __all__ = [
 ]
 
 BACKSTOP_REASON = "backstop timeout"
-BULK_MIN = 64
-"""``emitted_many`` takes batches of at least this many records in bulk (measured: at 10 records
-the bulk path's checks cost 0.3 us a record more than a loop; at 500 they save 0.3)."""
+BULK_MIN = 2
+"""``emitted_many`` takes batches of at least this many fresh records in bulk (its checks are C-level
+set and list operations: cheaper than a call per record from two records on)."""
+_NUMPY_ORDER_FROM = 1024  # a batch this long is checked for ascending offsets with NumPy
+_SEQ_MASK = (1 << SEQ_BITS) - 1
+
+Run = tuple[TopicPartition, list[int], list[int], list[object]]
+"""``complete_runs``' answer for a run of one partition: ``(tp, offsets, attempts, records)``."""
 
 
 @dataclass(slots=True)
@@ -95,7 +99,10 @@ class TrackerStats:
 
 # Enum members read through their class cost ~0.17 us each on Python 3.11, and ``OutcomeKind(kind)``
 # ~0.8 us: these run once or more per root, so the hot paths read module constants.
-_IN_FLIGHT = _State.IN_FLIGHT
+_IN_FLIGHT = int(_State.IN_FLIGHT)  # the states column's bytes
+_RETRY = int(_State.RETRY)
+_REDELIVERING = int(_State.REDELIVERING)
+_DEAD_LETTER_STATE = int(_State.DEAD_LETTER)
 _COMPLETED = OutcomeKind.COMPLETED
 _RESET_TIMEOUT = OutcomeKind.RESET_TIMEOUT
 _DONE = ActionKind.DONE
@@ -133,9 +140,9 @@ def _check_order(tp: TopicPartition, part: _Partition, offsets: Sequence[int]) -
     position = part.position
     if offsets and (position is None or offsets[0] >= position) and all(map(operator.lt, offsets, offsets[1:])):
         return  # the usual batch, new offsets ascending: checked at C speed
-    pending, seen = part.pending, set()
+    seen: set[int] = set()
     for offset in offsets:
-        if offset in pending or offset in seen:
+        if offset in seen or part.pending_index(offset) >= 0:
             continue  # a re-emission
         if position is not None and offset < position:
             raise _out_of_order(tp, offset, position)
@@ -201,13 +208,24 @@ class InFlightTracker:
         self.complete_latency = LatencyHistogram()  # emit to COMPLETED of the attempt that completed
         self.dead_letters_by_reason: dict[str, int] = {}  # the last attempt's reason: FAILED, TIMED_OUT...
         self._partitions: dict[TopicPartition, _Partition] = {}
-        self._roots: dict[int, _Entry] = {}
+        self._numbered: dict[int, _Partition] = {}  # the partitions by number (a root's code's high bits)
+        self._numbers = itertools.count(1)
+        # root -> its slot's code (partition number << SEQ_BITS | seq): one int a root
+        self._roots: dict[int, int] = {}
         self._tokens = itertools.count(1)
-        # Backstop deadlines in emission order: with one timeout for all, that is deadline order.
-        self._backstop: deque[tuple[int, int, _Entry]] = deque()
-        self._retries: list[tuple[int, int, _Entry]] = []  # heap of (due_ms, token, entry)
+        # Backstop deadlines in emission order (with one timeout for all, deadline order), one item
+        # per registration call: (deadline, token, partition, first seq, end seq). A slot in the
+        # range is due by it while it is in flight with that token.
+        self._backstop: deque[tuple[int, int, _Partition, int, int]] = deque()
+        self._retries: list[tuple[int, int, _Partition, int]] = []  # heap of (due_ms, token, partition, seq)
 
     # -- partitions --------------------------------------------------------------------------
+
+    def _new_partition(self, tp: TopicPartition, committed: int | None, done_above: Iterable[int] = ()) -> _Partition:
+        number = next(self._numbers)
+        part = _Partition(committed, done_above, tp=tp, number=number)
+        self._partitions[tp] = self._numbered[number] = part
+        return part
 
     def assign(self, tp: TopicPartition, *, committed: int | None, done_above: Iterable[int] = ()) -> None:
         """Start tracking ``tp`` from its committed offset (None: no committed offset).
@@ -224,9 +242,7 @@ class InFlightTracker:
             raise ArgumentError(f"assign {tp}: committed offset must be >= 0, got {committed}")
         if tp in self._partitions:
             self.revoke(tp)
-        part = _Partition(committed, done_above)
-        part.commit_point()
-        self._partitions[tp] = part
+        self._new_partition(tp, committed, done_above).commit_point()
 
     def revoke(self, tp: TopicPartition) -> int | None:
         """Forget ``tp`` and return its final commit point (None if nothing is known).
@@ -237,16 +253,22 @@ class InFlightTracker:
         part = self._partitions.pop(tp, None)
         if part is None:
             return None
+        del self._numbered[part.number]
         point = part.commit_point()
-        for entry in part.pending.values():
-            if entry.root is not None:
-                del self._roots[entry.root]
-            entry.token = 0  # invalidates its queued retry and backstop items
+        held, roots = self._roots, part.roots
+        for i in part.pending_slots():
+            if roots[i]:
+                del held[roots[i]]
+        part.alive = False  # its queued retry and backstop items are stale
         return point
 
     def partitions(self) -> list[TopicPartition]:
         """The partitions being tracked."""
         return list(self._partitions)
+
+    def _part(self, tp: TopicPartition) -> _Partition:
+        part = self._partitions.get(tp)
+        return self._new_partition(tp, None) if part is None else part
 
     # -- emission ----------------------------------------------------------------------------
 
@@ -254,12 +276,15 @@ class InFlightTracker:
         """True when the record at ``offset`` is already done (below the commit point or recorded
         done above it, e.g. from commit metadata): the shell skips it on replay."""
         part = self._partitions.get(tp)
-        if part is None or offset in part.pending:
+        if part is None:
             return False
-        if offset in part.done:
+        if offset in part.extra:
             return True
         if part.position is None or offset >= part.position:
             return False  # the usual case, a new record: the commit point never passes an offset not done
+        i = part.index(offset)
+        if i >= 0:
+            return not part.live[i]
         point = part.commit_point()
         return point is not None and offset < point
 
@@ -270,51 +295,57 @@ class InFlightTracker:
         part = self._partitions.get(tp)
         return 0 if part is None else max(part.position or 0, part.restored_above)
 
-    def emitted(self, tp: TopicPartition, offset: int, *, root: int | None = None, attempt: int = 1) -> int:
+    def emitted(
+        self, tp: TopicPartition, offset: int, *, root: int | None = None, attempt: int = 1, record: object = None
+    ) -> int:
         """Record that the record at ``offset`` was emitted as ``root``; returns the root.
 
         ``root`` defaults to a fresh id; ``attempt`` is 1 for a first delivery and
         ``Redelivery.attempt`` for a redelivery. A partition not assigned yet is tracked from
-        here, with no committed offset.
+        here, with no committed offset. ``record``: kept for the offset while it is pending
+        (:meth:`record`; a re-emission without one keeps the one before).
         """
         if attempt < 1:
             raise ArgumentError(f"emitted {tp}@{offset}: attempt numbers start at 1, got {attempt}")
-        part = self._partitions.get(tp)
-        if part is None:
-            part = self._partitions[tp] = _Partition(None)
-        entry = part.pending.get(offset)
-        if entry is None and part.position is not None and offset < part.position:
+        part = self._part(tp)
+        i = part.pending_index(offset)
+        if i < 0 and part.position is not None and offset < part.position:
             raise _out_of_order(tp, offset, part.position)
+        held = self._roots
         if root is None:
             root = new_id()
-            while root in self._roots:
+            while root in held:
                 root = new_id()
         elif root == 0:
             raise ArgumentError(f"emitted {tp}@{offset}: root ids are non-zero")
         else:
-            holder = self._roots.get(root)
-            if holder is not None and holder is not entry:
+            holder = held.get(root)
+            if holder is not None and (i < 0 or holder != part.code(i)):
+                where = self._numbered[holder >> SEQ_BITS]
                 raise ArgumentError(
                     f"emitted {tp}@{offset}: root {root} is already held by "
-                    f"{holder.tp}@{holder.offset}; draw a new root"
+                    f"{where.tp}@{where.offsets[(holder & _SEQ_MASK) - where.base]}; draw a new root"
                 )
         now = self._clock()
-        if entry is None:
-            entry = _Entry(tp, offset)
-            entry.first_ms = now
-            part.add_pending(entry)
-        elif entry.root is not None:
-            del self._roots[entry.root]  # the old root is forgotten: its late outcome is ignored
-        entry.root = root
-        entry.attempt = attempt
-        entry.state = _IN_FLIGHT
-        entry.token = next(self._tokens)
-        entry.emitted_ms = now
-        self._roots[root] = entry
+        token = next(self._tokens)
+        if i < 0:
+            i = part.append(offset, root, attempt, token, now, record)
+        else:
+            if record is not None:
+                part.records[i] = record
+            old = part.roots[i]
+            if old:
+                del held[old]  # the old root is forgotten: its late outcome is ignored
+            part.roots[i] = root
+            part.attempts[i] = attempt
+            part.states[i] = _IN_FLIGHT
+            part.tokens[i] = token
+            part.emitted_ms[i] = now
+        seq = part.base + i
+        held[root] = part.number << SEQ_BITS | seq
         if self._backstop_ms is not None:
-            self._backstop.append((now + self._backstop_ms, entry.token, entry))
-            if len(self._backstop) > 2 * len(self._roots) + 1024:
-                self._backstop = deque(item for item in self._backstop if item[2].token == item[1])
+            self._backstop.append((now + self._backstop_ms, token, part, seq, seq + 1))
+            self._compact_backstop()
         self.stats.emitted += 1
         return root
 
@@ -325,81 +356,84 @@ class InFlightTracker:
         roots: Sequence[int] | np.ndarray,
         *,
         attempt: int = 1,
+        records: Sequence[object] | None = None,
     ) -> None:
         """``emitted(tp, offset, root=root, attempt=attempt)`` for each (offset, root) pair in one
-        call (the Spark driver registers a batch at a time; lists or NumPy arrays).
+        call (a spout's consumed batch; the Spark driver's batch; lists or NumPy arrays).
 
-        A batch of fresh records (offsets ascending and not pending, roots distinct, non-zero and
-        not held: a stream batch's range) is registered in bulk, with C-level dict, heap and deque
-        operations; any other batch goes pair by pair, re-emissions and errors as :meth:`emitted`.
+        A batch of fresh records (offsets ascending above every one registered, roots distinct,
+        non-zero and not held: a stream batch's range) is appended to the partition's columns in
+        bulk; any other batch goes pair by pair, re-emissions and errors as :meth:`emitted`.
+        ``records``: one for each pair, kept as :meth:`emitted` keeps one.
         """
         if attempt < 1:
             raise ArgumentError(f"emitted {tp}: attempt numbers start at 1, got {attempt}")
         offsets, roots = _listed(offsets), _listed(roots)
-        part = self._partitions.get(tp)
-        if part is None:
-            part = self._partitions[tp] = _Partition(None)
+        if not offsets:
+            return
+        part = self._part(tp)
         if len(offsets) >= BULK_MIN and len(offsets) == len(roots) and self._fresh(part, offsets, roots):
-            if part.position is not None and offsets[0] < part.position:  # ascending, none pending: the first
-                raise _out_of_order(tp, offsets[0], part.position)
-            self._emitted_fresh(tp, part, offsets, roots, attempt)
+            self._emitted_fresh(part, offsets, roots, attempt, records)
             return
         _check_order(tp, part, offsets)  # before any is registered: a refused batch changes nothing
-        # A small batch (a Python spout's poll at a low rate): the checks above cost more than they save.
-        held, pending, tokens = self._roots, part.pending, self._tokens
-        now = self._clock()
-        backstop = self._backstop if self._backstop_ms is not None else None
-        deadline = now + (self._backstop_ms or 0)
-        fresh = 0
-        for offset, root in zip(offsets, roots):
-            if offset in pending or root in held or not root:
-                self.emitted(tp, offset, root=root, attempt=attempt)  # re-emission, or the error it raises
-                continue
-            entry = _Entry(tp, offset, root, attempt, next(tokens), now)
-            part.add_pending(entry)
-            held[root] = entry
-            if backstop is not None:
-                backstop.append((deadline, entry.token, entry))
-            fresh += 1
-        self.stats.emitted += fresh
-        if backstop is not None and len(backstop) > 2 * len(held) + 1024:
-            self._backstop = deque(item for item in backstop if item[2].token == item[1])
+        for offset, root, record in zip(offsets, roots, itertools.repeat(None) if records is None else records):
+            self.emitted(tp, offset, root=root, attempt=attempt, record=record)
 
     def _fresh(self, part: _Partition, offsets: Sequence[int], roots: Sequence[int]) -> bool:
         """True when ``emitted_many`` may take the bulk path: every pair a first emission, no error."""
-        column = np.array(offsets, dtype=np.int64)
-        if len(column) > 1 and not bool((column[1:] > column[:-1]).all()):
+        if part.position is not None and offsets[0] < part.position:
+            return False  # a re-emission, or registered out of order: pair by pair
+        if len(offsets) >= _NUMPY_ORDER_FROM:
+            column = np.array(offsets, dtype=np.int64)
+            if not bool((column[1:] > column[:-1]).all()):
+                return False
+        elif not all(map(operator.lt, offsets, offsets[1:])):
             return False  # not strictly ascending: a repeated offset is a re-emission
-        if part.position is not None and offsets[0] < part.position and not part.pending.keys().isdisjoint(offsets):
-            return False
         distinct = set(roots)
         return len(distinct) == len(roots) and 0 not in distinct and self._roots.keys().isdisjoint(distinct)
 
     def _emitted_fresh(
-        self, tp: TopicPartition, part: _Partition, offsets: Sequence[int], roots: Sequence[int], attempt: int
+        self,
+        part: _Partition,
+        offsets: Sequence[int],
+        roots: Sequence[int],
+        attempt: int,
+        records: Sequence[object] | None,
     ) -> None:
         now = self._clock()
-        tokens = list(itertools.islice(self._tokens, len(offsets)))
-        # The cyclic GC would run dozens of times while a batch's entries are made, at times a full
-        # collection over every object of the driver (measured: 25 to 85 ms instead of 15 per 25,000
-        # records); the entries hold no cycles, so it runs once afterwards instead.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            repeat = itertools.repeat
-            entries = list(map(_Entry, repeat(tp), offsets, roots, repeat(attempt), tokens, repeat(now)))
-            part.add_pending_many(offsets, entries)
-            held = self._roots
-            held.update(zip(roots, entries))
-            if self._backstop_ms is not None:
-                backstop = self._backstop
-                backstop.extend(zip(repeat(now + self._backstop_ms), tokens, entries))
-                if len(backstop) > 2 * len(held) + 1024:
-                    self._backstop = deque(item for item in backstop if item[2].token == item[1])
-        finally:
-            if collecting:
-                gc.enable()
-        self.stats.emitted += len(entries)
+        token = next(self._tokens)  # one for the batch: a later state change of a slot gives it its own
+        first = part.base + part.extend(offsets, roots, attempt, token, now, records)
+        end = first + len(offsets)
+        self._roots.update(zip(roots, range(part.number << SEQ_BITS | first, part.number << SEQ_BITS | end)))
+        if self._backstop_ms is not None:
+            self._backstop.append((now + self._backstop_ms, token, part, first, end))
+            self._compact_backstop()
+        self.stats.emitted += len(offsets)
+
+    def _compact_backstop(self) -> None:
+        """Items whose slots all settled since stay queued until due: one stuck root would keep them
+        forever, so the queue is rebuilt when it outgrows the roots in flight (amortised O(1))."""
+        backstop = self._backstop
+        if len(backstop) > 2 * len(self._roots) + 1024:
+            self._backstop = deque(
+                item for item in backstop if next(iter(self._backstop_slots(item)), None) is not None
+            )
+
+    @staticmethod
+    def _backstop_slots(item: tuple[int, int, _Partition, int, int]) -> Iterable[int]:
+        """The slots that a backstop item still times (in flight, with its token)."""
+        _, token, part, first, end = item
+        if not part.alive:
+            return
+        base, live, tokens, roots = part.base, part.live, part.tokens, part.roots
+        i, stop = max(first - base, 0), end - base
+        while i < stop:
+            i = live.find(1, i, stop)
+            if i < 0:
+                return
+            if tokens[i] == token and roots[i]:
+                yield i
+            i += 1
 
     def skip_mask(self, tp: TopicPartition, offsets: np.ndarray) -> np.ndarray:
         """``should_skip(tp, offset)`` for each of ``offsets`` (a NumPy int64 array), as a boolean
@@ -412,13 +446,14 @@ class InFlightTracker:
         # offset is both pending and done: should_skip's order of checks does not matter here.
         point = part.commit_point()
         mask = offsets < point if point is not None else np.zeros(len(offsets), dtype=bool)
-        if part.done:
-            mask |= np.isin(offsets, np.fromiter(part.done, dtype=np.int64, count=len(part.done)))
+        done = part.done_above(point)
+        if done:
+            mask |= np.isin(offsets, np.array(done, dtype=np.int64))
         return mask
 
     def done_immediately(self, tp: TopicPartition, offset: int) -> None:
         """Mark ``offset`` done without tracking (untracked, no tuples emitted, at-most-once)."""
-        self._finish(tp, offset)
+        self._finish(self._part(tp), offset)
 
     def dead_lettered(self, tp: TopicPartition, offset: int) -> None:
         """The broker confirmed the dead-letter write of ``offset``: it is done now.
@@ -430,25 +465,26 @@ class InFlightTracker:
         again, and a record below it would be lost.
         """
         part = self._partitions.get(tp)
-        entry = part.pending.get(offset) if part is not None else None
-        if entry is None or entry.state is not _State.DEAD_LETTER:
+        i = part.pending_index(offset) if part is not None else -1
+        if i < 0 or part is None or part.states[i] != _DEAD_LETTER_STATE:
             return
-        self._finish(tp, offset)
+        reason = part.reasons.get(part.base + i, "")
+        self._finish(part, offset)
         self.stats.dead_lettered += 1
-        self.dead_letters_by_reason[entry.reason] = self.dead_letters_by_reason.get(entry.reason, 0) + 1
+        self.dead_letters_by_reason[reason] = self.dead_letters_by_reason.get(reason, 0) + 1
 
-    def _finish(self, tp: TopicPartition, offset: int) -> None:
-        part = self._partitions.get(tp)
-        if part is None:
-            part = self._partitions[tp] = _Partition(None)
-        entry = part.pending.get(offset)
-        if entry is not None:
-            if entry.root is not None:
-                del self._roots[entry.root]
-            entry.token = 0
+    def _finish(self, part: _Partition, offset: int) -> None:
+        i = part.pending_index(offset)
+        if i >= 0 and part.roots[i]:
+            del self._roots[part.roots[i]]
         part.mark_done(offset)
+        part.commit_point()  # keeps ``extra`` small: offsets below the commit point leave it
 
     # -- outcomes ----------------------------------------------------------------------------
+
+    def _slot(self, code: int) -> tuple[_Partition, int]:
+        part = self._numbered[code >> SEQ_BITS]
+        return part, (code & _SEQ_MASK) - part.base
 
     def on_outcome(self, root: int, kind: OutcomeKind | int) -> OutcomeAction | None:
         """Apply an acker's outcome; None (and counted) when ``root`` is not held.
@@ -464,83 +500,100 @@ class InFlightTracker:
         if kind is _COMPLETED:
             entry = self.complete(root)
             return None if entry is None else _done_action(entry.tp, entry.offset, entry.attempt)
-        entry = self._roots.pop(root, None)
-        if entry is None:
+        code = self._roots.pop(root, None)
+        if code is None:
             self.stats.ignored_outcomes += 1
             return None
         if kind is OutcomeKind.FAILED:
             self.stats.failed += 1
         else:
             self.stats.timed_out += 1
-        return self._failed(entry, kind.name, self._clock())
+        part, i = self._slot(code)
+        return self._failed(part, i, kind.name, self._clock())
 
-    def complete(self, root: int) -> _Entry | None:
-        """``on_outcome(root, COMPLETED)`` without making its DONE action (~0.75 us, once per root on
-        a spout's hot path): the entry that was done (read its ``tp``, ``offset`` and ``attempt``),
-        or None (and counted) when ``root`` is not held."""
-        entry = self._roots.pop(root, None)
-        if entry is None:
-            self.stats.ignored_outcomes += 1
+    def complete(self, root: int) -> DoneEntry | None:
+        """``on_outcome(root, COMPLETED)`` without making its DONE action: ``(tp, offset, attempt)``
+        of the record that was done (also as attributes), or None (and counted) when ``root`` is
+        not held."""
+        runs = self.complete_runs((root,))
+        if not runs:
             return None
-        self.stats.completed += 1
-        self.complete_latency.observe((self._clock() - entry.emitted_ms) / 1000.0)
-        entry.token = 0
-        self._partitions[entry.tp].mark_done(entry.offset)
-        return entry
+        tp, offsets, attempts, _ = runs[0]
+        return DoneEntry((tp, offsets[0], attempts[0]))
 
-    def complete_many(self, roots: Iterable[int]) -> list[_Entry]:
-        """:meth:`complete` for each of ``roots`` with one clock read (a spout's outcome batch): the
-        entries that were done, in order; roots not held are counted and skipped."""
-        held, partitions = self._roots, self._partitions
+    def complete_many(self, roots: Iterable[int]) -> list[DoneEntry]:
+        """:meth:`complete` for each of ``roots`` with one clock read: the records that were done,
+        in order; roots not held are counted and skipped."""
+        return [
+            DoneEntry(entry)
+            for tp, offsets, attempts, _ in self.complete_runs(roots)
+            for entry in zip(itertools.repeat(tp), offsets, attempts)
+        ]
+
+    def complete_runs(self, roots: Iterable[int]) -> list[Run]:
+        """:meth:`complete_many` in columns (a spout's outcome batch, once per root): per run of
+        consecutive roots of one partition, ``(tp, offsets, attempts, records)`` of the records done,
+        in order (``records``: what :meth:`emitted` kept, None where nothing); roots not held are
+        counted and skipped."""
+        pop = self._roots.pop
+        numbered = self._numbered
         now = self._clock()
-        done: list[_Entry] = []
+        runs: list[Run] = []
         waits: list[float] = []
-        touched: set[_Partition] = set()  # partitions whose commit point moves once, after the loop
+        wait = waits.append
         ignored = 0
-        pop, keep, wait = held.pop, done.append, waits.append
-        heappush = heapq.heappush
-        tp: TopicPartition | None = None
-        part = _Partition(None)  # replaced at the first entry
+        number = -1
+        part = None
+        offsets: list[int] = []
+        attempts: list[int] = []
+        records: list[object] = []
         for root in roots:
-            entry = pop(root, None)
-            if entry is None:
+            code = pop(root, None)
+            if code is None:
                 ignored += 1
                 continue
-            entry.token = 0
-            if entry.tp is not tp:  # a batch's entries share their partition's key object: one lookup a run
-                tp = entry.tp
-                part = partitions[tp]
-                touched.add(part)
-            # part.add_done(entry.offset), inlined (once per completed root)
-            offset = entry.offset
-            part.pending.pop(offset, None)
-            if offset not in part.done:
-                part.done.add(offset)
-                heappush(part._done_heap, offset)
-            if part.position is None or offset >= part.position:
-                part.position = offset + 1
-            wait((now - entry.emitted_ms) / 1000.0)
-            keep(entry)
-        for part in touched:
-            part.compact_pending_heap()
-            part.commit_point()
+            if code >> SEQ_BITS != number:  # a batch's roots share their partition: one lookup a run
+                number = code >> SEQ_BITS
+                part = numbered[number]
+                offsets, attempts, records = [], [], []
+                runs.append((part.tp, offsets, attempts, records))
+                base, live, slot_roots, tokens = part.base, part.live, part.roots, part.tokens
+                slot_offsets, slot_attempts, emitted_ms = part.offsets, part.attempts, part.emitted_ms
+                slot_records = part.records
+            i = (code & _SEQ_MASK) - base
+            # part.finish(i), inlined (once per completed root); a completed slot was in flight: no reason kept
+            live[i] = 0
+            slot_roots[i] = 0
+            tokens[i] = 0
+            part.pending_count -= 1  # type: ignore[union-attr]
+            offsets.append(slot_offsets[i])
+            attempts.append(slot_attempts[i])
+            records.append(slot_records[i])
+            slot_records[i] = None
+            wait((now - emitted_ms[i]) / 1000.0)
+        done = len(waits)
+        for tp, *_ in runs:
+            self._partitions[tp].first_pending()
         self.stats.ignored_outcomes += ignored
-        self.stats.completed += len(done)
-        self.complete_latency.observe_many(waits)
-        return done
+        self.stats.completed += done
+        if waits:
+            self.complete_latency.observe_many(waits)
+        return runs
 
-    def _failed(self, entry: _Entry, reason: str, now_ms: int) -> OutcomeAction:
+    def _failed(self, part: _Partition, i: int, reason: str, now_ms: int) -> OutcomeAction:
         """Retry path shared by acker outcomes and backstop expiry; the offset stays pending."""
-        root, entry.root = entry.root, None
-        entry.reason = reason
-        entry.token = next(self._tokens)
-        if self.max_retries is None or entry.attempt <= self.max_retries:
-            entry.state = _State.RETRY
-            due = now_ms + self.backoff.delay_ms(entry.attempt)
-            heapq.heappush(self._retries, (due, entry.token, entry))
-            return OutcomeAction(ActionKind.REDELIVER, entry.tp, entry.offset, entry.attempt, reason, due, root)
-        entry.state = _State.DEAD_LETTER
-        return OutcomeAction(ActionKind.DEAD_LETTER, entry.tp, entry.offset, entry.attempt, reason, None, root)
+        root, part.roots[i] = part.roots[i], 0
+        seq = part.base + i
+        part.reasons[seq] = reason
+        token = part.tokens[i] = next(self._tokens)
+        attempt, offset = part.attempts[i], part.offsets[i]
+        if self.max_retries is None or attempt <= self.max_retries:
+            part.states[i] = _RETRY
+            due = now_ms + self.backoff.delay_ms(attempt)
+            heapq.heappush(self._retries, (due, token, part, seq))
+            return OutcomeAction(ActionKind.REDELIVER, part.tp, offset, attempt, reason, due, root)
+        part.states[i] = _DEAD_LETTER_STATE
+        return OutcomeAction(ActionKind.DEAD_LETTER, part.tp, offset, attempt, reason, None, root)
 
     def give_up(self, tp: TopicPartition, offset: int, reason: str) -> OutcomeAction | None:
         """Dead-letter a record waiting for its redelivery now (a poison pill: ``fail(retry=False)``),
@@ -549,25 +602,37 @@ class InFlightTracker:
         Returns the DEAD_LETTER action, or None when ``offset`` is not waiting for a redelivery.
         """
         part = self._partitions.get(tp)
-        entry = part.pending.get(offset) if part is not None else None
-        if entry is None or entry.state not in (_State.RETRY, _State.REDELIVERING):
+        i = part.pending_index(offset) if part is not None else -1
+        if i < 0 or part is None or part.states[i] not in (_RETRY, _REDELIVERING):
             return None
-        entry.state = _State.DEAD_LETTER
-        entry.reason = reason
-        entry.token = next(self._tokens)  # its queued retry is stale now
-        return OutcomeAction(ActionKind.DEAD_LETTER, entry.tp, entry.offset, entry.attempt, reason)
+        part.states[i] = _DEAD_LETTER_STATE
+        part.reasons[part.base + i] = reason
+        part.tokens[i] = next(self._tokens)  # its queued retry is stale now
+        return OutcomeAction(ActionKind.DEAD_LETTER, part.tp, offset, part.attempts[i], reason)
 
     def reset_timeout(self, root: int) -> bool:
         """Push the backstop deadline of ``root`` (Storm's resetTimeout); False if not held."""
-        entry = self._roots.get(root)
-        if entry is None:
+        code = self._roots.get(root)
+        if code is None:
             return False
-        entry.token = next(self._tokens)
+        part, i = self._slot(code)
+        token = part.tokens[i] = next(self._tokens)
         if self._backstop_ms is not None:
-            self._backstop.append((self._clock() + self._backstop_ms, entry.token, entry))
+            seq = part.base + i
+            self._backstop.append((self._clock() + self._backstop_ms, token, part, seq, seq + 1))
+            self._compact_backstop()
         return True
 
     # -- time --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _retry_slot(item: tuple[int, int, _Partition, int]) -> int:
+        """The slot a retry item still schedules, or -1 when it is stale."""
+        _, token, part, seq = item
+        i = seq - part.base
+        if not part.alive or i < 0 or part.tokens[i] != token or not part.live[i]:
+            return -1
+        return i
 
     def due_redeliveries(self, now_ms: int | None = None, *, limit: int | None = None) -> list[Redelivery]:
         """Records whose backoff has elapsed, oldest due first; each is handed out once.
@@ -578,13 +643,16 @@ class InFlightTracker:
         """
         now = self._clock() if now_ms is None else now_ms
         out: list[Redelivery] = []
-        while self._retries and self._retries[0][0] <= now and (limit is None or len(out) < limit):
-            _, token, entry = heapq.heappop(self._retries)
-            if entry.token != token:
+        retries = self._retries
+        while retries and retries[0][0] <= now and (limit is None or len(out) < limit):
+            item = heapq.heappop(retries)
+            i = self._retry_slot(item)
+            if i < 0:
                 continue
-            entry.state = _State.REDELIVERING
-            entry.token = next(self._tokens)
-            out.append(Redelivery(entry.tp, entry.offset, entry.attempt + 1, entry.reason))
+            part = item[2]
+            part.states[i] = _REDELIVERING
+            part.tokens[i] = next(self._tokens)
+            out.append(Redelivery(part.tp, part.offsets[i], part.attempts[i] + 1, part.reasons.get(item[3], "")))
         self.stats.redelivered += len(out)
         return out
 
@@ -595,21 +663,21 @@ class InFlightTracker:
         actions: list[OutcomeAction] = []
         queue = self._backstop
         while queue and queue[0][0] <= now:
-            _, token, entry = queue.popleft()
-            if entry.token != token or entry.root is None:  # stale: settled or re-emitted since queued
-                continue
-            del self._roots[entry.root]
-            self.stats.backstop_expired += 1
-            actions.append(self._failed(entry, BACKSTOP_REASON, now))
+            item = queue.popleft()
+            part = item[2]
+            for i in list(self._backstop_slots(item)):  # stale ones (settled or re-emitted since) skipped
+                del self._roots[part.roots[i]]
+                self.stats.backstop_expired += 1
+                actions.append(self._failed(part, i, BACKSTOP_REASON, now))
         return actions
 
     def next_due_ms(self) -> int | None:
         """Earliest time at which ``due_redeliveries`` or ``expire_backstop`` has work (None: no
         work scheduled): the shell may sleep until then."""
         retries, queue = self._retries, self._backstop
-        while retries and retries[0][2].token != retries[0][1]:
+        while retries and self._retry_slot(retries[0]) < 0:
             heapq.heappop(retries)
-        while queue and queue[0][2].token != queue[0][1]:
+        while queue and next(iter(self._backstop_slots(queue[0])), None) is None:
             queue.popleft()
         times = [retries[0][0]] if retries else []
         if queue:
@@ -648,8 +716,7 @@ class InFlightTracker:
         part = self._partitions.get(tp)
         if part is None:
             return []
-        point = part.commit_point()
-        return sorted(o for o in part.done if point is None or o > point)
+        return part.done_above(part.commit_point())
 
     def pending_summary(self) -> dict[TopicPartition, tuple[int, int, int, int]]:
         """Per partition with pending offsets: ``(pending, retrying, oldest offset, its first
@@ -657,12 +724,13 @@ class InFlightTracker:
         write. O(pending): for the periodic status snapshot, not the hot path."""
         summary = {}
         for tp, part in list(self._partitions.items()):
-            entries = list(part.pending.values())
-            if not entries:
+            slots = part.pending_slots()
+            if not slots:
                 continue
-            oldest = min(entries, key=lambda entry: entry.offset)
-            retrying = sum(1 for entry in entries if entry.state is not _State.IN_FLIGHT)
-            summary[tp] = (len(entries), retrying, oldest.offset, oldest.first_ms)
+            states = part.states
+            retrying = sum(1 for i in slots if states[i] != _IN_FLIGHT)
+            oldest = slots[0]
+            summary[tp] = (len(slots), retrying, part.offsets[oldest], part.first_ms[oldest])
         return summary
 
     def now_ms(self) -> int:
@@ -672,12 +740,36 @@ class InFlightTracker:
     def is_pending(self, tp: TopicPartition, offset: int) -> bool:
         """True while ``offset`` of ``tp`` is emitted and not done (in flight, failed or dead-lettering)."""
         part = self._partitions.get(tp)
-        return part is not None and offset in part.pending
+        return part is not None and part.pending_index(offset) >= 0
 
     def pending_offsets(self, tp: TopicPartition) -> list[int]:
-        """Offsets of ``tp`` not done yet, ascending (O(n log n): for inspection and tests)."""
+        """Offsets of ``tp`` not done yet, ascending (for inspection and tests)."""
         part = self._partitions.get(tp)
-        return [] if part is None else sorted(part.pending)
+        return [] if part is None else part.pending_offsets()
+
+    def record(self, tp: TopicPartition, offset: int) -> object:
+        """What :meth:`emitted` kept for ``offset`` while it is pending, else None."""
+        part = self._partitions.get(tp)
+        i = part.pending_index(offset) if part is not None else -1
+        return None if i < 0 or part is None else part.records[i]
+
+    def forget_record(self, tp: TopicPartition, offset: int) -> object:
+        """:meth:`record`, no longer kept (the offset stays pending)."""
+        part = self._partitions.get(tp)
+        i = part.pending_index(offset) if part is not None else -1
+        if i < 0 or part is None:
+            return None
+        record, part.records[i] = part.records[i], None
+        return record
+
+    def records_held(self) -> list[tuple[TopicPartition, int]]:
+        """``(tp, offset)`` of every pending offset with a record kept (O(pending): not the hot path)."""
+        return [
+            (tp, part.offsets[i])
+            for tp, part in self._partitions.items()
+            for i in part.pending_slots()
+            if part.records[i] is not None
+        ]
 
     def unsettled(self, tp: TopicPartition) -> list[tuple[int, int, bool]]:
         """``(offset, attempt, failed)`` of the pending offsets of ``tp`` that a successor must
@@ -686,8 +778,9 @@ class InFlightTracker:
         part = self._partitions.get(tp)
         if part is None:
             return []
+        offsets, attempts, states = part.offsets, part.attempts, part.states
         return [
-            (offset, entry.attempt, entry.state is not _State.IN_FLIGHT)
-            for offset, entry in sorted(part.pending.items())
-            if entry.attempt > 1 or entry.state is not _State.IN_FLIGHT
+            (offsets[i], attempts[i], states[i] != _IN_FLIGHT)
+            for i in part.pending_slots()
+            if attempts[i] > 1 or states[i] != _IN_FLIGHT
         ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Any, cast
 
 from reliable_kafka.codec import ParkedRecord
@@ -55,7 +55,7 @@ class DeadLetters:
     topics: TopologyTopics
     tracker: InFlightTracker
     stats: Any  # RootStats, or a spout's own stats object with its fields
-    records: dict[RecordKey, object]
+    records: MutableMapping[RecordKey, object]
     producer: Producer | None
     reread: Callable[[list[RecordKey]], None] | None
     max_dead_letter_ratio: float | None

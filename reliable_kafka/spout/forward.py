@@ -61,8 +61,10 @@ class ForwardingShell(SpoutShell):
         """
         producer, stats, tracker = self._producer, self.stats, self.tracker
         assert producer is not None and self._acks is not None  # made by start()
-        should_skip, records = tracker.should_skip, self._roots.records
-        tracked: dict[TopicPartitionKey, tuple[list[int], list[int]]] = {}
+        should_skip = tracker.should_skip
+        # per partition: offsets, roots and the messages (kept by the tracker: a SourceRecord is made
+        # only if one is asked for, for a redelivery, a dead letter or a completion hook)
+        tracked: dict[TopicPartitionKey, tuple[list[int], list[int], list[Message]]] = {}
         unseen: dict[TopicPartitionKey, int] = {}  # per partition: offsets from here on are new, not skipped
         roots: list[int] = []
         edges: list[int] = []
@@ -73,8 +75,8 @@ class ForwardingShell(SpoutShell):
                     self._consumer_error(message)
                     continue
                 read += 1
-                record = _source_record(message)
-                key, offset = (record.topic, record.partition), record.offset
+                key = cast(TopicPartitionKey, (message.topic(), message.partition()))  # consumed: never None
+                offset = cast(int, message.offset())
                 first_unseen = unseen.get(key)
                 if first_unseen is None:
                     first_unseen = unseen[key] = tracker.first_unseen(key)
@@ -82,45 +84,46 @@ class ForwardingShell(SpoutShell):
                     stats.skipped_done += 1
                     continue
                 root, edge = new_id(), new_id()
+                value, record_key, record_headers = message.value(), message.key(), message.headers()
                 try:
-                    if record.headers:  # the user's headers, forwarded without any rk-anchors of theirs
+                    if record_headers:  # the user's headers, forwarded without any rk-anchors of theirs
                         produce_tuple(
                             producer,
                             topic,
-                            record.value,
-                            key=record.key,
-                            headers=record.headers,
+                            value,
+                            key=record_key,
+                            headers=record_headers,
                             partition=None,
                             anchors={root: edge},
                         )
                     else:
                         headers: list[tuple[str, str | bytes | None]] = [(_ANCHORS, encode_one_anchor(root, edge))]
                         try:  # once per record: produce_headers inlined, its queue-full and error paths left to it
-                            producer.produce(topic, record.value, record.key, -1, None, None, 0, headers)
+                            producer.produce(topic, value, record_key, -1, None, None, 0, headers)
                         except (BufferError, KafkaException):
-                            produce_headers(producer, topic, record.value, record.key, None, headers)
+                            produce_headers(producer, topic, value, record_key, None, headers)
                 except (ProducerUnusable, AuthorizationError):
                     raise
                 except Exception:  # nothing was produced: the handler's error path decides (logs, fails it)
                     earlier = tracked.pop(key, None)
                     if earlier is not None:  # registered first: the tracker takes a partition's offsets in order
-                        self._roots.track_many(key, *earlier, attempt=1)
-                    self._process(record)
+                        self._roots.track_many(key, earlier[0], earlier[1], 1, earlier[2])
+                    self._process(_source_record(message))
                     continue
                 emitted += 1
-                pair = tracked.get(key)
-                if pair is None:
-                    pair = tracked[key] = ([], [])
-                pair[0].append(offset)
-                pair[1].append(root)
-                records[(key, offset)] = record
+                batch = tracked.get(key)
+                if batch is None:
+                    batch = tracked[key] = ([], [], [])
+                batch[0].append(offset)
+                batch[1].append(root)
+                batch[2].append(message)
                 roots.append(root)
                 edges.append(edge)  # the root's INIT val: the XOR of its one tuple's edge
         finally:
             stats.read += read
             stats.emitted += emitted
-            for key, (offsets, key_roots) in tracked.items():
-                self._roots.track_many(key, offsets, key_roots, attempt=1)
+            for key, (offsets, key_roots, kept) in tracked.items():
+                self._roots.track_many(key, offsets, key_roots, 1, kept)
             self._acks.extend(_INIT, roots, edges)
             if roots:
                 self.output_topics.add(topic)

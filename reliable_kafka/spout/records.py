@@ -130,6 +130,12 @@ def _source_record(message: Message) -> SourceRecord:
     return record
 
 
+def source_record_of(kept: object) -> SourceRecord:
+    """What the spout kept with a tracked offset as its :class:`SourceRecord`: the consumed message
+    (the default handler's batch path keeps it) made into one, or the record itself."""
+    return kept if type(kept) is SourceRecord else _source_record(cast(Message, kept))
+
+
 def with_attempt(record: SourceRecord, attempt: int) -> SourceRecord:
     """``record`` again, as its ``attempt``-th delivery (a redelivery)."""
     return SourceRecord(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import cast
 
 from confluent_kafka import Consumer, TopicPartition
@@ -51,7 +51,7 @@ class SourceRereader:
         group_id: str,
         kafka_config: dict,
         clients=None,
-        records: dict,
+        records: MutableMapping,
         to_record: Callable,
         gone: Callable[[TopicPartitionKey, int, str], None],
         batch_size: int = 500,

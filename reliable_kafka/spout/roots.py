@@ -14,10 +14,11 @@ the base of :class:`RootOwner`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, cast
 
@@ -46,7 +47,7 @@ from reliable_kafka.topology import TopologyTopics
 if TYPE_CHECKING:
     from confluent_kafka import Producer
 
-__all__ = ["RootOwner", "RootStats", "POISON_PILL", "GONE_REASON", "check_guard_config"]
+__all__ = ["RootOwner", "HeldRecords", "RootStats", "POISON_PILL", "GONE_REASON", "check_guard_config"]
 
 log = logging.getLogger(__name__)
 _DONE = ActionKind.DONE  # an enum member read through its class is ~0.17 us on 3.11: once per root
@@ -67,6 +68,50 @@ class RootStats:
     committed: dict[TopicPartitionKey, int] = field(default_factory=dict)
 
 
+class HeldRecords(MutableMapping[RecordKey, object]):
+    """:attr:`RootOwner.records`: ``((topic, partition), offset)`` -> the source record, while its
+    offset is pending. A record the spout tracked with its offset is kept by the tracker in its
+    columns (no dict entry or key tuple a root) and made into a source record (``to_record``) only
+    when asked for; records put here (read again by offset, for a dead letter) are in ``read_again``."""
+
+    def __init__(self, tracker: InFlightTracker, to_record: Callable[[object], object] | None = None) -> None:
+        self.read_again: dict[RecordKey, object] = {}
+        self._tracker = tracker
+        self._to_record = to_record
+
+    def to_record(self, kept: object) -> object:
+        return kept if self._to_record is None else self._to_record(kept)
+
+    def __getitem__(self, key: RecordKey) -> object:
+        record = self.read_again.get(key)
+        if record is None:
+            record = self._tracker.record(*key)
+            if record is None:
+                raise KeyError(key)
+            record = self.to_record(record)
+        return record
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.read_again or self._tracker.record(*cast(RecordKey, key)) is not None
+
+    def __setitem__(self, key: RecordKey, record: object) -> None:
+        self.read_again[key] = record
+
+    def __delitem__(self, key: RecordKey) -> None:
+        found = self.read_again.pop(key, None) is not None
+        if self._tracker.forget_record(*key) is None and not found:
+            raise KeyError(key)
+
+    def __iter__(self) -> Iterator[RecordKey]:
+        keys = list(self.read_again)
+        seen = set(keys)
+        keys.extend(key for key in self._tracker.records_held() if key not in seen)
+        return iter(keys)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class RootOwner(DeadLetters):
     """Tracker, outcomes, redelivery, dead letters, their guard, root index and commit point.
 
@@ -77,6 +122,8 @@ class RootOwner(DeadLetters):
     ``lock`` (optional) guards the tracker when several threads share it (the Spark driver).
     ``clock`` (:mod:`reliable_kafka.core.clock`) stamps attempts and dead letters; the tracker has its own.
     ``on_completed(records)``: called with the held records whose trees completed, a list per outcome batch.
+    ``to_record``: makes what the spout kept with an offset (``track_many(records=...)``, e.g. the
+    consumed message) into its source record, when one is asked for (:class:`HeldRecords`).
     ``read_failure_reasons``: look up why a root FAILED in ``<topology>.failures`` (a consumer made
     at the first FAILED outcome); without it, only local failures give reasons.
     """
@@ -98,6 +145,7 @@ class RootOwner(DeadLetters):
         reason_with_attempts: bool = True,
         read_failure_reasons: bool = True,
         on_completed: Callable[[list], None] | None = None,
+        to_record: Callable[[object], object] | None = None,
         lock=None,
         clock: Clock = time,
     ) -> None:
@@ -110,7 +158,7 @@ class RootOwner(DeadLetters):
         self.clients = clients  # the component's client factory (None: confluent-kafka)
         self._clock = clock
         self.stats = stats if stats is not None else RootStats()
-        self.records: dict[RecordKey, object] = {}
+        self.records: HeldRecords = HeldRecords(tracker, to_record)
         self.producer: Producer | None = None  # set by use_producer before anything is written
         self.listener: OutcomeListener | None = None
         self.root_index: RootIndex | None = None
@@ -178,15 +226,16 @@ class RootOwner(DeadLetters):
 
     def track(self, key: TopicPartitionKey, offset: int, root: int, attempt: int, record=None) -> None:
         """``root`` now stands for the record at ``key``@``offset`` (its INIT is the spout's)."""
-        self.tracker.emitted(key, offset, root=root, attempt=attempt)
-        if record is not None:
-            self.records[(key, offset)] = record
+        self.tracker.emitted(key, offset, root=root, attempt=attempt, record=record)
         if self.root_index is not None:
             self.root_index.add(key, offset, root)
 
-    def track_many(self, key: TopicPartitionKey, offsets: list[int], roots: list[int], attempt: int) -> None:
-        """:meth:`track` for a batch of records of ``key`` (no records kept)."""
-        self.tracker.emitted_many(key, offsets, roots, attempt=attempt)
+    def track_many(
+        self, key: TopicPartitionKey, offsets: list[int], roots: list[int], attempt: int, records: list | None = None
+    ) -> None:
+        """:meth:`track` for a batch of records of ``key``; ``records`` (one an offset, or None: none
+        kept) are kept by the tracker with their offsets, in its columns."""
+        self.tracker.emitted_many(key, offsets, roots, attempt=attempt, records=records)
         if self.root_index is not None:
             self.root_index.add_many(key, offsets, roots)
 
@@ -207,7 +256,7 @@ class RootOwner(DeadLetters):
             tracker = self.tracker
             for roots, kinds in batches:
                 if not (kinds != _COMPLETED_VALUE).any():  # the usual record: its roots done with one call
-                    self._done_many(tracker.complete_many(roots))
+                    self._done_runs(tracker.complete_runs(roots))
                     continue
                 completed: list[int] = []  # a run of COMPLETED roots, done together (in order with the rest)
                 for root, kind in zip(roots, map(_OUTCOME_KIND, kinds.tolist())):
@@ -215,11 +264,11 @@ class RootOwner(DeadLetters):
                         completed.append(root)
                         continue
                     if completed:
-                        self._done_many(tracker.complete_many(completed))
+                        self._done_runs(tracker.complete_runs(completed))
                         completed = []
                     self.act(tracker.on_outcome(root, kind))
                 if completed:
-                    self._done_many(tracker.complete_many(completed))
+                    self._done_runs(tracker.complete_runs(completed))
             for action in self.tracker.expire_backstop():
                 self.act(action)
 
@@ -250,20 +299,24 @@ class RootOwner(DeadLetters):
         if attempt > 1:
             self._attempts.pop(record_key, None)
 
-    def _done_many(self, entries) -> None:
-        """:meth:`_done` for each tracker entry whose tree completed (one outcome batch)."""
-        self.stats.completed += len(entries)
-        pop = self.records.pop
-        records = [pop((entry.tp, entry.offset), None) for entry in entries]
-        if self._on_completed is not None:
-            kept = [record for record in records if record is not None]
-            if kept:
-                self._on_completed(kept)
-        if self._attempts:  # retries only: attempt histories of records that needed more than one
-            attempts = self._attempts
-            for entry in entries:
-                if entry.attempt > 1:
-                    attempts.pop((entry.tp, entry.offset), None)
+    def _done_runs(self, runs) -> None:
+        """:meth:`_done` for each record of the tracker's ``complete_runs`` (one outcome batch): per
+        partition, the offsets done, their attempts and the records kept with them, in columns."""
+        read_again, attempts_held, hooked = self.records.read_again, self._attempts, self._on_completed is not None
+        kept: list = []
+        for tp, offsets, attempts, records in runs:
+            self.stats.completed += len(offsets)
+            if hooked:
+                kept.extend(record for record in records if record is not None)
+            if read_again:  # records read again for a dead letter whose root completed meanwhile
+                found = map(read_again.pop, zip(itertools.repeat(tp), offsets), itertools.repeat(None))
+                kept.extend(record for record in found if record is not None)
+            if attempts_held and max(attempts) > 1:  # retries only: histories of records that needed more than one
+                for offset, attempt in zip(offsets, attempts):
+                    if attempt > 1:
+                        attempts_held.pop((tp, offset), None)
+        if kept and self._on_completed is not None:
+            self._on_completed(list(map(self.records.to_record, kept)))
 
     def _note_attempt(self, action: OutcomeAction) -> OutcomeAction | None:
         """Failure path only: remember why this attempt ended. A poison pill skips its retries: the

@@ -25,7 +25,7 @@ from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple
 from reliable_kafka.lifecycle import Pollable, run_until_stopped
 from reliable_kafka.ops.failures import FailureRecord
-from reliable_kafka.spout.records import SourceRecord, SpoutCollector, SpoutStats, forward_to
+from reliable_kafka.spout.records import SourceRecord, SpoutCollector, SpoutStats, forward_to, source_record_of
 from reliable_kafka.spout.roots import RootOwner, check_guard_config
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 
@@ -139,6 +139,7 @@ class SpoutShell:
             if type(self)._completed is SpoutShell._completed
             and type(self)._completed_many is SpoutShell._completed_many
             else self._completed_many,
+            to_record=source_record_of,
             clock=clock,
         )  # a SourceRecord
         self._collector = SpoutCollector(self)

@@ -3,6 +3,8 @@ the same tuples, INITs, tracked offsets and error paths as the record-by-record 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -176,5 +178,34 @@ def test_completion_hooks_get_each_completed_record_once():
         assert (spout._roots._on_completed is None) == (spout_class is Spout)
         spout._process_messages(_messages())
         roots = list(_init_entries(spout))
-        spout._roots._done_many(spout.tracker.complete_many(roots))
+        spout._roots._done_runs(spout.tracker.complete_runs(roots))
         assert seen == expected and spout.stats.completed == 5 and not spout._roots.records
+
+
+def test_the_tracker_keeps_the_messages_and_a_redelivery_or_dead_letter_gets_their_source_records():
+    """The batch path keeps each consumed message with its offset in the tracker's columns, no
+    SourceRecord a root; one is made when asked for: a redelivery (as the next attempt) or a dead
+    letter gets the record it would have got from the record-by-record path. Done or revoked,
+    nothing is kept."""
+    from reliable_kafka.core.kinds import OutcomeKind
+    from reliable_kafka.spout.records import SourceRecord, _source_record
+
+    producer = RecordingProducer()
+    spout = _spout(producer)
+    messages = _messages([("trace", b"t1")], count=3)
+    spout._process_messages(messages)
+    roots = list(_init_entries(spout))
+    tp = ("src", 0)
+    assert [spout.tracker.record(tp, o) for o in range(3)] == messages  # the messages themselves
+    assert spout._roots.records[(tp, 1)] == _source_record(messages[1])
+    assert type(spout._roots.records[(tp, 1)]) is SourceRecord
+    spout._roots.act(spout.tracker.on_outcome(roots[1], OutcomeKind.FAILED))
+    spout.tracker._clock = lambda: 10**12  # the backoff elapsed
+    spout._redeliver_due()
+    assert spout.stats.replayed == 1 and len(producer.sent) == 4
+    redelivered = spout._roots.records[(tp, 1)]
+    assert redelivered == dataclasses.replace(_source_record(messages[1]), attempt=2)
+    spout._roots._done_runs(spout.tracker.complete_runs([roots[0]]))
+    assert (tp, 0) not in spout._roots.records and sorted(spout._roots.records) == [(tp, 1), (tp, 2)]
+    spout._roots.forget(tp)
+    assert not spout._roots.records

@@ -622,8 +622,7 @@ def test_one_stuck_offset_keeps_internal_queues_bounded():
         tracker.on_outcome(tracker.emitted(TP, off), COMPLETED)
     assert tracker.commit_point(TP) == 0
     assert len(tracker.done_above(TP)) == 20_000  # inherent: they must be remembered
-    part = tracker._partitions[TP]
-    assert len(part._pending_heap) <= 2 * len(part.pending) + 64
+    assert tracker._partitions[TP].pending_count == 1
     assert len(tracker._backstop) <= 2 * tracker.pending_roots() + 1024
 
 
@@ -1031,27 +1030,35 @@ def test_completed_action_is_the_dataclass_one():
         made.offset = 1
 
 
+@settings(max_examples=60, deadline=None)
 @given(
     st.one_of(st.none(), st.integers(0, 5)),
-    st.lists(st.integers(0, 40), max_size=30),
-    st.lists(st.lists(st.integers(0, 45), max_size=15), max_size=5),
+    st.sets(st.integers(0, 3000), max_size=1500),
+    st.lists(st.tuples(st.integers(0, 3005), st.integers(0, 1500)), max_size=5),
 )
-def test_add_done_of_a_batch_then_one_commit_point_is_mark_done_of_each(committed, pending, batches):
-    """The outcome batch path (``add_done`` per offset, one ``commit_point`` after) leaves a
-    partition exactly as ``mark_done`` of each offset: commit point, pending and done offsets."""
-    from reliable_kafka.core.pending import PartitionOffsets, PendingOffset
+def test_columns_registered_in_bulk_and_done_in_batches_are_slot_by_slot(committed, pending, batches):
+    """A partition's columns filled with one ``extend`` and marked done a batch at a time, with one
+    ``commit_point`` after each batch, hold what ``append`` and ``mark_done`` plus ``commit_point``
+    of each offset give: commit point, pending and done offsets, position (the done prefix dropped
+    or not)."""
+    from reliable_kafka.core.pending import PartitionOffsets
 
     each, batched = PartitionOffsets(committed), PartitionOffsets(committed)
-    for offset in pending:
-        each.add_pending(PendingOffset(TP, offset))
-        batched.add_pending(PendingOffset(TP, offset))
-    for batch in batches:
-        for offset in batch:
+    offsets = sorted(o for o in pending if committed is None or o >= committed)
+    for offset in offsets:
+        each.append(offset, offset + 1, 1, 1, 0)
+    if offsets:
+        batched.extend(offsets, [offset + 1 for offset in offsets], 1, 1, 0)
+    for start, length in batches:
+        for offset in range(start, start + length):
             each.mark_done(offset)
-            batched.add_done(offset)
-        assert batched.commit_point() == each.commit_point()
-        assert batched.pending.keys() == each.pending.keys()
-        assert batched.done == each.done and batched.position == each.position
+            each.commit_point()
+            batched.mark_done(offset)
+        point = batched.commit_point()
+        assert point == each.commit_point()
+        assert batched.pending_offsets() == each.pending_offsets()
+        assert batched.done_above(point) == each.done_above(point)
+        assert batched.position == each.position and batched.pending_count == each.pending_count
 
 
 # -- registration order ------------------------------------------------------------------------
