@@ -172,6 +172,77 @@ def test_an_emptied_id_pool_is_refilled_by_the_inlined_emit(monkeypatch):
     assert reduce(lambda a, b: a ^ b, edges, 9 ^ val) == 0
 
 
+_ADDS = st.lists(  # how entries reach a packer: one at a time, a list batch, or a batch of NumPy columns
+    st.tuples(
+        st.sampled_from(["add", "lists", "columns"]),
+        st.sampled_from(list(EventKind)),
+        st.lists(st.tuples(NONZERO, INT64), max_size=6),
+    ),
+    max_size=8,
+)
+
+
+@given(_ADDS, st.sampled_from([1, 3]))
+def test_packer_keeps_entries_in_the_order_added_whether_lists_or_columns(adds, partitions):
+    """A bolt's batch of ACKs comes as int64 columns; FAILs and others come one at a time: the
+    packer gives them back per partition in the order added, as if each had been added alone."""
+    one, mixed = AckPacker(ack_partitions=partitions), AckPacker(ack_partitions=partitions)
+    for how, kind, entries in adds:
+        for root, val in entries:
+            one.add(kind, root, val)
+        roots, vals = [root for root, _ in entries], [val for _, val in entries]
+        if how == "add":
+            for root, val in entries:
+                mixed.add(kind, root, val)
+        elif how == "lists":
+            mixed.extend(kind, roots, vals)
+        else:
+            mixed.extend(kind, np.array(roots, dtype=np.int64), np.array(vals, dtype=np.int64))
+    assert len(mixed) == len(one)
+    drained_one, drained_mixed = one.drain(), mixed.drain()
+    assert len(mixed) == 0 and mixed.drain() == {}
+    assert drained_one.keys() == drained_mixed.keys()
+    for partition, columns in drained_one.items():
+        assert [column.dtype for column in drained_mixed[partition]] == [np.uint8, np.int64, np.int64]
+        assert [column.tolist() for column in drained_mixed[partition]] == [column.tolist() for column in columns]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["v2", "v1", "several"]),
+            st.dictionaries(NONZERO, INT64, min_size=2, max_size=3),
+            st.integers(min_value=0, max_value=3),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_loops_ack_entries_are_collector_ack_of_each_tuple(records):
+    """The per-tuple loop keeps each acked tree as its one-pair v2 value and reads the batch's
+    entries as columns: the same entries, in the same order, as ``collector.ack`` per tuple."""
+    messages, expected = [], []
+
+    def emit_some(tuple_, collector):
+        for i in range(records[tuple_.offset][2]):
+            collector.emit("out", b"%d" % i)
+        expected.extend((int(EventKind.ACK), root, edge ^ tuple_.ack_val) for root, edge in tuple_.anchors.items())
+
+    for offset, (how, anchors, _) in enumerate(records):
+        one = dict(list(anchors.items())[:1])
+        raw = {
+            "v2": lambda: codec.encode_anchors(one),
+            "v1": lambda: anchors_codec._encode_anchors_v1(one),
+            "several": lambda: codec.encode_anchors(anchors),
+        }[how]()
+        headers = [(codec.ANCHORS_HEADER, raw)]
+        messages.append(new_message(topic="in", partition=0, offset=offset, key=b"k", value=b"v", headers=headers))
+    bolt, _ = _bolt(emit_some)
+    bolt._process_batch(messages)
+    assert _entries(bolt) == expected
+    assert bolt._ack_pairs == [] and bolt._ack_owed == []  # the next batch starts empty
+
+
 def test_packer_extend_refuses_columns_of_different_lengths_and_drops_without_ackers():
     with pytest.raises(ArgumentError):
         AckPacker(ack_partitions=1).extend(EventKind.ACK, [1, 2], [3])
