@@ -255,6 +255,15 @@ def test_packer_extend_refuses_columns_of_different_lengths_and_drops_without_ac
     st.sampled_from([500.0, 0.003, 0.001]).flatmap(
         lambda top: st.lists(st.floats(min_value=0, max_value=top), max_size=200)
     )
+    # or a batch of fast calls with a few slow ones among them (a busy machine): only those searched;
+    # or with many (a slow handler's batch: NumPy searches them)
+    | st.sampled_from([(0, 5), (64, 100)]).flatmap(
+        lambda slow: st.tuples(
+            st.lists(st.floats(min_value=0, max_value=0.001), min_size=1, max_size=200),
+            st.lists(st.floats(min_value=0.001, max_value=500.0), min_size=slow[0], max_size=slow[1]),
+            st.randoms(use_true_random=False),
+        )
+    ).map(lambda parts: parts[2].sample(parts[0] + parts[1], len(parts[0]) + len(parts[1])))
 )
 def test_observe_many_is_observe_each(values):  # short lists bisect, long ones (>= 64) use NumPy
     one, many = LatencyHistogram(), LatencyHistogram()
