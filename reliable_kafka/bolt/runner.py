@@ -441,7 +441,7 @@ class Bolt:
                 else:
                     if basic:  # collector.ack(tuple_), its entries kept in the batch's lists (no call per tuple)
                         if root:  # one tree: the one-pair v2 value read above (a tuple's anchors do not change)
-                            add_pair(raw)
+                            add_pair(raw)  # type: ignore[arg-type]  # not None: root came from it
                             add_owed(tuple_.ack_val)
                         elif anchors := tuple_.anchors:
                             ack_val = tuple_.ack_val

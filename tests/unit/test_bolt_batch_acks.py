@@ -230,11 +230,12 @@ def test_the_loops_ack_entries_are_collector_ack_of_each_tuple(records):
 
     for offset, (how, anchors, _) in enumerate(records):
         one = dict(list(anchors.items())[:1])
-        raw = {
-            "v2": lambda: codec.encode_anchors(one),
-            "v1": lambda: anchors_codec._encode_anchors_v1(one),
-            "several": lambda: codec.encode_anchors(anchors),
-        }[how]()
+        if how == "v2":
+            raw = codec.encode_anchors(one)
+        elif how == "v1":
+            raw = anchors_codec._encode_anchors_v1(one)
+        else:
+            raw = codec.encode_anchors(anchors)
         headers = [(codec.ANCHORS_HEADER, raw)]
         messages.append(new_message(topic="in", partition=0, offset=offset, key=b"k", value=b"v", headers=headers))
     bolt, _ = _bolt(emit_some)
@@ -257,13 +258,15 @@ def test_packer_extend_refuses_columns_of_different_lengths_and_drops_without_ac
     )
     # or a batch of fast calls with a few slow ones among them (a busy machine): only those searched;
     # or with many (a slow handler's batch: NumPy searches them)
-    | st.sampled_from([(0, 5), (64, 100)]).flatmap(
+    | st.sampled_from([(0, 5), (64, 100)])
+    .flatmap(
         lambda slow: st.tuples(
             st.lists(st.floats(min_value=0, max_value=0.001), min_size=1, max_size=200),
             st.lists(st.floats(min_value=0.001, max_value=500.0), min_size=slow[0], max_size=slow[1]),
             st.randoms(use_true_random=False),
         )
-    ).map(lambda parts: parts[2].sample(parts[0] + parts[1], len(parts[0]) + len(parts[1])))
+    )
+    .map(lambda parts: parts[2].sample(parts[0] + parts[1], len(parts[0]) + len(parts[1])))
 )
 def test_observe_many_is_observe_each(values):  # short lists bisect, long ones (>= 64) use NumPy
     one, many = LatencyHistogram(), LatencyHistogram()
