@@ -159,10 +159,9 @@ class Bolt:
         self._failed_in_a_row = 0
         self._ends: dict[tuple[str, int], int] = {}  # of the batch in hand: partition -> next offset
         self._acks_sent_at = 0.0  # acks held while behind wait at most ACK_HOLD_S from here
-        self._ack_roots: list[int] = []  # ACK entries of the batch in hand (BasicBolt), packed after it
-        self._ack_vals: list[int] = []
-        # ...or, from the per-tuple loop, each acked tree as its one-pair v2 value (root, edge) and
-        # the tuple's ack val: read as NumPy columns after the batch, no Python int made per entry
+        # ACK entries of the batch in hand (BasicBolt), packed after it: each acked tree as its
+        # one-pair v2 value (root, edge) and the tuple's ack val, read as NumPy columns after the
+        # batch (no Python int made or converted per entry)
         self._ack_pairs: list[bytes] = []
         self._ack_owed: list[int] = []
         self._transactions: Transactions | None = None
@@ -340,15 +339,9 @@ class Bolt:
         finally:
             self.process_latency.observe_many(took)
             self.collector.current = None
-            acks, roots, vals = self._acks, self._ack_roots, self._ack_vals
-            pairs, owed = self._ack_pairs, self._ack_owed
-            if acks is not None:  # what BasicBolt acked in this batch, into the packer at once
-                if pairs:
-                    acks.extend(_ACK, *_ack_columns(pairs, owed))
-                if roots:
-                    acks.extend(_ACK, roots, vals)
-            roots.clear()
-            vals.clear()
+            acks, pairs, owed = self._acks, self._ack_pairs, self._ack_owed
+            if pairs and acks is not None:  # what BasicBolt acked in this batch, into the packer at once
+                acks.extend(_ACK, *_ack_columns(pairs, owed))
             pairs.clear()
             owed.clear()
 
@@ -365,9 +358,9 @@ class Bolt:
         kept_anchors: list[dict[int, int]] = []
         kept_headers: list = []
         kept_roots: list[int] = []
-        kept_edges: list[int] = []
+        kept_pairs: list = []  # each record's one-pair v2 value, None when it is not in one tree
         keep, keep_anchors, keep_headers = kept.append, kept_anchors.append, kept_headers.append
-        keep_root, keep_edge = kept_roots.append, kept_edges.append
+        keep_root, keep_pair = kept_roots.append, kept_pairs.append
         untracked = acked = 0
         # a batch comes a partition at a time: its next offset is noted per run of one partition's
         # records (a dict write per run, not per tuple)
@@ -423,7 +416,7 @@ class Bolt:
                     keep_anchors(anchors)
                     keep_headers(headers)
                     keep_root(root)
-                    keep_edge(edge if root else 0)
+                    keep_pair(raw if root else None)
                     continue
                 tuple_ = new_tuple(Tuple)  # Tuple(...) without its __init__ call (about 0.1 us a tuple)
                 tuple_.topic, tuple_.partition, tuple_.offset = topic, partition, offset
@@ -454,17 +447,18 @@ class Bolt:
                 started = now
             if kept:
                 batch_ = TupleBatch(kept, kept_anchors, kept_headers, kept_roots)
-                self._handle_batch(batch_, kept_roots, kept_edges, took)
+                self._handle_batch(batch_, kept_roots, kept_pairs, took)
         finally:
             if run_topic is not None:
                 ends[(run_topic, run_partition)] = run_end
             stats.untracked += untracked
             stats.acked += acked
 
-    def _handle_batch(self, batch: TupleBatch, roots: list[int], edges: list[int], took: list[float]) -> None:
+    def _handle_batch(self, batch: TupleBatch, roots: list[int], pairs: list, took: list[float]) -> None:
         """``batch_handler`` on one batch: acked when it returns (the entries ``collector.ack`` would
-        add for each tuple), every tuple failed when it raises. ``roots``/``edges``: each record's one
-        tree (root 0: untracked, or in several trees, read from its anchors)."""
+        add for each tuple), every tuple failed when it raises. ``roots``/``pairs``: each record's one
+        tree, and its one-pair v2 value (root 0 and None: untracked, or in several trees, read from
+        its anchors)."""
         count = len(batch)
         clock = self._clock.monotonic
         started = clock()
@@ -486,25 +480,22 @@ class Bolt:
                 self.collector.fail(tuple_, error=exc)
         else:
             made = batch._tuples  # only these can have emitted children (an emit names its input)
-            vals = edges
-            if any(tuple_.ack_val for tuple_ in made.values()):
-                vals = edges.copy()
-                for index, tuple_ in made.items():
-                    vals[index] ^= tuple_.ack_val
+            owed = [0] * count  # each record's ack val (read as columns with its pair, as the loop's)
+            for index, tuple_ in made.items():
+                owed[index] = tuple_.ack_val
             if 0 in roots:  # untracked records (no entry) or records in several trees (one per tree)
-                add_root, add_val = self._ack_roots.append, self._ack_vals.append
+                add_pair, add_owed = self._ack_pairs.append, self._ack_owed.append
                 for index, root in enumerate(roots):
                     if root:
-                        add_root(root)
-                        add_val(vals[index])
+                        add_pair(pairs[index])
+                        add_owed(owed[index])
                     elif anchors := batch._anchors[index]:
-                        ack_val = made[index].ack_val if index in made else 0
                         for root, edge in anchors.items():
-                            add_root(root)
-                            add_val(edge ^ ack_val)
+                            add_pair(_pack_one(_V2, 32, root, edge))
+                            add_owed(owed[index])
             else:  # every record in one tree: the columns are the entries
-                self._ack_roots.extend(roots)
-                self._ack_vals.extend(vals)
+                self._ack_pairs.extend(pairs)
+                self._ack_owed.extend(owed)
             self.stats.acked += count
         finally:
             took.extend([(clock() - started) / count] * count)  # each tuple's share of the call

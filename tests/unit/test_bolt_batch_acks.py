@@ -116,7 +116,7 @@ def test_acks_of_a_batch_cut_short_by_an_error_are_still_packed():
     with pytest.raises(Stop):
         bolt._process_batch([_message(0, {1: 10}), _message(1, {2: 20})])
     assert _entries(bolt) == [(EventKind.ACK, 1, 10)]
-    assert bolt._ack_roots == [] and bolt._ack_vals == []  # the next batch starts empty
+    assert bolt._ack_pairs == [] and bolt._ack_owed == []  # the next batch starts empty
 
 
 @given(root=INT64, edge=INT64)
