@@ -8,14 +8,25 @@ Each figure is microseconds of CPU time of this process per tuple, best of ``--r
 ``bare`` is the same handler called in a plain loop over the same messages (what any consumer
 pays). Prints figures, asserts nothing. Usage: ``./rk bench bolt_overhead [--batches N]``.
 Compare versions by running this file with ``PYTHONPATH`` set to another checkout.
+
+``--broker`` (an embedded broker; or ``--bootstrap-servers H:P``) measures what the in-process
+figures leave out: one bolt process reading a prefilled topic (``--records`` words with one
+``rk-anchors`` pair each, 8 words a root as the split writes them, or a split's sentences), the
+count and split of the word count as ``plain`` confluent-kafka loops, untracked (``off``) and
+tracked bolts, each in a fresh process: us of CPU per input record of the loop's thread and of
+the whole process (librdkafka's threads), and where the loop thread's went (consume, the batch
+loop with the handler, the ack records, the flush) from ``thread_time`` around each step.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from reliable_kafka import codec
@@ -91,7 +102,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--broker", action="store_true", help="bolt processes on a real broker (see above)")
+    parser.add_argument("--bootstrap-servers", default=None, help="--broker on this broker instead of a new one")
+    parser.add_argument("--records", type=int, default=200_000, help="--broker: words read by a count")
+    parser.add_argument("--configs", default="plain,off,tracked", help="--broker: of plain,off,tracked")
+    parser.add_argument("--roles", default="count,split", help="--broker: of count,split")
+    parser.add_argument("--rounds", type=int, default=1, help="--broker: rounds of every role and config")
     args = parser.parse_args()
+    if args.broker or args.bootstrap_servers:
+        on_broker(args)
+        return
     counts: dict[bytes, int] = defaultdict(int)
     bolt = _bolt(counts)
     try:  # a checkout from before batch_handler has none
@@ -148,6 +168,227 @@ def main() -> None:
         per_input = per_tuple_us(split_batch, max(1, args.batches // 8), args.repeat)
         label = "tracked" if tracked else "untracked"
         print(f"     split: {per_input / len(WORDS):6.2f} per emitted tuple (8 per {label} input)")
+
+
+# --- --broker: one bolt process on a prefilled topic ----------------------------------------------
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's threads: ``loop`` (the main thread) and librdkafka's, by name."""
+    tick = os.sysconf("SC_CLK_TCK")
+    figures: dict[str, float] = defaultdict(float)
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        name = "loop" if int(tid) == os.getpid() else name.split("/")[0].split(":")[0] + ":" + name.split(":")[-1][:5]
+        figures[name] += (int(fields[11]) + int(fields[12])) / tick
+    return figures
+
+
+def _split_words(value: bytes) -> tuple[bytes, list[bytes]]:
+    parts = value.split(b" ")
+    return parts[0] + b" " + parts[1], parts[2:]
+
+
+def _plain_loop(role: str, topic: str, out_topic: str, records: int, bootstrap: str) -> tuple:
+    """The word count's plain confluent-kafka loop of ``role`` (bench_pipeline's), default settings."""
+    from confluent_kafka import Consumer, Producer
+
+    counts: dict[bytes, int] = defaultdict(int)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"plain-{time.time()}", "auto.offset.reset": "earliest"}
+    )
+    producer: Any = Producer({"bootstrap.servers": bootstrap}) if role == "split" else None
+    consumer.subscribe([topic])
+    got, started = 0, None
+    while got < records:
+        messages: list[Any] = consumer.consume(500, 0.1)
+        if started is None:
+            if not messages:
+                continue
+            started = (time.thread_time(), time.process_time(), _thread_cpu())
+        for message in messages:
+            if message.error() is not None:
+                continue
+            got += 1
+            if role == "count":
+                counts[message.key()] += 1
+                continue
+            prefix, words = _split_words(message.value())
+            for word in words:
+                while True:
+                    try:
+                        producer.produce(out_topic, prefix, key=word)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+        if producer is not None:
+            producer.poll(0)
+    if producer is not None:
+        producer.flush(30)
+    ended = (time.thread_time(), time.process_time(), _thread_cpu())
+    consumer.close()
+    return started, ended, records, {}
+
+
+def _bolt_loop(role: str, topic: str, out_topic: str, records: int, bootstrap: str, topology: str) -> tuple:
+    """The same as a ``BasicBolt`` with a per-tuple handler, its steps timed on its thread."""
+    import reliable_kafka.bolt.runner as runner
+    import reliable_kafka.kafka.ack_sender as ack_sender
+    from reliable_kafka.core.ack_packer import AckPacker
+    from reliable_kafka.lifecycle import young_collections_per_batch
+
+    counts: dict[bytes, int] = defaultdict(int)
+
+    def count(word, collector) -> None:
+        counts[word.key] += 1
+
+    def split(sentence, collector) -> None:
+        prefix, words = _split_words(sentence.value)
+        for word in words:
+            collector.emit(out_topic, prefix, key=word)
+
+    steps: dict[str, float] = defaultdict(float)
+
+    def timed(step: str, function):
+        def call(*args, **kwargs):
+            started = time.thread_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                steps[step] += time.thread_time() - started
+
+        return call
+
+    runner.consume_batch = timed("consume", runner.consume_batch)
+    runner.send_polled = timed("flush (send_polled)", runner.send_polled)
+    ack_sender.merge_acks = timed("ack records: merge", ack_sender.merge_acks)
+    AckPacker.drain = timed("ack records: drain", AckPacker.drain)  # type: ignore[method-assign]
+    bolt = BasicBolt(
+        topology=topology,
+        bootstrap_servers=bootstrap,
+        source_topics=topic,
+        group_id=f"bolt-{time.time()}",
+        handler=count if role == "count" else split,
+    )
+    bolt.start()
+    assert bolt._acks is not None
+    bolt._process_batch = timed("batch loop with handler", bolt._process_batch)  # type: ignore[method-assign]
+    bolt._acks.send = timed("ack records", bolt._acks.send)  # type: ignore[method-assign]
+    poll = timed("round", bolt.poll_once)
+    started, first = None, 0
+    with young_collections_per_batch():  # as run_until_stopped runs a worker loop
+        while bolt.stats.received < records:
+            if started is None and bolt.stats.received:
+                steps.clear()
+                started, first = (time.thread_time(), time.process_time(), _thread_cpu()), bolt.stats.received
+            poll()
+        poll(0)
+        assert bolt._producer is not None
+        bolt._producer.flush(30)
+    ended = (time.thread_time(), time.process_time(), _thread_cpu())
+    bolt.close()
+    return started, ended, records - first, dict(steps)
+
+
+def _measured(config, role, topic, out_topic, records, bootstrap, topology, queue) -> None:
+    if config == "plain":
+        started, ended, counted, steps = _plain_loop(role, topic, out_topic, records, bootstrap)
+    else:
+        started, ended, counted, steps = _bolt_loop(role, topic, out_topic, records, bootstrap, topology)
+    us = 1e6 / counted
+    threads = {name: (ended[2][name] - started[2].get(name, 0.0)) * us for name in ended[2]}
+    queue.put(
+        {
+            "loop": (ended[0] - started[0]) * us,
+            "process": (ended[1] - started[1]) * us,
+            "threads": {name: cpu for name, cpu in threads.items() if cpu > 0},
+            "steps": {step: cpu * us for step, cpu in steps.items()},
+        }
+    )
+
+
+def _prefill(bootstrap: str, topic: str, role: str, tracked: bool, records: int) -> None:
+    """Words as the split writes them (key a word, value the sentence's prefix, 8 words a root,
+    partitioned by key), or sentences of 8 words; one ``rk-anchors`` pair each when tracked."""
+    import random
+
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    rng = random.Random(1)
+    vocabulary = [b"w%03d" % i for i in range(1000)]
+    root = 0
+    for i in range(records):
+        if i % 8 == 0:
+            root = new_id()
+        key: bytes | None = None
+        if role == "count":
+            key, value = rng.choice(vocabulary), b"1 1764000000000.000"
+        else:
+            value = b"1 1764000000000.000 " + b" ".join(rng.choice(vocabulary) for _ in range(8))
+        headers: Any = [(codec.ANCHORS_HEADER, codec.encode_one_anchor(root, new_id()))] if tracked else None
+        while True:
+            try:
+                producer.produce(topic, value, key=key, partition=hash(key) % 2 if key else i % 2, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    producer.flush(60)
+
+
+def on_broker(args) -> None:
+    import multiprocessing as mp
+
+    from reliable_kafka.testing.topics import create_topics, unique_name
+    from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+    with contextlib.ExitStack() as stack:
+        bootstrap = args.bootstrap_servers
+        if bootstrap is None:
+            from reliable_kafka.broker import EmbeddedKafka
+
+            bootstrap = stack.enter_context(EmbeddedKafka()).bootstrap_servers
+        topology = unique_name("bolt-overhead")
+        ensure_topics(admin_client(bootstrap), TopologyTopics(topology, ackers=1))
+        roles, configs = args.roles.split(","), args.configs.split(",")
+        topics = {}
+        for role in roles:
+            records = args.records if role == "count" else args.records // 8
+            for tracked in (False, True):
+                name = f"{topology}-{role}-{'tracked' if tracked else 'untracked'}"
+                create_topics(bootstrap, {name: 2, f"{name}-out": 2})
+                _prefill(bootstrap, name, role, tracked, records)
+                topics[(role, tracked)] = (name, records)
+        print(
+            f"us of CPU per input record (a word for count, a sentence for split), one process each, "
+            f"load {os.getloadavg()[0]:.1f}"
+        )
+        ctx = mp.get_context("spawn")
+        for _ in range(args.rounds):
+            for role in roles:
+                for config in configs:
+                    name, records = topics[(role, config == "tracked")]
+                    queue = ctx.Queue()
+                    process = ctx.Process(
+                        target=_measured, args=(config, role, name, f"{name}-out", records, bootstrap, topology, queue)
+                    )
+                    process.start()
+                    result = queue.get(timeout=600)
+                    process.join(60)
+                    threads = "  ".join(
+                        f"{n} {cpu:.2f}" for n, cpu in sorted(result["threads"].items(), key=lambda t: -t[1])
+                    )
+                    loop, whole = result["loop"], result["process"]
+                    print(f"{role:>5} {config:<8} loop thread {loop:6.2f}  process {whole:6.2f}  ({threads})")
+                    if result["steps"]:
+                        steps = ", ".join(f"{step} {cpu:.3f}" for step, cpu in result["steps"].items())
+                        print(f"{'':15}loop thread: {steps}")
+        print(f"load {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import cast
 
+import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka import codec
@@ -56,6 +57,8 @@ _V2 = _ANCHORS_V2  # with length byte 32 (one pair) and 16 bytes: one v2 pair, d
 # a whole one-pair v2 value (version, length byte, root, edge) in one struct call; other lengths raise struct.error
 _ONE_V2_PAIR = struct.Struct(">BBqq")
 _unpack_one, _pack_one = _ONE_V2_PAIR.unpack, _ONE_V2_PAIR.pack
+# the same layout as a NumPy record: a batch's one-pair values, joined, read as columns at once
+_PAIR_RECORD = np.dtype([("version", "u1"), ("length", "u1"), ("root", ">i8"), ("edge", ">i8")])
 ACK_HOLD_ENTRIES = MAX_ENTRIES_PER_RECORD  # while behind, acks wait for this many entries...
 ACK_HOLD_S = 0.02  # ...or this long (a tree is as late as its last ack)
 _ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per batch here
@@ -156,8 +159,11 @@ class Bolt:
         self._failed_in_a_row = 0
         self._ends: dict[tuple[str, int], int] = {}  # of the batch in hand: partition -> next offset
         self._acks_sent_at = 0.0  # acks held while behind wait at most ACK_HOLD_S from here
-        self._ack_roots: list[int] = []  # ACK entries of the batch in hand (BasicBolt), packed after it
-        self._ack_vals: list[int] = []
+        # ACK entries of the batch in hand (BasicBolt), packed after it: each acked tree as its
+        # one-pair v2 value (root, edge) and the tuple's ack val, read as NumPy columns after the
+        # batch (no Python int made or converted per entry)
+        self._ack_pairs: list[bytes] = []
+        self._ack_owed: list[int] = []
         self._transactions: Transactions | None = None
         self.ready = threading.Event()
         self.clients = clients
@@ -333,18 +339,18 @@ class Bolt:
         finally:
             self.process_latency.observe_many(took)
             self.collector.current = None
-            acks, roots, vals = self._acks, self._ack_roots, self._ack_vals
-            if roots and acks is not None:  # what BasicBolt acked in this batch, into the packer at once
-                acks.extend(_ACK, roots, vals)
-            roots.clear()
-            vals.clear()
+            acks, pairs, owed = self._acks, self._ack_pairs, self._ack_owed
+            if pairs and acks is not None:  # what BasicBolt acked in this batch, into the packer at once
+                acks.extend(_ACK, *_ack_columns(pairs, owed))
+            pairs.clear()
+            owed.clear()
 
     def _handle(self, messages, took) -> None:
         """One loop with its lookups hoisted and the handler called inline: this runs once per
         received tuple (counters that need no per-tuple update are added once per batch)."""
         stats, ends, handler, collector = self.stats, self._ends, cast(Callable, self.handler), self.collector
         clock, decode, new_tuple = self._clock.monotonic, codec.decode_anchors, object.__new__
-        basic, add_root, add_val = self._acks_on_return, self._ack_roots.append, self._ack_vals.append
+        basic, add_pair, add_owed = self._acks_on_return, self._ack_pairs.append, self._ack_owed.append
         took_one = took.append
         # a batch_handler's batch, in columns: messages, anchors, user headers, one-tree root and edge
         batch = self.batch_handler is not None
@@ -352,9 +358,9 @@ class Bolt:
         kept_anchors: list[dict[int, int]] = []
         kept_headers: list = []
         kept_roots: list[int] = []
-        kept_edges: list[int] = []
+        kept_pairs: list = []  # each record's one-pair v2 value, None when it is not in one tree
         keep, keep_anchors, keep_headers = kept.append, kept_anchors.append, kept_headers.append
-        keep_root, keep_edge = kept_roots.append, kept_edges.append
+        keep_root, keep_pair = kept_roots.append, kept_pairs.append
         untracked = acked = 0
         # a batch comes a partition at a time: its next offset is noted per run of one partition's
         # records (a dict write per run, not per tuple)
@@ -393,6 +399,8 @@ class Bolt:
                         else:
                             anchors = decode(raw)
                             [(root, edge)] = anchors.items() if len(anchors) == 1 else [(0, 0)]  # e.g. v1, one tree
+                            if root:  # its ack entry is read from a one-pair v2 value, as the common case's
+                                raw = _pack_one(_V2, 32, root, edge)
                     except DecodeError as error:
                         # its tree cannot be acked: upstream times it out and replays it; the copy keeps it
                         assert self._quarantine is not None  # made by start()
@@ -408,7 +416,7 @@ class Bolt:
                     keep_anchors(anchors)
                     keep_headers(headers)
                     keep_root(root)
-                    keep_edge(edge if root else 0)
+                    keep_pair(raw if root else None)
                     continue
                 tuple_ = new_tuple(Tuple)  # Tuple(...) without its __init__ call (about 0.1 us a tuple)
                 tuple_.topic, tuple_.partition, tuple_.offset = topic, partition, offset
@@ -425,31 +433,32 @@ class Bolt:
                     self._handler_failed(tuple_, exc)
                 else:
                     if basic:  # collector.ack(tuple_), its entries kept in the batch's lists (no call per tuple)
-                        if root:  # one tree: the pair decoded above (a tuple's anchors do not change)
-                            add_root(root)
-                            add_val(edge ^ tuple_.ack_val)
+                        if root:  # one tree: the one-pair v2 value read above (a tuple's anchors do not change)
+                            add_pair(raw)  # type: ignore[arg-type]  # not None: root came from it
+                            add_owed(tuple_.ack_val)
                         elif anchors := tuple_.anchors:
                             ack_val = tuple_.ack_val
                             for root, edge in anchors.items():
-                                add_root(root)
-                                add_val(edge ^ ack_val)
+                                add_pair(_pack_one(_V2, 32, root, edge))
+                                add_owed(ack_val)
                         acked += 1
                 now = clock()
                 took_one(now - started)
                 started = now
             if kept:
                 batch_ = TupleBatch(kept, kept_anchors, kept_headers, kept_roots)
-                self._handle_batch(batch_, kept_roots, kept_edges, took)
+                self._handle_batch(batch_, kept_roots, kept_pairs, took)
         finally:
             if run_topic is not None:
                 ends[(run_topic, run_partition)] = run_end
             stats.untracked += untracked
             stats.acked += acked
 
-    def _handle_batch(self, batch: TupleBatch, roots: list[int], edges: list[int], took: list[float]) -> None:
+    def _handle_batch(self, batch: TupleBatch, roots: list[int], pairs: list, took: list[float]) -> None:
         """``batch_handler`` on one batch: acked when it returns (the entries ``collector.ack`` would
-        add for each tuple), every tuple failed when it raises. ``roots``/``edges``: each record's one
-        tree (root 0: untracked, or in several trees, read from its anchors)."""
+        add for each tuple), every tuple failed when it raises. ``roots``/``pairs``: each record's one
+        tree, and its one-pair v2 value (root 0 and None: untracked, or in several trees, read from
+        its anchors)."""
         count = len(batch)
         clock = self._clock.monotonic
         started = clock()
@@ -471,25 +480,22 @@ class Bolt:
                 self.collector.fail(tuple_, error=exc)
         else:
             made = batch._tuples  # only these can have emitted children (an emit names its input)
-            vals = edges
-            if any(tuple_.ack_val for tuple_ in made.values()):
-                vals = edges.copy()
-                for index, tuple_ in made.items():
-                    vals[index] ^= tuple_.ack_val
+            owed = [0] * count  # each record's ack val (read as columns with its pair, as the loop's)
+            for index, tuple_ in made.items():
+                owed[index] = tuple_.ack_val
             if 0 in roots:  # untracked records (no entry) or records in several trees (one per tree)
-                add_root, add_val = self._ack_roots.append, self._ack_vals.append
+                add_pair, add_owed = self._ack_pairs.append, self._ack_owed.append
                 for index, root in enumerate(roots):
                     if root:
-                        add_root(root)
-                        add_val(vals[index])
+                        add_pair(pairs[index])
+                        add_owed(owed[index])
                     elif anchors := batch._anchors[index]:
-                        ack_val = made[index].ack_val if index in made else 0
                         for root, edge in anchors.items():
-                            add_root(root)
-                            add_val(edge ^ ack_val)
+                            add_pair(_pack_one(_V2, 32, root, edge))
+                            add_owed(owed[index])
             else:  # every record in one tree: the columns are the entries
-                self._ack_roots.extend(roots)
-                self._ack_vals.extend(vals)
+                self._ack_pairs.extend(pairs)
+                self._ack_owed.extend(owed)
             self.stats.acked += count
         finally:
             took.extend([(clock() - started) / count] * count)  # each tuple's share of the call
@@ -603,6 +609,16 @@ class Bolt:
         assignment = consumer.assignment()
         for tp in consumer.committed(assignment, timeout=30):
             consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+
+
+def _ack_columns(pairs: list[bytes], owed: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """ACK entries as int64 columns: ``(root, edge ^ owed[i])`` for each one-pair v2 value
+    ``pairs[i]`` (18 bytes each: version, length byte, root, edge, big-endian)."""
+    read = np.frombuffer(b"".join(pairs), dtype=_PAIR_RECORD)
+    roots, vals = read["root"].astype(np.int64), read["edge"].astype(np.int64)
+    if any(owed):  # a tuple that emitted: the XOR of its children's edges (a count emits none)
+        vals ^= np.array(owed, dtype=np.int64)
+    return roots, vals
 
 
 class BasicBolt(Bolt):

@@ -58,14 +58,17 @@ class LatencyHistogram:
     def observe_many(self, seconds: Sequence[float]) -> None:
         """:meth:`observe` each of ``seconds`` (a bolt's batch: one call instead of one per tuple)."""
         counts, bounds = self.counts, self.bounds
-        if seconds and max(seconds) <= bounds[0]:  # the common case, all in the first bucket: no search
-            counts[0] += len(seconds)
-        elif len(seconds) >= _VECTOR_FROM:  # a full batch: one searchsorted instead of a bisect each
-            found = np.bincount(np.searchsorted(bounds, seconds, side="left"), minlength=len(counts))
+        first = bounds[0]
+        # the common case is all in the first bucket but a few (a busy machine's preempted call):
+        # only those are searched (a batch of 500 with one such value: ~21 ns a value, NumPy's ~57)
+        over = [value for value in seconds if value > first]
+        counts[0] += len(seconds) - len(over)
+        if len(over) >= _VECTOR_FROM:  # a slow handler's batch: one searchsorted instead of a bisect each
+            found = np.bincount(np.searchsorted(bounds, over, side="left"), minlength=len(counts))
             for index in np.flatnonzero(found).tolist():
                 counts[index] += int(found[index])
         else:
-            for value in seconds:
+            for value in over:
                 counts[bisect.bisect_left(bounds, value)] += 1
         self.count += len(seconds)
         self.sum_s += sum(seconds)

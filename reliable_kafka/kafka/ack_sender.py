@@ -90,7 +90,7 @@ class AckSender:
     def add_many(self, kind: EventKind, entries: Iterable[tuple[int, int]]) -> None:
         self._packer.add_many(kind, entries)
 
-    def extend(self, kind: EventKind, roots: list[int], vals: list[int]) -> None:
+    def extend(self, kind: EventKind, roots: list[int] | np.ndarray, vals: list[int] | np.ndarray) -> None:
         self._packer.extend(kind, roots, vals)
 
     def send(self) -> int:

@@ -116,7 +116,7 @@ def test_acks_of_a_batch_cut_short_by_an_error_are_still_packed():
     with pytest.raises(Stop):
         bolt._process_batch([_message(0, {1: 10}), _message(1, {2: 20})])
     assert _entries(bolt) == [(EventKind.ACK, 1, 10)]
-    assert bolt._ack_roots == [] and bolt._ack_vals == []  # the next batch starts empty
+    assert bolt._ack_pairs == [] and bolt._ack_owed == []  # the next batch starts empty
 
 
 @given(root=INT64, edge=INT64)
@@ -172,6 +172,78 @@ def test_an_emptied_id_pool_is_refilled_by_the_inlined_emit(monkeypatch):
     assert reduce(lambda a, b: a ^ b, edges, 9 ^ val) == 0
 
 
+_ADDS = st.lists(  # how entries reach a packer: one at a time, a list batch, or a batch of NumPy columns
+    st.tuples(
+        st.sampled_from(["add", "lists", "columns"]),
+        st.sampled_from(list(EventKind)),
+        st.lists(st.tuples(NONZERO, INT64), max_size=6),
+    ),
+    max_size=8,
+)
+
+
+@given(_ADDS, st.sampled_from([1, 3]))
+def test_packer_keeps_entries_in_the_order_added_whether_lists_or_columns(adds, partitions):
+    """A bolt's batch of ACKs comes as int64 columns; FAILs and others come one at a time: the
+    packer gives them back per partition in the order added, as if each had been added alone."""
+    one, mixed = AckPacker(ack_partitions=partitions), AckPacker(ack_partitions=partitions)
+    for how, kind, entries in adds:
+        for root, val in entries:
+            one.add(kind, root, val)
+        roots, vals = [root for root, _ in entries], [val for _, val in entries]
+        if how == "add":
+            for root, val in entries:
+                mixed.add(kind, root, val)
+        elif how == "lists":
+            mixed.extend(kind, roots, vals)
+        else:
+            mixed.extend(kind, np.array(roots, dtype=np.int64), np.array(vals, dtype=np.int64))
+    assert len(mixed) == len(one)
+    drained_one, drained_mixed = one.drain(), mixed.drain()
+    assert len(mixed) == 0 and mixed.drain() == {}
+    assert drained_one.keys() == drained_mixed.keys()
+    for partition, columns in drained_one.items():
+        assert [column.dtype for column in drained_mixed[partition]] == [np.uint8, np.int64, np.int64]
+        assert [column.tolist() for column in drained_mixed[partition]] == [column.tolist() for column in columns]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["v2", "v1", "several"]),
+            st.dictionaries(NONZERO, INT64, min_size=2, max_size=3),
+            st.integers(min_value=0, max_value=3),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_loops_ack_entries_are_collector_ack_of_each_tuple(records):
+    """The per-tuple loop keeps each acked tree as its one-pair v2 value and reads the batch's
+    entries as columns: the same entries, in the same order, as ``collector.ack`` per tuple."""
+    messages, expected = [], []
+
+    def emit_some(tuple_, collector):
+        for i in range(records[tuple_.offset][2]):
+            collector.emit("out", b"%d" % i)
+        expected.extend((int(EventKind.ACK), root, edge ^ tuple_.ack_val) for root, edge in tuple_.anchors.items())
+
+    for offset, (how, anchors, _) in enumerate(records):
+        one = dict(list(anchors.items())[:1])
+        if how == "v2":
+            raw = codec.encode_anchors(one)
+        elif how == "v1":
+            raw = anchors_codec._encode_anchors_v1(one)
+        else:
+            raw = codec.encode_anchors(anchors)
+        headers = [(codec.ANCHORS_HEADER, raw)]
+        messages.append(new_message(topic="in", partition=0, offset=offset, key=b"k", value=b"v", headers=headers))
+    bolt, _ = _bolt(emit_some)
+    bolt._process_batch(messages)
+    assert _entries(bolt) == expected
+    assert bolt._ack_pairs == [] and bolt._ack_owed == []  # the next batch starts empty
+
+
 def test_packer_extend_refuses_columns_of_different_lengths_and_drops_without_ackers():
     with pytest.raises(ArgumentError):
         AckPacker(ack_partitions=1).extend(EventKind.ACK, [1, 2], [3])
@@ -184,6 +256,17 @@ def test_packer_extend_refuses_columns_of_different_lengths_and_drops_without_ac
     st.sampled_from([500.0, 0.003, 0.001]).flatmap(
         lambda top: st.lists(st.floats(min_value=0, max_value=top), max_size=200)
     )
+    # or a batch of fast calls with a few slow ones among them (a busy machine): only those searched;
+    # or with many (a slow handler's batch: NumPy searches them)
+    | st.sampled_from([(0, 5), (64, 100)])
+    .flatmap(
+        lambda slow: st.tuples(
+            st.lists(st.floats(min_value=0, max_value=0.001), min_size=1, max_size=200),
+            st.lists(st.floats(min_value=0.001, max_value=500.0), min_size=slow[0], max_size=slow[1]),
+            st.randoms(use_true_random=False),
+        )
+    )
+    .map(lambda parts: parts[2].sample(parts[0] + parts[1], len(parts[0]) + len(parts[1])))
 )
 def test_observe_many_is_observe_each(values):  # short lists bisect, long ones (>= 64) use NumPy
     one, many = LatencyHistogram(), LatencyHistogram()
