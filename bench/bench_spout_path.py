@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any, cast
 
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.spout import Spout
@@ -41,7 +42,7 @@ def _spout(spout_class) -> tuple[Spout, RecordingProducer]:
         max_pending=None,
     )
     spout._producer = producer
-    spout._acks = AckSender(producer, acks_topic="t.acks", ack_partitions=1, sender=spout.task_id)
+    spout._acks = AckSender(cast(Any, producer), acks_topic="t.acks", ack_partitions=1, sender=spout.task_id)
     spout.tracker.assign(("src", 0), committed=0)
     return spout, producer
 
@@ -59,6 +60,7 @@ def us_per_root(spout_class, batch: int, roots: int) -> float:
         offset += batch
         started = time.process_time()
         spout._process_messages(messages)
+        assert spout._acks is not None  # set by _spout
         [(_, batch_roots, _)] = spout._acks._packer.drain().values()
         queue.append(batch_roots.tolist())
         if len(queue) > OUTCOME_LAG:
@@ -66,7 +68,7 @@ def us_per_root(spout_class, batch: int, roots: int) -> float:
             if in_columns:
                 owner._done_runs(tracker.complete_runs(done))
             else:
-                owner._done_many(tracker.complete_many(done))
+                cast(Any, owner)._done_many(tracker.complete_many(done))  # the code before complete_runs
         if round_ % 25 == 0:
             tracker.commit_points()  # about once a second in the pipeline
         cpu += time.process_time() - started
