@@ -19,11 +19,14 @@ BUILTIN_ERRORS = {
 # A raise inside a user's handler, not the library's: the demo's and the simulation's bolts fail
 # some tuples on purpose. And the in-memory Kafka raises what confluent-kafka raises in its place
 # (a full local queue, a closed consumer), so that code under test sees the real client's errors.
+# A mapping's missing key is a KeyError by the mapping protocol (``pop(key, None)`` and ``in`` rely
+# on it): the spout's held records are a MutableMapping.
 USER_CODE = {
     ("demo.py", "RuntimeError"),
     ("testing/shipped_simulation.py", "RuntimeError"),
     ("testing/memory_broker.py", "BufferError"),
     ("testing/memory_consumer.py", "RuntimeError"),
+    ("spout/roots.py", "KeyError"),
 }
 
 
