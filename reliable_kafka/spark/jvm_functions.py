@@ -8,9 +8,7 @@ output path (``writer.write_in_jvm``, DESIGN 7.2) that Spark SQL can only do slo
 - ``rk_output_header(salt, row id, anchors)``: ``rk_child_header``'s bytes as a static call in
   Spark's generated code (no boxed arguments, no Scala Rows), one child edge hash per root; the
   writer's header;
-- ``rk_output_headers(salt, row id, anchors)``: the Kafka headers of such a row (``rk-anchors``
-  with ``rk_output_header``'s bytes, none without roots), so the writer's rows take one projection;
-- ``rk_child_xor(header or headers)``: an aggregate for ``DataFrame.observe``, one (root, XOR of its edges)
+- ``rk_child_xor(header)``: an aggregate for ``DataFrame.observe``, one (root, XOR of its edges)
   pair per root, where SQL sent the driver every row's pairs (``listagg``) to fold there.
 
 The sources ship in the package and are compiled on first use with the JDK's ``javac`` against
@@ -48,7 +46,6 @@ ANCHORS_V2_FUNCTION = "rk_anchors_v2"  # the names ReliableKafkaFunctions.regist
 CHILD_HEADER_FUNCTION = "rk_child_header"
 CHILD_XOR_FUNCTION = "rk_child_xor"
 OUTPUT_HEADER_FUNCTION = "rk_output_header"
-OUTPUT_HEADERS_FUNCTION = "rk_output_headers"
 JAR_NAME = "reliable-kafka-spark-functions.jar"
 _SOURCES = Path(__file__).parent / "jvm"
 _STAMP = ".built"

@@ -220,11 +220,10 @@ def with_headers_jvm(outputs, salt: int, *, empty_anchors_as_null: bool = False,
     return rows.selectExpr("*", f"{ours} AS rk_headers") if headers_column else rows
 
 
-def observe_headers_jvm(rows, column: str = HEADER):
+def observe_headers_jvm(rows):
     """:func:`observe_children` of :func:`with_headers_jvm`'s rows: ``pairs`` comes from the
     ``rk_child_xor`` aggregate, one (root, XOR) pair per root, folded in the tasks and merged by
-    Spark, instead of every row's pairs. ``column``: our header (``rk_header``), or the rows' Kafka
-    ``headers`` (:func:`output_rows_jvm`), whose ``rk-anchors`` entry the aggregate reads."""
+    Spark, instead of every row's pairs."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -232,7 +231,7 @@ def observe_headers_jvm(rows, column: str = HEADER):
 
     observation = Observation(f"rk-children-{uuid.uuid4().hex}")
     observed = rows.observe(
-        observation, F.expr("count(1)").alias("rows"), F.expr(f"{CHILD_XOR_FUNCTION}(`{column}`)").alias("pairs")
+        observation, F.expr("count(1)").alias("rows"), F.expr(f"{CHILD_XOR_FUNCTION}({HEADER})").alias("pairs")
     )
     return observed, observation
 
@@ -340,20 +339,21 @@ def sink_rows(rows):
 
 def output_rows_jvm(outputs, salt: int):
     """``write_in_jvm``'s rows through the Java functions, observed (:func:`observe_headers_jvm`):
-    key, value and the Kafka headers (the user's ``headers`` minus any ``rk-anchors``, then ours from
-    ``rk_output_headers``), the bytes of ``sink_rows(with_headers_jvm(outputs, salt))``, in one
-    DataFrame step (each step is a new Dataset, parsed and analysed over the whole plan on the
-    driver's stream thread: 10 ms to 0.1 s a step on this busy machine, 25,000 sentences a batch).
-    The observation's ``rk_child_xor`` reads our header from ``headers``, so no column beside the
-    sink's three is needed. The row id is an argument of ``rk_output_headers``, not a column: it is
-    read only there, so it is still computed once per row."""
+    the rows of ``sink_rows(with_headers_jvm(outputs, salt, headers_column=False))``, the same
+    bytes, in two DataFrame steps where that takes three. Each step is a new Dataset, which Spark
+    analyses over the whole plan (about 10 ms to 0.1 s a step on this busy machine, 25,000
+    sentences a batch). The row id is an argument of ``rk_output_header``, not a column: it is read
+    only there, so it is still computed once per row."""
     from reliable_kafka.spark.derive import salt_sql
-    from reliable_kafka.spark.jvm_functions import OUTPUT_HEADERS_FUNCTION
+    from reliable_kafka.spark.jvm_functions import OUTPUT_HEADER_FUNCTION
 
     types = dict(outputs.dtypes)
-    ours = f"{OUTPUT_HEADERS_FUNCTION}({salt_sql(salt)}, monotonically_increasing_id(), `{ANCHORS_COLUMN}`)"
-    headers = f"concat({_their_headers_sql()}, {ours})" if "headers" in types else ours
-    return observe_headers_jvm(outputs.selectExpr(*_key_value_sql(types), f"{headers} AS headers"), "headers")
+    plain = _key_value_sql(types)
+    theirs = ["`headers`"] if "headers" in types else []
+    header = f"{OUTPUT_HEADER_FUNCTION}({salt_sql(salt)}, monotonically_increasing_id(), `{ANCHORS_COLUMN}`)"
+    rows = outputs.selectExpr(*plain, *theirs, f"{header} AS {HEADER}")
+    names = [f"`{n}`" for n in ("key", "value") if n in types]
+    return observe_headers_jvm(rows.selectExpr(*names, f"{_our_headers_sql(bool(theirs))} AS headers", HEADER))
 
 
 def without_kafka(sources: str) -> str:

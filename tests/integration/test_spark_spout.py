@@ -82,7 +82,7 @@ def failpoint(spark, monkeypatch):
             F.when(fire, F.raise_error(F.lit("failpoint: a task dies after writing"))).otherwise(F.col("value")),
         )
 
-    # the SQL path's rows carry their row id; the Java functions' path reads it inside rk_output_headers,
+    # the SQL path's rows carry their row id; the Java functions' path reads it inside rk_output_header,
     # so the failpoint counts the partition's rows itself (the same place: nothing filters in between)
     monkeypatch.setattr(writer, "sink_rows", lambda rows: original(failing(rows, F.col(writer.ROW_ID))))
     monkeypatch.setattr(

@@ -7,16 +7,13 @@ import org.apache.spark.sql.catalyst.analysis.TypeCheckResult;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.aggregate.ImperativeAggregate;
 import org.apache.spark.sql.catalyst.expressions.aggregate.TypedImperativeAggregate;
-import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.types.BinaryType$;
 import org.apache.spark.sql.types.DataType;
 
 /**
  * {@code rk_child_xor(header)}: the XOR of each root's edges over {@code rk-anchors} v2 headers
  * (see ReliableKafkaFunctions): the driver gets one pair per root instead of one per output row. A
- * header that is not v2 fails the task (the writer only feeds it headers it built). The argument is
- * the header itself (binary) or a row's Kafka headers ({@code array<struct<key, value>>}, as
- * {@code rk_output_headers} gives them), whose last {@code rk-anchors} entry is read.
+ * header that is not v2 fails the task (the writer only feeds it headers it built).
  *
  * <p>A Catalyst aggregate of its own rather than a typed {@code Aggregator}: Spark runs an
  * {@code Aggregator} through an input projection and a deserializer per row (measured: about 1 us
@@ -56,8 +53,7 @@ public final class ChildXor extends TypedImperativeAggregate<RootXors> implement
 
     @Override
     public RootXors update(RootXors buffer, InternalRow input) {
-        Object value = child.eval(input);
-        byte[] header = value instanceof ArrayData ? ReliableKafkaFunctions.anchorsHeaderOf((ArrayData) value) : (byte[]) value;
+        byte[] header = (byte[]) child.eval(input);
         if (header != null) {
             xorHeader(buffer, header);
         }
@@ -125,12 +121,11 @@ public final class ChildXor extends TypedImperativeAggregate<RootXors> implement
 
     @Override
     public TypeCheckResult checkInputDataTypes() {
-        if (child.dataType() instanceof BinaryType$ || child.dataType().sameType(ReliableKafkaFunctions.HEADERS_TYPE)) {
+        if (child.dataType() instanceof BinaryType$) {
             return TypeCheckResult.TypeCheckSuccess$.MODULE$;
         }
-        return new TypeCheckResult.TypeCheckFailure(ReliableKafkaFunctions.CHILD_XOR
-                + " takes a binary rk-anchors v2 header or Kafka headers (" + ReliableKafkaFunctions.HEADERS_TYPE.simpleString()
-                + "), got " + child.dataType().simpleString());
+        return new TypeCheckResult.TypeCheckFailure(
+                ReliableKafkaFunctions.CHILD_XOR + " takes a binary rk-anchors v2 header, got " + child.dataType().simpleString());
     }
 
     @Override

@@ -9,16 +9,13 @@ import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.api.java.UDF2;
 import org.apache.spark.sql.api.java.UDF3;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.XXH64;
 import org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke;
 import org.apache.spark.sql.catalyst.util.ArrayData;
-import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.types.AbstractDataType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * reliable-kafka's per-row work on Spark's side of the output path (reliable_kafka.spark.writer,
@@ -37,13 +34,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  *       generated code calls {@link #outputHeader} with the row's own values (primitives and the
  *       anchors as {@code ArrayData}), where a UDF boxes its arguments and converts the anchors to
  *       Scala Rows; one call for any number of pairs, each child edge hashed once.
- *   <li>{@code rk_output_headers(salt binary, row bigint, anchors) -> array<struct<key string, value binary>>}:
- *       the Kafka headers of such a row as Spark's Kafka sink takes them: {@code rk-anchors} with
- *       {@code rk_output_header}'s bytes, or none without roots (an empty array, also for null
- *       anchors); the writer's one output projection, where the header and its array took two.
  *   <li>{@code rk_child_xor(header binary) -> binary}: aggregate over v2 headers of any number of
  *       pairs: one (root, XOR of its edges) pair per distinct root, big-endian int64s; nulls are
- *       skipped, no rows give zero bytes. Also over Kafka headers (the last {@code rk-anchors} entry).
+ *       skipped, no rows give zero bytes.
  * </ul>
  */
 public final class ReliableKafkaFunctions {
@@ -51,11 +44,7 @@ public final class ReliableKafkaFunctions {
     public static final String CHILD_HEADER = "rk_child_header";
     public static final String CHILD_XOR = "rk_child_xor";
     public static final String OUTPUT_HEADER = "rk_output_header";
-    public static final String OUTPUT_HEADERS = "rk_output_headers";
     static final DataType ANCHORS_TYPE = DataType.fromDDL("array<struct<root:bigint,edge:bigint>>");
-    static final DataType HEADERS_TYPE = DataType.fromDDL("array<struct<key:string,value:binary>>");
-    static final UTF8String ANCHORS_KEY = UTF8String.fromString("rk-anchors"); // reliable_kafka.codec.ANCHORS_HEADER
-    private static final ArrayData NO_HEADERS = new GenericArrayData(new Object[0]);
 
     // reliable_kafka.spark.derive: CHILD_TAG, ZERO_REPLACEMENT; Spark's xxhash64 seed
     static final int CHILD_TAG = 3;
@@ -78,8 +67,7 @@ public final class ReliableKafkaFunctions {
         if (spark.catalog().functionExists(ANCHORS_V2)
                 && spark.catalog().functionExists(CHILD_HEADER)
                 && spark.catalog().functionExists(CHILD_XOR)
-                && spark.catalog().functionExists(OUTPUT_HEADER)
-                && spark.catalog().functionExists(OUTPUT_HEADERS)) {
+                && spark.catalog().functionExists(OUTPUT_HEADER)) {
             REGISTERED.put(spark, Boolean.TRUE);
             return false;
         }
@@ -92,7 +80,6 @@ public final class ReliableKafkaFunctions {
                 ((org.apache.spark.sql.classic.SparkSession) spark).sessionState().functionRegistry();
         registry.createOrReplaceTempFunction(CHILD_XOR, ChildXor::build, "java_udf");
         registry.createOrReplaceTempFunction(OUTPUT_HEADER, ReliableKafkaFunctions::buildOutputHeader, "java_udf");
-        registry.createOrReplaceTempFunction(OUTPUT_HEADERS, ReliableKafkaFunctions::buildOutputHeaders, "java_udf");
         REGISTERED.put(spark, Boolean.TRUE);
         return true;
     }
@@ -110,44 +97,6 @@ public final class ReliableKafkaFunctions {
         return new StaticInvoke(
                 ReliableKafkaFunctions.class, DataTypes.BinaryType, "outputHeader", arguments, types,
                 true, true, true, scala.Option.empty());
-    }
-
-    /** The function registry's builder of {@code rk_output_headers}: a static call to {@link #outputHeaders}. */
-    static Expression buildOutputHeaders(scala.collection.immutable.Seq<Expression> arguments) {
-        if (arguments.size() != 3) {
-            throw new IllegalArgumentException(
-                    OUTPUT_HEADERS + " takes (salt binary, row bigint, anchors), got " + arguments.size() + " arguments");
-        }
-        scala.collection.immutable.Seq<AbstractDataType> types = scala.jdk.javaapi.CollectionConverters.asScala(
-                        java.util.List.<AbstractDataType>of(DataTypes.BinaryType, DataTypes.LongType, ANCHORS_TYPE))
-                .toList();
-        // no propagateNull: null anchors give no headers (an empty array), not null
-        return new StaticInvoke(
-                ReliableKafkaFunctions.class, HEADERS_TYPE, "outputHeaders", arguments, types,
-                false, false, true, scala.Option.empty());
-    }
-
-    /** The Kafka headers of an output row: {@code rk-anchors} with {@link #outputHeader}'s bytes, or none. */
-    public static ArrayData outputHeaders(byte[] salt, long row, ArrayData anchors) {
-        byte[] header = anchors == null ? null : outputHeader(salt, row, anchors);
-        if (header == null) {
-            return NO_HEADERS;
-        }
-        return new GenericArrayData(new Object[] {new GenericInternalRow(new Object[] {ANCHORS_KEY, header})});
-    }
-
-    /** The value of the last {@code rk-anchors} entry of Kafka headers ({@link #HEADERS_TYPE}); null for none. */
-    static byte[] anchorsHeaderOf(ArrayData headers) {
-        for (int i = headers.numElements() - 1; i >= 0; i--) {
-            if (headers.isNullAt(i)) {
-                continue;
-            }
-            InternalRow entry = headers.getStruct(i, 2);
-            if (!entry.isNullAt(0) && ANCHORS_KEY.equals(entry.getUTF8String(0))) {
-                return entry.isNullAt(1) ? null : entry.getBinary(1);
-            }
-        }
-        return null;
     }
 
     /**
