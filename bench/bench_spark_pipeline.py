@@ -503,8 +503,8 @@ def main(argv: list[str] | None = None) -> int:
         produce_values(bootstrap, source, lines, timeout=300)
         global SPARK
         java_options = os.environ.get("RK_BENCH_JAVA_OPTIONS")  # e.g. a JFR recording of the run
-        extra = {"spark.driver.extraJavaOptions": java_options} if java_options else None
-        spark = SPARK = spark_session("rk-bench-spark-pipeline", master="local[2]", extra_conf=extra)
+        java_conf = {"spark.driver.extraJavaOptions": java_options} if java_options else None
+        spark = SPARK = spark_session("rk-bench-spark-pipeline", master="local[2]", extra_conf=java_conf)
         jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
         n = args.sentences
         print(
