@@ -21,12 +21,18 @@ tree completed and the group commit reached the end (bound by the Python bolt ac
 sentence). The ratio is tracked / plain of the medians. Prints figures, asserts nothing.
 
 Usage: ``./rk bench spark_pipeline [--sentences N] [--rounds R] [--batch B] [--bootstrap-servers HOST:PORT]
-[--bolt during|after] [--tracked jar,sql] [--profile] [--output-path-only ROWS]`` (without ``--bootstrap-servers``
-an embedded broker is started and stopped). ``--profile`` runs cProfile around the tracked job's batch function in the
-driver and prints where its wall time went (each Spark action there is synchronous, so its cumulative time is that
-action's), and CPU seconds of Spark's Python workers (children of the JVM, e.g. a Python output writer).
+[--bolt during|after] [--tracked jar,sql] [--profile] [--threads] [--output-path-only ROWS]``
+(without ``--bootstrap-servers`` an embedded broker is started and stopped). ``--profile`` runs cProfile around the
+tracked job's batch function in the driver and prints where its wall time went (each Spark action there is
+synchronous, so its cumulative time is that action's), and CPU seconds of Spark's Python workers (children of the JVM,
+e.g. a Python output writer).
 ``--output-path-only ROWS`` measures the JVM CPU per row of the output path alone (see ``output_path_only``).
 ``--output-plan-time BATCHES`` times the driver building a batch's output plan (see ``output_plan_time``).
+``--threads`` adds the Spark JVM's CPU per thread group (from ``/proc``: compiler threads, executor tasks, the stream
+execution thread that also serves the driver's py4j calls in ``foreachBatch``, the producer's network thread, GC),
+tracked minus plain, and per run the classes Spark's codegen compiled and the JIT's compile time.
+``RK_BENCH_JAVA_OPTIONS`` passes JVM options (e.g. ``-XX:StartFlightRecording=settings=profile``);
+``RK_BENCH_JFR_DUMP=FILE`` dumps the running recordings there before the session stops.
 """
 
 from __future__ import annotations
@@ -38,8 +44,10 @@ import io
 import multiprocessing
 import os
 import pstats
+import re
 import statistics
 import tempfile
+import threading
 import time
 
 from reliable_kafka.testing.records import produce_values
@@ -110,6 +118,70 @@ def _workers_cpu(jvm_pid: int) -> float:
 
 
 PROFILE: cProfile.Profile | None = None
+THREADS = False  # --threads: the JVM's CPU per thread group (ThreadCpu) for each run
+SPARK = None  # the bench's session, for --threads' JVM counters
+
+
+def _jvm_counters() -> tuple[int, float]:
+    """(classes Spark's codegen compiled, ms the JIT compiled) since the JVM started."""
+    from reliable_kafka.spark.writer import jvm_class
+
+    codegen = jvm_class(SPARK, "org.apache.spark.metrics.source.CodegenMetrics").METRIC_COMPILATION_TIME().getCount()
+    jit = jvm_class(SPARK, "java.lang.management.ManagementFactory").getCompilationMXBean().getTotalCompilationTime()
+    return codegen, jit
+
+
+def _thread_group(name: str) -> str:
+    """A JVM thread's kind from its native name (15 characters of it: ``/proc/PID/task/TID/comm``):
+    numbers dropped, so a pool's threads add up (py4j's connection threads are ``Thread-N``)."""
+    return re.sub(r"[-#_ ]*\d+", "", name).strip(" -") or name
+
+
+class ThreadCpu:
+    """CPU seconds per JVM thread group over a span, sampled every ``interval`` seconds from
+    ``/proc`` so that threads that end inside the span (a pool's idle ones) keep their last figure."""
+
+    def __init__(self, jvm_pid: int, interval: float = 0.2) -> None:
+        self.jvm_pid, self.interval = jvm_pid, interval
+        self.start: dict[int, float] = {}
+        self.last: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+
+    def _sample(self) -> dict[int, tuple[str, float]]:
+        found = {}
+        tick = os.sysconf("SC_CLK_TCK")
+        for tid in os.listdir(f"/proc/{self.jvm_pid}/task"):
+            try:
+                with open(f"/proc/{self.jvm_pid}/task/{tid}/stat") as stat:
+                    text = stat.read()
+            except OSError:
+                continue
+            name, rest = text.split("(", 1)[1].rsplit(")", 1)
+            fields = rest.split()
+            found[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+        return found
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.last.update(self._sample())
+
+    def __enter__(self):
+        self.start = {tid: cpu for tid, (_, cpu) in self._sample().items()}
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.last.update(self._sample())
+
+    def groups(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for tid, (name, cpu) in self.last.items():
+            group = _thread_group(name)
+            totals[group] = totals.get(group, 0.0) + cpu - self.start.get(tid, 0.0)
+        return totals
 
 
 def _profiled(function):
@@ -130,11 +202,16 @@ class Meter:
         self.jvm_pid = jvm_pid
 
     def __enter__(self):
+        self.threads = ThreadCpu(self.jvm_pid).__enter__() if THREADS else None
+        self.counters = _jvm_counters() if THREADS else (0, 0.0)
         self.wall, self.py, self.jvm = time.monotonic(), time.process_time(), _jvm_cpu(self.jvm_pid)
         self.workers = _workers_cpu(self.jvm_pid)
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.threads is not None:
+            self.threads.__exit__(*exc)
+            self.counters = tuple(b - a for a, b in zip(self.counters, _jvm_counters()))
         self.wall = time.monotonic() - self.wall
         self.py = time.process_time() - self.py
         self.jvm = _jvm_cpu(self.jvm_pid) - self.jvm
@@ -163,7 +240,8 @@ def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int) -> d
             .start()
         )
         query.awaitTermination()
-    return {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "workers": meter.workers}
+    figures = {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "workers": meter.workers}
+    return {**figures, "threads": meter.threads, "counters": meter.counters}
 
 
 def run_tracked(
@@ -229,6 +307,8 @@ def run_tracked(
         "py": meter.py,
         "jvm": meter.jvm,
         "workers": meter.workers,
+        "threads": meter.threads,
+        "counters": meter.counters,
         "completed": completed if done else None,
         "trees": progress["tracker"]["completed"],
     }
@@ -334,6 +414,31 @@ def output_plan_time(batches: int, rows: int) -> int:
     return 0
 
 
+def _print_threads(results: dict[str, list[dict]], sentences: int) -> None:
+    """The JVM's CPU per thread group, ms per 1,000 sentences, medians over the rounds, the groups
+    above 1% of a run's JVM CPU, with tracked minus plain."""
+    medians: dict[str, dict[str, float]] = {}
+    for name, runs in results.items():
+        groups = {group for run in runs for group in run["threads"].groups()}
+        medians[name] = {
+            group: 1e6 * statistics.median(run["threads"].groups().get(group, 0.0) for run in runs) / sentences
+            for group in groups
+        }
+    names = list(results)
+    shown = sorted(
+        {g for name in names for g, ms in medians[name].items() if ms > 0.01 * sum(medians[name].values())},
+        key=lambda g: -max(medians[name].get(g, 0.0) for name in names),
+    )
+    print("\nJVM CPU per thread group, ms per 1,000 sentences (medians): " + ", ".join(names))
+    for group in shown + ["(all)"]:
+        if group == "(all)":
+            values = [sum(medians[name].values()) for name in names]
+        else:
+            values = [medians[name].get(group, 0.0) for name in names]
+        extra = "".join(f"  {name} - plain {v - values[0]:+.1f}" for name, v in zip(names[1:], values[1:]))
+        print(f"  {group:18} " + "  ".join(f"{v:6.1f}" for v in values) + extra)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=100_000)
@@ -358,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--profile", action="store_true", help="cProfile the tracked job's batches")
     parser.add_argument(
+        "--threads", action="store_true", help="print the Spark JVM's CPU per thread group (medians over the rounds)"
+    )
+    parser.add_argument(
         "--output-path-only",
         type=int,
         metavar="ROWS",
@@ -374,7 +482,8 @@ def main(argv: list[str] | None = None) -> int:
         return output_plan_time(args.output_plan_time, args.batch)
     if args.output_path_only:
         return output_path_only(args.output_path_only, args.rounds)
-    global PROFILE
+    global PROFILE, THREADS
+    THREADS = args.threads
     if args.profile:
         PROFILE = cProfile.Profile()
     with contextlib.ExitStack() as stack:
@@ -392,7 +501,10 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.sentences)
         ]
         produce_values(bootstrap, source, lines, timeout=300)
-        spark = spark_session("rk-bench-spark-pipeline", master="local[2]")
+        global SPARK
+        java_options = os.environ.get("RK_BENCH_JAVA_OPTIONS")  # e.g. a JFR recording of the run
+        java_conf = {"spark.driver.extraJavaOptions": java_options} if java_options else None
+        spark = SPARK = spark_session("rk-bench-spark-pipeline", master="local[2]", extra_conf=java_conf)
         jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
         n = args.sentences
         print(
@@ -417,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
                         figures = run_tracked(spark, bootstrap, source, args.batch, n, jvm_pid, args.bolt, path)
                     label = "warm-up" if round_ == 0 else f"round {round_}"
                     extra = f", load {load:.1f}"
+                    if THREADS:
+                        extra += f", codegen compiled {figures['counters'][0]} classes, JIT {figures['counters'][1]} ms"
                     if name != "plain":
                         extra += (
                             f", all {figures['trees']} trees completed and committed after {figures['completed']:.1f} s"
@@ -432,6 +546,10 @@ def main(argv: list[str] | None = None) -> int:
                     if round_:
                         results[name].append(figures)
         finally:
+            if os.environ.get("RK_BENCH_JFR_DUMP"):  # the JVM ends without its dumponexit when py4j closes
+                import subprocess
+
+                subprocess.run(["jcmd", str(jvm_pid), "JFR.dump", f"filename={os.environ['RK_BENCH_JFR_DUMP']}"])
             spark.stop()
     rate = {name: n / statistics.median(f["wall"] for f in runs) for name, runs in results.items()}
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
@@ -444,6 +562,8 @@ def main(argv: list[str] | None = None) -> int:
             f"JVM CPU {1000 * statistics.median(f['jvm'] for f in runs) / n:.3f}, "
             f"Python workers CPU {1000 * statistics.median(f['workers'] for f in runs) / n:.3f}"
         )
+    if THREADS:
+        _print_threads(results, n)
     if PROFILE is not None:
         out = io.StringIO()
         pstats.Stats(PROFILE, stream=out).sort_stats("cumulative").print_stats(25)

@@ -119,24 +119,16 @@ public final class ReliableKafkaFunctions {
             long root = pair.getLong(0);
             return onePairHeader(root, childEdge(saltRowHash(salt, row), root));
         }
-        long[] roots = new long[n];
-        int distinct = 0;
-        RootXors seen = n > 16 ? new RootXors() : null; // many roots (an aggregate's output): no scan
+        long[] roots = new long[n]; // 0: a null pair or root, skipped as untracked
         for (int i = 0; i < n; i++) {
-            if (anchors.isNullAt(i)) {
-                continue;
+            if (!anchors.isNullAt(i)) {
+                InternalRow pair = anchors.getStruct(i, 2);
+                if (!pair.isNullAt(0)) {
+                    roots[i] = pair.getLong(0);
+                }
             }
-            InternalRow pair = anchors.getStruct(i, 2);
-            if (pair.isNullAt(0)) {
-                continue;
-            }
-            long root = pair.getLong(0);
-            if (root == 0L || (seen == null ? contains(roots, distinct, root) : !seen.add(root))) {
-                continue;
-            }
-            roots[distinct++] = root;
         }
-        return childrenHeader(salt, row, roots, distinct);
+        return childrenHeader(salt, row, roots, distinctRoots(roots, n));
     }
 
     /** The v2 header of one (root, edge) pair; null for a missing or zero root. */
@@ -166,22 +158,33 @@ public final class ReliableKafkaFunctions {
             return null;
         }
         int n = anchors.size();
-        long[] roots = new long[n];
+        long[] roots = new long[n]; // 0: a null pair or root, skipped as untracked
+        scala.collection.Iterator<Row> pairs = anchors.iterator();
+        for (int i = 0; pairs.hasNext(); i++) {
+            Row pair = pairs.next();
+            if (pair != null && !pair.isNullAt(0)) {
+                roots[i] = pair.getLong(0);
+            }
+        }
+        return childrenHeader(salt, row, roots, distinctRoots(roots, n));
+    }
+
+    /**
+     * Compacts the first {@code n} of {@code roots} (a row's roots in order, 0 for none) to its
+     * distinct non-zero roots in order of first appearance, in place; returns how many there are.
+     * One scan for both ways a row's anchors arrive ({@link #outputHeader}, {@link #childHeader}).
+     */
+    static int distinctRoots(long[] roots, int n) {
         int distinct = 0;
         RootXors seen = n > 16 ? new RootXors() : null; // many roots (an aggregate's output): no scan
-        scala.collection.Iterator<Row> pairs = anchors.iterator();
-        while (pairs.hasNext()) {
-            Row pair = pairs.next();
-            if (pair == null || pair.isNullAt(0)) {
-                continue;
-            }
-            long root = pair.getLong(0);
+        for (int i = 0; i < n; i++) {
+            long root = roots[i]; // read before its slot can be written: distinct <= i
             if (root == 0L || (seen == null ? contains(roots, distinct, root) : !seen.add(root))) {
                 continue;
             }
             roots[distinct++] = root;
         }
-        return childrenHeader(salt, row, roots, distinct);
+        return distinct;
     }
 
     /** The v2 header of the first {@code distinct} of {@code roots}, each with its child edge; null for none. */
