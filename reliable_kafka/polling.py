@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, Message
 
-__all__ = ["consume_batch", "SIBLING_WAIT_S"]
+__all__ = ["consume_batch", "SIBLING_WAIT_S", "SKIP_AFTER_MISS", "SIBLING_WAIT_BELOW"]
 
 SIBLING_WAIT_S = 0.001  # per assigned partition with nothing in hand yet (librdkafka counts whole ms)
+SKIP_AFTER_MISS = 8  # batches taken without a sibling wait after one that brought nothing
+SIBLING_WAIT_BELOW = 100  # records in hand: a larger first arrival is worth its requests already (a busy stage)
 
 
 def consume_batch(consumer: Consumer, max_records: int, timeout: float) -> list[Message]:
@@ -43,8 +45,14 @@ def consume_batch(consumer: Consumer, max_records: int, timeout: float) -> list[
 
 def _take_siblings(consumer: Consumer, messages: list[Message], max_records: int) -> None:
     """Wait up to :data:`SIBLING_WAIT_S` per assigned partition missing from ``messages`` for its
-    records; stop at the first wait that brings nothing."""
-    if len(messages) >= max_records:
+    records; stop at the first wait that brings nothing, and then skip the wait for the next
+    :data:`SKIP_AFTER_MISS` batches (their partitions do not come together: e.g. a producer's
+    sticky partitioner sends a while to one, or a paused partition)."""
+    if len(messages) >= min(max_records, SIBLING_WAIT_BELOW):
+        return
+    skip = getattr(consumer, _SKIP, 0)
+    if skip:
+        _set_skip(consumer, skip - 1)
         return
     assigned = _assigned(consumer)
     if assigned < 2:
@@ -53,6 +61,7 @@ def _take_siblings(consumer: Consumer, messages: list[Message], max_records: int
     for _ in range(assigned - len(present)):  # each wait must bring a partition, or it ends
         more = consumer.consume(1, SIBLING_WAIT_S)
         if not more:
+            _set_skip(consumer, SKIP_AFTER_MISS)
             return
         more.extend(consumer.consume(max_records - len(messages) - 1, 0))
         messages.extend(more)
@@ -61,6 +70,16 @@ def _take_siblings(consumer: Consumer, messages: list[Message], max_records: int
         present.update((m.topic(), m.partition()) for m in more)
         if len(present) >= assigned:
             return
+
+
+_SKIP = "_rk_sibling_skip"  # kept on the consumer: batches left without a sibling wait
+
+
+def _set_skip(consumer: Consumer, batches: int) -> None:
+    try:
+        setattr(consumer, _SKIP, batches)
+    except AttributeError:  # confluent-kafka's own class keeps no attributes: it waits every time
+        pass
 
 
 def _assigned(consumer: Consumer) -> int:

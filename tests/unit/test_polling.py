@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reliable_kafka.polling import SIBLING_WAIT_S, consume_batch
+from reliable_kafka.polling import SIBLING_WAIT_BELOW, SIBLING_WAIT_S, SKIP_AFTER_MISS, consume_batch
 
 
 class _FakeConsumer:
@@ -106,6 +106,26 @@ def test_it_stops_waiting_once_every_assigned_partition_is_in_hand():
     assert consumer.calls.count((1, SIBLING_WAIT_S)) == 1
 
 
+def test_after_a_wait_in_vain_the_next_batches_take_no_sibling_wait():
+    # e.g. a producer's sticky partitioner writes a while to one partition: its siblings never come
+    # (an empty group: a blocking call that found nothing)
+    arrivals = [[_Message(0, 0)], []] + [[_Message(0, n)] for n in range(1, SKIP_AFTER_MISS + 1)]
+    consumer = _PartitionedConsumer(2, arrivals + [[_Message(0, 99)], []])
+    waits = []
+    for _ in range(SKIP_AFTER_MISS + 2):
+        before = consumer.calls.count((1, SIBLING_WAIT_S))
+        assert len(consume_batch(consumer, 500, 0.1)) == 1
+        waits.append(consumer.calls.count((1, SIBLING_WAIT_S)) - before)
+    assert waits == [1] + [0] * SKIP_AFTER_MISS + [1]  # waits again after SKIP_AFTER_MISS batches
+
+
+def test_a_large_first_arrival_takes_no_sibling_wait():
+    first = [_Message(0, n) for n in range(SIBLING_WAIT_BELOW)]
+    consumer = _PartitionedConsumer(2, [first, [_Message(1, SIBLING_WAIT_BELOW)]])
+    assert consume_batch(consumer, 500, 0.1) == first
+    assert (1, SIBLING_WAIT_S) not in consumer.calls
+
+
 def test_a_consumer_of_one_partition_does_not_wait_after_the_first_arrival():
     consumer = _PartitionedConsumer(1, [[_Message(0, 0)], [_Message(0, 1)]])
     assert [m.n for m in consume_batch(consumer, 500, 0.1)] == [0]
@@ -147,3 +167,21 @@ def test_a_batch_is_what_arrived_in_order_capped_and_the_waits_are_bounded(assig
     assert batch == in_hand
     done = len(batch) >= max_records or len({m.partition() for m in batch}) >= assigned
     assert done or waits == assigned - len({m.partition() for m in arrivals[0]}) or len(arrivals) <= 1 + waits
+
+
+def test_the_librarys_consumer_asks_its_assignment_once_in_a_hundred_calls():
+    # assignment() is a round trip to librdkafka's main thread (about 25 us); a client that never
+    # reaches a broker is enough: assign() is local
+    from confluent_kafka import TopicPartition
+
+    from reliable_kafka.kafka.factory import CONFLUENT
+
+    consumer = CONFLUENT.consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "log_level": 0})
+    try:
+        consumer.assign([TopicPartition("t", 0), TopicPartition("t", 1)])
+        assert consumer.assigned_count() == 2  # 0 cached before: asked at once
+        consumer.assign([TopicPartition("t", p) for p in range(3)])
+        assert [consumer.assigned_count() for _ in range(99)] == [2] * 99
+        assert consumer.assigned_count() == 3
+    finally:
+        consumer.close()
