@@ -44,25 +44,9 @@ class _Consumer(Consumer):
     group_id: str | None = None
     subscribed = False  # a member of its group (READ), not only a user of its coordinator (DESCRIBE)
 
-    _assigned_count = 0
-    _assigned_asks = 0  # assigned_count calls until assignment() is asked again
-
     def subscribe(self, *args, **kwargs):
         self.subscribed = True
-        self._assigned_asks = 0
         return super().subscribe(*args, **kwargs)
-
-    def assigned_count(self) -> int:
-        """``len(assignment())``, asked of librdkafka on every 100th call only: each ask is a round
-        trip to its main thread (about 25 us), and a count up to 99 calls old after a rebalance
-        only makes :func:`~reliable_kafka.polling.consume_batch` wait a millisecond in vain, or not
-        wait for a sibling partition (0 is asked again at once: it is the count before the first
-        assignment)."""
-        if self._assigned_asks <= 0 or not self._assigned_count:
-            self._assigned_count = len(self.assignment())
-            self._assigned_asks = 100
-        self._assigned_asks -= 1
-        return self._assigned_count
 
 
 class _Admin(AdminClient):
