@@ -1,10 +1,10 @@
 """``reliable-kafka trace``: one source record's trees, read back from the topology's logs.
 
-Roots are random, so a record's roots are found in a small index the spout writes with each INIT
-batch: ``<topology>.roots``, one record per source partition and poll round, key
-``<topic>:<partition>``, value = format byte 1, the spout's task id (int64 big-endian), then
-(offset, root) pairs as little-endian int64: 16 bytes per root, one produce per round (an INIT
-entry itself is 17 bytes). The trace then reads, from a little before the index entry's time:
+Roots are random, so a record's roots are found in a small index the spout writes about once a
+second (the Spark spout: with each batch's INITs): ``<topology>.roots``, one record per source
+partition and send, key ``<topic>:<partition>``, value = format byte 1, the spout's task id (int64
+big-endian), then (offset, root) pairs as little-endian int64: 16 bytes per root (an INIT entry
+itself is 17 bytes). The trace then reads, from a little before the index entry's time:
 the ack partition of each root (``root mod N``) for its INIT, ACK, FAIL and RESET_TIMEOUT entries
 and their senders, the spout's outcome partition for the outcome, ``<topology>.failures`` for the
 reasons and ``<topology>.dlq`` for a dead letter. Task ids become component names through the
@@ -31,16 +31,22 @@ __all__ = ["RootIndex", "decode_root_index", "parse_coordinates", "trace", "last
 _FORMAT = 1
 _MARGIN_MS = 60_000  # clocks of producers and the broker differ a little; entries are read this far back
 _U64 = (1 << 64) - 1
+ROOT_INDEX_INTERVAL_S = 1.0  # a poll loop's root index goes about once a second (RootIndex.send_due)
+MAX_PAIRS_PER_RECORD = 16_384  # 256 KB records, well under message.max.bytes (1 MB)
 
 
 class RootIndex:
-    """The spout's side: (offset, root) pairs per source partition, sent once per poll round."""
+    """The spout's side: (offset, root) pairs per source partition, sent by :meth:`send` (the Spark
+    spout: with each batch's INITs) or, from a poll loop, by :meth:`send_due` about once a second."""
 
-    def __init__(self, producer, *, topic: str, spout_id: int) -> None:
+    def __init__(self, producer, *, topic: str, spout_id: int, interval_s: float = ROOT_INDEX_INTERVAL_S) -> None:
         self.producer = producer
         self.topic = topic
+        self.interval_s = interval_s
         self._head = bytes([_FORMAT]) + struct.pack(">q", spout_id)
         self._pending: dict[tuple[str, int], array] = {}
+        self._sent_at: float | None = None
+        self._full = False  # a partition holds MAX_PAIRS_PER_RECORD pairs: send at once
 
     def add(self, tp: tuple[str, int], offset: int, root: int) -> None:
         pairs = self._pending.get(tp)
@@ -48,6 +54,8 @@ class RootIndex:
             pairs = self._pending[tp] = array("q")
         pairs.append(offset)
         pairs.append(root)
+        if len(pairs) >= 2 * MAX_PAIRS_PER_RECORD:
+            self._full = True
 
     def add_many(self, tp: tuple[str, int], offsets: list[int], roots: list[int]) -> None:
         """:meth:`add` for each (offset, root) pair of ``tp`` (a consumed batch), with one interleave."""
@@ -60,18 +68,33 @@ class RootIndex:
         interleaved[0::2] = offsets
         interleaved[1::2] = roots
         pairs.extend(interleaved)
+        if len(pairs) >= 2 * MAX_PAIRS_PER_RECORD:
+            self._full = True
+
+    def send_due(self, now: float) -> None:
+        """:meth:`send` if ``interval_s`` passed since the last send (``now``: a monotonic clock's
+        seconds) or a partition's pairs fill a record. A poll round's record was one produce request
+        a round (a tenth of a tracked pipeline's requests at 1,000 sentences/s) for what only
+        ``reliable-kafka trace`` reads, a minute back from the record's time: a second late costs it
+        nothing. A spout killed before the send loses its last second's index, never a tree."""
+        if self._pending and (self._full or self._sent_at is None or now - self._sent_at >= self.interval_s):
+            self._sent_at = now
+            self.send()
 
     def send(self) -> None:
+        """Produce what was added, one record per source partition (and per MAX_PAIRS_PER_RECORD pairs)."""
         if not self._pending:
             return
-        pending, self._pending = self._pending, {}
+        pending, self._pending, self._full = self._pending, {}, False
         for (topic, partition), pairs in pending.items():
             if sys.byteorder != "little":
                 pairs.byteswap()
-            try:
-                self.producer.produce(self.topic, self._head + pairs.tobytes(), key=f"{topic}:{partition}".encode())
-            except BufferError:  # only the trace loses this round; never the tree
-                pass
+            raw, key, size = pairs.tobytes(), f"{topic}:{partition}".encode(), 16 * MAX_PAIRS_PER_RECORD
+            for start in range(0, len(raw), size):
+                try:
+                    self.producer.produce(self.topic, self._head + raw[start : start + size], key=key)
+                except BufferError:  # only the trace loses these pairs; never the tree
+                    pass
 
 
 def decode_root_index(raw: bytes) -> tuple[int, list[tuple[int, int]]]:

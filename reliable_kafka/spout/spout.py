@@ -60,8 +60,8 @@ class Spout(ForwardingShell):
     - ``max_dead_letter_ratio`` [None: off], ``dead_letter_window`` [1000]: stop the spout with
       :class:`DeadLetterGuardTripped` when more than this share of the last ``dead_letter_window``
       settled records (completed or dead-lettered) went to the DLQ (docs/operations.md).
-    - ``root_index`` [True]: write (offset, root) pairs to ``<topology>.roots`` with each INIT
-      batch, 16 bytes a root, so that ``reliable-kafka trace`` finds a record's trees.
+    - ``root_index`` [True]: write (offset, root) pairs to ``<topology>.roots`` about once a
+      second, 16 bytes a root, so that ``reliable-kafka trace`` finds a record's trees.
     - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
       :class:`reliable_kafka.testing.MemoryKafka` runs the spout without a broker).
     - ``clock`` [the ``time`` module]: what the spout reads time from (:mod:`reliable_kafka.core.clock`;
@@ -94,6 +94,8 @@ class Spout(ForwardingShell):
         try:
             if self._consumer is not None:
                 self._roots.confirm_dead_letters(DEAD_LETTER_FLUSH_S)
+                if self._roots.root_index is not None:
+                    self._roots.root_index.send()  # what send_due held, flushed with the producer below
                 self._commit(force=True)
                 self._consumer.close()
         finally:
@@ -144,9 +146,9 @@ class Spout(ForwardingShell):
         assert self._acks is not None  # made by start()
         self._acks.send()
         if roots.root_index is not None:
-            roots.root_index.send()
+            roots.root_index.send_due(self._clock.monotonic())  # about once a second
         assert self._producer is not None
-        send_polled(self._producer)  # the round's tuples, INITs and root index: one request per partition
+        send_polled(self._producer)  # the round's tuples and INITs: one request per partition
         self._producer.poll(0)
         self._commit()
 

@@ -332,3 +332,33 @@ def test_a_spout_paused_by_max_pending_reads_again_after_its_partitions_come_bac
     kafka.expire(spout._consumer)  # the session expires (a broker restart): on_lost, then rejoin
     step_until(lambda: spout.stats.completed == len(lines), spout, splitter, counter, acker)
     assert _committed(kafka, "wc.spout", "lines") == _ends(kafka, "lines")
+
+
+def test_the_root_index_goes_about_once_a_second_and_what_it_held_goes_on_close(kafka):
+    from reliable_kafka.ops.trace import decode_root_index
+
+    clock = kafka.clock
+    acker = AckerWorker(topology="wc", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0, clock=clock)
+    acker.start()  # creates <topology>.roots with the other topics
+    source = ListSource(kafka, "lines", [b"first"])
+    spout = _spout(kafka, clock=clock)
+    spout.root_index = True  # _spout turns it off
+    spout.start()
+
+    def indexed() -> list[int]:
+        return sorted(
+            offset for m in TopicSink(kafka, "wc.roots").messages() for offset, _ in decode_root_index(m.value())[1]
+        )
+
+    step_until(lambda: spout.stats.read == 1, spout)
+    assert indexed() == [0]  # the first round's pairs go at once
+    source.send([b"second", b"third"])
+    step_until(lambda: spout.stats.read == 3, spout)
+    assert indexed() == [0]  # held: less than a second since the last send
+    clock.advance(1000)
+    spout.poll_once(0)
+    assert indexed() == [0, 1, 2]
+    source.send([b"fourth"])
+    step_until(lambda: spout.stats.read == 4, spout)
+    spout.close()  # what was held goes before the producer closes
+    assert indexed() == [0, 1, 2, 3]
