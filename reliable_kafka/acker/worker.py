@@ -83,6 +83,8 @@ class AckerWorker(OutcomePublisher):
     - ``clock`` [the ``time`` module]: what the worker reads time from (:mod:`reliable_kafka.core.clock`).
     """
 
+    component = "acker"  # its kind in status reports and metrics (reliable_kafka.ops.snapshot)
+
     @renamed_keywords(timeout_ms="message_timeout_ms")
     def __init__(
         self,

@@ -95,6 +95,8 @@ class Bolt:
     flush; revoke and close flush and commit at once.
     """
 
+    component = "bolt"  # its kind in status reports and metrics (reliable_kafka.ops.snapshot)
+
     _collector_class = BoltCollector
     _acks_on_return = False  # BasicBolt: a tuple is acked when its handler returns
     topic_wait_s = 30.0  # how long start() waits for an acker to create the topology's topics

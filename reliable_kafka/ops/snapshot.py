@@ -277,25 +277,14 @@ class SparkBoltView(ComponentView):
         return {"counters": counters, "progress": counters.get("inputs", 0), "backlog": None, "partitions": []}
 
 
-def view_of(worker) -> ComponentView | None:
-    """The view for ``worker``'s kind; None for an object this module does not know."""
-    # imported here: the workers import lifecycle, which imports this module
-    from reliable_kafka.acker.worker import AckerWorker
-    from reliable_kafka.bolt.runner import Bolt
-    from reliable_kafka.spout.spout import Spout
-    from reliable_kafka.spout.transactional import TransactionalSpout
+# a worker's ``component`` names its view: the workers import lifecycle, which imports this module,
+# so it cannot import their classes
+_VIEWS: dict[str, type[ComponentView]] = {
+    view.kind: view for view in (SpoutView, TransactionalSpoutView, BoltView, AckerView, SparkSpoutView, SparkBoltView)
+}
 
-    if isinstance(worker, TransactionalSpout):
-        return TransactionalSpoutView(worker)
-    if isinstance(worker, Spout):
-        return SpoutView(worker)
-    if isinstance(worker, Bolt):
-        return BoltView(worker)
-    if isinstance(worker, AckerWorker):
-        return AckerView(worker)
-    component = getattr(worker, "component", None)  # Spark jobs: no pyspark import needed here
-    if component == "spark-spout":
-        return SparkSpoutView(worker)
-    if component == "spark-bolt":
-        return SparkBoltView(worker)
-    return None
+
+def view_of(worker) -> ComponentView | None:
+    """The view for ``worker``'s kind (its ``component``); None for an object this module does not know."""
+    view = _VIEWS.get(getattr(worker, "component", ""))
+    return None if view is None else view(worker)

@@ -68,6 +68,8 @@ class Spout(ForwardingShell):
       :class:`reliable_kafka.testing.ManualClock` moves only when told to).
     """
 
+    component = "spout"  # its kind in status reports and metrics (reliable_kafka.ops.snapshot)
+
     # --- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:

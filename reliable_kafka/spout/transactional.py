@@ -149,6 +149,8 @@ class TransactionalSpout(SpoutShell):
     tracker's counters that status and metrics show, count the work of committed rounds only.
     """
 
+    component = "transactional-spout"  # its kind in status reports and metrics (reliable_kafka.ops.snapshot)
+
     def __init__(self, *, name: str, **options) -> None:
         if not name:
             raise ConfigError("TransactionalSpout needs a stable name (its transactional.id)")

@@ -107,3 +107,33 @@ def test_status_and_ui_take_bootstrap_servers_with_bootstrap_as_an_alias():
     assert parser.parse_args(["ui", "--topology", "t", "--bootstrap", "b", "--port", "0"]).port == 0
     acker = parser.parse_args(["acker", "--topology", "t", "--bootstrap", "b", "--metrics-port", "9100"])
     assert acker.metrics_port == 9100
+
+
+def test_each_worker_kind_gets_its_view_subclasses_included():
+    """``view_of`` dispatches on a worker's ``component`` (it cannot import the workers' classes:
+    they import it through lifecycle): every shipped kind, a user's subclass, and nothing else."""
+    from reliable_kafka.acker.worker import AckerWorker
+    from reliable_kafka.bolt.runner import BasicBolt, Bolt
+    from reliable_kafka.ops.snapshot import view_of
+    from reliable_kafka.spark.bolt import SparkBolt
+    from reliable_kafka.spark.spout import SparkSpout
+    from reliable_kafka.spout.spout import Spout
+    from reliable_kafka.spout.transactional import TransactionalSpout
+
+    class UsersSpout(Spout):
+        pass
+
+    expected = {
+        Spout: "spout",
+        UsersSpout: "spout",
+        TransactionalSpout: "transactional-spout",
+        Bolt: "bolt",
+        BasicBolt: "bolt",
+        AckerWorker: "acker",
+        SparkSpout: "spark-spout",
+        SparkBolt: "spark-bolt",
+    }
+    for worker_class, kind in expected.items():
+        view = view_of(object.__new__(worker_class))  # no constructor: the kind is the class's
+        assert view is not None and view.kind == kind, worker_class
+    assert view_of(object()) is None
