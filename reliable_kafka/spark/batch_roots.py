@@ -119,10 +119,8 @@ RECORD_COLUMNS = ("topic", "partition", "offset", "attempt", "root", "edge")
 def record_columns(batch) -> dict[str, list]:
     """The batch's record coordinates and ids as one list per column: packed into one row of
     arrays in the JVM, so the driver unpickles a few lists instead of building a Row per record."""
-    from reliable_kafka.spark.parsed import select_parsed
-
-    packed = select_parsed(batch, f"collect_list(struct({', '.join(RECORD_COLUMNS)})) AS r")
-    row = select_parsed(packed, *[f"transform(r, s -> s.`{n}`) AS `{n}`" for n in RECORD_COLUMNS]).collect()[0]
+    packed = batch.selectExpr(f"collect_list(struct({', '.join(RECORD_COLUMNS)})) AS r")
+    row = packed.selectExpr(*[f"transform(r, s -> s.`{n}`) AS `{n}`" for n in RECORD_COLUMNS]).collect()[0]
     return {n: row[n] or [] for n in RECORD_COLUMNS}
 
 

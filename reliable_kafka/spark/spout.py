@@ -44,7 +44,6 @@ from reliable_kafka.spark.checkpoint import HadoopFiles, read_resume_point
 from reliable_kafka.spark.derive import EDGE_TAG, ROOT_TAG, edge_column, id_sql, root_column
 from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, final_ack_columns
 from reliable_kafka.spark.offset_reads import chunks, read_ranges, read_redeliveries
-from reliable_kafka.spark.parsed import select_parsed
 from reliable_kafka.spark.recovery import committed_offsets, plan_recovery
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
@@ -319,8 +318,8 @@ class SparkSpout(SparkJob):
             self._send_columns(EventKind.INIT, roots, edges, what=f"INIT of {what}")  # (1)
             if ranges is not None and not skipped:  # one projection: each DataFrame step is analysed anew
                 root, edge = id_sql(salt, ROOT_TAG, attempt="1"), id_sql(salt, EDGE_TAG, attempt="1")
-                anchors = F.expr(f"array(named_struct('root', {root}, 'edge', {edge})) AS anchors")  # salt: per batch
-                inputs = select_parsed(fresh, *[f"`{c}`" for c in SOURCE_COLUMNS], "1 AS attempt", anchors)
+                anchors = f"array(named_struct('root', {root}, 'edge', {edge})) AS anchors"
+                inputs = fresh.selectExpr(*[f"`{c}`" for c in SOURCE_COLUMNS], "1 AS attempt", anchors)
             else:
                 inputs = batch if ranges is None else with_ids(fresh.select(*SOURCE_COLUMNS, F.lit(1).alias("attempt")))
                 if skipped:

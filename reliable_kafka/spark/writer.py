@@ -15,7 +15,6 @@ import numpy as np
 from reliable_kafka import codec
 from reliable_kafka.errors import StateError, WaitTimeoutError
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN
-from reliable_kafka.spark.parsed import parsed_column, select_parsed
 
 __all__ = ["in_session", "release_observations", "v2_write_session", "write_in_jvm"]
 
@@ -212,15 +211,13 @@ def with_headers_jvm(outputs, salt: int, *, empty_anchors_as_null: bool = False,
     ``headers_column=False``: no ``rk_headers`` projection; :func:`sink_rows` builds the headers
     (the same SQL) in its own projection. ``write_in_jvm`` takes :func:`output_rows_jvm`: the same
     rows in fewer steps."""
-    from pyspark.sql import functions as F
-
     anchors, nullified = f"`{ANCHORS_COLUMN}`", []
     if empty_anchors_as_null:
         nullified = [f"IF(size({anchors}) > 0, {anchors}, NULL) AS rk_anchors"]
         anchors = "rk_anchors"
     row_id, header, ours = _headers_jvm_sql(outputs, salt, anchors)
-    rows = select_parsed(select_parsed(outputs, "*", *nullified, row_id), "*", F.expr(header))  # salt: per batch
-    return select_parsed(rows, "*", f"{ours} AS rk_headers") if headers_column else rows
+    rows = outputs.selectExpr("*", *nullified, row_id).selectExpr("*", header)
+    return rows.selectExpr("*", f"{ours} AS rk_headers") if headers_column else rows
 
 
 def observe_headers_jvm(rows):
@@ -228,15 +225,13 @@ def observe_headers_jvm(rows):
     ``rk_child_xor`` aggregate, one (root, XOR) pair per root, folded in the tasks and merged by
     Spark, instead of every row's pairs."""
     from pyspark.sql import Observation
+    from pyspark.sql import functions as F
 
     from reliable_kafka.spark.jvm_functions import CHILD_XOR_FUNCTION
 
     observation = Observation(f"rk-children-{uuid.uuid4().hex}")
-    session = rows.sparkSession
     observed = rows.observe(
-        observation,
-        parsed_column(session, "count(1) AS rows"),
-        parsed_column(session, f"{CHILD_XOR_FUNCTION}({HEADER}) AS pairs"),
+        observation, F.expr("count(1)").alias("rows"), F.expr(f"{CHILD_XOR_FUNCTION}({HEADER})").alias("pairs")
     )
     return observed, observation
 
@@ -339,7 +334,7 @@ def sink_rows(rows):
     plain = _key_value_sql(types)
     observed = [n for n in (HEADER, PAIRS) if n in types]
     headers = "rk_headers" if "rk_headers" in types else _our_headers_sql("headers" in types)
-    return select_parsed(rows, *plain, f"{headers} AS headers", *observed)
+    return rows.selectExpr(*plain, f"{headers} AS headers", *observed)
 
 
 def output_rows_jvm(outputs, salt: int):
@@ -349,8 +344,6 @@ def output_rows_jvm(outputs, salt: int):
     analyses over the whole plan (about 10 ms to 0.1 s a step on this busy machine, 25,000
     sentences a batch). The row id is an argument of ``rk_output_header``, not a column: it is read
     only there, so it is still computed once per row."""
-    from pyspark.sql import functions as F
-
     from reliable_kafka.spark.derive import salt_sql
     from reliable_kafka.spark.jvm_functions import OUTPUT_HEADER_FUNCTION
 
@@ -358,9 +351,9 @@ def output_rows_jvm(outputs, salt: int):
     plain = _key_value_sql(types)
     theirs = ["`headers`"] if "headers" in types else []
     header = f"{OUTPUT_HEADER_FUNCTION}({salt_sql(salt)}, monotonically_increasing_id(), `{ANCHORS_COLUMN}`)"
-    rows = select_parsed(outputs, *plain, *theirs, F.expr(f"{header} AS {HEADER}"))  # salt: per batch
+    rows = outputs.selectExpr(*plain, *theirs, f"{header} AS {HEADER}")
     names = [f"`{n}`" for n in ("key", "value") if n in types]
-    return observe_headers_jvm(select_parsed(rows, *names, f"{_our_headers_sql(bool(theirs))} AS headers", HEADER))
+    return observe_headers_jvm(rows.selectExpr(*names, f"{_our_headers_sql(bool(theirs))} AS headers", HEADER))
 
 
 def without_kafka(sources: str) -> str:
