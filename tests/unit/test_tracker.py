@@ -1161,3 +1161,73 @@ def test_a_shell_registering_in_consumed_order_is_never_refused(committed, done_
             action = tracker.on_outcome(roots[offset], FAILED if (offset + index) % 3 == 0 else COMPLETED)
             if action is not None and action.kind is ActionKind.DEAD_LETTER:
                 tracker.dead_lettered(TP, offset)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 12), st.integers(0, 2)), min_size=1, max_size=30),
+    st.integers(1, 6),
+    st.floats(0.0, 0.3),
+    st.randoms(use_true_random=False),
+)
+def test_a_dropped_done_prefix_keeps_every_root_on_its_offset(batches, window, fail_share, rnd):
+    """A partition drops its done prefix of slots now and then (from 1,024 slots; from 4 here): the
+    offsets registered behind it must keep their roots, attempts and states. Batches are registered
+    with gaps and completed nearly in order (shuffled within a small window, as outcomes arrive);
+    some fail, wait, are emitted again after their backoff and complete later. Every answer is
+    checked against a plain model."""
+    from collections import deque
+
+    from reliable_kafka.core import pending
+
+    shipped, pending._DROP_FROM = pending._DROP_FROM, 4
+    try:
+        tracker, clock = make(max_pending=None, max_retries=None)
+        root_of: dict[int, int] = {}  # pending offset -> its current root (0 while failed)
+        attempt_of: dict[int, int] = {}
+        offset, order, fresh = 0, [], iter(range(1, 10**9))
+        for size, gap in batches:
+            offset += gap
+            offsets = list(range(offset, offset + size))
+            offset += size
+            roots = [next(fresh) for _ in offsets]
+            tracker.emitted_many(TP, offsets, roots)
+            root_of.update(zip(offsets, roots))
+            attempt_of.update(dict.fromkeys(offsets, 1))
+            order.extend(offsets)
+        arrivals: deque[int] = deque()
+        for start in range(0, len(order), window):  # nearly in order: each window arrives shuffled
+            chunk = order[start : start + window]
+            rnd.shuffle(chunk)
+            arrivals.extend(chunk)
+
+        def redeliver() -> None:
+            clock.now += 1_000
+            for redelivery in tracker.due_redeliveries():
+                off = redelivery.offset
+                assert root_of[off] == 0 and redelivery.attempt == attempt_of[off] + 1, redelivery
+                attempt_of[off] = redelivery.attempt
+                root_of[off] = tracker.emitted(TP, off, attempt=redelivery.attempt)
+
+        while arrivals:
+            off = arrivals.popleft()
+            if rnd.random() < 0.3:
+                redeliver()
+            if root_of[off] == 0:  # failed and not emitted again yet
+                redeliver()
+            if attempt_of[off] == 1 and rnd.random() < fail_share:
+                action = tracker.on_outcome(root_of[off], OutcomeKind.FAILED)
+                assert action is not None and (action.offset, action.attempt) == (off, 1), (off, action)
+                root_of[off] = 0
+                arrivals.append(off)  # its next attempt's outcome comes later
+            else:
+                entry = tracker.complete(root_of.pop(off))
+                assert entry is not None and (entry.offset, entry.attempt) == (off, attempt_of.pop(off)), (off, entry)
+            assert tracker.commit_point(TP) == (min(root_of) if root_of else offset)
+            assert tracker.pending_offsets(TP) == sorted(root_of)
+            assert tracker.unsettled(TP) == [
+                (o, attempt_of[o], root_of[o] == 0) for o in sorted(root_of) if attempt_of[o] > 1 or root_of[o] == 0
+            ]
+        assert tracker.stats.ignored_outcomes == 0
+    finally:
+        pending._DROP_FROM = shipped
