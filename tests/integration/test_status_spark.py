@@ -24,7 +24,11 @@ def test_a_spark_spout_reports_from_its_driver(kafka_bootstrap):
     sentences, words = f"{topology}-sentences", f"{topology}-words"
     create_topics(kafka_bootstrap, {sentences: 2, words: 2})
     ensure_topics(admin_client(kafka_bootstrap), TopologyTopics(topology, ackers=1))
-    produce_values(kafka_bootstrap, sentences, [b"the cow jumped over the moon"] * 200)
+    # keyed, so that both partitions hold records (a keyless burst may all go to one, and the empty
+    # partition then has no commit to wait for)
+    keys = [b"%d" % i for i in range(200)]
+    placed = produce_values(kafka_bootstrap, sentences, [b"the cow jumped over the moon"] * 200, keys=keys)
+    assert {partition for partition, _ in placed} == {0, 1}
     on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
     acker = AckerWorker(**on, ackers=1)
     counter = BasicBolt(**on, source_topics=words, group_id=f"{topology}-count", handler=lambda t, c: None)
