@@ -55,6 +55,13 @@ class LatencyHistogram:
         self.count += 1
         self.sum_s += seconds
 
+    def observe_n(self, seconds: float, n: int) -> None:
+        """:meth:`observe` ``seconds`` ``n`` times (a bolt's run of handler calls timed together,
+        each given its share: one search for the run)."""
+        self.counts[bisect.bisect_left(self.bounds, seconds)] += n
+        self.count += n
+        self.sum_s += seconds * n
+
     def observe_many(self, seconds: Sequence[float]) -> None:
         """:meth:`observe` each of ``seconds`` (a bolt's batch: one call instead of one per tuple)."""
         counts, bounds = self.counts, self.bounds

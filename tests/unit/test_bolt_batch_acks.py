@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from reliable_kafka import codec, ids
 from reliable_kafka.bolt import BasicBolt
-from reliable_kafka.bolt.runner import ACK_HOLD_ENTRIES
+from reliable_kafka.bolt.runner import ACK_HOLD_ENTRIES, PROCESS_TIMED_RUN
 from reliable_kafka.codec import anchors as anchors_codec
 from reliable_kafka.core.ack_packer import AckPacker
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import ArgumentError, DecodeError
 from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD, AckSender
-from reliable_kafka.kafka.produce import SEND_WAIT_S
+from reliable_kafka.kafka.produce import SEND_WAIT_S, ProducerUnusable
 from reliable_kafka.testing.memory_broker import new_message
 from reliable_kafka.testing.recording_producer import RecordingProducer
 
@@ -468,32 +468,79 @@ class _StepClock:
         return self.now
 
 
-def test_process_latency_is_each_handler_calls_time_and_leaves_out_a_quarantined_records():
+def _bad_message(offset: int):
+    """A record whose rk-anchors cannot be decoded: quarantined, never handled."""
+    return new_message(
+        topic="in", partition=0, offset=offset, key=b"k", value=b"v", headers=[(codec.ANCHORS_HEADER, b"\x02")]
+    )
+
+
+class _SlowQuarantine:
+    """A quarantine whose copy takes 7 s of ``clock``: not a handler's time."""
+
+    def __init__(self, clock: _StepClock) -> None:
+        self.clock = clock
+
+    def decode_error(self, message, error):
+        self.clock.now += 7.0
+
+
+def test_process_latency_gives_each_handler_call_its_runs_average_and_leaves_out_quarantine_copies():
+    """The clock is read once per run of PROCESS_TIMED_RUN records: each handled tuple of a run is
+    observed at the run's average (a run all within 1 ms is exact); a quarantine copy's time is not
+    a handler's, and a quarantined record is not observed."""
     clock = _StepClock()
-    took = {0: 0.003, 2: 0.2, 3: 0.0004}  # offset -> seconds the handler takes
+    size = PROCESS_TIMED_RUN
+    took = dict.fromkeys(range(2 * size + 5), 0.0001)  # offset -> seconds its handler takes
+    took[size + 3] = 0.2  # one slow call in the second run: its run's average is 0.0063
+    for offset in range(2 * size, 2 * size + 5):  # the last, short run: 3 ms each
+        took[offset] = 0.003
+    bad = {1, size + 7}  # quarantined: one in the first run, one in the second
 
     def handler(tuple_, collector):
         clock.now += took[tuple_.offset]
 
     bolt, _ = _bolt(handler)
     bolt._clock = clock
-
-    class _Quarantine:
-        def decode_error(self, message, error):
-            clock.now += 7.0  # a slow quarantine copy: not the handler's time
-
-    bolt._quarantine = _Quarantine()
-    bad = new_message(
-        topic="in", partition=0, offset=1, key=b"k", value=b"v", headers=[(codec.ANCHORS_HEADER, b"\x02")]
+    bolt._quarantine = _SlowQuarantine(clock)
+    bolt._process_batch(
+        [_bad_message(offset) if offset in bad else _message(offset, {1: 10}) for offset in sorted(took)]
     )
-    bolt._process_batch([_message(0, {1: 10}), bad, _message(2, None), _message(3, {4: 40})])
-    histogram = bolt.process_latency
-    assert histogram.count == 3 and histogram.sum_s == pytest.approx(sum(took.values()))
     expected = LatencyHistogram()
-    for seconds in took.values():
-        expected.observe(seconds)
+    for at in range(0, len(took), size):
+        run = [took[offset] for offset in range(at, min(at + size, len(took))) if offset not in bad]
+        for _ in run:
+            expected.observe(sum(run) / len(run))
+    histogram = bolt.process_latency
     assert histogram.counts == expected.counts
-    assert bolt.stats.received == 4 and bolt.stats.quarantined == 1 and bolt.stats.untracked == 1
+    assert histogram.counts[0] == size - 1  # the first run, exact: every call within 1 ms
+    assert histogram.count == len(took) - len(bad) == bolt.stats.acked
+    assert histogram.sum_s == pytest.approx(sum(s for offset, s in took.items() if offset not in bad))
+    assert bolt.stats.received == len(took) and bolt.stats.quarantined == len(bad)
+
+
+def test_a_call_that_raises_through_leaves_the_tuples_handled_before_it_observed():
+    """ProducerUnusable ends the batch in its handler call: the tuples handled before it (in its
+    run too, quarantined ones left out) are counted handled, that one and the rest are not."""
+    clock = _StepClock()
+    stop_at = PROCESS_TIMED_RUN + 9  # in the second run, after a quarantined record
+
+    def handler(tuple_, collector):
+        clock.now += 0.002
+        if tuple_.offset == stop_at:
+            raise ProducerUnusable("fenced")
+
+    bolt, _ = _bolt(handler)
+    bolt._clock = clock
+    bolt._quarantine = _SlowQuarantine(clock)
+    bad = PROCESS_TIMED_RUN + 4
+    messages = [_bad_message(o) if o == bad else _message(o, {1: 10}) for o in range(3 * PROCESS_TIMED_RUN)]
+    with pytest.raises(ProducerUnusable):
+        bolt._process_batch(messages)
+    histogram = bolt.process_latency
+    assert histogram.count == stop_at - 1 == bolt.stats.acked  # every record before it but the quarantined
+    assert histogram.counts[1] == stop_at - 1  # 2 ms each, 2.25 in the partial run (9 calls' time over 8)
+    assert histogram.sum_s == pytest.approx(0.002 * stop_at)  # the last call's time goes to those before it
 
 
 def test_a_tuple_is_its_own_anchored_and_emits_xor_into_its_ack_val():

@@ -45,3 +45,17 @@ def test_the_quantile_lies_in_the_bucket_of_the_true_quantile(values, q):
     lower = BOUNDS_S[index - 1] if index > 0 else 0.0
     upper = BOUNDS_S[index] if index < len(BOUNDS_S) else BOUNDS_S[-1]
     assert lower - 1e-9 <= estimate <= upper + 1e-9
+
+
+@given(st.floats(0.0, 200.0), st.integers(0, 1000), st.lists(st.floats(0.0, 200.0), max_size=5))
+def test_observe_n_is_observe_n_times(seconds, n, before):
+    """A bolt's run of handler calls, each given the run's average: one search for all of them."""
+    one, many = LatencyHistogram(), LatencyHistogram()
+    for value in before:
+        one.observe(value)
+        many.observe(value)
+    for _ in range(n):
+        one.observe(seconds)
+    many.observe_n(seconds, n)
+    assert many.counts == one.counts and many.count == one.count
+    assert many.sum_s == pytest.approx(one.sum_s)
