@@ -170,6 +170,10 @@ class BoltCollector:
 
     def __init__(self, bolt: Bolt) -> None:
         self._bolt = bolt
+        # a basic bolt's one-tree and untracked emits note their topic here, one append; the runner
+        # counts them into ``stats.emitted`` and ``output_topics`` after each batch (Bolt._count_emits)
+        self._emitted_to: list[str] = []
+        self._note_emit = self._emitted_to.append
 
     def emit(
         self,
@@ -228,8 +232,7 @@ class _BasicCollector(BoltCollector):
                     edge = new_id()  # refills the pool
                 parent.ack_val ^= edge
                 # Bolt._produce_in_tree inlined: a Python call fewer per emitted tuple
-                bolt = self._bolt
-                producer = bolt._producer
+                producer = self._bolt._producer
                 headers = [(_ANCHORS, _pack_one(2, 32, root, edge))]  # encode_one_anchor(root, edge)
                 try:
                     producer.produce(  # type: ignore[union-attr]  # made by start()
@@ -237,18 +240,15 @@ class _BasicCollector(BoltCollector):
                     )
                 except (BufferError, KafkaException):  # queue full, or the producer failed
                     produce_headers(producer, topic, value, key, partition, headers)  # type: ignore[arg-type]
-                bolt.stats.emitted += 1
-                bolt.output_topics.add(topic)
+                self._note_emit(topic)  # counted after the batch
                 return
             if not parent.anchors:  # an untracked input: an untracked child, no header (_produce_in_tree inlined)
-                bolt = self._bolt
-                producer = bolt._producer
+                producer = self._bolt._producer
                 try:
                     producer.produce(topic, value, key, -1 if partition is None else partition)  # type: ignore[union-attr]
                 except (BufferError, KafkaException):  # queue full, or the producer failed
                     produce_headers(producer, topic, value, key, partition, None)  # type: ignore[arg-type]
-                bolt.stats.emitted += 1
-                bolt.output_topics.add(topic)
+                self._note_emit(topic)  # counted after the batch
                 return
         if anchors is None and current is None and self._bolt.batch_handler is not None:
             raise ArgumentError(

@@ -278,6 +278,7 @@ class Bolt:
                 self._consumer.close()
         finally:
             self._consumer = None
+            self._count_emits()
             producer, self._producer = self._producer, None  # closed: a second close() has nothing to do
             release_producer(producer, owner=self.name)
             log.info("%s: stopped; %s", self.name, self.stats)
@@ -348,11 +349,23 @@ class Bolt:
             for seconds, calls in took:
                 observe(seconds, calls)
             self.collector.current = None
+            self._count_emits()
             acks, pairs, owed = self._acks, self._ack_pairs, self._ack_owed
             if pairs and acks is not None:  # what BasicBolt acked in this batch, into the packer at once
                 acks.extend(_ACK, *_ack_columns(pairs, owed))
             pairs.clear()
             owed.clear()
+
+    def _count_emits(self) -> None:
+        """The emits the collector noted (a topic each) into ``stats.emitted`` and ``output_topics``:
+        once per batch instead of two updates per emitted tuple (emits from another thread are
+        counted with the loop's next batch)."""
+        noted = self.collector._emitted_to
+        if noted:
+            count = len(noted)
+            self.output_topics.update(noted)
+            del noted[:count]  # an append from another thread meanwhile stays for the next batch
+            self.stats.emitted += count
 
     def _handle(self, messages, took) -> None:
         """One loop with its lookups hoisted and the handler called inline: this runs once per
@@ -370,7 +383,7 @@ class Bolt:
         kept_pairs: list = []  # each record's one-pair v2 value, None when it is not in one tree
         keep, keep_anchors, keep_headers = kept.append, kept_anchors.append, kept_headers.append
         keep_root, keep_pair = kept_roots.append, kept_pairs.append
-        untracked = acked = 0
+        untracked = handled_calls = failed_calls = 0  # a basic bolt's acked: the calls handled that did not raise
         # a batch comes a partition at a time: its next offset is noted per run of one partition's
         # records (a dict write per run, not per tuple)
         run_topic, run_partition, run_end = None, -1, 0
@@ -387,9 +400,9 @@ class Bolt:
                     topic, partition, offset = message.topic(), message.partition(), message.offset()
                     if partition != run_partition or topic != run_topic:
                         if run_topic is not None:
-                            ends[(run_topic, run_partition)] = run_end
+                            ends[(run_topic, run_partition)] = run_end + 1
                         run_topic, run_partition = topic, partition
-                    run_end = offset + 1
+                    run_end = offset  # its next offset is this + 1, added once per run of the partition
                     headers = message.headers()  # read only: a new list is made when one is removed
                     raw = None
                     if headers is None:  # no header at all: untracked (tracking off upstream)
@@ -447,6 +460,7 @@ class Bolt:
                         raise  # not the tuple's fault: the transaction aborts, or the process restarts or stops
                     except Exception as exc:  # a basic bolt's raise fails the input (and replays it); a rich one's too
                         self._handler_failed(tuple_, exc)
+                        failed_calls += 1
                     else:
                         if basic:  # collector.ack(tuple_), its entries kept in the batch's lists (no call per tuple)
                             if root:  # one tree: the one-pair v2 value read above (a tuple's anchors do not change)
@@ -457,9 +471,9 @@ class Bolt:
                                 for root, edge in anchors.items():
                                     add_pair(_pack_one(_V2, 32, root, edge))
                                     add_owed(ack_val)
-                            acked += 1
                 if not batch and (handled := len(run) - skipped):
                     took_run(((clock() - started - paused) / handled, handled))
+                    handled_calls += handled
                 run = None
             if kept:
                 batch_ = TupleBatch(kept, kept_anchors, kept_headers, kept_roots)
@@ -468,10 +482,12 @@ class Bolt:
             if run is not None and not batch:  # a call raised through: the run's tuples before it
                 if handled := run.index(message) - skipped:
                     took_run(((clock() - started - paused) / handled, handled))
+                    handled_calls += handled
             if run_topic is not None:
-                ends[(run_topic, run_partition)] = run_end
+                ends[(run_topic, run_partition)] = run_end + 1
             stats.untracked += untracked
-            stats.acked += acked
+            if basic:
+                stats.acked += handled_calls - failed_calls
 
     def _handle_batch(self, batch: TupleBatch, roots: list[int], pairs: list, took: list) -> None:
         """``batch_handler`` on one batch: acked when it returns (the entries ``collector.ack`` would

@@ -647,3 +647,37 @@ def test_a_refused_read_in_a_batch_stops_the_bolt():
     bolt, _ = _polling_bolt([[_message(0, None), refused]], batch_size=10)
     with pytest.raises(AuthorizationError):
         bolt.poll_once(0)
+
+
+def test_emits_are_counted_once_per_batch_with_their_topics():
+    """A basic bolt's emits note their topic; the runner counts them into ``stats.emitted`` and
+    ``output_topics`` after each batch, each once."""
+
+    def split(tuple_, collector):
+        collector.emit("a", b"1", key=b"k")
+        collector.emit("b" if tuple_.tracked else "c", b"2", key=b"k")
+        collector.emit("d", b"3", headers=[("trace", b"t")])  # the general path counts as well
+
+    bolt, producer = _bolt(split)
+    bolt._process_batch([_message(0, {1: 10}), _message(1, None)])
+    assert bolt.stats.emitted == 6 == len(producer.sent)
+    assert bolt.output_topics == {"a", "b", "c", "d"}
+    bolt._process_batch([])
+    bolt._process_batch([_message(2, None)])
+    assert bolt.stats.emitted == 9 == len(producer.sent) and bolt.stats.acked == 3
+
+
+def test_acked_counts_the_basic_handler_calls_that_returned():
+    """A basic bolt counts acked per batch: the calls handled, less those that raised (failed);
+    a quarantined record is neither."""
+
+    def handler(tuple_, collector):
+        if tuple_.offset in (2, 40):
+            raise ValueError("bad tuple")
+
+    bolt, _ = _bolt(handler)
+    bolt._quarantine = _SlowQuarantine(_StepClock())
+    messages = [_bad_message(o) if o == 5 else _message(o, {1: 10} if o % 2 else None) for o in range(50)]
+    bolt._process_batch(messages)
+    assert bolt.stats.acked == 47 and bolt.stats.failed == 2 and bolt.stats.handler_errors == 2
+    assert bolt.stats.quarantined == 1 and bolt.process_latency.count == 49
