@@ -37,7 +37,6 @@ from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import (
     ProducerUnusable,
     flush_or_raise,
-    produce_headers,
     produce_tuple,
     release_producer,
     send_polled,
@@ -550,21 +549,6 @@ class Bolt:
     def _produce(self, topic, value, key, headers, partition, anchors: dict[int, int]) -> None:
         assert self._producer is not None  # made by start()
         produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
-        self.stats.emitted += 1
-        self.output_topics.add(topic)
-
-    def _produce_in_tree(self, topic, value, key, partition, root: int | None, edge: int) -> None:
-        """:meth:`_produce` of a child in one tree (``{root: edge}``; root None: in none) with no
-        headers of the user's."""
-        producer = self._producer
-        assert producer is not None  # made by start()
-        # once per emitted tuple: encode_one_anchor and produce_headers inlined (the ids are int64:
-        # drawn by new_id or decoded from a header), the queue-full and error paths left to them
-        headers: list | None = None if root is None else [(_ANCHORS, _pack_one(_V2, 32, root, edge))]
-        try:
-            producer.produce(topic, value, key, -1 if partition is None else partition, None, None, 0, headers)
-        except (BufferError, KafkaException):
-            produce_headers(producer, topic, value, key, partition, headers)
         self.stats.emitted += 1
         self.output_topics.add(topic)
 
