@@ -762,6 +762,14 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"ratio {name}/plain {rate[name] / rate['plain']:.2f}" for name in names[1:])
             + " (target >= 0.7)"
         )
+        cpu_per = {
+            name: statistics.median((f["py"] + f["jvm"]) / f["sentences"] for f in runs)
+            for name, runs in figures_by.items()
+        }
+        print(
+            f"  {span} CPU ratio (plain's driver + JVM CPU per sentence / theirs, the two cores' share): "
+            + ", ".join(f"{name} {cpu_per['plain'] / cpu_per[name]:.2f}" for name in names[1:])
+        )
         for name, runs in figures_by.items():
             cpu = {key: statistics.median(1000 * f[key] / f["sentences"] for f in runs) for key in ("py", "jvm")}
             jit = (
