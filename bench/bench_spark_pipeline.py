@@ -130,16 +130,22 @@ PERF_COUNTERS = {
 
 def jvm_perf(pid: int) -> dict[str, int]:
     """HotSpot's own counters of the JVM ``pid`` (:data:`PERF_COUNTERS`), read from its
-    ``hsperfdata`` file: no call into the JVM, so reading them costs it nothing."""
-    import struct
-
-    path = f"/tmp/hsperfdata_{getpass.getuser()}/{pid}"  # HotSpot's place on Linux, whatever java.io.tmpdir says
+    ``hsperfdata`` file: no call into the JVM, so reading them costs it nothing ({} without it)."""
     try:
-        with open(path, "rb") as file:
-            data = file.read()
+        with open(f"/tmp/hsperfdata_{getpass.getuser()}/{pid}", "rb") as file:  # HotSpot's place on Linux
+            return parse_perf(file.read())
     except OSError:
         return {}
-    order = "<" if data[4] == 1 else ">"  # the prologue: magic, byte order, versions, ...
+
+
+def parse_perf(data: bytes) -> dict[str, int]:
+    """:data:`PERF_COUNTERS` from an ``hsperfdata`` image: a 32-byte prologue (magic, byte order,
+    versions, ..., the first entry's offset and the number of entries at 24), then entries (length,
+    name offset, vector length, type, flags, units, variability, data offset; the name NUL-ended).
+    Scalar longs (type ``J``) are read; other entries are skipped."""
+    import struct
+
+    order = "<" if data[4] == 1 else ">"
     offset, entries = struct.unpack_from(order + "II", data, 24)
     found = {}
     for _ in range(entries):
@@ -767,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, runs in figures_by.items()
         }
         print(
-            f"  {span} CPU ratio (plain's driver + JVM CPU per sentence / theirs, the two cores' share): "
+            f"  {span} CPU ratio (plain's driver + JVM CPU per sentence over theirs): "
             + ", ".join(f"{name} {cpu_per['plain'] / cpu_per[name]:.2f}" for name in names[1:])
         )
         for name, runs in figures_by.items():
