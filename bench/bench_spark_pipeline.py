@@ -14,14 +14,19 @@ of ``--batch`` records), split them into words, write the words to a topic with 
   ``--tracked jar,sql`` runs the tracked job both ways in turn: with reliable-kafka's Java
   functions (``reliable_kafka.spark.jvm_functions``) and on the Spark SQL path they replace.
 
-Figures per run: sentences/s of the Spark job (start until every sentence was written by Spark:
-the query stopped), CPU seconds per 1,000 sentences of the Python driver and of the Spark JVM
-(which runs the tasks in local mode) over the same span, and for tracked the time until every
-tree completed and the group commit reached the end (bound by the Python bolt acking 8 words a
-sentence). The ratio is tracked / plain of the medians. Prints figures, asserts nothing.
+Figures per run: sentences/s of the Spark job, CPU seconds per 1,000 sentences of the Python
+driver and of the Spark JVM (which runs the tasks in local mode) over the same span, and for
+tracked the time until every tree completed and the group commit reached the end (bound by the
+Python bolt acking 8 words a sentence). Each query reads ``--warmup-batches N`` batches (default 4)
+beyond ``--sentences``, and two spans of it are reported side by side (``BatchMarks``, at the end of
+each batch in Spark's commit log): cold, the batches of the first ``--sentences`` from the query's
+start, and steady, as many sentences after the first N batches (the JIT warmer: a streaming job runs
+for days); ``--warmup-batches 0`` gives cold only. The ratios are tracked / plain of the medians
+(sentences/s) and plain / tracked of the driver + JVM CPU per sentence. Prints figures, asserts nothing.
 
 Usage: ``./rk bench spark_pipeline [--sentences N] [--rounds R] [--batch B] [--bootstrap-servers HOST:PORT]
-[--bolt during|after] [--tracked jar,sql] [--profile] [--threads] [--output-path-only ROWS]``
+[--bolt during|after] [--tracked jar,sql] [--warmup-batches N] [--per-batch] [--profile] [--threads]
+[--output-path-only ROWS]``
 (without ``--bootstrap-servers`` an embedded broker is started and stopped). ``--profile`` runs cProfile around the
 tracked job's batch function in the driver and prints where its wall time went (each Spark action there is
 synchronous, so its cumulative time is that action's), and CPU seconds of Spark's Python workers (children of the JVM,
@@ -31,6 +36,8 @@ e.g. a Python output writer).
 ``--threads`` adds the Spark JVM's CPU per thread group (from ``/proc``: compiler threads, executor tasks, the stream
 execution thread that also serves the driver's py4j calls in ``foreachBatch``, the producer's network thread, GC),
 tracked minus plain, and per run the classes Spark's codegen compiled and the JIT's compile time.
+``--per-batch`` prints each batch's figures: JVM CPU, HotSpot's JIT compilations, compile time and classes loaded
+(``jvm_perf``: its ``hsperfdata`` file, no call into the JVM) and the classes Spark's codegen compiled.
 ``RK_BENCH_JAVA_OPTIONS`` passes JVM options (e.g. ``-XX:StartFlightRecording=settings=profile``);
 ``RK_BENCH_JFR_DUMP=FILE`` dumps the running recordings there before the session stops.
 """
