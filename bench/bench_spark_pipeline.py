@@ -14,14 +14,19 @@ of ``--batch`` records), split them into words, write the words to a topic with 
   ``--tracked jar,sql`` runs the tracked job both ways in turn: with reliable-kafka's Java
   functions (``reliable_kafka.spark.jvm_functions``) and on the Spark SQL path they replace.
 
-Figures per run: sentences/s of the Spark job (start until every sentence was written by Spark:
-the query stopped), CPU seconds per 1,000 sentences of the Python driver and of the Spark JVM
-(which runs the tasks in local mode) over the same span, and for tracked the time until every
-tree completed and the group commit reached the end (bound by the Python bolt acking 8 words a
-sentence). The ratio is tracked / plain of the medians. Prints figures, asserts nothing.
+Figures per run: sentences/s of the Spark job, CPU seconds per 1,000 sentences of the Python
+driver and of the Spark JVM (which runs the tasks in local mode) over the same span, and for
+tracked the time until every tree completed and the group commit reached the end (bound by the
+Python bolt acking 8 words a sentence). Each query reads ``--warmup-batches N`` batches (default 4)
+beyond ``--sentences``, and two spans of it are reported side by side (``BatchMarks``, at the end of
+each batch in Spark's commit log): cold, the batches of the first ``--sentences`` from the query's
+start, and steady, as many sentences after the first N batches (the JIT warmer: a streaming job runs
+for days); ``--warmup-batches 0`` gives cold only. The ratios are tracked / plain of the medians
+(sentences/s) and plain / tracked of the driver + JVM CPU per sentence. Prints figures, asserts nothing.
 
 Usage: ``./rk bench spark_pipeline [--sentences N] [--rounds R] [--batch B] [--bootstrap-servers HOST:PORT]
-[--bolt during|after] [--tracked jar,sql] [--profile] [--threads] [--output-path-only ROWS]``
+[--bolt during|after] [--tracked jar,sql] [--warmup-batches N] [--per-batch] [--profile] [--threads]
+[--output-path-only ROWS]``
 (without ``--bootstrap-servers`` an embedded broker is started and stopped). ``--profile`` runs cProfile around the
 tracked job's batch function in the driver and prints where its wall time went (each Spark action there is
 synchronous, so its cumulative time is that action's), and CPU seconds of Spark's Python workers (children of the JVM,
@@ -31,6 +36,8 @@ e.g. a Python output writer).
 ``--threads`` adds the Spark JVM's CPU per thread group (from ``/proc``: compiler threads, executor tasks, the stream
 execution thread that also serves the driver's py4j calls in ``foreachBatch``, the producer's network thread, GC),
 tracked minus plain, and per run the classes Spark's codegen compiled and the JIT's compile time.
+``--per-batch`` prints each batch's figures: JVM CPU, HotSpot's JIT compilations, compile time and classes loaded
+(``jvm_perf``: its ``hsperfdata`` file, no call into the JVM) and the classes Spark's codegen compiled.
 ``RK_BENCH_JAVA_OPTIONS`` passes JVM options (e.g. ``-XX:StartFlightRecording=settings=profile``);
 ``RK_BENCH_JFR_DUMP=FILE`` dumps the running recordings there before the session stops.
 """
@@ -40,6 +47,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import getpass
 import io
 import multiprocessing
 import os
@@ -117,8 +125,151 @@ def _workers_cpu(jvm_pid: int) -> float:
     return total
 
 
+PERF_COUNTERS = {
+    "sun.ci.totalCompiles": "compiles",  # methods the JIT compiled (C1 and C2, OSR included)
+    "sun.ci.standardTime": "jit_ticks",  # and its time, in sun.os.hrt.frequency ticks
+    "sun.ci.osrTime": "jit_osr_ticks",
+    "java.cls.loadedClasses": "classes",  # classes loaded, hidden ones (lambda forms) included
+    "sun.os.hrt.frequency": "hz",
+    "sun.rt.createVmBeginTime": "vm_start_ms",  # epoch ms: a mark's JVM uptime, to match JIT logs
+}
+
+
+def jvm_perf(pid: int) -> dict[str, int]:
+    """HotSpot's own counters of the JVM ``pid`` (:data:`PERF_COUNTERS`), read from its
+    ``hsperfdata`` file: no call into the JVM, so reading them costs it nothing ({} without it)."""
+    try:
+        with open(f"/tmp/hsperfdata_{getpass.getuser()}/{pid}", "rb") as file:  # HotSpot's place on Linux
+            return parse_perf(file.read())
+    except OSError:
+        return {}
+
+
+def parse_perf(data: bytes) -> dict[str, int]:
+    """:data:`PERF_COUNTERS` from an ``hsperfdata`` image: a 32-byte prologue (magic, byte order,
+    versions, ..., the first entry's offset and the number of entries at 24), then entries (length,
+    name offset, vector length, type, flags, units, variability, data offset; the name NUL-ended).
+    Scalar longs (type ``J``) are read; other entries are skipped."""
+    import struct
+
+    order = "<" if data[4] == 1 else ">"
+    offset, entries = struct.unpack_from(order + "II", data, 24)
+    found = {}
+    for _ in range(entries):
+        length, name_at, vector, kind, _flags, _units, _variability, value_at = struct.unpack_from(
+            order + "IIIBBBBI", data, offset
+        )
+        name = data[offset + name_at : data.index(b"\0", offset + name_at)].decode()
+        if name in PERF_COUNTERS and kind == ord("J") and vector == 0:
+            found[PERF_COUNTERS[name]] = struct.unpack_from(order + "q", data, offset + value_at)[0]
+        offset += length
+    return found
+
+
+class BatchMarks:
+    """Figures at each micro-batch's end, to split a run into spans of batches: a thread polls the
+    query's checkpoint (``commits/N`` appears once batch N is done) every ``interval`` seconds and
+    samples wall time, this process's and the JVM's CPU, HotSpot's counters (:func:`jvm_perf`),
+    with ``detail`` also Spark's codegen count (one py4j call) and the JVM's threads (``threads``).
+    A mark is taken up to ``interval`` after the batch ended (the next one has begun by then: a few
+    ms of CPU fall on the wrong side of a boundary)."""
+
+    def __init__(self, checkpoint: str, jvm_pid: int, *, detail: bool, threads: ThreadCpu | None) -> None:
+        self.checkpoint, self.jvm_pid, self.detail, self.threads = checkpoint, jvm_pid, detail, threads
+        self.marks: dict[int, dict] = {}  # batch id -> figures at its end; -1: the start
+        self.ends: list[int] = []  # per batch, the end offset summed over the partitions (on exit)
+        self.interval = 0.01
+        self._stop = threading.Event()
+
+    def _mark(self) -> dict:
+        mark: dict = {"wall": time.monotonic(), "py": time.process_time(), "jvm": _jvm_cpu(self.jvm_pid)}
+        mark["epoch"] = time.time()
+        mark.update(jvm_perf(self.jvm_pid))
+        if self.detail:
+            mark["codegen"] = _jvm_counters()[0]
+        if self.threads is not None:  # with the last figure of threads that ended since the start
+            mark["threads"] = {**self.threads.last, **self.threads._sample()}
+        return mark
+
+    def _poll(self) -> None:
+        try:
+            done = {int(name) for name in os.listdir(os.path.join(self.checkpoint, "commits")) if name.isdigit()}
+        except OSError:  # not made yet
+            return
+        for batch in sorted(done - set(self.marks)):
+            self.marks[batch] = self._mark()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._poll()
+
+    def __enter__(self):
+        self.marks[-1] = self._mark()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._poll()
+        self.ends = self._read_ends()  # while the checkpoint is there
+
+    def _read_ends(self) -> list[int]:
+        """Each batch's end offset (summed over the source partitions) from the query's offset log."""
+        import json
+
+        ends = []
+        for batch in sorted(b for b in self.marks if b >= 0):
+            with open(os.path.join(self.checkpoint, "offsets", str(batch))) as file:
+                offsets = json.loads(file.read().splitlines()[2])
+            ends.append(sum(int(o) for partitions in offsets.values() for o in partitions.values()))
+        return ends
+
+    def span(self, first: int, last: int, ends: list[int]) -> dict:
+        """Figures of batches ``first`` to ``last``: from the end of the batch before (or the start)
+        to the end of ``last``; ``sentences`` from the offset log."""
+        a, b = self.marks[first - 1], self.marks[last]
+        figures = {key: b[key] - a[key] for key in ("wall", "py", "jvm") if key in a and key in b}
+        figures["sentences"] = ends[last] - (ends[first - 1] if first else 0)
+        figures["batches"] = last - first + 1
+        if "compiles" in a and "compiles" in b:
+            figures["compiles"] = b["compiles"] - a["compiles"]
+            ticks = sum(b.get(k, 0) - a.get(k, 0) for k in ("jit_ticks", "jit_osr_ticks"))
+            figures["jit_s"] = ticks / (b.get("hz") or 1e9)
+            figures["classes"] = b.get("classes", 0) - a.get("classes", 0)
+            figures["uptime"] = (b["epoch"] - a["epoch"], b["epoch"] - b.get("vm_start_ms", 0) / 1000)
+        if "codegen" in a:
+            figures["codegen"] = b["codegen"] - a["codegen"]
+        if "threads" in a:
+            figures["threads"] = (a["threads"], b["threads"])
+        return figures
+
+    def cold_and_steady(self, sentences: int, warmup_batches: int) -> tuple[dict, dict | None]:
+        """(cold: the batches from the start to the one ending nearest ``sentences``; steady: as
+        many sentences after the first ``warmup_batches`` batches, None without any). Spark's rate
+        limit splits a batch between the partitions rounding down, so batches fall a few records
+        short and a last batch of a few records follows: neither span counts it."""
+        ends = self.ends
+
+        def nearest(target: int) -> int:
+            return min(range(len(ends)), key=lambda i: abs(ends[i] - target))
+
+        cold = self.span(0, nearest(sentences), ends)
+        if not warmup_batches:
+            return cold, None
+        if warmup_batches >= len(ends):
+            raise SystemExit(f"--warmup-batches {warmup_batches}: the run had only {len(ends)} batches")
+        last = max(warmup_batches, nearest(ends[warmup_batches - 1] + sentences))
+        return cold, self.span(warmup_batches, last, ends)
+
+    def per_batch(self) -> list[dict]:
+        return [self.span(i, i, self.ends) for i in range(len(self.ends))]
+
+
 PROFILE: cProfile.Profile | None = None
 THREADS = False  # --threads: the JVM's CPU per thread group (ThreadCpu) for each run
+DETAIL = False  # --per-batch: each batch's figures, Spark's codegen count included
 SPARK = None  # the bench's session, for --threads' JVM counters
 
 
@@ -221,7 +372,11 @@ class Meter:
 def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int) -> dict:
     output = unique_name("bench-plain-words")
     create_topics(bootstrap, {output: 2})
-    with tempfile.TemporaryDirectory(prefix="rk-bench-plain-") as checkpoint, Meter(jvm_pid) as meter:
+    with (
+        tempfile.TemporaryDirectory(prefix="rk-bench-plain-") as checkpoint,
+        Meter(jvm_pid) as meter,
+        BatchMarks(checkpoint, jvm_pid, detail=DETAIL, threads=meter.threads) as marks,
+    ):
         reader = (
             spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", bootstrap)
@@ -241,7 +396,7 @@ def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int) -> d
         )
         query.awaitTermination()
     figures = {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "workers": meter.workers}
-    return {**figures, "threads": meter.threads, "counters": meter.counters}
+    return {**figures, "threads": meter.threads, "counters": meter.counters, "marks": marks}
 
 
 def run_tracked(
@@ -285,7 +440,10 @@ def run_tracked(
             if PROFILE is not None:
                 job._on_stream_batch = _profiled(job._on_stream_batch)  # type: ignore[method-assign]
             started = time.monotonic()
-            with Meter(jvm_pid) as meter:
+            with (
+                Meter(jvm_pid) as meter,
+                BatchMarks(checkpoint, jvm_pid, detail=DETAIL, threads=meter.threads) as marks,
+            ):
                 job.start()
                 job.query.awaitTermination()
             if bolt == "after":
@@ -303,6 +461,7 @@ def run_tracked(
                 process.terminate()
     assert progress["inputs"] == sentences, progress
     return {
+        "marks": marks,
         "wall": meter.wall,
         "py": meter.py,
         "jvm": meter.jvm,
@@ -414,22 +573,32 @@ def output_plan_time(batches: int, rows: int) -> int:
     return 0
 
 
-def _print_threads(results: dict[str, list[dict]], sentences: int) -> None:
+def _span_groups(span: dict) -> dict[str, float]:
+    """CPU seconds per JVM thread group between a span's two thread snapshots (:class:`BatchMarks`)."""
+    before, after = span["threads"]
+    totals: dict[str, float] = {}
+    for tid, (name, cpu) in after.items():
+        group = _thread_group(name)
+        totals[group] = totals.get(group, 0.0) + cpu - before.get(tid, (name, 0.0))[1]
+    return totals
+
+
+def _print_threads(spans: dict[str, list[dict]], title: str) -> None:
     """The JVM's CPU per thread group, ms per 1,000 sentences, medians over the rounds, the groups
     above 1% of a run's JVM CPU, with tracked minus plain."""
     medians: dict[str, dict[str, float]] = {}
-    for name, runs in results.items():
-        groups = {group for run in runs for group in run["threads"].groups()}
+    for name, runs in spans.items():
+        per_run = [(_span_groups(run), run["sentences"]) for run in runs]
+        groups = {group for figures, _ in per_run for group in figures}
         medians[name] = {
-            group: 1e6 * statistics.median(run["threads"].groups().get(group, 0.0) for run in runs) / sentences
-            for group in groups
+            group: statistics.median(1e6 * figures.get(group, 0.0) / n for figures, n in per_run) for group in groups
         }
-    names = list(results)
+    names = list(spans)
     shown = sorted(
         {g for name in names for g, ms in medians[name].items() if ms > 0.01 * sum(medians[name].values())},
         key=lambda g: -max(medians[name].get(g, 0.0) for name in names),
     )
-    print("\nJVM CPU per thread group, ms per 1,000 sentences (medians): " + ", ".join(names))
+    print(f"\nJVM CPU per thread group, {title}, ms per 1,000 sentences (medians): " + ", ".join(names))
     for group in shown + ["(all)"]:
         if group == "(all)":
             values = [sum(medians[name].values()) for name in names]
@@ -437,6 +606,25 @@ def _print_threads(results: dict[str, list[dict]], sentences: int) -> None:
             values = [medians[name].get(group, 0.0) for name in names]
         extra = "".join(f"  {name} - plain {v - values[0]:+.1f}" for name, v in zip(names[1:], values[1:]))
         print(f"  {group:18} " + "  ".join(f"{v:6.1f}" for v in values) + extra)
+
+
+def _jit(span: dict) -> str:
+    """The JIT's work in a span, per 1,000 sentences (HotSpot's counters; empty without them)."""
+    if "compiles" not in span:
+        return ""
+    k = span["sentences"] / 1000
+    text = f"  JIT {span['compiles'] / k:5.1f} compiles {span['jit_s'] / k:.3f} s/1k, {span['classes']} classes loaded"
+    return text + (f", codegen {span['codegen']}" if "codegen" in span else "")
+
+
+def _span_line(label: str, span: dict, uptime: bool = False) -> str:
+    k = span["sentences"] / 1000
+    at = f", JVM uptime {span['uptime'][1] - span['uptime'][0]:.2f} to {span['uptime'][1]:.2f} s" if uptime else ""
+    return (
+        f"  {label:6} {span['batches']} batches {span['sentences']:7} sentences "
+        f"{span['sentences'] / span['wall']:9,.0f} sentences/s  driver CPU {span['py'] / k:.3f} s/1k  "
+        f"JVM CPU {span['jvm'] / k:.3f} s/1k" + _jit(span) + at
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -477,13 +665,28 @@ def main(argv: list[str] | None = None) -> int:
         metavar="BATCHES",
         help="measure only the driver's time to build a batch's output plan (batches of --batch sentences)",
     )
+    parser.add_argument(
+        "--warmup-batches",
+        type=int,
+        default=4,
+        metavar="N",
+        help="each run reads N batches more; besides the cold figures (the first --sentences from the query's start) "
+        "print the steady ones (the batches after the first N, JIT warm: a streaming job runs for days); 0: cold only",
+    )
+    parser.add_argument(
+        "--per-batch",
+        action="store_true",
+        help="print each batch's JVM CPU, JIT compilations, classes loaded and Spark codegen compilations",
+    )
     args = parser.parse_args(argv)
     if args.output_plan_time:
         return output_plan_time(args.output_plan_time, args.batch)
     if args.output_path_only:
         return output_path_only(args.output_path_only, args.rounds)
-    global PROFILE, THREADS
-    THREADS = args.threads
+    global PROFILE, THREADS, DETAIL
+    THREADS, DETAIL = args.threads, args.per_batch
+    if args.warmup_batches < 0:
+        parser.error("--warmup-batches: 0 or more")
     if args.profile:
         PROFILE = cProfile.Profile()
     with contextlib.ExitStack() as stack:
@@ -496,9 +699,9 @@ def main(argv: list[str] | None = None) -> int:
 
         source = unique_name("bench-sentences")
         create_topics(bootstrap, {source: 2})
+        total = args.sentences + args.warmup_batches * args.batch  # what each run reads
         lines = [
-            " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(WORDS_PER_SENTENCE)).encode()
-            for i in range(args.sentences)
+            " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(WORDS_PER_SENTENCE)).encode() for i in range(total)
         ]
         produce_values(bootstrap, source, lines, timeout=300)
         global SPARK
@@ -510,7 +713,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{n} sentences of {WORDS_PER_SENTENCE} words, local[2], batches of {args.batch}, "
             f"{args.rounds} rounds alternating (after one warm-up of each), downstream bolt {args.bolt} the "
-            f"tracked job; load average {os.getloadavg()[0]:.1f}",
+            f"tracked job; each run reads {total} sentences: cold = the batches of the first {n} from the query's "
+            f"start, steady = the batches after the first {args.warmup_batches}; load average {os.getloadavg()[0]:.1f}",
             flush=True,
         )
         paths = [path.strip() for path in args.tracked.split(",") if path.strip()]
@@ -526,7 +730,8 @@ def main(argv: list[str] | None = None) -> int:
                         figures = run_plain(spark, bootstrap, source, args.batch, jvm_pid)
                     else:
                         path = name.split("-", 1)[1]
-                        figures = run_tracked(spark, bootstrap, source, args.batch, n, jvm_pid, args.bolt, path)
+                        figures = run_tracked(spark, bootstrap, source, args.batch, total, jvm_pid, args.bolt, path)
+                    figures["cold"], figures["steady"] = figures["marks"].cold_and_steady(n, args.warmup_batches)
                     label = "warm-up" if round_ == 0 else f"round {round_}"
                     extra = f", load {load:.1f}"
                     if THREADS:
@@ -538,11 +743,18 @@ def main(argv: list[str] | None = None) -> int:
                             else ", NOT caught up"
                         )
                     print(
-                        f"{label:8} {name:11} {n / figures['wall']:9,.0f} sentences/s  "
-                        f"driver CPU {1000 * figures['py'] / n:.3f} s/1k  JVM CPU {1000 * figures['jvm'] / n:.3f} "
-                        f"s/1k  Python workers CPU {1000 * figures['workers'] / n:.3f} s/1k{extra}",
+                        f"{label:8} {name:11} {total / figures['wall']:9,.0f} sentences/s  "
+                        f"driver CPU {1000 * figures['py'] / total:.3f} s/1k  JVM CPU "
+                        f"{1000 * figures['jvm'] / total:.3f} s/1k  Python workers CPU "
+                        f"{1000 * figures['workers'] / total:.3f} s/1k (the whole run){extra}",
                         flush=True,
                     )
+                    for span in ("cold", "steady"):
+                        if figures[span] is not None:
+                            print(_span_line(span, figures[span]), flush=True)
+                    if DETAIL:
+                        for batch, figures_ in enumerate(figures["marks"].per_batch()):
+                            print(_span_line(f"#{batch}", figures_, "uptime" in figures_), flush=True)
                     if round_:
                         results[name].append(figures)
         finally:
@@ -551,19 +763,42 @@ def main(argv: list[str] | None = None) -> int:
 
                 subprocess.run(["jcmd", str(jvm_pid), "JFR.dump", f"filename={os.environ['RK_BENCH_JFR_DUMP']}"])
             spark.stop()
-    rate = {name: n / statistics.median(f["wall"] for f in runs) for name, runs in results.items()}
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
-    print("median sentences/s: " + ", ".join(f"{name} {rate[name]:,.0f}" for name in names))
-    for name in names[1:]:
-        print(f"ratio {name}/plain {rate[name] / rate['plain']:.2f} (target >= 0.7)")
+    spans = ["cold", "steady"] if args.warmup_batches else ["cold"]
+    for span in spans:
+        figures_by = {name: [run[span] for run in runs] for name, runs in results.items()}
+        rate = {name: statistics.median(f["sentences"] / f["wall"] for f in runs) for name, runs in figures_by.items()}
+        print(
+            f"{span}: median sentences/s "
+            + ", ".join(f"{name} {rate[name]:,.0f}" for name in names)
+            + "; "
+            + ", ".join(f"ratio {name}/plain {rate[name] / rate['plain']:.2f}" for name in names[1:])
+            + " (target >= 0.7)"
+        )
+        cpu_per = {
+            name: statistics.median((f["py"] + f["jvm"]) / f["sentences"] for f in runs)
+            for name, runs in figures_by.items()
+        }
+        print(
+            f"  {span} CPU ratio (plain's driver + JVM CPU per sentence over theirs): "
+            + ", ".join(f"{name} {cpu_per['plain'] / cpu_per[name]:.2f}" for name in names[1:])
+        )
+        for name, runs in figures_by.items():
+            cpu = {key: statistics.median(1000 * f[key] / f["sentences"] for f in runs) for key in ("py", "jvm")}
+            jit = (
+                f", JIT {statistics.median(1000 * f['compiles'] / f['sentences'] for f in runs):.1f} compiles / 1k"
+                if all("compiles" in f for f in runs)
+                else ""
+            )
+            print(f"  {name:11} driver CPU {cpu['py']:.3f} s per 1,000 sentences, JVM CPU {cpu['jvm']:.3f}{jit}")
     for name, runs in results.items():
         print(
-            f"{name:11} driver CPU {1000 * statistics.median(f['py'] for f in runs) / n:.3f} s per 1,000 sentences, "
-            f"JVM CPU {1000 * statistics.median(f['jvm'] for f in runs) / n:.3f}, "
-            f"Python workers CPU {1000 * statistics.median(f['workers'] for f in runs) / n:.3f}"
+            f"{name:11} whole runs: Python workers CPU "
+            f"{1000 * statistics.median(f['workers'] for f in runs) / total:.3f} s per 1,000 sentences"
         )
     if THREADS:
-        _print_threads(results, n)
+        for span in spans:
+            _print_threads({name: [run[span] for run in runs] for name, runs in results.items()}, span)
     if PROFILE is not None:
         out = io.StringIO()
         pstats.Stats(PROFILE, stream=out).sort_stats("cumulative").print_stats(25)
