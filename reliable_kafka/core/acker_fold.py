@@ -120,8 +120,13 @@ class Group:
         if len(reps) == n:  # every root once: nothing to group
             return
         # Roots with several entries: sort only their entries, by root then record order.
-        repeats = np.flatnonzero(~first)
-        entries = np.union1d(rep[repeats], repeats)  # theirs and their representatives, in order
+        # theirs and their representatives, in order: a mask, not np.union1d (a sort, and in
+        # NumPy 2.4 a first call that imports numpy.ma, tens of ms once per process)
+        repeats = (~first).nonzero()[0]
+        among = np.zeros(n, bool)
+        among[repeats] = True
+        among[rep[repeats]] = True
+        entries = among.nonzero()[0]
         entries = entries[np.argsort(rep[entries], kind="stable")]
         root_first = run_starts(rep[entries])
         segment = root_first
