@@ -377,6 +377,6 @@ class AckerWorker(OutcomePublisher):
 
     def _count_expired_ownerless(self) -> None:
         for state in self._partitions.values():
-            expired = state.table.stats.expired_ownerless
+            expired = state.table.expired_ownerless
             self.stats.expired_ownerless += expired - state.ownerless
             state.ownerless = expired

@@ -89,6 +89,9 @@ class Outcomes:
         """Owner task id -> (roots, kinds) for that owner, ready to publish one record each."""
         if not len(self.roots):
             return {}
+        first = self.owners[0]
+        if (self.owners == first).all():  # one spout task (the common case): no sort
+            return {int(first): (self.roots, self.kinds)}
         order = np.argsort(self.owners, kind="stable")
         owners = self.owners[order]
         starts = np.flatnonzero(run_starts(owners))
@@ -211,6 +214,11 @@ class AckerTable:
     def stats(self) -> AckerStats:
         """A snapshot of the counters."""
         return dataclasses.replace(self._stats)
+
+    @property
+    def expired_ownerless(self) -> int:
+        """``stats.expired_ownerless`` without copying the counters (the worker reads it every poll)."""
+        return self._stats.expired_ownerless
 
     def low_offset(self) -> int | None:
         """Smallest ack-record offset a replay must start from; None when nothing is pending."""
