@@ -109,7 +109,7 @@ class Group:
         if first.all():  # every root once (take() below: faster than indexing with an array)
             reps, self.roots, self.mixed, one_kinds, one_vals = index, roots, mixed, kinds, vals
         else:
-            reps = np.flatnonzero(first)
+            reps = first.nonzero()[0]
             self.roots, self.mixed = roots.take(reps), mixed.take(reps)
             one_kinds, one_vals = kinds.take(reps), vals.take(reps)
         bits = KIND_BITS.take(one_kinds)
@@ -120,15 +120,20 @@ class Group:
         if len(reps) == n:  # every root once: nothing to group
             return
         # Roots with several entries: sort only their entries, by root then record order.
-        repeats = np.flatnonzero(~first)
-        entries = np.union1d(rep[repeats], repeats)  # theirs and their representatives, in order
+        # theirs and their representatives, in order: a mask, not np.union1d (a sort, and in
+        # NumPy 2.4 a first call that imports numpy.ma, tens of ms once per process)
+        repeats = (~first).nonzero()[0]
+        among = np.zeros(n, bool)
+        among[repeats] = True
+        among[rep[repeats]] = True
+        entries = among.nonzero()[0]
         entries = entries[np.argsort(rep[entries], kind="stable")]
         root_first = run_starts(rep[entries])
         segment = root_first
         if record is not None:
             segment = root_first.copy()
             segment[1:] |= record[entries[1:]] != record[entries[:-1]]
-        seg_starts = np.flatnonzero(segment)
+        seg_starts = segment.nonzero()[0]
         e_bits = KIND_BITS[kinds[entries]]
         e_xor = np.where(e_bits & _XOR_BITS, vals[entries], 0)
         seg_record = np.zeros(len(seg_starts), np.intp) if record is None else record[entries[seg_starts]]
@@ -165,7 +170,7 @@ class Group:
                 break
             # Roots decided before their last segment: that decision stands, and the segments
             # after it begin a new entry, folded again from an empty state.
-            again = np.flatnonzero(np.logical_or.reduceat(tail, np.flatnonzero(seg_first)))
+            again = np.logical_or.reduceat(tail, seg_first.nonzero()[0]).nonzero()[0]
             ended.append(multi[again])
             ended_owner.append(end[0][again])
             ended_kind.append(end[1][again])
@@ -214,7 +219,7 @@ def _fold_once(
     """Each root's one segment: the rule's update, then its decision."""
     val, owner, failed = rule.update(val, owner, failed, xor, bits, sender)
     decision = rule.decide(val, owner, failed, bits)
-    notices = np.flatnonzero(decision == _RESET)
+    notices = (decision == _RESET).nonzero()[0]
     if len(notices):
         decision[notices] = rule.NOTHING  # notified, not ended (decide() made it: ours to change)
     return Folded(
@@ -250,7 +255,7 @@ def _scan(
     ``folded``. Returns the notices (root indices, owners), which segments come after their
     root's decision (bool), and each root's owner and decision at its decisive segment."""
     n_seg = len(xor)
-    run_first = np.flatnonzero(seg_first)
+    run_first = seg_first.nonzero()[0]
     root = np.cumsum(seg_first) - 1
     index = np.arange(n_seg)
     start = run_first[root]
@@ -266,7 +271,7 @@ def _scan(
     decisive = decision <= _FAILED
     ends = np.minimum.reduceat(np.where(decisive, index, n_seg), run_first)
     end_of = ends[root]
-    notices = np.flatnonzero((decision == _RESET) & (index < end_of))
+    notices = ((decision == _RESET) & (index < end_of)).nonzero()[0]
     last = np.append(run_first[1:], n_seg) - 1
     at = np.where(ends < n_seg, ends, last)  # the segment whose state the root keeps
     folded.val[multi] = val[at]

@@ -89,9 +89,12 @@ class Outcomes:
         """Owner task id -> (roots, kinds) for that owner, ready to publish one record each."""
         if not len(self.roots):
             return {}
+        first = self.owners[0]
+        if (self.owners == first).all():  # one spout task (the common case): no sort
+            return {int(first): (self.roots, self.kinds)}
         order = np.argsort(self.owners, kind="stable")
         owners = self.owners[order]
-        starts = np.flatnonzero(run_starts(owners))
+        starts = run_starts(owners).nonzero()[0]
         ends = np.append(starts[1:], len(owners))
         roots, kinds = self.roots[order], self.kinds[order]
         return {int(owners[s]): (roots[s:e], kinds[s:e]) for s, e in zip(starts, ends)}
@@ -212,6 +215,11 @@ class AckerTable:
         """A snapshot of the counters."""
         return dataclasses.replace(self._stats)
 
+    @property
+    def expired_ownerless(self) -> int:
+        """``stats.expired_ownerless`` without copying the counters (the worker reads it every poll)."""
+        return self._stats.expired_ownerless
+
     def low_offset(self) -> int | None:
         """Smallest ack-record offset a replay must start from; None when nothing is pending."""
         return self._store.low_offset()
@@ -318,8 +326,8 @@ class AckerTable:
         # A fresh entry began after an earlier decision in the group: the stored one is gone.
         stored = found if folded.fresh is None else found & ~folded.fresh
         stays = ~decided & stored  # pending before and after
-        new = np.flatnonzero(~decided & ~stored)
-        gone = np.flatnonzero(found & ~stays)
+        new = (~decided & ~stored).nonzero()[0]
+        gone = (found & ~stays).nonzero()[0]
         need = store.live + len(new)
         if not store.fits(need):
             self._rebuild(need)  # then look again: the groups changed
@@ -339,21 +347,21 @@ class AckerTable:
                 failed=folded.failed.take(new),
             )
         # Roots that stay: write only what changed (each write is a random access).
-        stay = np.flatnonzero(stays)
+        stay = stays.nonzero()[0]
         at, bits = slots.take(stay), folded.bits.take(stay)
-        init = np.flatnonzero(bits & INIT_BIT)
+        init = (bits & INIT_BIT).nonzero()[0]
         store.update(
             at,
             folded.val.take(stay),
             owned=init,
             owner=folded.owner[stay[init]],
-            failed=np.flatnonzero(bits & FAIL_BIT),
+            failed=(bits & FAIL_BIT).nonzero()[0],
         )
-        moved = np.flatnonzero(bits & (INIT_BIT | RESET_BIT))
+        moved = (bits & (INIT_BIT | RESET_BIT)).nonzero()[0]
         if len(moved):
             store.move_to_head(at[moved], self._head_bucket())
 
-        ended, decided = folded.ended, np.flatnonzero(decided)
+        ended, decided = folded.ended, decided.nonzero()[0]
         kinds = np.concatenate([folded.decision[decided], folded.ended_kind])
         n_failed = int(np.count_nonzero(kinds == _FAILED_KIND))
         self._stats.failed += n_failed

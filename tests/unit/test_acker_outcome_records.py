@@ -66,3 +66,36 @@ def test_a_poll_that_decides_nothing_sends_no_outcome_record():
     assert _decoded_outcomes(kafka) == []
     assert acker.stats.outcome_records == 0
     acker.close()
+
+
+def test_every_outcome_kind_is_counted_and_sent_to_its_owner_in_fold_order():
+    """The poll's counters (completed, failed, timed out, expired before any INIT) and the records
+    of one owner and of two: each owner gets its decisions in the order they were made."""
+    clock = ManualClock()
+    kafka = MemoryKafka(clock=clock)
+    acker = _assigned_acker(kafka, clock)
+    init, ack, fail = int(EventKind.INIT), int(EventKind.ACK), int(EventKind.FAIL)
+
+    def send(sender: int, kinds: list[int], roots: list[int], vals: list[int]) -> None:
+        ListSource(kafka, ACKS).send([{"value": codec.encode_ack_batch(sender, kinds, roots, vals), "partition": 0}])
+
+    send(7, [init, init, init, init], [11, 12, 13, 14], [5, 6, 7, 8])  # 14 never acked: times out
+    send(9, [ack], [21], [3])  # no INIT ever: expires without an owner
+    acker.poll_once(0)
+    send(42, [ack, fail, ack], [11, 12, 13], [5, 0, 7])  # 11 and 13 complete, 12 fails
+    acker.poll_once(0)
+    assert [(b.spout, b.roots.tolist(), b.kinds.tolist()) for b in _decoded_outcomes(kafka)] == [
+        (7, [11, 12, 13], [OutcomeKind.COMPLETED, OutcomeKind.FAILED, OutcomeKind.COMPLETED])
+    ]
+    assert (acker.stats.completed, acker.stats.failed, acker.stats.timed_out) == (2, 1, 0)
+
+    send(8, [init, init], [31, 32], [4, 4])  # another owner's roots, pending
+    send(7, [init], [15], [9])
+    acker.poll_once(0)
+    clock.advance(acker.message_timeout_ms * 2)  # idle: wall time expires all that is pending
+    acker.poll_once(0)
+    later = [(b.spout, sorted(b.roots.tolist()), set(b.kinds.tolist())) for b in _decoded_outcomes(kafka)[1:]]
+    assert sorted(later) == [(7, [14, 15], {OutcomeKind.TIMED_OUT}), (8, [31, 32], {OutcomeKind.TIMED_OUT})]
+    assert (acker.stats.completed, acker.stats.failed, acker.stats.timed_out) == (2, 1, 4)
+    assert acker.stats.expired_ownerless == 1
+    acker.close()

@@ -923,3 +923,23 @@ def test_message_timeout_ms_is_the_name_and_timeout_ms_its_deprecated_alias():
         assert ReferenceAcker(timeout_ms=99, buckets=2).timeout_ms == 99
     with pytest.raises(ConfigError, match="give message_timeout_ms only"):
         AckerTable(timeout_ms=1, message_timeout_ms=2)
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([3, 7, -5, 2**62]), st.integers(1, 2**63 - 1), st.integers(0, 3)),
+        max_size=40,
+    )
+)
+def test_outcomes_by_owner_keeps_each_owners_decisions_in_order(rows):
+    """One record's worth per owner (by_owner), one owner or several, each in decision order."""
+    outcomes = Outcomes(
+        np.array([r[1] for r in rows], np.int64),
+        np.array([r[0] for r in rows], np.int64),
+        np.array([r[2] for r in rows], np.uint8),
+    )
+    expected: dict[int, list[tuple[int, int]]] = {}
+    for owner, root, kind in rows:
+        expected.setdefault(owner, []).append((root, kind))
+    got = {owner: list(zip(roots.tolist(), kinds.tolist())) for owner, (roots, kinds) in outcomes.by_owner().items()}
+    assert got == expected
