@@ -288,7 +288,9 @@ class _BasicCollector(BoltCollector):
                     produce_headers(producer, topic, value, key, partition, headers)  # type: ignore[arg-type]
                 self._note_emit(topic)  # counted after the batch
                 return
-            if not parent._anchors:  # (not in one tree: its dict is set, no property call) an untracked input: an untracked child, no header (produced inline)
+            # an untracked input (not in one tree, so its dict is set: read without the property):
+            # an untracked child, no header (produced inline)
+            if not parent._anchors:
                 producer = self._bolt._producer
                 try:
                     producer.produce(topic, value, key, -1 if partition is None else partition)  # type: ignore[union-attr]
