@@ -25,7 +25,8 @@ __all__ = ["Tuple", "TupleBatch", "BoltCollector", "BoltStats"]
 _ACK = EventKind.ACK  # an enum member read through its class costs ~0.17 us: once per acked tuple
 _ANCHORS = codec.ANCHORS_HEADER
 # a whole one-pair v2 value (version 2, length byte 32, root, edge) in one struct call, as encode_one_anchor
-_pack_one = struct.Struct(">BBqq").pack
+_ONE_V2_PAIR = struct.Struct(">BBqq")
+_pack_one, _unpack_one = _ONE_V2_PAIR.pack, _ONE_V2_PAIR.unpack
 _take_id = _pool.pop  # new_id() without its call when the pool has ids (the pool list is never replaced)
 
 
@@ -35,14 +36,31 @@ class Tuple(Anchored):
     A tuple is its own :class:`Anchored` (its ``anchors`` and ``ack_val``): one object per received
     record instead of two (``anchored`` returns the tuple itself, as it returned the pair before).
     Its ``anchors`` are the trees it was received in: read them, never replace them (the loop and a
-    basic bolt's emit use the one root they read). ``timestamp_ms`` is read from the consumed record
-    when asked for (few handlers do).
+    basic bolt's emit use the one root they read). A tuple in one tree keeps its root and edge and
+    makes its ``anchors`` dict the first time it is read (a basic bolt's emit and ack never read
+    it). ``timestamp_ms`` is read from the consumed record when asked for (few handlers do).
     """
 
-    # _one_root: the root of the tuple's one tree (0: in none or several), so that a basic bolt's
-    # emit anchors a child without reading the anchors dict (a tuple's anchors are as received);
-    # _record: the consumed message, whose timestamp() timestamp_ms reads (None: _timestamp_ms is it)
-    __slots__ = ("topic", "partition", "offset", "key", "value", "headers", "_timestamp_ms", "_one_root", "_record")
+    # _one_root, _edge: the root and edge of the tuple's one tree (root 0: in none or several), so
+    # that a basic bolt's emit and ack need no anchors dict; _anchors: the dict (None until read
+    # when _one_root is set; always set when it is 0); _record: the consumed message, whose
+    # timestamp() timestamp_ms reads (None: _timestamp_ms is it)
+    __slots__ = (
+        "topic",
+        "partition",
+        "offset",
+        "key",
+        "value",
+        "headers",
+        "_timestamp_ms",
+        "_one_root",
+        "_edge",
+        "_anchors",
+        "_record",
+    )
+    _one_root: int
+    _edge: int
+    _anchors: dict[int, int] | None
 
     def __init__(self, topic, partition, offset, key, value, headers, timestamp_ms, anchors: dict[int, int] | Anchored):
         self.topic = topic
@@ -59,7 +77,24 @@ class Tuple(Anchored):
         else:  # an Anchored (the signature before tuples were their own)
             self.anchors = anchors.anchors  # type: ignore[union-attr]
             self.ack_val = anchors.ack_val  # type: ignore[union-attr]
-        self._one_root = next(iter(self.anchors)) if len(self.anchors) == 1 else 0
+
+    @property  # Anchored's slot, made on demand here
+    def anchors(self) -> dict[int, int]:
+        """The trees the tuple was received in: root -> edge ({}: untracked)."""
+        anchors = self._anchors
+        if anchors is None:  # one tree, read from its one-pair value: the dict is made once, now
+            anchors = self._anchors = {self._one_root: self._edge}
+        return anchors
+
+    @anchors.setter
+    def anchors(self, anchors: dict[int, int]) -> None:
+        self._anchors = anchors
+        self._one_root, self._edge = next(iter(anchors.items())) if len(anchors) == 1 else (0, 0)
+
+    @property
+    def tracked(self) -> bool:
+        """False for a tuple that carries no anchors (its tree, if any, is not tracked)."""
+        return self._one_root != 0 or bool(self.anchors)
 
     @property
     def timestamp_ms(self) -> int:
@@ -96,13 +131,15 @@ class TupleBatch:
     the one to name in ``collector.emit(..., anchors=batch[i])``; the same object each time.
     """
 
-    __slots__ = ("_messages", "_anchors", "_headers", "_roots", "_tuples")
+    __slots__ = ("_messages", "_anchors", "_headers", "_roots", "_pairs", "_tuples")
 
-    def __init__(self, messages: list, anchors: list, headers: list, roots: list) -> None:
+    def __init__(self, messages: list, anchors: list, headers: list, roots: list, pairs: list | None = None) -> None:
         self._messages = messages  # consumed messages (key(), value(), topic(), ...)
-        self._anchors = anchors  # per message: root -> edge, as decoded ({}: untracked)
+        # per message: root -> edge, as decoded ({}: untracked; None: one tree, its pair in pairs)
+        self._anchors = anchors
         self._headers = headers  # per message: its headers without rk-anchors
         self._roots = roots  # per message: the root of its one tree, else 0
+        self._pairs = pairs  # per message: its one-pair v2 value when it is in one tree, else None
         self._tuples: dict[int, Tuple] = {}  # made on demand; the runner reads their ack vals
 
     def __len__(self) -> int:
@@ -124,7 +161,12 @@ class TupleBatch:
             tuple_ = tuples[index] = object.__new__(Tuple)  # as the per-tuple loop fills one
             tuple_.topic, tuple_.partition, tuple_.offset = message.topic(), message.partition(), message.offset()
             tuple_.key, tuple_.value, tuple_.headers = message.key(), message.value(), self._headers[index]
-            tuple_.anchors, tuple_.ack_val, tuple_._one_root = self._anchors[index], 0, self._roots[index]
+            anchors, root = self._anchors[index], self._roots[index]
+            if anchors is None:  # one tree: its edge read from its one-pair value, the dict made if read
+                tuple_._edge = _unpack_one(self._pairs[index])[3]  # type: ignore[index]
+            else:
+                tuple_._edge = next(iter(anchors.values())) if root else 0
+            tuple_._anchors, tuple_.ack_val, tuple_._one_root = anchors, 0, root
             tuple_._record = message
         return tuple_
 
@@ -189,7 +231,11 @@ class BoltCollector:
         self._bolt._produce(topic, value, key, headers, partition, _child_anchors(anchors))
 
     def ack(self, tuple_: Tuple) -> None:
-        if tuple_.anchors:
+        if root := tuple_._one_root:  # one tree: its entry without the anchors dict
+            acks = self._bolt._acks
+            assert acks is not None  # made by start()
+            acks.add(_ACK, root, tuple_._edge ^ tuple_.ack_val)
+        elif tuple_.anchors:
             acks = self._bolt._acks
             assert acks is not None  # made by start()
             add, ack_val = acks.add, tuple_.ack_val
@@ -242,7 +288,9 @@ class _BasicCollector(BoltCollector):
                     produce_headers(producer, topic, value, key, partition, headers)  # type: ignore[arg-type]
                 self._note_emit(topic)  # counted after the batch
                 return
-            if not parent.anchors:  # an untracked input: an untracked child, no header (produced inline)
+            # an untracked input (not in one tree, so its dict is set: read without the property):
+            # an untracked child, no header (produced inline)
+            if not parent._anchors:
                 producer = self._bolt._producer
                 try:
                     producer.produce(topic, value, key, -1 if partition is None else partition)  # type: ignore[union-attr]

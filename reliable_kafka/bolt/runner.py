@@ -373,10 +373,11 @@ class Bolt:
         clock, decode, new_tuple = self._clock.monotonic, codec.decode_anchors, object.__new__
         basic, add_pair, add_owed = self._acks_on_return, self._ack_pairs.append, self._ack_owed.append
         took_run = took.append
+        anchors: dict[int, int] | None  # None: one tree, one-pair v2 (the tuple makes its dict if asked)
         # a batch_handler's batch, in columns: messages, anchors, user headers, one-tree root and edge
         batch = self.batch_handler is not None
         kept: list = []
-        kept_anchors: list[dict[int, int]] = []
+        kept_anchors: list[dict[int, int] | None] = []  # None: one tree, read from its pair
         kept_headers: list = []
         kept_roots: list[int] = []
         kept_pairs: list = []  # each record's one-pair v2 value, None when it is not in one tree
@@ -413,7 +414,7 @@ class Bolt:
                         found = [v for k, v in headers if k == _ANCHORS]
                         if found:
                             raw, headers = found[-1], [(k, v) for k, v in headers if k != _ANCHORS]
-                    root = 0  # the tuple's one tree, when it is in exactly one (its ack entry is made from it)
+                    root = edge = 0  # the tuple's one tree, when it is in exactly one (its ack entry is made from it)
                     if raw is not None:
                         try:
                             try:  # decode(raw) of one v2 pair, inlined: once per tuple
@@ -421,7 +422,7 @@ class Bolt:
                             except struct.error:  # not 18 bytes (several pairs, v1, damaged): decode() judges it
                                 version = 0
                             if version == _V2 and length == 32 and root:
-                                anchors = {root: edge}
+                                anchors = None  # its dict is made only if something reads tuple.anchors
                             else:
                                 anchors = decode(raw)
                                 [(root, edge)] = anchors.items() if len(anchors) == 1 else [(0, 0)]  # e.g. v1, one tree
@@ -449,7 +450,8 @@ class Bolt:
                     tuple_ = new_tuple(Tuple)  # Tuple(...) without its __init__ call (about 0.1 us a tuple)
                     tuple_.topic, tuple_.partition, tuple_.offset = topic, partition, offset
                     tuple_.key, tuple_.value, tuple_.headers = message.key(), message.value(), headers
-                    tuple_.anchors, tuple_.ack_val, tuple_._one_root = anchors, 0, root
+                    tuple_._anchors, tuple_._edge, tuple_._one_root = anchors, edge, root  # (3 at most: no tuple made)
+                    tuple_.ack_val = 0
                     tuple_._record = message  # its timestamp is read only if asked for (about 0.05 us)
                     if basic:
                         collector.current = tuple_  # outputs are anchored to it
@@ -465,7 +467,7 @@ class Bolt:
                             if root:  # one tree: the one-pair v2 value read above (a tuple's anchors do not change)
                                 add_pair(raw)  # type: ignore[arg-type]  # not None: root came from it
                                 add_owed(tuple_.ack_val)
-                            elif anchors := tuple_.anchors:
+                            elif anchors:  # not one tree: the dict read above (a tuple's anchors do not change)
                                 ack_val = tuple_.ack_val
                                 for root, edge in anchors.items():
                                     add_pair(_pack_one(_V2, 32, root, edge))
@@ -475,7 +477,7 @@ class Bolt:
                     handled_calls += handled
                 run = None
             if kept:
-                batch_ = TupleBatch(kept, kept_anchors, kept_headers, kept_roots)
+                batch_ = TupleBatch(kept, kept_anchors, kept_headers, kept_roots, kept_pairs)
                 self._handle_batch(batch_, kept_roots, kept_pairs, took)
         finally:
             if run is not None and not batch:  # a call raised through: the run's tuples before it

@@ -582,7 +582,8 @@ def test_the_loops_tuple_is_the_one_tuples_constructor_makes(headers, anchors):
     expected = Tuple("in", 2, 9, b"k", b"v", user_headers, 55, anchors if tracked else {})
     [got] = seen
     # timestamp_ms is read from the message (_record) when asked for, or from _timestamp_ms for Tuple(...)
-    fields = [n for n in Tuple.__slots__ + Anchored.__slots__ if n not in ("_record", "_timestamp_ms")]
+    # _anchors is the anchors dict once made (the loop leaves it None for a one-pair value): compared as anchors
+    fields = [n for n in Tuple.__slots__ + Anchored.__slots__ if n not in ("_record", "_timestamp_ms", "_anchors")]
     fields.append("timestamp_ms")
     assert type(got) is Tuple and {n: getattr(got, n) for n in fields} == {n: getattr(expected, n) for n in fields}
 
@@ -681,3 +682,84 @@ def test_acked_counts_the_basic_handler_calls_that_returned():
     bolt._process_batch(messages)
     assert bolt.stats.acked == 47 and bolt.stats.failed == 2 and bolt.stats.handler_errors == 2
     assert bolt.stats.quarantined == 1 and bolt.process_latency.count == 49
+
+
+def _any_bolt(kind: str, seen: list):
+    """A rich bolt (acks each tuple itself), a basic bolt or a basic bolt's batch_handler, each
+    emitting one child anchored to its input and noting the input's public tracking state."""
+    from reliable_kafka.bolt import Bolt
+
+    def note(tuple_, collector) -> None:
+        collector.emit("out", b"c", anchors=tuple_)  # the child's edge goes into the input's ack val
+        seen.append((tuple_.tracked, tuple_.roots, dict(tuple_.anchors), tuple_.anchored.anchors is tuple_.anchors))
+
+    def rich(tuple_, collector) -> None:
+        note(tuple_, collector)
+        collector.ack(tuple_)
+
+    def together(batch, collector) -> None:
+        for tuple_ in batch:
+            note(tuple_, collector)
+
+    common = dict(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="in", group_id="g")
+    if kind == "rich":
+        bolt = Bolt(handler=rich, **common)
+    elif kind == "batch":
+        bolt = BasicBolt(batch_handler=together, **common)
+    else:
+        bolt = BasicBolt(handler=note, **common)
+    producer = RecordingProducer()
+    bolt._producer = producer
+    bolt._acks = AckSender(producer, acks_topic="t.acks", ack_partitions=1, sender=1)
+    bolt._quarantine = _Parked()
+    bolt._ends = {}
+    return bolt, producer
+
+
+@pytest.mark.parametrize("kind", ["rich", "basic", "batch"])
+@given(raws=st.lists(_ONE_PAIR_VALUES, min_size=1, max_size=5))
+def test_a_tuple_made_without_its_anchors_dict_reads_and_acks_as_decoded(kind, raws):
+    """A one-tree tuple keeps its root and edge and makes ``anchors`` when read: whatever the
+    record carries, rich, basic and batch bolts see the anchors, roots and ``tracked`` of
+    ``decode_anchors``, park what it refuses, and ack each tree ``(root, edge ^ ack_val)`` with
+    the child's edge (a rich ``collector.ack`` of one tree reads no dict)."""
+    seen: list = []
+    bolt, producer = _any_bolt(kind, seen)
+    messages = [
+        new_message(topic="in", partition=0, offset=i, key=b"k", value=b"v", headers=[(codec.ANCHORS_HEADER, raw)])
+        for i, raw in enumerate(raws)
+    ]
+    expected, parked = [], []
+    for i, raw in enumerate(raws):
+        try:
+            expected.append(codec.decode_anchors(raw))
+        except DecodeError:
+            parked.append(i)
+    bolt._process_batch(messages)
+    assert bolt._quarantine.offsets == parked
+    assert seen == [(bool(a), list(a), a, True) for a in expected]
+    children = [dict(sent.headers or []).get(codec.ANCHORS_HEADER) for sent in producer.sent]  # one per input
+    assert len(children) == len(expected)
+    wanted = []
+    for anchors, raw in zip(expected, children):
+        assert (raw is None) == (not anchors)  # an untracked input's child is untracked
+        child = codec.decode_anchors(raw) if raw else {}
+        wanted += [(EventKind.ACK, root, edge ^ child[root]) for root, edge in anchors.items()]
+    assert _entries(bolt) == wanted
+
+
+def test_a_one_tree_tuples_anchors_dict_is_made_once_and_kept():
+    from reliable_kafka.bolt import Tuple
+
+    seen: list = []
+    bolt, _ = _bolt(lambda tuple_, collector: seen.append(tuple_))
+    bolt._ends = {}
+    bolt._process_batch([_message(0, {7: 70})])
+    [tuple_] = seen
+    assert tuple_._anchors is None and tuple_._one_root == 7  # not made by the loop
+    assert tuple_.anchors == {7: 70} and tuple_.anchors is tuple_.anchors and tuple_.roots == [7]
+    made = Tuple("in", 0, 1, b"k", b"v", [], 5, {7: 70})
+    made.anchors = {8: 80, 9: 90}  # set (never by the runner): the one root follows
+    assert made._one_root == 0 and made.anchors == {8: 80, 9: 90} and made.tracked
+    made.anchors = {}
+    assert not made.tracked and made.roots == []
