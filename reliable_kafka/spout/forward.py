@@ -59,8 +59,6 @@ class ForwardingShell(SpoutShell):
         Whatever was produced is tracked even if a later record raises out of the loop: an untracked
         output would let the commit point pass its record.
         """
-        if not messages:
-            return  # a round that waited for outcomes and got no record (most rounds at saturation)
         producer, stats, tracker = self._producer, self.stats, self.tracker
         assert producer is not None and self._acks is not None  # made by start()
         should_skip = tracker.should_skip
