@@ -28,7 +28,7 @@ from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import ActionKind, InFlightTracker, OutcomeAction
-from reliable_kafka.errors import DeadLetterGuardTripped, DecodeError
+from reliable_kafka.errors import ArgumentError, DeadLetterGuardTripped, DecodeError
 from reliable_kafka.kafka.outcomes import OutcomeListener
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.ops.failures import Attempt, FailureIndex, FailureRecord
@@ -52,6 +52,7 @@ __all__ = ["RootOwner", "HeldRecords", "RootStats", "POISON_PILL", "GONE_REASON"
 log = logging.getLogger(__name__)
 _DONE = ActionKind.DONE  # an enum member read through its class is ~0.17 us on 3.11: once per root
 _COMPLETED = OutcomeKind.COMPLETED
+_FAILED = OutcomeKind.FAILED
 _COMPLETED_VALUE = int(OutcomeKind.COMPLETED)
 _OUTCOME_KIND = tuple(OutcomeKind).__getitem__  # kind value -> member (OutcomeKind(k) costs ~0.8 us)
 
@@ -244,7 +245,7 @@ class RootOwner(DeadLetters):
         with self._lock:
             if failure is not None:
                 self._local_reasons[root] = failure
-            self.act(self.tracker.on_outcome(root, OutcomeKind.FAILED))
+            self.act(self.tracker.on_outcome(root, _FAILED))
 
     # --- outcomes -------------------------------------------------------------------------------
 
@@ -272,13 +273,31 @@ class RootOwner(DeadLetters):
             for action in self.tracker.expire_backstop():
                 self.act(action)
 
+    def on_outcome(self, root: int, kind: OutcomeKind | int) -> None:
+        """Act on one acker outcome for ``root``, as :meth:`take_outcomes` acts on an outcome record's:
+        a COMPLETED root is done through the tracker's ``complete_runs``, which hands over the
+        record kept with its offset (for ``on_completed``); any other kind through :meth:`act`."""
+        with self._lock:
+            if kind == _COMPLETED_VALUE:
+                self._done_runs(self.tracker.complete_runs((root,)))
+            else:
+                self.act(self.tracker.on_outcome(root, kind))
+
     def act(self, action: OutcomeAction | None) -> None:
-        """Done, scheduled for redelivery (the tracker keeps the schedule) or bound for the DLQ."""
+        """Scheduled for redelivery (the tracker keeps the schedule) or bound for the DLQ.
+
+        Not for a DONE action (the tracker's answer to ``on_outcome(root, COMPLETED)``): the tracker
+        has let go of the record kept with its offset by then, so ``on_completed`` could not be given
+        it. :meth:`on_outcome` acts on a COMPLETED root with its record.
+        """
         if action is None:
             return
         if action.kind is _DONE:
-            self._done(action.tp, action.offset, action.attempt)
-            return
+            raise ArgumentError(
+                f"{self.component}: RootOwner.act got the DONE action of {action.tp}@{action.offset}: its record "
+                "is no longer kept, and the completion hook would miss it; call RootOwner.on_outcome(root, kind) "
+                "instead of act(tracker.on_outcome(root, kind))"
+            )
         if action.reason != POISON_PILL:  # a poison pill's attempt was noted when it failed
             given_up = self._note_attempt(action)
             if given_up is not None:
@@ -289,19 +308,11 @@ class RootOwner(DeadLetters):
         ):
             self._bound.append(action)
 
-    def _done(self, tp: TopicPartitionKey, offset: int, attempt: int) -> None:
-        """The record at ``tp``@``offset`` is done (its tree completed): forget it."""
-        self.stats.completed += 1
-        record_key = (tp, offset)
-        record = self.records.pop(record_key, None)
-        if record is not None and self._on_completed is not None:
-            self._on_completed([record])
-        if attempt > 1:
-            self._attempts.pop(record_key, None)
-
     def _done_runs(self, runs) -> None:
-        """:meth:`_done` for each record of the tracker's ``complete_runs`` (one outcome batch): per
-        partition, the offsets done, their attempts and the records kept with them, in columns."""
+        """The records of the tracker's ``complete_runs`` (one outcome batch) are done (their trees
+        completed): counted, their records handed to ``on_completed`` and forgotten, and their
+        attempt histories dropped. Per partition: the offsets done, their attempts and the records
+        kept with them, in columns."""
         read_again, attempts_held, hooked = self.records.read_again, self._attempts, self._on_completed is not None
         kept: list = []
         for tp, offsets, attempts, records in runs:

@@ -15,7 +15,7 @@ from reliable_kafka import codec
 from reliable_kafka.core.commit_metadata import decode_done_above
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker
-from reliable_kafka.errors import ConfigError, DeadLetterGuardTripped
+from reliable_kafka.errors import ArgumentError, ConfigError, DeadLetterGuardTripped
 from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER, FailureRecord, decode_attempts
 from reliable_kafka.spout.roots import RootOwner
 from reliable_kafka.topology import TopologyTopics
@@ -104,7 +104,7 @@ def test_a_poison_pill_is_dead_lettered_at_once_with_its_reason_and_done_only_on
 def test_a_dead_letter_whose_write_failed_is_written_again_and_blocks_the_commit_until_then():
     owner = _owner(max_retries=0)
     _emit(owner, 0, root=7)
-    owner.act(owner.tracker.on_outcome(7, OutcomeKind.TIMED_OUT))
+    owner.on_outcome(7, OutcomeKind.TIMED_OUT)
     owner.producer.fail_next = 1
     owner.write_dead_letters()
     owner.confirm_dead_letters(0.0)
@@ -128,7 +128,7 @@ def test_records_not_held_are_read_again_and_one_kafka_no_longer_has_is_skipped(
     owner = _owner(max_retries=0, reread=reread)
     for offset, root in ((1, 11), (2, 12)):
         _emit(owner, offset, root, keep=False)
-        owner.act(owner.tracker.on_outcome(root, OutcomeKind.FAILED))
+        owner.on_outcome(root, OutcomeKind.FAILED)
     assert owner.write_dead_letters() == 1 and sorted(asked) == [(TP, 1), (TP, 2)]
     assert codec.decode_parked(owner.producer.sent[0]["headers"][codec.PARKED_HEADER]).source_offset == 1
 
@@ -139,7 +139,7 @@ def test_a_failing_reread_keeps_the_dead_letters_bound():
 
     owner = _owner(max_retries=0, reread=reread)
     _emit(owner, 0, 7, keep=False)
-    owner.act(owner.tracker.on_outcome(7, OutcomeKind.FAILED))
+    owner.on_outcome(7, OutcomeKind.FAILED)
     with pytest.raises(RuntimeError):
         owner.write_dead_letters()
     assert owner.bound_for_dead_letters() == [(TP, 0)]
@@ -149,7 +149,7 @@ def test_the_guard_trips_on_a_stream_of_dead_letters_and_refuses_the_rest():
     owner = _owner(max_retries=0, ratio=0.2, window=10)
     for offset in range(6):
         _emit(owner, offset, root=100 + offset)
-        owner.act(owner.tracker.on_outcome(100 + offset, OutcomeKind.FAILED))
+        owner.on_outcome(100 + offset, OutcomeKind.FAILED)
     assert len(owner.bound_for_dead_letters()) == 2, "the one that trips it and every later one are refused"
     with pytest.raises(DeadLetterGuardTripped) as caught:
         owner.raise_if_guard_tripped()
@@ -161,7 +161,7 @@ def test_the_guard_lets_a_trickle_through():
     for offset in range(40):
         _emit(owner, offset, root=100 + offset)
         kind = OutcomeKind.FAILED if offset % 10 == 0 else OutcomeKind.COMPLETED
-        owner.act(owner.tracker.on_outcome(100 + offset, kind))
+        owner.on_outcome(100 + offset, kind)
     owner.raise_if_guard_tripped()
     assert len(owner.bound_for_dead_letters()) == 4
 
@@ -178,7 +178,7 @@ def test_commits_carry_done_above_and_only_what_changed():
     for offset in range(4):
         _emit(owner, offset, root=10 + offset)
     for root in (11, 13):
-        owner.act(owner.tracker.on_outcome(root, OutcomeKind.COMPLETED))
+        owner.on_outcome(root, OutcomeKind.COMPLETED)
     [tp] = owner.offsets_to_commit()
     assert tp.offset == 0 and decode_done_above(0, tp.metadata) == [1, 3]
     owner.committed([tp])
@@ -206,11 +206,11 @@ def test_never_commits_past_a_record_that_is_not_completed_or_confirmed_in_the_d
         if root is None or offset in settled:
             continue
         if what == "ok":
-            owner.act(owner.tracker.on_outcome(root, OutcomeKind.COMPLETED))
+            owner.on_outcome(root, OutcomeKind.COMPLETED)
         elif what == "poison":
             owner.fail_locally(root, FailureRecord.of(roots=[root], component="b", retry=False))
         else:
-            owner.act(owner.tracker.on_outcome(root, OutcomeKind.FAILED if what == "fail" else OutcomeKind.TIMED_OUT))
+            owner.on_outcome(root, OutcomeKind.FAILED if what == "fail" else OutcomeKind.TIMED_OUT)
         for redelivery in owner.tracker.due_redeliveries():
             roots[redelivery.offset] = next(next_root)
             _emit(owner, redelivery.offset, roots[redelivery.offset], redelivery.attempt)
@@ -269,7 +269,7 @@ def test_outcome_records_in_columns_act_as_each_outcome_in_order(records, batche
     by_batch.take_outcomes()
     for batch in batches:
         for offset, kind in batch:
-            one_by_one.act(one_by_one.tracker.on_outcome(roots.get(offset, 12345), _KINDS[kind]))
+            one_by_one.on_outcome(roots.get(offset, 12345), _KINDS[kind])
     assert by_batch.tracker.stats == one_by_one.tracker.stats
     assert by_batch.stats == one_by_one.stats
     assert by_batch.tracker.commit_points() == one_by_one.tracker.commit_points()
@@ -278,3 +278,28 @@ def test_outcome_records_in_columns_act_as_each_outcome_in_order(records, batche
     assert sorted(by_batch.records) == sorted(one_by_one.records)
     assert [(a.offset, a.kind) for a in by_batch._bound] == [(a.offset, a.kind) for a in one_by_one._bound]
     assert by_batch.tracker.due_redeliveries() == one_by_one.tracker.due_redeliveries()
+
+
+def test_a_completed_outcome_hands_the_record_kept_with_its_offset_to_the_completion_hook():
+    """``on_outcome(root, COMPLETED)`` is done as ``take_outcomes`` does it: the record the tracker
+    kept in its columns (``track_many(records=...)``, the default handler's batch path) reaches the hook."""
+    owner = _owner()
+    completed: list = []
+    owner._on_completed = completed.extend
+    owner.track_many(TP, [0, 1], [10, 11], 1, [Record(*TP, 0), Record(*TP, 1)])
+    owner.on_outcome(11, OutcomeKind.COMPLETED)
+    assert [r.offset for r in completed] == [1]
+    assert owner.stats.completed == 1 and owner.tracker.pending_offsets(TP) == [0]
+    owner.on_outcome(10, int(OutcomeKind.COMPLETED))  # a kind as the decoder's int
+    assert [r.offset for r in completed] == [1, 0] and owner.tracker.commit_points() == {TP: 2}
+    owner.on_outcome(10, OutcomeKind.COMPLETED)  # again (a replayed acker): nothing held, nothing done
+    assert owner.stats.completed == 2 and len(completed) == 2
+
+
+def test_act_refuses_a_done_action_whose_record_the_tracker_let_go():
+    # the tracker's DONE action comes after it dropped the kept record: acting on it would count
+    # the root done without the completion hook ever seeing its record
+    owner = _owner()
+    owner.track_many(TP, [0], [10], 1, [Record(*TP, 0)])
+    with pytest.raises(ArgumentError, match="on_outcome"):
+        owner.act(owner.tracker.on_outcome(10, OutcomeKind.COMPLETED))

@@ -275,7 +275,7 @@ def test_register_ranges_tracks_every_offset_except_those_done():
     assert owner.tracker.pending_offsets(("t", 1)) == [0, 1]
     # an offset with no record (a transaction marker) completes by its final ack like any root
     for root, _ in entries:
-        owner.act(owner.tracker.on_outcome(root, OutcomeKind.COMPLETED))
+        owner.on_outcome(root, OutcomeKind.COMPLETED)
     assert owner.tracker.commit_points() == {("t", 0): 15, ("t", 1): 2}
 
 
@@ -343,9 +343,9 @@ def test_a_partition_collected_out_of_offset_order_is_registered_in_order():
     assert skipped == [] and missing == []
     assert owner.tracker.pending_offsets(("t", 0)) == [0, 1, 2, 3, 4, 5]
     for root in (13, 14, 15, 11, 12):
-        owner.act(owner.tracker.on_outcome(root, OutcomeKind.COMPLETED))
+        owner.on_outcome(root, OutcomeKind.COMPLETED)
     assert owner.tracker.commit_points().get(("t", 0), 0) == 0  # offset 0 still pending
-    owner.act(owner.tracker.on_outcome(10, OutcomeKind.COMPLETED))
+    owner.on_outcome(10, OutcomeKind.COMPLETED)
     assert owner.tracker.commit_points() == {("t", 0): 6}
 
 

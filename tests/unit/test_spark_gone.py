@@ -75,7 +75,7 @@ def _fail(spout: SparkSpout, offsets) -> None:
     """Emit ``offsets`` (first attempts, no record held: Spark has them) and fail their trees."""
     for offset in offsets:
         spout._roots.track(TP, offset, root=1000 + offset, attempt=1)
-        spout._roots.act(spout.tracker.on_outcome(1000 + offset, OutcomeKind.FAILED))
+        spout._roots.on_outcome(1000 + offset, OutcomeKind.FAILED)
 
 
 def _letters(kafka: MemoryKafka) -> list[DeadLetter]:
@@ -155,7 +155,7 @@ def test_redeliveries_kafka_deleted_become_references_and_marker_offsets_are_don
     for _ in range(attempts - 1):  # earlier redeliveries failed too
         for redelivery in spout.tracker.due_redeliveries():
             root = spout.tracker.emitted(redelivery.tp, redelivery.offset, attempt=redelivery.attempt)
-            spout._roots.act(spout.tracker.on_outcome(root, OutcomeKind.TIMED_OUT))
+            spout._roots.on_outcome(root, OutcomeKind.TIMED_OUT)
     kafka.delete_records("src", 0, before=2)
     watermarks = kafka.consumer({"group.id": "w"})
     spout._batches.low_watermark = lambda tp: watermarks.get_watermark_offsets(TopicPartition(*tp))[0]
@@ -174,7 +174,7 @@ def test_redeliveries_kafka_deleted_become_references_and_marker_offsets_are_don
     ]
     assert spout.lost_to_retention == 2 and spout.dead_lettered == 0
     for root in (7, 8):
-        spout._roots.act(spout.tracker.on_outcome(root, OutcomeKind.COMPLETED))
+        spout._roots.on_outcome(root, OutcomeKind.COMPLETED)
     assert [tp.offset for tp in spout._roots.offsets_to_commit()] == [5], "the marker at 4 is done"
 
 
@@ -234,7 +234,7 @@ def test_the_commit_never_passes_an_undelivered_reference_and_every_deleted_reco
         finally:
             batch_roots.record_columns = original
         for o in kept:
-            spout._roots.act(spout.tracker.on_outcome(5000 + o, OutcomeKind.COMPLETED))
+            spout._roots.on_outcome(5000 + o, OutcomeKind.COMPLETED)
     for fail in [*failing, 0, 0]:
         if fail:
             kafka.fail_next("delivery")

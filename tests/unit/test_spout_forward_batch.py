@@ -199,7 +199,7 @@ def test_the_tracker_keeps_the_messages_and_a_redelivery_or_dead_letter_gets_the
     assert [spout.tracker.record(tp, o) for o in range(3)] == messages  # the messages themselves
     assert spout._roots.records[(tp, 1)] == _source_record(messages[1])
     assert type(spout._roots.records[(tp, 1)]) is SourceRecord
-    spout._roots.act(spout.tracker.on_outcome(roots[1], OutcomeKind.FAILED))
+    spout._roots.on_outcome(roots[1], OutcomeKind.FAILED)
     spout.tracker._clock = lambda: 10**12  # the backoff elapsed
     spout._redeliver_due()
     assert spout.stats.replayed == 1 and len(producer.sent) == 4
