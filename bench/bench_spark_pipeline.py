@@ -166,7 +166,41 @@ def parse_perf(data: bytes) -> dict[str, int]:
     return found
 
 
-class BatchMarks:
+class _Sampler:
+    """A thread that calls ``tick()`` every ``interval`` seconds while a ``with`` block runs and once
+    more at its end; ``begin()`` runs before the thread starts, ``end()`` after the last tick."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._stop = threading.Event()
+
+    def begin(self) -> None:
+        pass
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+    def end(self) -> None:
+        pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.tick()
+
+    def __enter__(self):
+        self.begin()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.tick()
+        self.end()
+
+
+class BatchMarks(_Sampler):
     """Figures at each micro-batch's end, to split a run into spans of batches: a thread polls the
     query's checkpoint (``commits/N`` appears once batch N is done) every ``interval`` seconds and
     samples wall time, this process's and the JVM's CPU, HotSpot's counters (:func:`jvm_perf`),
@@ -178,8 +212,7 @@ class BatchMarks:
         self.checkpoint, self.jvm_pid, self.detail, self.threads = checkpoint, jvm_pid, detail, threads
         self.marks: dict[int, dict] = {}  # batch id -> figures at its end; -1: the start
         self.ends: list[int] = []  # per batch, the end offset summed over the partitions (on exit)
-        self.interval = 0.01
-        self._stop = threading.Event()
+        super().__init__(0.01)
 
     def _mark(self) -> dict:
         mark: dict = {"wall": time.monotonic(), "py": time.process_time(), "jvm": _jvm_cpu(self.jvm_pid)}
@@ -191,7 +224,7 @@ class BatchMarks:
             mark["threads"] = {**self.threads.last, **self.threads._sample()}
         return mark
 
-    def _poll(self) -> None:
+    def tick(self) -> None:
         try:
             done = {int(name) for name in os.listdir(os.path.join(self.checkpoint, "commits")) if name.isdigit()}
         except OSError:  # not made yet
@@ -199,20 +232,10 @@ class BatchMarks:
         for batch in sorted(done - set(self.marks)):
             self.marks[batch] = self._mark()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._poll()
-
-    def __enter__(self):
+    def begin(self) -> None:
         self.marks[-1] = self._mark()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._poll()
+    def end(self) -> None:
         self.ends = self._read_ends()  # while the checkpoint is there
 
     def _read_ends(self) -> list[int]:
@@ -288,15 +311,15 @@ def _thread_group(name: str) -> str:
     return re.sub(r"[-#_ ]*\d+", "", name).strip(" -") or name
 
 
-class ThreadCpu:
+class ThreadCpu(_Sampler):
     """CPU seconds per JVM thread group over a span, sampled every ``interval`` seconds from
     ``/proc`` so that threads that end inside the span (a pool's idle ones) keep their last figure."""
 
     def __init__(self, jvm_pid: int, interval: float = 0.2) -> None:
-        self.jvm_pid, self.interval = jvm_pid, interval
+        super().__init__(interval)
+        self.jvm_pid = jvm_pid
         self.start: dict[int, float] = {}
         self.last: dict[int, tuple[str, float]] = {}
-        self._stop = threading.Event()
 
     def _sample(self) -> dict[int, tuple[str, float]]:
         found = {}
@@ -312,19 +335,10 @@ class ThreadCpu:
             found[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / tick)
         return found
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.last.update(self._sample())
-
-    def __enter__(self):
+    def begin(self) -> None:
         self.start = {tid: cpu for tid, (_, cpu) in self._sample().items()}
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+    def tick(self) -> None:
         self.last.update(self._sample())
 
     def groups(self) -> dict[str, float]:
