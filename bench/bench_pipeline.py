@@ -58,6 +58,12 @@ PARTITIONS = 2  # of source, sentences and words
 STATS_INTERVAL_MS = 1000
 SATURATED_P99_MS = 2000.0  # a rate point whose p99 passes this (or does not drain) ends the curve
 CONFIGS = ("plain", "off", "tracked")
+FLOOR = "floor"  # --configs plain,tracked,floor: the protocol's own work in plain loops (bench/pipeline_floor.py)
+
+
+def _tracks(config: str) -> bool:
+    """The configurations with an acker, whose bursts end when the spout learned every COMPLETED."""
+    return config.startswith("tracked") or config == FLOOR
 
 
 # --- what every component process does ----------------------------------------------------------
@@ -296,6 +302,22 @@ def _component(roles, config, topics, bootstrap, counter, completed, ready, stop
     probe = _Probe(counter, completed)
     if config == "plain":
         _plain_role(roles[0], topics, bootstrap, probe, stop, ready)
+    elif config == FLOOR and roles != ["acker"]:
+        import pipeline_floor  # a sibling file (bench/ is on sys.path, as for the parent)
+
+        if len(roles) != 1:
+            raise ValueError("the floor configuration runs one process per component (no LocalCluster)")
+        pipeline_floor.floor_role(
+            roles[0],
+            topics,
+            bootstrap,
+            probe,
+            stop,
+            ready,
+            client_config=lambda: _client_config(probe),
+            split_words=_split_words,
+            now_ms=_now_ms,
+        )
     else:
         from reliable_kafka.local import LocalCluster
 
@@ -452,7 +474,7 @@ class Pipeline:
             config={"message.timestamp.type": "LogAppendTime"} if self.hops else None,
         )
         ensure_topics(admin_client(self.bootstrap), TopologyTopics(topology, ackers=1))
-        roles = ["spout", "split", "count"] + (["acker"] if self.config.startswith("tracked") else [])
+        roles = ["spout", "split", "count"] + (["acker"] if _tracks(self.config) else [])
         groups = [roles] if self.threads else [[role] for role in roles]
         self.counter, self.completed = ctx.Value("q", 0, lock=False), ctx.Value("q", 0, lock=False)
         self._stop, self._results = ctx.Event(), ctx.Queue()
@@ -510,7 +532,7 @@ class Pipeline:
 
     def drained(self) -> bool:
         return self.counter.value >= self.written * WORDS_PER_SENTENCE and (
-            not self.config.startswith("tracked") or self.completed.value >= self.written
+            not _tracks(self.config) or self.completed.value >= self.written
         )
 
     def wait(self, condition, timeout: float) -> bool:
@@ -541,7 +563,7 @@ class Pipeline:
             )
         counted = time.perf_counter() - started
         completed = None
-        if self.config.startswith("tracked"):
+        if _tracks(self.config):
             if not self.wait(self.drained, timeout):
                 raise RuntimeError(f"{self.config}: burst not completed within {timeout:.0f}s")
             completed = time.perf_counter() - started
@@ -779,7 +801,7 @@ def _latency_curve(
             counted = pipeline.latencies(phase, "latencies")
             completed = pipeline.latencies(phase, "completion")
             point = RatePoint(config, rate, achieved, _percentile(counted, 0.5), _percentile(counted, 0.99), cpu=cpu)
-            if config.startswith("tracked"):
+            if _tracks(config):
                 point.completed_p50, point.completed_p99 = _percentile(completed, 0.5), _percentile(completed, 0.99)
             worst = point.completed_p99 if point.completed_p99 is not None else point.counted_p99
             point.saturated = not drained or worst > SATURATED_P99_MS or achieved < 0.8 * rate
@@ -863,7 +885,9 @@ def main() -> None:
         action="store_true",
         help="latency per hop: data topics keep LogAppendTime; prints source -> each append and read",
     )
-    parser.add_argument("--configs", default=",".join(CONFIGS), help="which of plain,off,tracked to measure")
+    parser.add_argument(
+        "--configs", default=",".join(CONFIGS), help="which of plain,off,tracked,floor to measure [plain,off,tracked]"
+    )
     parser.add_argument(
         "--kafka-config",
         type=json.loads,
@@ -928,7 +952,7 @@ def main() -> None:
                     bootstrap,
                     broker_pids,
                     pool,
-                    [c for c in configs if c != "plain"],
+                    [c for c in configs if c not in ("plain", FLOOR)],
                     rounds=1,
                     sentences=sentences,
                     threads=True,
