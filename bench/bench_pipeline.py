@@ -34,6 +34,9 @@ Usage: ``./rk bench pipeline [--sentences N] [--rates 500,1000,...] [--quick] [-
 [--no-throughput] [--no-broker-warmup] [--hops] [--kafka-config JSON] [--bootstrap-servers H:P [--broker-pid PID]]``.
 Sized for a 2-core machine: the default run takes a few minutes, ``--quick`` about two.
 ``RK_BENCH_PROFILE=DIR`` runs every component process under cProfile (``DIR/<config>-<role>.prof``).
+``RK_BENCH_BROKER_THREADS=1`` prints each burst's broker CPU per 1,000 sentences by thread name (from
+/proc, JIT included), and with it ``RK_BENCH_BURST_HOOK=CMD`` runs ``CMD CONFIG PHASE before|after``
+around each burst, outside its CPU figures (``bench/broker_requests.py``: the broker's requests by type).
 """
 
 from __future__ import annotations
@@ -409,6 +412,39 @@ def _jit_seconds(pid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _thread_ticks(pids: list[int]) -> dict[str, int]:
+    """Clock ticks of CPU per thread name (digits folded: ``data-plane-kafka-request-handler-N``) of
+    the processes ``pids``, from /proc: ``RK_BENCH_BROKER_THREADS=1`` prints the broker's by burst."""
+    import re
+
+    ticks: dict[str, int] = defaultdict(int)
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue  # the thread ended meanwhile
+            fields = stat.rsplit(")", 1)[1].split()
+            name = re.sub(r"\d+", "N", stat[stat.index("(") + 1 : stat.rindex(")")])
+            ticks[name] += int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def _print_thread_ticks(config: str, before: dict[str, int], after: dict[str, int], sentences: int) -> None:
+    spent = {name: after[name] - before.get(name, 0) for name in after}
+    per = 1000 / sentences / os.sysconf("SC_CLK_TCK")
+    top = sorted(spent.items(), key=lambda item: -item[1])[:8]
+    print(
+        f"  broker threads, {config}: total {sum(spent.values()) * per:.4f} s/1,000 | "
+        + "  ".join(f"{name} {value * per:.4f}" for name, value in top if value),
+        flush=True,
+    )
+
+
 @dataclass
 class Burst:
     """One throughput burst of one configuration."""
@@ -550,6 +586,13 @@ class Pipeline:
         """``sentences`` written as fast as the pipeline takes them; timed until all are counted."""
         self.phase += 1
         words_before = self.counter.value
+        threads = bool(os.environ.get("RK_BENCH_BROKER_THREADS")) and sentences >= 5000
+        hook = os.environ.get("RK_BENCH_BURST_HOOK") if threads else None  # a command run before and after
+        if hook:
+            import subprocess
+
+            subprocess.run([hook, self.config, str(self.phase), "before"], check=False)
+        ticks_before = _thread_ticks(self.broker_pids) if threads else {}
         cpu_before = self.cpu()
         started = time.perf_counter()
         for start in range(0, sentences, 1000):
@@ -568,6 +611,10 @@ class Pipeline:
                 raise RuntimeError(f"{self.config}: burst not completed within {timeout:.0f}s")
             completed = time.perf_counter() - started
         cpu_after = self.cpu()
+        if threads:
+            _print_thread_ticks(self.config, ticks_before, _thread_ticks(self.broker_pids), sentences)
+        if hook:
+            subprocess.run([hook, self.config, str(self.phase), "after"], check=False)
         return Burst(
             self.config, sentences, counted, completed, {name: cpu_after[name] - cpu_before[name] for name in cpu_after}
         )
