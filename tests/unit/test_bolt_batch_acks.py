@@ -639,6 +639,22 @@ def test_error_messages_in_a_batch_are_left_out_and_the_rest_handled_and_stored(
     assert stored == [[(0, 3)], [(0, 4)]]
 
 
+def test_error_messages_among_messages_of_another_class_are_left_out_as_well():
+    """The batch is scanned for errors with confluent-kafka's ``Message.error``; messages of another
+    class (a test double, an older confluent-kafka's stand-in) are checked one by one instead."""
+    from confluent_kafka import KafkaError
+
+    from reliable_kafka.testing.memory_broker import PlainMessage
+
+    eof = PlainMessage(topic="in", partition=0, offset=1, error=KafkaError(KafkaError._PARTITION_EOF))
+    good = [PlainMessage(topic="in", partition=0, offset=o, key=b"k", value=b"v") for o in (0, 1)]
+    handled: list[int] = []
+    bolt, _ = _polling_bolt([[good[0], eof, good[1]]], batch_size=10)
+    bolt.handler = lambda tuple_, collector: handled.append(tuple_.offset)
+    bolt.poll_once(0)
+    assert handled == [0, 1] and bolt.stats.received == 2
+
+
 def test_a_refused_read_in_a_batch_stops_the_bolt():
     from confluent_kafka import KafkaError
 
@@ -763,3 +779,17 @@ def test_a_one_tree_tuples_anchors_dict_is_made_once_and_kept():
     assert made._one_root == 0 and made.anchors == {8: 80, 9: 90} and made.tracked
     made.anchors = {}
     assert not made.tracked and made.roots == []
+
+
+@pytest.mark.parametrize("kind", ["rich", "basic", "batch"])
+def test_an_untracked_tuples_anchors_are_an_empty_dict_made_once_and_nothing_is_acked(kind):
+    """A record without ``rk-anchors`` (tracking off upstream): the loop makes no anchors dict for
+    its tuple; rich, basic and batch bolts read ``anchors`` as ``{}`` (the same dict on every
+    read), ``tracked`` False and no roots; its child carries no header and no entry is packed."""
+    seen: list = []
+    bolt, producer = _any_bolt(kind, seen)
+    messages = [new_message(topic="in", partition=0, offset=i, key=b"k", value=b"v") for i in range(3)]
+    bolt._process_batch(messages)
+    assert seen == [(False, [], {}, True)] * 3
+    assert [dict(sent.headers or []) for sent in producer.sent] == [{}] * 3
+    assert _entries(bolt) == [] and bolt.stats.untracked == 3
