@@ -38,7 +38,8 @@ class Tuple(Anchored):
     Its ``anchors`` are the trees it was received in: read them, never replace them (the loop and a
     basic bolt's emit use the one root they read). A tuple in one tree keeps its root and edge and
     makes its ``anchors`` dict the first time it is read (a basic bolt's emit and ack never read
-    it), and so does an untracked one (its empty dict). ``timestamp_ms`` is read from the consumed record when asked for (few handlers do).
+    it), and so does an untracked one (its empty dict). ``timestamp_ms`` is read from the consumed
+    record when asked for (few handlers do).
     """
 
     # _one_root, _edge: the root and edge of the tuple's one tree (root 0: in none or several), so
@@ -164,7 +165,8 @@ class TupleBatch:
             tuple_.topic, tuple_.partition, tuple_.offset = message.topic(), message.partition(), message.offset()
             tuple_.key, tuple_.value, tuple_.headers = message.key(), message.value(), self._headers[index]
             anchors, root = self._anchors[index], self._roots[index]
-            if anchors is None:  # one tree: its edge read from its one-pair value (untracked: none), the dict made if read
+            # one tree: its edge read from its one-pair value (root 0: untracked), the dict made if read
+            if anchors is None:
                 tuple_._edge = _unpack_one(self._pairs[index])[3] if root else 0  # type: ignore[index]
             else:
                 tuple_._edge = next(iter(anchors.values())) if root else 0
