@@ -519,7 +519,8 @@ def test_process_latency_gives_each_handler_call_its_runs_average_and_leaves_out
     assert bolt.stats.received == len(took) and bolt.stats.quarantined == len(bad)
 
 
-def test_a_call_that_raises_through_leaves_the_tuples_handled_before_it_observed():
+@pytest.mark.parametrize("anchors", [{1: 10}, None])  # tracked records, or untracked ones
+def test_a_call_that_raises_through_leaves_the_tuples_handled_before_it_observed(anchors):
     """ProducerUnusable ends the batch in its handler call: the tuples handled before it (in its
     run too, quarantined ones left out) are counted handled, that one and the rest are not."""
     clock = _StepClock()
@@ -534,7 +535,7 @@ def test_a_call_that_raises_through_leaves_the_tuples_handled_before_it_observed
     bolt._clock = clock
     bolt._quarantine = _SlowQuarantine(clock)
     bad = PROCESS_TIMED_RUN + 4
-    messages = [_bad_message(o) if o == bad else _message(o, {1: 10}) for o in range(3 * PROCESS_TIMED_RUN)]
+    messages = [_bad_message(o) if o == bad else _message(o, anchors) for o in range(3 * PROCESS_TIMED_RUN)]
     with pytest.raises(ProducerUnusable):
         bolt._process_batch(messages)
     histogram = bolt.process_latency
@@ -793,3 +794,17 @@ def test_an_untracked_tuples_anchors_are_an_empty_dict_made_once_and_nothing_is_
     assert seen == [(False, [], {}, True)] * 3
     assert [dict(sent.headers or []) for sent in producer.sent] == [{}] * 3
     assert _entries(bolt) == [] and bolt.stats.untracked == 3
+
+
+def test_untracked_tuples_among_tracked_ones_emit_untracked_children_and_leave_the_others_acks_alone():
+    """A batch mixing records with and without ``rk-anchors``: each tuple's child is anchored to
+    its own input (an untracked input's child carries no header), and only the tracked inputs are
+    acked, each with its own child's edge."""
+    bolt, producer = _bolt(lambda tuple_, collector: collector.emit("out", tuple_.value, key=tuple_.key))
+    bolt._ends = {}
+    bolt._process_batch([_message(0, {1: 10}), _message(1, None), _message(2, None), _message(3, {3: 30})])
+    children = [dict(sent.headers or []).get(codec.ANCHORS_HEADER) for sent in producer.sent]
+    assert [raw is not None for raw in children] == [True, False, False, True]
+    first, last = codec.decode_anchors(children[0]), codec.decode_anchors(children[3])
+    assert _entries(bolt) == [(EventKind.ACK, 1, 10 ^ first[1]), (EventKind.ACK, 3, 30 ^ last[3])]
+    assert bolt.stats.untracked == 2 and bolt.stats.acked == 4 and bolt.stats.emitted == 4
