@@ -38,12 +38,14 @@ class Tuple(Anchored):
     Its ``anchors`` are the trees it was received in: read them, never replace them (the loop and a
     basic bolt's emit use the one root they read). A tuple in one tree keeps its root and edge and
     makes its ``anchors`` dict the first time it is read (a basic bolt's emit and ack never read
-    it). ``timestamp_ms`` is read from the consumed record when asked for (few handlers do).
+    it), and so does an untracked one (its empty dict). ``timestamp_ms`` is read from the consumed
+    record when asked for (few handlers do).
     """
 
     # _one_root, _edge: the root and edge of the tuple's one tree (root 0: in none or several), so
     # that a basic bolt's emit and ack need no anchors dict; _anchors: the dict (None until read
-    # when _one_root is set; always set when it is 0); _record: the consumed message, whose
+    # when _one_root is set, and for an untracked tuple of the loop: {} then; with _one_root 0 it
+    # is otherwise always set); _record: the consumed message, whose
     # timestamp() timestamp_ms reads (None: _timestamp_ms is it)
     __slots__ = (
         "topic",
@@ -82,8 +84,9 @@ class Tuple(Anchored):
     def anchors(self) -> dict[int, int]:
         """The trees the tuple was received in: root -> edge ({}: untracked)."""
         anchors = self._anchors
-        if anchors is None:  # one tree, read from its one-pair value: the dict is made once, now
-            anchors = self._anchors = {self._one_root: self._edge}
+        if anchors is None:  # one tree, read from its one-pair value, or untracked: the dict is made once, now
+            root = self._one_root
+            anchors = self._anchors = {root: self._edge} if root else {}
         return anchors
 
     @anchors.setter
@@ -135,7 +138,7 @@ class TupleBatch:
 
     def __init__(self, messages: list, anchors: list, headers: list, roots: list, pairs: list | None = None) -> None:
         self._messages = messages  # consumed messages (key(), value(), topic(), ...)
-        # per message: root -> edge, as decoded ({}: untracked; None: one tree, its pair in pairs)
+        # per message: root -> edge, as decoded (None: one tree, its pair in pairs; or, root 0, untracked)
         self._anchors = anchors
         self._headers = headers  # per message: its headers without rk-anchors
         self._roots = roots  # per message: the root of its one tree, else 0
@@ -162,8 +165,9 @@ class TupleBatch:
             tuple_.topic, tuple_.partition, tuple_.offset = message.topic(), message.partition(), message.offset()
             tuple_.key, tuple_.value, tuple_.headers = message.key(), message.value(), self._headers[index]
             anchors, root = self._anchors[index], self._roots[index]
-            if anchors is None:  # one tree: its edge read from its one-pair value, the dict made if read
-                tuple_._edge = _unpack_one(self._pairs[index])[3]  # type: ignore[index]
+            # one tree: its edge read from its one-pair value (root 0: untracked), the dict made if read
+            if anchors is None:
+                tuple_._edge = _unpack_one(self._pairs[index])[3] if root else 0  # type: ignore[index]
             else:
                 tuple_._edge = next(iter(anchors.values())) if root else 0
             tuple_._anchors, tuple_.ack_val, tuple_._one_root = anchors, 0, root

@@ -47,7 +47,9 @@ class Spout(ForwardingShell):
     - ``emit_to`` / ``handler``: where tuples go. ``emit_to="t"`` forwards each record to topic t;
       ``handler(record, collector)`` emits any number of tuples (none: the record is done at once).
     - ``guarantee`` ["at_least_once"]: "at_most_once" commits before emitting and tracks nothing;
-      "none" tracks nothing and commits as it reads.
+      "none" tracks nothing and commits as it reads (its producer is not idempotent unless
+      ``kafka_config`` sets ``enable.idempotence``: a retried send may duplicate or reorder, as a
+      plain producer's).
     - ``ackers`` [None]: None reads N from the ack topic; 0 turns tracking off (every emit counts as
       completed at once, as Storm with zero ackers).
     - ``max_pending`` [10000], ``max_retries`` [5], ``backoff`` [Backoff()],

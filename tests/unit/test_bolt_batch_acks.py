@@ -519,7 +519,8 @@ def test_process_latency_gives_each_handler_call_its_runs_average_and_leaves_out
     assert bolt.stats.received == len(took) and bolt.stats.quarantined == len(bad)
 
 
-def test_a_call_that_raises_through_leaves_the_tuples_handled_before_it_observed():
+@pytest.mark.parametrize("anchors", [{1: 10}, None])  # tracked records, or untracked ones
+def test_a_call_that_raises_through_leaves_the_tuples_handled_before_it_observed(anchors):
     """ProducerUnusable ends the batch in its handler call: the tuples handled before it (in its
     run too, quarantined ones left out) are counted handled, that one and the rest are not."""
     clock = _StepClock()
@@ -534,7 +535,7 @@ def test_a_call_that_raises_through_leaves_the_tuples_handled_before_it_observed
     bolt._clock = clock
     bolt._quarantine = _SlowQuarantine(clock)
     bad = PROCESS_TIMED_RUN + 4
-    messages = [_bad_message(o) if o == bad else _message(o, {1: 10}) for o in range(3 * PROCESS_TIMED_RUN)]
+    messages = [_bad_message(o) if o == bad else _message(o, anchors) for o in range(3 * PROCESS_TIMED_RUN)]
     with pytest.raises(ProducerUnusable):
         bolt._process_batch(messages)
     histogram = bolt.process_latency
@@ -637,6 +638,22 @@ def test_error_messages_in_a_batch_are_left_out_and_the_rest_handled_and_stored(
     bolt.poll_once(0)
     assert handled == [0, 1, 2, 3] and bolt.stats.received == 4
     assert stored == [[(0, 3)], [(0, 4)]]
+
+
+def test_error_messages_among_messages_of_another_class_are_left_out_as_well():
+    """The batch is scanned for errors with confluent-kafka's ``Message.error``; messages of another
+    class (a test double, an older confluent-kafka's stand-in) are checked one by one instead."""
+    from confluent_kafka import KafkaError
+
+    from reliable_kafka.testing.memory_broker import PlainMessage
+
+    eof = PlainMessage(topic="in", partition=0, offset=1, error=KafkaError(KafkaError._PARTITION_EOF))
+    good = [PlainMessage(topic="in", partition=0, offset=o, key=b"k", value=b"v") for o in (0, 1)]
+    handled: list[int] = []
+    bolt, _ = _polling_bolt([[good[0], eof, good[1]]], batch_size=10)
+    bolt.handler = lambda tuple_, collector: handled.append(tuple_.offset)
+    bolt.poll_once(0)
+    assert handled == [0, 1] and bolt.stats.received == 2
 
 
 def test_a_refused_read_in_a_batch_stops_the_bolt():
@@ -763,3 +780,31 @@ def test_a_one_tree_tuples_anchors_dict_is_made_once_and_kept():
     assert made._one_root == 0 and made.anchors == {8: 80, 9: 90} and made.tracked
     made.anchors = {}
     assert not made.tracked and made.roots == []
+
+
+@pytest.mark.parametrize("kind", ["rich", "basic", "batch"])
+def test_an_untracked_tuples_anchors_are_an_empty_dict_made_once_and_nothing_is_acked(kind):
+    """A record without ``rk-anchors`` (tracking off upstream): the loop makes no anchors dict for
+    its tuple; rich, basic and batch bolts read ``anchors`` as ``{}`` (the same dict on every
+    read), ``tracked`` False and no roots; its child carries no header and no entry is packed."""
+    seen: list = []
+    bolt, producer = _any_bolt(kind, seen)
+    messages = [new_message(topic="in", partition=0, offset=i, key=b"k", value=b"v") for i in range(3)]
+    bolt._process_batch(messages)
+    assert seen == [(False, [], {}, True)] * 3
+    assert [dict(sent.headers or []) for sent in producer.sent] == [{}] * 3
+    assert _entries(bolt) == [] and bolt.stats.untracked == 3
+
+
+def test_untracked_tuples_among_tracked_ones_emit_untracked_children_and_leave_the_others_acks_alone():
+    """A batch mixing records with and without ``rk-anchors``: each tuple's child is anchored to
+    its own input (an untracked input's child carries no header), and only the tracked inputs are
+    acked, each with its own child's edge."""
+    bolt, producer = _bolt(lambda tuple_, collector: collector.emit("out", tuple_.value, key=tuple_.key))
+    bolt._ends = {}
+    bolt._process_batch([_message(0, {1: 10}), _message(1, None), _message(2, None), _message(3, {3: 30})])
+    children = [dict(sent.headers or []).get(codec.ANCHORS_HEADER) for sent in producer.sent]
+    assert [raw is not None for raw in children] == [True, False, False, True]
+    first, last = codec.decode_anchors(children[0]), codec.decode_anchors(children[3])
+    assert _entries(bolt) == [(EventKind.ACK, 1, 10 ^ first[1]), (EventKind.ACK, 3, 30 ^ last[3])]
+    assert bolt.stats.untracked == 2 and bolt.stats.acked == 4 and bolt.stats.emitted == 4

@@ -362,3 +362,24 @@ def test_the_root_index_goes_about_once_a_second_and_what_it_held_goes_on_close(
     step_until(lambda: spout.stats.read == 4, spout)
     spout.close()  # what was held goes before the producer closes
     assert indexed() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "options, idempotent",
+    [
+        ({"guarantee": "none"}, False),  # promises nothing, sends no ack events
+        ({"guarantee": "none", "kafka_config": {"enable.idempotence": True}}, True),  # the user's choice wins
+        ({"guarantee": "at_most_once"}, True),  # a duplicate would break at-most-once
+        ({"guarantee": "at_least_once", "ackers": 0}, True),
+        ({}, True),  # tracked: it sends INITs (an ack sender must be idempotent)
+    ],
+)
+def test_only_a_spout_that_promises_nothing_has_a_producer_that_is_not_idempotent(kafka, options, idempotent):
+    AckerWorker(topology="wc", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0).start()
+    ListSource(kafka, "lines", [line.encode() for line in LINES], partitions=2)
+    spout = _spout(kafka, **options)
+    spout.start()
+    assert spout._producer.config["enable.idempotence"] is idempotent
+    assert spout._producer.config["linger.ms"] == SENT_PER_POLL["linger.ms"]  # its round's records go when it ends
+    step_until(lambda: len(TopicSink(kafka, "sentences").values()) == len(LINES), spout)
+    assert sorted(TopicSink(kafka, "sentences").values()) == sorted(line.encode() for line in LINES)
