@@ -30,6 +30,7 @@ from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.security import spark_kafka_options as spark_security_options
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
 from reliable_kafka.spark.batch_plans import BatchPlans
+from reliable_kafka.spark import writer
 from reliable_kafka.spark.failed_rows import FailedRow, failed_from_metrics, observe_failed
 from reliable_kafka.spark.jvm_functions import use_jvm_functions
 from reliable_kafka.spark.writer import (
@@ -38,7 +39,6 @@ from reliable_kafka.spark.writer import (
     in_session,
     observed_metrics,
     release_observations,
-    sink_rows_jvm,
     v2_write_session,
     write_in_jvm,
 )
@@ -346,7 +346,7 @@ class SparkJob:
             )
         outputs = in_session(outputs, session)
         if FAIL_COLUMN not in columns and plans is not None:
-            rows = sink_rows_jvm(outputs, salt)
+            rows = writer.sink_rows_jvm(outputs, salt)
             plans.remember(rows, batch, salt)
             return self._write_rows(outputs, salt, session, rows=rows)
         return self._write_rows(outputs, salt, session, failed=FAIL_COLUMN in columns)
