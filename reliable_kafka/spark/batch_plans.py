@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import uuid
 from typing import Any
 
 from reliable_kafka.spark.writer import jvm_class
@@ -38,8 +39,8 @@ def _salt_bytes(salt: int) -> bytearray:
 
 
 class BatchPlans:
-    """One query's template: the analysed plan of a stream batch's sink rows (``writer.sink_rows_jvm``),
-    its batch and its salt. ``rebound``/``built`` count the batches that took each path."""
+    """One query's template: the analysed plan of a stream batch's observed sink rows
+    (``writer.output_rows_jvm``), its batch, its salt and its observation's name. ``rebound``/``built`` count the batches that took each path."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -49,15 +50,19 @@ class BatchPlans:
         self._template: Any = None  # the JVM LogicalPlan
         self._salt = bytearray()
         self._salts = 0
+        self._observation = ""  # the template's observation's name
 
     def rows(self, batch, salt: int, session):
-        """The sink rows of ``batch`` (the DataFrame ``foreachBatch`` got) with ``salt``, as a
-        DataFrame of ``session``, from the template; None without one (the caller builds them)."""
+        """The observed sink rows of ``batch`` (the DataFrame ``foreachBatch`` got) with ``salt``,
+        as (DataFrame of ``session``, its new ``Observation``), from the template; None without
+        one (the caller builds them)."""
         if self._template is None:
             return None
         from py4j.protocol import Py4JJavaError
-        from pyspark.sql import DataFrame
+        from pyspark.sql import DataFrame, Observation
 
+        observation = Observation(f"rk-children-{uuid.uuid4().hex}")
+        observation._jo = jvm_class(session, "org.apache.spark.sql.Observation")(observation._name)
         plans = jvm_class(session, JAVA_CLASS)
         try:
             jdf = plans.rebind(
@@ -67,22 +72,24 @@ class BatchPlans:
                 self._salt,
                 _salt_bytes(salt),
                 self._salts,
+                self._observation,
+                observation._jo,
             )
         except Py4JJavaError as exc:  # another leaf (a new query): build anew, keep that one
             log.info("%s: batch plan not rebound, building it anew: %s", self.name, exc.java_exception)
             self._template = None
             return None
         self.rebound += 1
-        return DataFrame(jdf, session)
+        return DataFrame(jdf, session), observation
 
-    def remember(self, rows, batch, salt: int) -> None:
-        """Keep ``rows`` (built over ``batch`` with ``salt``) as the template, when it reads nothing
-        but the batch."""
+    def remember(self, rows, observation, batch, salt: int) -> None:
+        """Keep ``rows`` (built over ``batch`` with ``salt``, observed by ``observation``) as the
+        template, when it reads nothing but the batch."""
         self.built += 1
         session = rows.sparkSession
         plans = jvm_class(session, JAVA_CLASS)
         plan, leaf = rows._jdf.logicalPlan(), batch._jdf.logicalPlan()
-        why = plans.whyNot(plan, leaf)
+        why = plans.whyNot(plan, leaf, observation._name)
         if why is None:
             salts = plans.salts(plan, _salt_bytes(salt))
             why = None if salts else "the salt is not in the plan"
@@ -92,3 +99,4 @@ class BatchPlans:
             self.refused = why
             return
         self._template, self._salt, self._salts, self.refused = plan, _salt_bytes(salt), salts, None
+        self._observation = observation._name

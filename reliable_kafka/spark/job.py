@@ -326,10 +326,10 @@ class SparkJob:
         if session is None:
             raise StateError(f"{self.name}: not running; call start() first (and not after stop())")
         plans = self._batch_plans if batch is not None and use_jvm_functions(session) else None
-        rows = plans.rows(batch, salt, session) if plans is not None else None
-        if rows is not None:
+        observed = plans.rows(batch, salt, session) if plans is not None else None
+        if observed is not None:
             self.stats.plans_reused += 1
-            return self._write_rows(None, salt, session, rows=rows)
+            return self._write_rows(None, salt, session, observed=observed)
         outputs = self.transform(inputs() if callable(inputs) else inputs)
         columns = set(getattr(outputs, "columns", ()))
         if "value" not in columns or ANCHORS_COLUMN not in columns:
@@ -346,16 +346,16 @@ class SparkJob:
             )
         outputs = in_session(outputs, session)
         if FAIL_COLUMN not in columns and plans is not None:
-            rows = writer.sink_rows_jvm(outputs, salt)
-            plans.remember(rows, batch, salt)
-            return self._write_rows(outputs, salt, session, rows=rows)
+            observed = writer.output_rows_jvm(outputs, salt)
+            plans.remember(*observed, batch, salt)
+            return self._write_rows(outputs, salt, session, observed=observed)
         return self._write_rows(outputs, salt, session, failed=FAIL_COLUMN in columns)
 
     def _write_rows(
-        self, outputs, salt: int, session, *, rows=None, failed: bool = False
+        self, outputs, salt: int, session, *, observed=None, failed: bool = False
     ) -> tuple[int, int, tuple[Any, Any]]:
-        """:meth:`_write` of the transform's ``outputs`` (in ``session``), or of their sink rows
-        ``rows`` (``writer.sink_rows_jvm``); ``failed``: observe rows failed with ``rk_fail``."""
+        """:meth:`_write` of the transform's ``outputs`` (in ``session``), or of their observed sink
+        rows ``observed`` (``writer.output_rows_jvm``); ``failed``: observe rows failed with ``rk_fail``."""
         failed_observation = None
         if failed:
             outputs, failed_observation = observe_failed(outputs)
@@ -368,7 +368,7 @@ class SparkJob:
                 topic=self.output_topic,
                 options=self._sink_options(),
                 session=session,
-                rows=rows,
+                observed=observed,
             )
             failed, failed_rows = 0, list[FailedRow]()
             if failed_observation is not None:  # completed by the same write

@@ -417,16 +417,13 @@ def write_in_jvm(
     options: dict[str, str],
     metrics_timeout: float = 120.0,
     session=None,
-    rows=None,
+    observed=None,
 ):
     """Steps 1-4 above; returns (written rows, roots, XOR of their child edges) after the sink's
     write succeeded (it raises otherwise, and the caller fails the batch's roots). ``session``: a
-    :func:`v2_write_session` to write in (default: one made from the outputs' session). ``rows``:
-    the outputs' :func:`sink_rows_jvm` already (``outputs`` is then not read)."""
-    if rows is not None:
-        rows, observation = observe_headers_jvm(rows)
-    else:
-        rows, observation = _observed_rows(outputs, salt, session)
+    :func:`v2_write_session` to write in (default: one made from the outputs' session).
+    ``observed``: the outputs' :func:`output_rows_jvm` already (``outputs`` is then not read)."""
+    rows, observation = observed if observed is not None else _observed_rows(outputs, salt, session)
     try:
         writer = (
             rows.write.format("kafka")

@@ -13,7 +13,13 @@ from reliable_kafka.spark import spark_session
 from reliable_kafka.spark.batch_plans import BatchPlans
 from reliable_kafka.spark.jvm_functions import MODE_ENV, use_jvm_functions
 from reliable_kafka.spark.spout import _stream_inputs
-from reliable_kafka.spark.writer import in_session, sink_rows_jvm, v2_write_session
+from reliable_kafka.spark.writer import (
+    children_from_metrics,
+    in_session,
+    observed_metrics,
+    output_rows_jvm,
+    v2_write_session,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -57,27 +63,35 @@ def split_words(df):
 
 
 def _built(batch, salt, spark, transform=split_words):
-    return sink_rows_jvm(in_session(transform(_stream_inputs(batch, salt)), spark), salt)
+    """(observed rows, observation) as ``SparkJob._write`` builds them."""
+    return output_rows_jvm(in_session(transform(_stream_inputs(batch, salt)), spark), salt)
 
 
-def _rows(df) -> list[tuple]:
-    return sorted(
+def _rows(observed) -> tuple[list[tuple], tuple]:
+    """The rows' values, headers and our header, and the observation's (rows, roots, XORs)."""
+    df, observation = observed
+    rows = sorted(
         (r["value"], [(h["key"], bytes(h["value"])) for h in r["headers"]], bytes(r["rk_header"] or b""))
         for r in df.collect()
     )
+    metrics = observed_metrics(observation, df.sparkSession, timeout=60, what="test")
+    written, roots, xors = children_from_metrics(metrics, what="test")
+    assert written == len(rows)
+    return rows, (written, roots.tolist(), xors.tolist())
 
 
 def test_a_rebound_plan_writes_the_rows_a_built_one_does(spark) -> None:
     first, second = _batches(spark)
     plans = BatchPlans("test")
-    plans.remember(_built(first, 11, spark), first, 11)
+    plans.remember(*_built(first, 11, spark), first, 11)
     assert plans.refused is None
     rebound = plans.rows(second, 12345, spark)
     assert rebound is not None and plans.rebound == 1
     expected = _rows(_built(second, 12345, spark))
-    assert len(expected) == 250 * 3
-    assert _rows(rebound) == expected  # the values, the user's headers, our header byte for byte
-    assert _rows(rebound) != _rows(_built(second, 11, spark))  # the salt was swapped, not kept
+    assert len(expected[0]) == 250 * 3 and len(expected[1][1]) == 250
+    # the values, the user's headers, our header byte for byte; the observation's children
+    assert _rows(rebound) == expected
+    assert _rows(plans.rows(second, 11, spark))[0] != expected[0]  # the salt is swapped, not kept
     again = plans.rows(first, 11, spark)  # the template is left as it was
     assert _rows(again) == _rows(_built(first, 11, spark))
 
@@ -94,7 +108,7 @@ def test_a_plan_reading_more_than_the_batch_is_not_kept(spark) -> None:
 
     for transform in (joined, random_words):
         plans = BatchPlans("test")
-        plans.remember(_built(first, 11, spark, transform), first, 11)
+        plans.remember(*_built(first, 11, spark, transform), first, 11)
         assert plans.refused is not None, transform.__name__
         assert plans.rows(first, 12, spark) is None
 
@@ -102,7 +116,7 @@ def test_a_plan_reading_more_than_the_batch_is_not_kept(spark) -> None:
 def test_another_leaf_drops_the_template(spark) -> None:
     first, _ = _batches(spark)
     plans = BatchPlans("test")
-    plans.remember(_built(first, 11, spark), first, 11)
+    plans.remember(*_built(first, 11, spark), first, 11)
     unrelated = _source(spark).localCheckpoint()  # the same columns, other attributes: another query
     assert plans.rows(unrelated, 12, spark) is None
     assert plans.rows(first, 12, spark) is None  # dropped: the next batch builds and keeps anew

@@ -68,7 +68,7 @@ class SinkFailpoint:
 def failpoint(spark, monkeypatch):
     from reliable_kafka.spark import writer
 
-    original, original_jvm = writer.sink_rows, writer.sink_rows_jvm
+    original, original_jvm = writer.sink_rows, writer.output_rows_jvm
 
     def failing(rows, row_id):  # after the persisted rows: the sink has the rows before this one
         index = row_id.bitwiseAND(F.lit((1 << 33) - 1))  # the row's place in its partition
@@ -86,7 +86,7 @@ def failpoint(spark, monkeypatch):
     # so the failpoint counts the partition's rows itself (the same place: nothing filters in between)
     monkeypatch.setattr(writer, "sink_rows", lambda rows: original(failing(rows, F.col(writer.ROW_ID))))
     monkeypatch.setattr(  # java_method is nondeterministic: such a plan is built anew each batch (batch_plans)
-        writer, "sink_rows_jvm", lambda rows, salt: original_jvm(failing(rows, F.monotonically_increasing_id()), salt)
+        writer, "output_rows_jvm", lambda rows, salt: original_jvm(failing(rows, F.monotonically_increasing_id()), salt)
     )
     point = SinkFailpoint(spark)
     yield point
