@@ -40,7 +40,8 @@ def _salt_bytes(salt: int) -> bytearray:
 
 class BatchPlans:
     """One query's template: the analysed plan of a stream batch's observed sink rows
-    (``writer.output_rows_jvm``), its batch, its salt and its observation's name. ``rebound``/``built`` count the batches that took each path."""
+    (``writer.output_rows_jvm``), its batch, its salt and its observation's name. ``rebound`` and
+    ``built`` count the batches that took each path."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -28,9 +28,9 @@ from reliable_kafka.kafka.produce import flush_or_raise, release_producer
 from reliable_kafka.ops import reporter as ops_reporter
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.security import spark_kafka_options as spark_security_options
+from reliable_kafka.spark import writer
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
 from reliable_kafka.spark.batch_plans import BatchPlans
-from reliable_kafka.spark import writer
 from reliable_kafka.spark.failed_rows import FailedRow, failed_from_metrics, observe_failed
 from reliable_kafka.spark.jvm_functions import use_jvm_functions
 from reliable_kafka.spark.writer import (
