@@ -90,10 +90,14 @@ class BatchPlans:
         session = rows.sparkSession
         plans = jvm_class(session, JAVA_CLASS)
         plan, leaf = rows._jdf.logicalPlan(), batch._jdf.logicalPlan()
-        why = plans.whyNot(plan, leaf, observation._name)
-        if why is None:
-            salts = plans.salts(plan, _salt_bytes(salt))
-            why = None if salts else "the salt is not in the plan"
+        salts = 0
+        try:  # the batch is written either way: a template that cannot be kept only costs time
+            why = plans.whyNot(plan, leaf, observation._name)
+            if why is None:
+                salts = plans.salts(plan, _salt_bytes(salt))
+                why = None if salts else "the salt is not in the plan"
+        except Exception as exc:
+            why = f"the plan could not be read: {exc}"
         if why is not None:
             if why != self.refused:
                 log.info("%s: each batch's plan is built anew: %s", self.name, why)

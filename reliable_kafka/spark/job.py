@@ -323,9 +323,7 @@ class SparkJob:
         projection of, with its columns and ``salt`` only: its plan is then kept or rebound
         (``batch_plans``; with the Java functions and ``reuse_batch_plans``)."""
         session = self._sink_session
-        if session is None:
-            raise StateError(f"{self.name}: not running; call start() first (and not after stop())")
-        plans = self._batch_plans if batch is not None and use_jvm_functions(session) else None
+        plans = self._batch_plans if batch is not None and session is not None and use_jvm_functions(session) else None
         observed = plans.rows(batch, salt, session) if plans is not None else None
         if observed is not None:
             self.stats.plans_reused += 1
@@ -344,6 +342,8 @@ class SparkJob:
                 f"{self.name}: transform {getattr(self.transform, '__name__', self.transform)} returned "
                 f"column(s) {reserved}, which reliable-kafka's output path adds itself; rename or drop them"
             )
+        if session is None:
+            raise StateError(f"{self.name}: not running; call start() first (and not after stop())")
         outputs = in_session(outputs, session)
         if FAIL_COLUMN not in columns and plans is not None:
             observed = writer.output_rows_jvm(outputs, salt)
