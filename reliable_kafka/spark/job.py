@@ -347,17 +347,17 @@ class SparkJob:
         outputs = in_session(outputs, session)
         if FAIL_COLUMN not in columns and plans is not None:
             observed = writer.output_rows_jvm(outputs, salt)
-            plans.remember(*observed, batch, salt)
+            plans.remember(observed[0], observed[1], batch, salt)
             return self._write_rows(outputs, salt, session, observed=observed)
-        return self._write_rows(outputs, salt, session, failed=FAIL_COLUMN in columns)
+        return self._write_rows(outputs, salt, session, observe_fail=FAIL_COLUMN in columns)
 
     def _write_rows(
-        self, outputs, salt: int, session, *, observed=None, failed: bool = False
+        self, outputs, salt: int, session, *, observed=None, observe_fail: bool = False
     ) -> tuple[int, int, tuple[Any, Any]]:
         """:meth:`_write` of the transform's ``outputs`` (in ``session``), or of their observed sink
-        rows ``observed`` (``writer.output_rows_jvm``); ``failed``: observe rows failed with ``rk_fail``."""
+        rows ``observed`` (``writer.output_rows_jvm``); ``observe_fail``: observe rows failed with ``rk_fail``."""
         failed_observation = None
-        if failed:
+        if observe_fail:
             outputs, failed_observation = observe_failed(outputs)
         what = f"outputs to {self.output_topic}"
         try:
