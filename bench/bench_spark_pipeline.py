@@ -484,6 +484,7 @@ def run_tracked(
         "counters": meter.counters,
         "completed": completed if done else None,
         "trees": progress["tracker"]["completed"],
+        "plans": (progress.get("plans_reused", 0), progress["batches"]),
     }
 
 
@@ -756,6 +757,8 @@ def main(argv: list[str] | None = None) -> int:
                             if figures["completed"]
                             else ", NOT caught up"
                         )
+                        if "plans" in figures:  # main's progress has no plans_reused
+                            extra += f", plans rebound {figures['plans'][0]} of {figures['plans'][1]} batches"
                     print(
                         f"{label:8} {name:11} {total / figures['wall']:9,.0f} sentences/s  "
                         f"driver CPU {1000 * figures['py'] / total:.3f} s/1k  JVM CPU "

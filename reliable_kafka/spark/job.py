@@ -28,8 +28,11 @@ from reliable_kafka.kafka.produce import flush_or_raise, release_producer
 from reliable_kafka.ops import reporter as ops_reporter
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.security import spark_kafka_options as spark_security_options
+from reliable_kafka.spark import writer
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
+from reliable_kafka.spark.batch_plans import BatchPlans
 from reliable_kafka.spark.failed_rows import FailedRow, failed_from_metrics, observe_failed
+from reliable_kafka.spark.jvm_functions import use_jvm_functions
 from reliable_kafka.spark.writer import (
     RESERVED_COLUMNS,
     fold_by_root,
@@ -77,6 +80,7 @@ class SparkJobStats:
     failed_rows: int = 0
     failed_batches: int = 0
     quarantined: int = 0
+    plans_reused: int = 0  # stream batches whose output plan was rebound, not built (batch_plans)
     last_batch_id: int | None = None  # the last stream micro-batch handed to the job
     last_input_rows_per_second: float | None = None  # its inputs / seconds since the previous one started
 
@@ -86,6 +90,7 @@ class SparkJob:
 
     component = "spark-job"
     metrics_port: int | None = None  # set before start() to serve /metrics (0: a free port; reliable_kafka.ops)
+    reuse_batch_plans = False  # a spout's stream batches rebind one plan per query (batch_plans)
 
     def __init__(
         self,
@@ -150,6 +155,7 @@ class SparkJob:
         self._failures_topic: str | None = None
         self._last_batch_start: float | None = None
         self._sink_session: Any = None  # where the outputs are written (writer.v2_write_session), once started
+        self._batch_plans: BatchPlans | None = None  # a spout's stream batches' plan (batch_plans), per query
         self._reporter: ComponentReporter | None = None
         self._lock = threading.RLock()  # tracker, ack sender and stats: driver threads share them
         self._batch_lock = threading.Lock()  # one batch at a time (stream or driver-run)
@@ -196,6 +202,7 @@ class SparkJob:
         return None
 
     def _start_query(self):
+        self._batch_plans = BatchPlans(self.name) if self.reuse_batch_plans else None  # a template per query
         reader = (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.bootstrap_servers)
@@ -305,14 +312,23 @@ class SparkJob:
     def _on_stream_batch(self, df, batch_id: int) -> None:
         raise NotImplementedError
 
-    def _write(self, inputs, salt: int) -> tuple[int, int, tuple[Any, Any]]:
+    def _write(self, inputs, salt: int, *, batch=None) -> tuple[int, int, tuple[Any, Any]]:
         """Run the transform and write its outputs through Spark's Kafka sink (``writer.write_in_jvm``,
         DESIGN 7.2); (outputs written, rows failed with ``rk_fail``, children). ``children`` is (roots,
         XOR of their child edges) as int64 arrays, observed during the write, which the caller must
         fold into the inputs' final acks (:func:`final_acks`). Rows failed with ``rk_fail`` are
         observed in the same write; their failure records and FAIL entries are sent (flushed) before
-        this returns, so before any final ack."""
-        outputs = self.transform(inputs)
+        this returns, so before any final ack. ``inputs``: the transform's input, or a callable
+        returning it. ``batch``: the stream batch (``foreachBatch``'s DataFrame) ``inputs`` is one
+        projection of, with its columns and ``salt`` only: its plan is then kept or rebound
+        (``batch_plans``; with the Java functions and ``reuse_batch_plans``)."""
+        session = self._sink_session
+        plans = self._batch_plans if batch is not None and session is not None and use_jvm_functions(session) else None
+        observed = plans.rows(batch, salt, session) if plans is not None else None
+        if observed is not None:
+            self.stats.plans_reused += 1
+            return self._write_rows(None, salt, session, observed=observed)
+        outputs = self.transform(inputs() if callable(inputs) else inputs)
         columns = set(getattr(outputs, "columns", ()))
         if "value" not in columns or ANCHORS_COLUMN not in columns:
             raise ConfigError(
@@ -326,12 +342,22 @@ class SparkJob:
                 f"{self.name}: transform {getattr(self.transform, '__name__', self.transform)} returned "
                 f"column(s) {reserved}, which reliable-kafka's output path adds itself; rename or drop them"
             )
-        session = self._sink_session
         if session is None:
             raise StateError(f"{self.name}: not running; call start() first (and not after stop())")
         outputs = in_session(outputs, session)
+        if FAIL_COLUMN not in columns and plans is not None:
+            observed = writer.output_rows_jvm(outputs, salt)
+            plans.remember(observed[0], observed[1], batch, salt)
+            return self._write_rows(outputs, salt, session, observed=observed)
+        return self._write_rows(outputs, salt, session, observe_fail=FAIL_COLUMN in columns)
+
+    def _write_rows(
+        self, outputs, salt: int, session, *, observed=None, observe_fail: bool = False
+    ) -> tuple[int, int, tuple[Any, Any]]:
+        """:meth:`_write` of the transform's ``outputs`` (in ``session``), or of their observed sink
+        rows ``observed`` (``writer.output_rows_jvm``); ``observe_fail``: observe rows failed with ``rk_fail``."""
         failed_observation = None
-        if FAIL_COLUMN in columns:
+        if observe_fail:
             outputs, failed_observation = observe_failed(outputs)
         what = f"outputs to {self.output_topic}"
         try:
@@ -342,6 +368,7 @@ class SparkJob:
                 topic=self.output_topic,
                 options=self._sink_options(),
                 session=session,
+                observed=observed,
             )
             failed, failed_rows = 0, list[FailedRow]()
             if failed_observation is not None:  # completed by the same write

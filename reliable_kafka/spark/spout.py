@@ -81,6 +81,10 @@ class SparkSpout(SparkJob):
     - ``max_dead_letter_ratio`` [None: off], ``dead_letter_window`` [1000]: as the Python spout's
       guard; a tripped guard stops the job (``run_until``/``raise_if_failed`` raise
       :class:`~reliable_kafka.errors.DeadLetterGuardTripped`).
+    - ``reuse_batch_plans`` [True]: with reliable-kafka's Java functions, a stream batch's output
+      plan is built (and ``transform`` called) once per query and rebound to each later batch
+      (``reliable_kafka.spark.batch_plans``), when it reads nothing but the batch; False: built
+      and transformed anew every batch (for a transform whose plan changes between batches).
     - ``kafka_config`` (librdkafka settings for the driver's and tasks' clients; ``consumer_config``
       / ``producer_config``: merged over it for consumers / producers only),
       ``spark_kafka_options`` (options for Spark's Kafka reader, e.g. ``kafka.security.protocol``;
@@ -117,6 +121,7 @@ class SparkSpout(SparkJob):
         producer_config: dict | None = None,
         max_dead_letter_ratio: float | None = None,
         dead_letter_window: int = 1000,
+        reuse_batch_plans: bool = True,
     ) -> None:
         super().__init__(
             spark,
@@ -140,6 +145,7 @@ class SparkSpout(SparkJob):
         if commit_interval_ms < 0:
             raise ConfigError(f"{self.component}: commit_interval_ms must be >= 0, got {commit_interval_ms}")
         self.commit_interval_ms = commit_interval_ms
+        self.reuse_batch_plans = reuse_batch_plans
         self.tracker = InFlightTracker(
             max_pending=max_pending,
             max_retries=max_retries,
@@ -316,10 +322,9 @@ class SparkSpout(SparkJob):
             if self._roots.root_index is not None:
                 self._roots.root_index.send()  # flushed with the INITs
             self._send_columns(EventKind.INIT, roots, edges, what=f"INIT of {what}")  # (1)
+            stream = None  # a stream batch whose inputs are one projection of it: its plan may be reused
             if ranges is not None and not skipped:  # one projection: each DataFrame step is analysed anew
-                root, edge = id_sql(salt, ROOT_TAG, attempt="1"), id_sql(salt, EDGE_TAG, attempt="1")
-                anchors = f"array(named_struct('root', {root}, 'edge', {edge})) AS anchors"
-                inputs = fresh.selectExpr(*[f"`{c}`" for c in SOURCE_COLUMNS], "1 AS attempt", anchors)
+                inputs, stream = functools.partial(_stream_inputs, fresh, salt), fresh
             else:
                 inputs = batch if ranges is None else with_ids(fresh.select(*SOURCE_COLUMNS, F.lit(1).alias("attempt")))
                 if skipped:
@@ -328,7 +333,7 @@ class SparkSpout(SparkJob):
                     inputs = inputs.join(F.broadcast(done), "root", "left_anti")
                 inputs = inputs.select(*SOURCE_COLUMNS, "attempt", F.array(F.struct("root", "edge")).alias("anchors"))
             self.stats.inputs += len(entries)  # from offset ranges: transaction markers included
-            _, _, children = self._write(inputs, salt)  # (2)
+            _, _, children = self._write(inputs, salt, batch=stream)  # (2)
             acked, vals = final_ack_columns(entries, children)  # the children's XOR goes into the final acks
             self._send_columns(EventKind.ACK, acked, vals, what=f"input acks of {what}")  # (3)
         except _BeforeEmit as exc:
@@ -502,3 +507,11 @@ class SparkSpout(SparkJob):
                 "metadata_truncated": self.metadata_truncated,
                 "throttled": self.throttled,
             }
+
+
+def _stream_inputs(fresh, salt: int):
+    """The transform's input of a stream batch registered from its offset ranges: its source
+    columns, attempt 1 and each record's anchors, in one projection."""
+    root, edge = id_sql(salt, ROOT_TAG, attempt="1"), id_sql(salt, EDGE_TAG, attempt="1")
+    anchors = f"array(named_struct('root', {root}, 'edge', {edge})) AS anchors"
+    return fresh.selectExpr(*[f"`{c}`" for c in SOURCE_COLUMNS], "1 AS attempt", anchors)

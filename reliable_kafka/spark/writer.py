@@ -339,7 +339,12 @@ def sink_rows(rows):
 
 def output_rows_jvm(outputs, salt: int):
     """``write_in_jvm``'s rows through the Java functions, observed (:func:`observe_headers_jvm`):
-    the rows of ``sink_rows(with_headers_jvm(outputs, salt, headers_column=False))``, the same
+    :func:`sink_rows_jvm`, observed."""
+    return observe_headers_jvm(sink_rows_jvm(outputs, salt))
+
+
+def sink_rows_jvm(outputs, salt: int):
+    """The rows of ``sink_rows(with_headers_jvm(outputs, salt, headers_column=False))``, the same
     bytes, in two DataFrame steps where that takes three. Each step is a new Dataset, which Spark
     analyses over the whole plan (about 10 ms to 0.1 s a step on this busy machine, 25,000
     sentences a batch). The row id is an argument of ``rk_output_header``, not a column: it is read
@@ -353,7 +358,7 @@ def output_rows_jvm(outputs, salt: int):
     header = f"{OUTPUT_HEADER_FUNCTION}({salt_sql(salt)}, monotonically_increasing_id(), `{ANCHORS_COLUMN}`)"
     rows = outputs.selectExpr(*plain, *theirs, f"{header} AS {HEADER}")
     names = [f"`{n}`" for n in ("key", "value") if n in types]
-    return observe_headers_jvm(rows.selectExpr(*names, f"{_our_headers_sql(bool(theirs))} AS headers", HEADER))
+    return rows.selectExpr(*names, f"{_our_headers_sql(bool(theirs))} AS headers", HEADER)
 
 
 def without_kafka(sources: str) -> str:
@@ -412,23 +417,13 @@ def write_in_jvm(
     options: dict[str, str],
     metrics_timeout: float = 120.0,
     session=None,
+    observed=None,
 ):
     """Steps 1-4 above; returns (written rows, roots, XOR of their child edges) after the sink's
     write succeeded (it raises otherwise, and the caller fails the batch's roots). ``session``: a
-    :func:`v2_write_session` to write in (default: one made from the outputs' session)."""
-    from pyspark.sql import functions as F
-
-    from reliable_kafka.spark.jvm_functions import use_jvm_functions
-
-    outputs = in_session(outputs, session or v2_write_session(outputs.sparkSession))
-    if use_jvm_functions(outputs.sparkSession):  # rk_output_header reads empty anchors as no roots
-        rows, observation = output_rows_jvm(outputs, salt)
-    else:
-        # no anchors as NULL, not an empty array (no roots either way): Spark (ANSI mode) may evaluate
-        # ``anchors[0]`` of the child edges' expression ahead of its size guard, and fail the batch
-        anchors = f"`{ANCHORS_COLUMN}`"
-        outputs = outputs.withColumn(ANCHORS_COLUMN, F.expr(f"IF(size({anchors}) > 0, {anchors}, NULL)"))
-        rows, observation = observe_children(sink_rows(with_children(outputs, salt)))
+    :func:`v2_write_session` to write in (default: one made from the outputs' session).
+    ``observed``: the outputs' :func:`output_rows_jvm` already (``outputs`` is then not read)."""
+    rows, observation = observed if observed is not None else _observed_rows(outputs, salt, session)
     try:
         writer = (
             rows.write.format("kafka")
@@ -445,3 +440,19 @@ def write_in_jvm(
         release_observations(rows)
         raise
     return children_from_metrics(metrics, what=what)
+
+
+def _observed_rows(outputs, salt: int, session):
+    """``write_in_jvm``'s observed rows of ``outputs``: (DataFrame, its ``Observation``)."""
+    from pyspark.sql import functions as F
+
+    from reliable_kafka.spark.jvm_functions import use_jvm_functions
+
+    outputs = in_session(outputs, session or v2_write_session(outputs.sparkSession))
+    if use_jvm_functions(outputs.sparkSession):  # rk_output_header reads empty anchors as no roots
+        return output_rows_jvm(outputs, salt)
+    # no anchors as NULL, not an empty array (no roots either way): Spark (ANSI mode) may evaluate
+    # ``anchors[0]`` of the child edges' expression ahead of its size guard, and fail the batch
+    anchors = f"`{ANCHORS_COLUMN}`"
+    outputs = outputs.withColumn(ANCHORS_COLUMN, F.expr(f"IF(size({anchors}) > 0, {anchors}, NULL)"))
+    return observe_children(sink_rows(with_children(outputs, salt)))

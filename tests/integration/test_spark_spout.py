@@ -85,7 +85,7 @@ def failpoint(spark, monkeypatch):
     # the SQL path's rows carry their row id; the Java functions' path reads it inside rk_output_header,
     # so the failpoint counts the partition's rows itself (the same place: nothing filters in between)
     monkeypatch.setattr(writer, "sink_rows", lambda rows: original(failing(rows, F.col(writer.ROW_ID))))
-    monkeypatch.setattr(
+    monkeypatch.setattr(  # java_method is nondeterministic: such a plan is built anew each batch (batch_plans)
         writer, "output_rows_jvm", lambda rows, salt: original_jvm(failing(rows, F.monotonically_increasing_id()), salt)
     )
     point = SinkFailpoint(spark)
