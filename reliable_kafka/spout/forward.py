@@ -4,23 +4,18 @@ default handler (``emit_to``), the whole batch forwarded at once, tracked or not
 from __future__ import annotations
 
 import logging
-import struct
 from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from reliable_kafka.codec import ANCHORS_HEADER as _ANCHORS
-from reliable_kafka.codec.anchors import _ANCHORS_V2 as _V2
+from reliable_kafka.codec import encode_one_anchor
 from reliable_kafka.errors import AuthorizationError
-from reliable_kafka.ids import _pool, new_id
+from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple
 from reliable_kafka.spout.records import _source_record
 from reliable_kafka.spout.shell import _INIT, SpoutShell, TopicPartitionKey
-
-_take_id = _pool.pop  # new_id() without its call when the pool has ids (the pool list is never replaced)
-# a one-pair v2 rk-anchors value (version, length byte 32, root, edge): encode_one_anchor's bytes
-_pack_one = struct.Struct(">BBqq").pack
 
 __all__ = ["ForwardingShell"]
 
@@ -66,7 +61,7 @@ class ForwardingShell(SpoutShell):
         """
         producer, stats, tracker = self._producer, self.stats, self.tracker
         assert producer is not None and self._acks is not None  # made by start()
-        should_skip, take_id = tracker.should_skip, _take_id
+        should_skip = tracker.should_skip
         # per partition: offsets, roots and the messages (kept by the tracker: a SourceRecord is made
         # only if one is asked for, for a redelivery, a dead letter or a completion hook)
         tracked: dict[TopicPartitionKey, tuple[list[int], list[int], list[Message]]] = {}
@@ -80,19 +75,15 @@ class ForwardingShell(SpoutShell):
                     self._consumer_error(message)
                     continue
                 read += 1
-                # consumed: never None (typing.cast is a Python call: about 0.05 us each, per root)
-                key: TopicPartitionKey = (message.topic(), message.partition())  # type: ignore[assignment]
-                offset: int = message.offset()  # type: ignore[assignment]
+                key = cast(TopicPartitionKey, (message.topic(), message.partition()))  # consumed: never None
+                offset = cast(int, message.offset())
                 first_unseen = unseen.get(key)
                 if first_unseen is None:
                     first_unseen = unseen[key] = tracker.first_unseen(key)
                 if offset < first_unseen and should_skip(key, offset):
                     stats.skipped_done += 1
                     continue
-                try:  # new_id() twice without its calls, while the pool has ids
-                    root, edge = take_id(), take_id()
-                except IndexError:
-                    root, edge = new_id(), new_id()  # refills the pool
+                root, edge = new_id(), new_id()
                 value, record_key, record_headers = message.value(), message.key(), message.headers()
                 try:
                     if record_headers:  # the user's headers, forwarded without any rk-anchors of theirs
@@ -106,8 +97,7 @@ class ForwardingShell(SpoutShell):
                             anchors={root: edge},
                         )
                     else:
-                        # encode_one_anchor(root, edge) without its call (ids are 64-bit signed: it cannot fail)
-                        headers: list[tuple[str, str | bytes | None]] = [(_ANCHORS, _pack_one(_V2, 32, root, edge))]
+                        headers: list[tuple[str, str | bytes | None]] = [(_ANCHORS, encode_one_anchor(root, edge))]
                         try:  # once per record: produce_headers inlined, its queue-full and error paths left to it
                             producer.produce(topic, value, record_key, -1, None, None, 0, headers)
                         except (BufferError, KafkaException):

@@ -327,8 +327,7 @@ class RootOwner(DeadLetters):
                     if attempt > 1:
                         attempts_held.pop((tp, offset), None)
         if kept and self._on_completed is not None:
-            to_record = self.records._to_record  # HeldRecords.to_record without its call per root
-            self._on_completed(kept if to_record is None else list(map(to_record, kept)))
+            self._on_completed(list(map(self.records.to_record, kept)))
 
     def _note_attempt(self, action: OutcomeAction) -> OutcomeAction | None:
         """Failure path only: remember why this attempt ended. A poison pill skips its retries: the

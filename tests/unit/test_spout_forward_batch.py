@@ -209,22 +209,3 @@ def test_the_tracker_keeps_the_messages_and_a_redelivery_or_dead_letter_gets_the
     assert (tp, 0) not in spout._roots.records and sorted(spout._roots.records) == [(tp, 1), (tp, 2)]
     spout._roots.forget(tp)
     assert not spout._roots.records
-
-
-def test_an_emptied_id_pool_is_refilled_by_the_forward_path(monkeypatch):
-    """The tracked forward path takes root and edge ids from ids' pool itself; an empty pool falls
-    back to new_id (which refills it), and every record still gets its own non-zero root and edge."""
-    from reliable_kafka import ids
-
-    monkeypatch.setattr(ids, "_POOL_SIZE", 3)
-    ids._pool.clear()
-    producer = RecordingProducer()
-    spout = _spout(producer)
-    spout._process_messages(_messages(count=7))
-    inits = _init_entries(spout)
-    pairs = [codec.decode_anchors(dict(sent)[codec.ANCHORS_HEADER]) for *_, sent in producer.sent]
-    assert [len(pair) for pair in pairs] == [1] * 7
-    assert sorted(inits) == sorted(root for pair in pairs for root in pair)
-    drawn = [value for pair in pairs for item in pair.items() for value in item]
-    assert len(set(drawn)) == 14 and all(drawn)
-    assert all(inits[root] == edge for pair in pairs for root, edge in pair.items())
