@@ -4,11 +4,14 @@ import java.util.List;
 
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.analysis.TypeCheckResult;
+import org.apache.spark.sql.catalyst.expressions.BoundReference;
 import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.expressions.aggregate.ImperativeAggregate;
 import org.apache.spark.sql.catalyst.expressions.aggregate.TypedImperativeAggregate;
 import org.apache.spark.sql.types.BinaryType$;
 import org.apache.spark.sql.types.DataType;
+import org.apache.spark.unsafe.Platform;
 
 /**
  * {@code rk_child_xor(header)}: the XOR of each root's edges over {@code rk-anchors} v2 headers
@@ -53,45 +56,65 @@ public final class ChildXor extends TypedImperativeAggregate<RootXors> implement
 
     @Override
     public RootXors update(RootXors buffer, InternalRow input) {
+        if (input instanceof UnsafeRow && child instanceof BoundReference) {
+            // the header read where the row holds it: no copy of it per row (getBinary's)
+            UnsafeRow row = (UnsafeRow) input;
+            int ordinal = ((BoundReference) child).ordinal();
+            if (!row.isNullAt(ordinal)) {
+                long offsetAndSize = row.getLong(ordinal);
+                xorHeader(buffer, row.getBaseObject(), row.getBaseOffset() + (offsetAndSize >>> 32), (int) offsetAndSize);
+            }
+            return buffer;
+        }
         byte[] header = (byte[]) child.eval(input);
         if (header != null) {
-            xorHeader(buffer, header);
+            xorHeader(buffer, header, Platform.BYTE_ARRAY_OFFSET, header.length);
         }
         return buffer;
     }
 
-    /** Folds a v2 header's (root, edge) pairs into {@code buffer}. */
-    static void xorHeader(RootXors buffer, byte[] header) {
-        if (header.length < 2 || header[0] != 2) {
-            throw new IllegalArgumentException("rk_child_xor: not an rk-anchors v2 header (" + header.length + " bytes)");
+    /**
+     * Folds the (root, edge) pairs of the v2 header of {@code length} bytes at {@code offset} of
+     * {@code base} (a byte array or off-heap memory, as Spark's {@code Platform} addresses them).
+     */
+    static void xorHeader(RootXors buffer, Object base, long offset, int length) {
+        if (length < 2 || Platform.getByte(base, offset) != 2) {
+            throw new IllegalArgumentException("rk_child_xor: not an rk-anchors v2 header (" + length + " bytes)");
         }
         int at;
-        long length;
-        if (header[1] >= 0) { // a one-byte varint: up to 3 pairs, the common case
+        long declared;
+        byte first = Platform.getByte(base, offset + 1);
+        if (first >= 0) { // a one-byte varint: up to 3 pairs, the common case
             at = 2;
-            length = (header[1] >>> 1) ^ -(header[1] & 1);
+            declared = (first >>> 1) ^ -(first & 1);
         } else {
             long zigzag = 0;
             at = 1;
             for (int shift = 0; ; shift += 7) {
-                if (at >= header.length || shift > 63) {
+                if (at >= length || shift > 63) {
                     throw new IllegalArgumentException("rk_child_xor: truncated length in an rk-anchors v2 header");
                 }
-                byte b = header[at++];
+                byte b = Platform.getByte(base, offset + at++);
                 zigzag |= (long) (b & 0x7F) << shift;
                 if ((b & 0x80) == 0) {
                     break;
                 }
             }
-            length = (zigzag >>> 1) ^ -(zigzag & 1);
+            declared = (zigzag >>> 1) ^ -(zigzag & 1);
         }
-        if (length < 0 || length % 16 != 0 || at + length != header.length) {
+        if (declared < 0 || declared % 16 != 0 || at + declared != length) {
             throw new IllegalArgumentException(
-                    "rk_child_xor: an rk-anchors v2 header of " + header.length + " bytes declares " + length + " bytes of pairs");
+                    "rk_child_xor: an rk-anchors v2 header of " + length + " bytes declares " + declared + " bytes of pairs");
         }
-        for (; at < header.length; at += 16) {
-            buffer.xor(ReliableKafkaFunctions.getLong(header, at), ReliableKafkaFunctions.getLong(header, at + 8));
+        for (; at < length; at += 16) {
+            buffer.xor(bigEndianLong(base, offset + at), bigEndianLong(base, offset + at + 8));
         }
+    }
+
+    /** The big-endian int64 at {@code offset} of {@code base}, in one (unaligned) read. */
+    static long bigEndianLong(Object base, long offset) {
+        long value = Platform.getLong(base, offset);
+        return ReliableKafkaFunctions.LITTLE_ENDIAN ? Long.reverseBytes(value) : value;
     }
 
     @Override

@@ -16,6 +16,7 @@ import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.types.AbstractDataType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.unsafe.Platform;
 
 /**
  * reliable-kafka's per-row work on Spark's side of the output path (reliable_kafka.spark.writer,
@@ -117,7 +118,7 @@ public final class ReliableKafkaFunctions {
                 return null;
             }
             long root = pair.getLong(0);
-            return onePairHeader(root, childEdge(saltRowHash(salt, row), root));
+            return onePairHeader(root, childEdge(XXH64.hashLong(row, saltHash(salt)), root));
         }
         long[] roots = new long[n]; // 0: a null pair or root, skipped as untracked
         for (int i = 0; i < n; i++) {
@@ -128,7 +129,7 @@ public final class ReliableKafkaFunctions {
                 }
             }
         }
-        return childrenHeader(salt, row, roots, distinctRoots(roots, n));
+        return childrenHeader(XXH64.hashLong(row, saltHash(salt)), roots, distinctRoots(roots, n));
     }
 
     /** The v2 header of one (root, edge) pair; null for a missing or zero root. */
@@ -166,7 +167,7 @@ public final class ReliableKafkaFunctions {
                 roots[i] = pair.getLong(0);
             }
         }
-        return childrenHeader(salt, row, roots, distinctRoots(roots, n));
+        return childrenHeader(saltRowHash(salt, row), roots, distinctRoots(roots, n));
     }
 
     /**
@@ -187,23 +188,55 @@ public final class ReliableKafkaFunctions {
         return distinct;
     }
 
-    /** The v2 header of the first {@code distinct} of {@code roots}, each with its child edge; null for none. */
-    private static byte[] childrenHeader(byte[] salt, long row, long[] roots, int distinct) {
+    /**
+     * The v2 header of the first {@code distinct} of {@code roots}, each with its child edge from
+     * {@code seed} (the row's {@link #saltRowHash}); null for none.
+     */
+    private static byte[] childrenHeader(long seed, long[] roots, int distinct) {
         if (distinct == 0) {
             return null;
         }
-        long seed = saltRowHash(salt, row);
-        byte[] body = new byte[16 * distinct];
-        for (int i = 0; i < distinct; i++) {
-            putLong(body, 16 * i, roots[i]);
-            putLong(body, 16 * i + 8, childEdge(seed, roots[i]));
+        byte[] out = new byte[prefixLength(16 * distinct) + 16 * distinct]; // written in place: no body copied
+        int at = putPrefix(out, 16 * distinct);
+        for (int i = 0; i < distinct; i++, at += 16) {
+            putLong(out, at, roots[i]);
+            putLong(out, at + 8, childEdge(seed, roots[i]));
         }
-        return header(body);
+        return out;
     }
 
-    /** Spark's {@code xxhash64} chain over (salt, row): a row's child edges continue from it. */
+    /**
+     * Spark's {@code xxhash64} chain over (salt, row): a row's child edges continue from it. Not
+     * cached ({@link #saltHash}): a UDF gets a new salt array per row.
+     */
     static long saltRowHash(byte[] salt, long row) {
         return XXH64.hashLong(row, XXH64.hashLong(littleEndianLong(salt), SPARK_SEED));
+    }
+
+    /** A salt's bytes and their hash, the first link of every row's chain (one salt a batch). */
+    private static final class SaltHash {
+        final byte[] salt;
+        final long hash;
+
+        SaltHash(byte[] salt, long hash) {
+            this.salt = salt;
+            this.hash = hash;
+        }
+    }
+
+    // the last salt hashed: Spark's generated code passes a batch's salt literal as the same array
+    // to every row, so its hash is computed once per batch and task thread, not once per row
+    private static volatile SaltHash lastSalt = new SaltHash(new byte[0], 0L);
+
+    /** {@code xxhash64(salt)} (Spark's seed): the salt's 8 little-endian bytes hashed as the long. */
+    static long saltHash(byte[] salt) {
+        SaltHash last = lastSalt;
+        if (last.salt == salt) {
+            return last.hash;
+        }
+        long hash = XXH64.hashLong(littleEndianLong(salt), SPARK_SEED);
+        lastSalt = new SaltHash(salt, hash);
+        return hash;
     }
 
     /** {@code xxhash64(salt, row, root, CHILD_TAG)}, 0 replaced, from the hash of (salt, row). */
@@ -212,21 +245,28 @@ public final class ReliableKafkaFunctions {
         return edge != 0L ? edge : ZERO_REPLACEMENT;
     }
 
-    /** 0x02, the zigzag varint of the body's length (Avro bytes), the body. */
-    static byte[] header(byte[] body) {
-        long zigzag = 2L * body.length;
-        byte[] prefix = new byte[11];
-        int at = 0;
-        prefix[at++] = 2;
+    /** The bytes of a header's prefix (0x02 and the varint) for a body of {@code length} bytes. */
+    static int prefixLength(int length) {
+        long zigzag = 2L * length;
+        int at = 2;
         while ((zigzag & ~0x7FL) != 0) {
-            prefix[at++] = (byte) ((zigzag & 0x7F) | 0x80);
+            at++;
             zigzag >>>= 7;
         }
-        prefix[at++] = (byte) zigzag;
-        byte[] out = new byte[at + body.length];
-        System.arraycopy(prefix, 0, out, 0, at);
-        System.arraycopy(body, 0, out, at, body.length);
-        return out;
+        return at;
+    }
+
+    /** Writes a header's prefix for a body of {@code length} bytes at the start of {@code out}; returns its length. */
+    static int putPrefix(byte[] out, int length) {
+        long zigzag = 2L * length;
+        int at = 0;
+        out[at++] = 2;
+        while ((zigzag & ~0x7FL) != 0) {
+            out[at++] = (byte) ((zigzag & 0x7F) | 0x80);
+            zigzag >>>= 7;
+        }
+        out[at++] = (byte) zigzag;
+        return at;
     }
 
     private static boolean contains(long[] values, int n, long value) {
@@ -246,18 +286,17 @@ public final class ReliableKafkaFunctions {
         return value;
     }
 
+    /** Writes {@code value} big-endian at {@code at} of {@code out}, in one (unaligned) write. */
     static void putLong(byte[] out, int at, long value) {
-        for (int i = 7; i >= 0; i--) {
-            out[at + i] = (byte) value;
-            value >>>= 8;
-        }
+        java.util.Objects.checkFromIndexSize(at, 8, out.length);
+        Platform.putLong(out, Platform.BYTE_ARRAY_OFFSET + at, LITTLE_ENDIAN ? Long.reverseBytes(value) : value);
     }
 
+    /** The big-endian int64 at {@code at} of {@code in}. */
     static long getLong(byte[] in, int at) {
-        long value = 0;
-        for (int i = 0; i < 8; i++) {
-            value = (value << 8) | (in[at + i] & 0xFFL);
-        }
-        return value;
+        java.util.Objects.checkFromIndexSize(at, 8, in.length);
+        return ChildXor.bigEndianLong(in, Platform.BYTE_ARRAY_OFFSET + at);
     }
+
+    static final boolean LITTLE_ENDIAN = java.nio.ByteOrder.nativeOrder() == java.nio.ByteOrder.LITTLE_ENDIAN;
 }
