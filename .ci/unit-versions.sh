@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The unit tests (tests/unit: they start nothing) on the other Python versions the package supports
+# (pyproject: requires-python >= 3.10). Each version gets its own virtual environment under
+# ~/.cache/reliable-kafka (./rk makes it, from constraints.txt, whose markers pick the releases
+# that still support Python 3.10). A version that is not installed fails the stage under CI and is
+# skipped with a line saying so elsewhere.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+versions=${RK_CI_PYTHONS:-3.10 3.13}
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/reliable-kafka
+for version in $versions; do
+  python=
+  # pyenv's interpreters first (its shims answer "command not found" for a version not selected)
+  candidates=$(command -v pyenv >/dev/null 2>&1 && for v in $(pyenv versions --bare | grep -E "^${version//./\\.}(\.[0-9]+)?$"); do echo "$(pyenv root)/versions/$v/bin/python$version"; done || true)
+  for candidate in $candidates "python$version"; do
+    if "$candidate" -c "import sys; sys.exit(f'{sys.version_info[0]}.{sys.version_info[1]}' != '$version')" 2>/dev/null; then
+      python=$candidate; break
+    fi
+  done
+  if [ -z "$python" ]; then
+    if [ "${CI:-}" = true ]; then echo "unit-versions: Python $version is not installed" >&2; exit 1; fi
+    echo "unit-versions: Python $version is not installed: skipped"; continue
+  fi
+  echo "== unit tests on Python $version ($python) =="
+  RK_PYTHON=$python RK_VENV=$cache/venv-py$version ./rk test tests/unit -q -p no:cacheprovider
+done
