@@ -163,6 +163,7 @@ class InFlightCalls:
     def wait(self, busy: Callable[[], bool], wait_s: float) -> None:
         clock = self._bolt._clock.monotonic
         deadline = clock() + wait_s
+        self.apply()  # what ended already counts, however short the wait
         while busy():
             left = deadline - clock()
             if left <= 0:
