@@ -110,9 +110,7 @@ def test_parallelism_one_with_a_plain_handler_keeps_the_serial_loop():
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), ordering=st.sampled_from(["key", "partition"]))
-def test_tuples_of_one_key_run_one_at_a_time_in_offset_order_and_the_commit_never_passes_one_not_done(
-    seed, ordering
-):
+def test_tuples_of_one_key_run_one_at_a_time_in_offset_order_and_the_commit_never_passes_one_not_done(seed, ordering):
     rng = random.Random(seed)
     kafka = _kafka()
     _produce(kafka, [(rng.randrange(2), b"k%d" % rng.randrange(4), {rng.getrandbits(62) + 1: 5}) for _ in range(40)])
@@ -199,7 +197,8 @@ def test_a_revoke_mid_flight_commits_the_done_prefix_and_the_next_owner_skips_wh
     assert len(executor.waiting) == 12
     for offset in (0, 1, 3, 5):
         for partition in (0, 1):
-            executor.run_one(next(i for i, c in enumerate(executor.waiting) if c.tuple_.offset == offset))
+            at = (partition, offset)
+            executor.run_one([(c.tuple_.partition, c.tuple_.offset) for c in executor.waiting].index(at))
     late = list(executor.waiting)  # offsets 2 and 4 of each partition still run when the revoke comes
     second = _bolt(kafka, lambda t, c: ran["second"].append((t.partition, t.offset)), parallelism=2)
     for _ in range(5):  # the second bolt joins: one partition moves to it
