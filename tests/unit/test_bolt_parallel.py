@@ -210,6 +210,7 @@ def test_a_revoke_mid_flight_commits_the_done_prefix_and_the_next_owner_skips_wh
     for call in late:  # calls abandoned by the revoke that end late change no commit of the moved partition
         executor.run_one(executor.waiting.index(call))
     first.poll_once(0)
+    assert kafka.committed("g", "in", moved)[0] == 2, "a late call moved the commit of a partition gone elsewhere"
     for _ in range(5):
         for bolt in (first, second):  # the first bolt reads its partition again too (an eager rebalance)
             bolt.poll_once(0)
