@@ -12,6 +12,7 @@ anchored to a tuple is applied before that tuple's ack, since the call asked for
 
 from __future__ import annotations
 
+import inspect
 import logging
 import queue
 import time
@@ -22,17 +23,17 @@ from typing import TYPE_CHECKING
 from confluent_kafka import Message, TopicPartition
 
 from reliable_kafka.bolt.collector import BoltCollector, Tuple
-from reliable_kafka.bolt.executors import Call, CallExecutor
+from reliable_kafka.bolt.executors import AsyncioCalls, Call, CallExecutor, ThreadCalls
 from reliable_kafka.codec.anchors import ANCHORS_HEADER, decode_anchors
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
 from reliable_kafka.core.input_offsets import InputOffsets
-from reliable_kafka.errors import DecodeError
+from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.kafka.clients import coordinates
 
 if TYPE_CHECKING:
     from reliable_kafka.bolt.runner import Bolt
 
-__all__ = ["InFlightCalls", "CallCollector", "read_tuple", "ORDERINGS"]
+__all__ = ["InFlightCalls", "CallCollector", "read_tuple", "parallel_calls", "ORDERINGS"]
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,7 @@ class InFlightCalls:
                 except DecodeError as error:
                     log.warning("%s: ignoring commit metadata of %s[%d]: %s", self._bolt.name, *key, error)
             self._partitions[key] = InputOffsets(point, done_above)
+        self.paused = False  # partitions assigned now are not paused: a full round pauses them all again
 
     def revoke(self, partitions: Iterable[TopicPartition], wait_s: float) -> None:
         """Drop the calls of ``partitions`` not started, wait up to ``wait_s`` for their running
@@ -403,3 +405,51 @@ class InFlightCalls:
                 continue
             return None if first is None else max(0.0, now - first)
         return None
+
+
+def parallel_calls(
+    bolt: Bolt, *, parallelism, ordering, key_of, max_in_flight, executor: CallExecutor | None
+) -> InFlightCalls | None:
+    """``bolt``'s calls in flight (None: the serial loop), its parallel options checked (ConfigError)."""
+    who = type(bolt).__name__
+    if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
+        raise ConfigError(f"{who}: parallelism must be an int >= 1 (handler calls in flight), got {parallelism!r}")
+    if ordering not in ORDERINGS:
+        raise ConfigError(f"{who}: ordering must be one of {', '.join(map(repr, ORDERINGS))}, got {ordering!r}")
+    if key_of is not None and not callable(key_of):
+        raise ConfigError(f"{who}: key_of must be callable (tuple -> ordering key) or None, got {key_of!r}")
+    if max_in_flight is None:
+        max_in_flight = 4 * parallelism
+    elif not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < parallelism:
+        raise ConfigError(f"{who}: max_in_flight must be an int >= parallelism ({parallelism}), got {max_in_flight!r}")
+    if not isinstance(bolt.revoke_wait_s, (int, float)) or bolt.revoke_wait_s < 0:
+        raise ConfigError(f"{who}: revoke_wait_s must be a number of seconds >= 0, got {bolt.revoke_wait_s!r}")
+    is_async = bolt.handler is not None and _is_async(bolt.handler)
+    if parallelism == 1 and not is_async and executor is None:
+        return None  # the serial loop: no threads, queues or locks
+    if bolt.batch_handler is not None:
+        raise ConfigError(
+            f"{who}: batch_handler runs one call per consumed batch; with parallelism={parallelism} give a "
+            "per-tuple handler instead (each tuple then gets its own outcome)"
+        )
+    if bolt.transactional:
+        raise ConfigError(
+            f"{who}: transactional=True needs parallelism=1 and a plain function handler: a transaction spans "
+            "a consumed batch, whose tuples a parallel bolt finishes out of order (docs/guarantees.md)"
+        )
+    if executor is None:
+        executor = AsyncioCalls(name=bolt.name) if is_async else ThreadCalls(parallelism, name=bolt.name)
+    return InFlightCalls(
+        bolt,
+        executor,
+        parallelism=parallelism,
+        max_in_flight=max_in_flight,
+        ordering=ordering,
+        key_of=key_of,
+        is_async=is_async,
+    )
+
+
+def _is_async(handler: Callable) -> bool:
+    """An ``async def`` handler (also a callable object whose ``__call__`` is one)."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)
