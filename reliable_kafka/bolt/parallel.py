@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 ORDERINGS = ("key", "partition", "none")
 
+# held full this long, the bolt pauses its partitions (a shorter fill only skips consuming)
+PAUSE_AFTER_S = 1.0
 # what a call asks the loop for, and how it ended
 _EMIT, _ACK, _FAIL, _RESET, _RETURNED, _RAISED = range(6)
 
@@ -111,6 +113,7 @@ class InFlightCalls:
         self._running: dict[Call, float] = {}
         self.held = 0  # calls received and not finished: runnable, blocked and running
         self.paused = False
+        self._full_since: float | None = None  # held reached max_in_flight then (monotonic)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -183,6 +186,23 @@ class InFlightCalls:
     def room(self) -> int:
         """How many more records may be taken from the consumer now (backpressure)."""
         return self.max_in_flight - self.held
+
+    def may_consume(self) -> bool:
+        """Room for records: any while running, half of ``max_in_flight`` once paused (each
+        resume fetches again what the pause dropped: not once per ended call)."""
+        room = self.max_in_flight - self.held
+        if room > 0:
+            self._full_since = None
+        return room > 0 and (not self.paused or room >= max(1, self.max_in_flight // 2))
+
+    def should_pause(self, now: float) -> bool:
+        """Full for :data:`PAUSE_AFTER_S` and not paused yet: the bolt pauses its partitions, so that
+        it can go on consuming (rebalances, ``max.poll.interval.ms``) without taking records."""
+        if self.paused:
+            return False
+        if self._full_since is None:
+            self._full_since = now
+        return now - self._full_since >= PAUSE_AFTER_S
 
     def accept(self, messages: list[Message]) -> None:
         """Turn consumed ``messages`` into calls: skipped when done before, quarantined when their

@@ -379,19 +379,20 @@ class Bolt:
         assert calls is not None and consumer is not None
         calls.apply()
         calls.dispatch()  # slots freed by the calls that ended
-        room = calls.room()
-        if room > 0:
+        wanted, consumed = 0, []
+        if calls.may_consume():
             if calls.paused:
                 consumer.resume(consumer.assignment())
                 calls.paused = False
-            wanted = min(self.batch_size, room)
+            wanted = min(self.batch_size, calls.room())
             consumed = consume_batch(consumer, wanted, timeout if calls.held == 0 else 0)
-        else:  # backpressure: consume only to serve the group (a paused partition returns nothing)
-            if not calls.paused:
-                consumer.pause(consumer.assignment())
-                calls.paused = True
-            wanted = 0
-            consumed = consumer.consume(1, 0)
+        elif calls.should_pause(self._clock.monotonic()):
+            # full for a while: pause (librdkafka drops what it prefetched for paused partitions,
+            # so a short fill waits without it) and consume only to serve the group
+            consumer.pause(consumer.assignment())
+            calls.paused = True
+        elif calls.paused:
+            consumed = consumer.consume(1, 0)  # a paused partition returns nothing (rebalances, errors)
         messages = consumed if _no_errors(consumed) else [m for m in consumed if m.error() is None or self._usable(m)]
         calls.accept(messages)
         calls.dispatch()

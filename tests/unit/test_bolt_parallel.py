@@ -150,13 +150,19 @@ def test_at_most_max_in_flight_tuples_are_held_however_slow_the_handler():
     bolt = _bolt(kafka, lambda t, c: None, parallelism=2, max_in_flight=5, batch_size=3)
     for _ in range(50):
         bolt.poll_once(0)
+        kafka.clock.advance(100)
     assert bolt.stats.received == 5 and bolt._parallel.held == 5 and bolt._parallel.paused
-    assert bolt.calls_in_flight() == 2 and bolt.oldest_call_age(kafka.clock.monotonic() + 2) == pytest.approx(2)
+    # the first two calls started at the first round, 50 rounds of 100 ms ago
+    assert bolt.calls_in_flight() == 2 and bolt.oldest_call_age(kafka.clock.monotonic() + 2) == pytest.approx(7.0)
+    bolt._parallel.executor.run_one()
+    for _ in range(5):
+        bolt.poll_once(0)
+    assert bolt.stats.received == 5 and bolt._parallel.held == 4  # paused: resumed at half room only
     for _ in range(2):
         bolt._parallel.executor.run_one()
     for _ in range(5):
         bolt.poll_once(0)
-    assert bolt.stats.received == 7 and bolt._parallel.held == 5
+    assert not bolt._parallel.paused and bolt.stats.received == 8 and bolt._parallel.held == 5  # resumed, full again
 
 
 def test_one_raising_tuple_fails_only_its_own_trees_with_its_reason():
