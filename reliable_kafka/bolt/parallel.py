@@ -114,6 +114,7 @@ class InFlightCalls:
         self.held = 0  # calls received and not finished: runnable, blocked and running
         self.paused = False
         self._full_since: float | None = None  # held reached max_in_flight then (monotonic)
+        self._closed = False
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -146,6 +147,8 @@ class InFlightCalls:
         ones (the caller then commits the done prefix and calls :meth:`forget`)."""
         keys = {(tp.topic, tp.partition) for tp in partitions}
         self._drop_waiting(lambda call: (call.tuple_.topic, call.tuple_.partition) in keys)
+        if self._closed:
+            wait_s = 0.0  # close() waited already (the consumer's close revokes everything)
         self.wait(lambda: any((c.tuple_.topic, c.tuple_.partition) in keys for c in self._running), wait_s)
 
     def forget(self, partitions: Iterable[TopicPartition]) -> None:
@@ -157,6 +160,7 @@ class InFlightCalls:
         """Drop every call not started, wait up to ``wait_s`` for the running ones (the caller commits)."""
         self._drop_waiting(lambda call: True)
         self.wait(lambda: bool(self._running), wait_s)
+        self._closed = True
 
     def stop(self, timeout: float) -> None:
         """After the last commit: calls still running are abandoned (their trees time out and replay)."""

@@ -335,3 +335,25 @@ def test_a_rich_bolt_that_fails_its_tuple_and_raises_counts_it_once():
                 while bolt._parallel.executor.waiting:
                     bolt._parallel.executor.run_one()
         assert (bolt.stats.failed, bolt.stats.acked, bolt.stats.handler_errors) == (1, 0, 1)
+
+
+def test_a_key_of_that_raises_fails_only_that_tuple_and_reset_timeout_reaches_the_ack_log():
+    kafka = _kafka(partitions=1)
+    _produce(kafka, [(0, b"a", {41: 1}), (0, b"bad", {42: 2})])
+
+    def key_of(tuple_):
+        if tuple_.key == b"bad":
+            raise KeyError("no key")
+        return tuple_.key
+
+    def handler(tuple_, collector):
+        collector.reset_timeout(tuple_)
+
+    bolt = _bolt(kafka, handler, parallelism=2, key_of=key_of)
+    for _ in range(3):
+        bolt.poll_once(0)
+        while bolt._parallel.executor.waiting:
+            bolt._parallel.executor.run_one()
+    kinds = sorted((kind, root) for kind, root, _ in _entries(kafka))
+    assert kinds == sorted([(EventKind.RESET_TIMEOUT, 41), (EventKind.ACK, 41), (EventKind.FAIL, 42)])
+    assert (bolt.stats.acked, bolt.stats.failed, bolt.stats.handler_errors) == (1, 1, 1)
