@@ -202,3 +202,41 @@ def test_every_documented_metric_is_registered_under_its_type():
     for name, (kind, *_rest) in METRICS.items():
         family = name.removesuffix("_total")
         assert served.get(family) == kind, f"{name}: served as {served.get(family)}, documented as {kind}"
+
+
+@pytest.mark.parametrize(
+    ("attribute", "environment", "bound"),
+    [
+        (None, None, "127.0.0.1"),  # the library's default: loopback only
+        (None, "127.0.0.2", "127.0.0.2"),  # RK_METRICS_HOST, as the container image sets it
+        ("127.0.0.3", "127.0.0.2", "127.0.0.3"),  # the worker's own metrics_host wins
+    ],
+)
+def test_metrics_listen_on_loopback_unless_told_otherwise(monkeypatch, attribute, environment, bound):
+    from reliable_kafka.ops.reporter import METRICS_HOST_ENV, attach
+
+    if environment is None:
+        monkeypatch.delenv(METRICS_HOST_ENV, raising=False)
+    else:
+        monkeypatch.setenv(METRICS_HOST_ENV, environment)
+    spout, _, _ = _run([b"2"], _fail_odd)
+    spout.metrics_port = 0
+    if attribute is not None:
+        spout.metrics_host = attribute
+    monkeypatch.setattr(ComponentReporter, "_publish", lambda self, snapshot: None)  # no broker here
+    reporter = attach(spout)
+    assert reporter is not None
+    try:
+        assert reporter._metrics_server is not None
+        assert reporter._metrics_server.server_address[0] == bound
+        assert spout.metrics_port and spout.metrics_port == reporter._metrics_server.server_port
+    finally:
+        reporter.close()
+
+
+def test_the_acker_command_takes_metrics_host():
+    from reliable_kafka.cli import build_parser
+
+    command = ["acker", "--topology", "t", "--bootstrap-servers", "b:9092"]
+    args = build_parser().parse_args([*command, "--metrics-port", "0", "--metrics-host", "0.0.0.0"])
+    assert (args.metrics_port, args.metrics_host) == (0, "0.0.0.0")
