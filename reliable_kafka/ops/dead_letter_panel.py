@@ -9,6 +9,7 @@ words of :mod:`.reasons`. ``reliable-kafka dlq`` is the tool for the whole topic
 
 from __future__ import annotations
 
+import re
 import time
 
 from confluent_kafka import TopicPartition
@@ -19,9 +20,20 @@ from reliable_kafka.ops.failures import REASON_HEADER
 from reliable_kafka.ops.reasons import reason_word
 from reliable_kafka.topology import TopologyTopics
 
-__all__ = ["recent_dead_letters", "summarise"]
+__all__ = ["recent_dead_letters", "summarise", "reason_group"]
 
 SHOWN = 20  # letters listed on the page, newest first
+_ERROR_TYPE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception|Timeout|Failure|Warning))\b")
+
+
+def reason_group(reason: str) -> str:
+    """What letters are counted under: the vocabulary's word for an outcome (``timed_out``), the
+    error type of a handler's exception (``ValueError``, whatever its message), else the reason."""
+    word = reason_word(reason)
+    if word != "other":
+        return word
+    found = _ERROR_TYPE.match(reason)
+    return found.group(1) if found else reason[:80]
 
 
 def summarise(partition: int, offset: int, timestamp_ms: int, headers: list[tuple[str, bytes | None]]) -> dict:
@@ -44,6 +56,7 @@ def summarise(partition: int, offset: int, timestamp_ms: int, headers: list[tupl
         "offset": offset,
         "at_ms": parked.parked_at_ms if parked is not None and parked.parked_at_ms > 0 else timestamp_ms,
         "reason": reason,
+        "group": reason_group(reason),
         "kind": kind,  # the vocabulary's word for how the last attempt ended
         "source": None
         if parked is None
@@ -58,7 +71,8 @@ def recent_dead_letters(
 ) -> dict:
     """``{"topic", "records", "read", "by_reason", "by_kind", "letters"}``: ``records`` held by the
     topic, ``read`` letters read from its tail (up to ``limit`` a partition), counts among them per
-    reason and per kind, and the newest :data:`SHOWN` of them."""
+    reason (:func:`reason_group`) and per kind (how the last attempt ended), and the newest
+    :data:`SHOWN` of them."""
     from reliable_kafka.kafka.clients import new_consumer
 
     topic = TopologyTopics(topology).dlq
@@ -88,6 +102,9 @@ def recent_dead_letters(
                     partition, offset = message.partition(), message.offset()
                     if message.error() is not None or partition is None or offset is None:
                         continue
+                    if offset >= ends[partition]:  # written since the ends were read: the next refresh's
+                        done.add(partition)
+                        continue
                     timestamp = message.timestamp()
                     letters.append(
                         summarise(partition, offset, timestamp[1] if timestamp else -1, list(message.headers() or []))
@@ -103,7 +120,7 @@ def recent_dead_letters(
     by_reason: dict[str, int] = {}
     by_kind: dict[str, int] = {}
     for letter in letters:
-        by_reason[letter["reason"]] = by_reason.get(letter["reason"], 0) + 1
+        by_reason[letter["group"]] = by_reason.get(letter["group"], 0) + 1
         by_kind[letter["kind"]] = by_kind.get(letter["kind"], 0) + 1
     letters.sort(key=lambda letter: letter["at_ms"], reverse=True)
     return {

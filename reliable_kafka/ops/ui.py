@@ -159,14 +159,14 @@ th{background:#eef0f4;font-weight:600;font-size:12px} td.l,th.l{text-align:left}
 <th>end</th><th>lag</th><th>done above commit</th><th>pending</th><th>retrying</th><th class="l">oldest pending</th>
 </tr></thead><tbody></tbody></table>
 <h2>Dead letters <span class="muted" id="dlq-summary"></span></h2>
-<div class="charts"><table id="dlq-reasons"><thead><tr><th class="l">reason (among the newest read)</th><th>letters</th></tr></thead><tbody></tbody></table>
-<table id="dlq-letters"><thead><tr><th class="l">parked</th><th class="l">source record</th><th class="l">by</th><th>attempts</th>
+<div class="charts" style="align-items:flex-start"><table id="dlq-reasons" style="min-width:0"><thead><tr><th class="l">reason (among the newest read)</th><th>letters</th></tr></thead><tbody></tbody></table>
+<table id="dlq-letters" style="min-width:0"><thead><tr><th class="l">parked</th><th class="l">source record</th><th class="l">by</th><th>attempts</th>
 <th class="l">reason</th></tr></thead><tbody></tbody></table></div>
 <h2>Last minutes</h2><div class="charts" id="charts"></div>
 <script>
 "use strict";
-const KEEP_S = 600, series = {};  // component -> [{t, in, done, fail, lag}]
-let refreshes = 0;
+const KEEP_S = 600, series = {}, intervals = {};  // component -> [{t, in, done, fail, gap}], its interval
+let refreshes = 0, missed = false;  // missed: the last read of the report failed
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;"}[c]));
 const num = (x, d = 1) => x == null ? "-" : (Math.abs(x) >= 1000 ? Math.round(x).toLocaleString("en") : (+x).toFixed(d));
@@ -276,25 +276,23 @@ function drawTables(report) {
   }).join("");
 }
 
-// points further apart than GAP x their usual spacing were not seen in between (the component was
-// silent, or the page could not read the report): the line breaks there instead of bridging it
-const GAP = 2.5;
-function segments(points) {
-  const steps = points.slice(1).map((p, i) => p.t - points[i].t).sort((a, b) => a - b);
-  const usual = steps.length ? Math.max(1, steps[Math.floor(steps.length / 2)]) : 1;
-  const out = [];
+// a stretch longer than a component's DOWN rule (3 of its publishing intervals + 5 s) without a
+// sample of it is drawn as a gap: it was silent or DOWN, or the page could not read the report
+// (then the next point says so: gap)
+function segments(points, interval) {
+  const limit = 3 * (interval || 5) + 5, out = [];
   points.forEach((p, i) => {
-    if (!i || p.t - points[i - 1].t > GAP * usual || p.gap) out.push([]);
+    if (!i || p.t - points[i - 1].t > limit || p.gap) out.push([]);
     out[out.length - 1].push(p);
   });
   return out;
 }
-function spark(points, key, color, label) {
+function spark(points, key, color, label, interval) {
   // x spans what the page has seen (up to KEEP_S), so a fresh page fills its charts too
   const w = 220, h = 46, t1 = points.length ? points[points.length - 1].t : 0;
   const t0 = points.length ? Math.max(points[0].t, t1 - KEEP_S) : 0, span = Math.max(1, t1 - t0);
   const max = Math.max(1e-9, ...points.map((p) => p[key]));
-  const lines = segments(points).map((seg) => {
+  const lines = segments(points, interval).map((seg) => {
     const xy = seg.map((p) => `${(w * (p.t - t0) / span).toFixed(1)},${(h - 2 - (h - 14) * p[key] / max).toFixed(1)}`);
     return seg.length === 1 ? `<circle cx="${xy[0].split(",")[0]}" cy="${xy[0].split(",")[1]}" r="1.5" fill="${color}"/>`
       : `<polyline fill="none" stroke="${color}" stroke-width="1.5" points="${xy.join(" ")}"/>`;
@@ -314,14 +312,18 @@ function record(report) {
         s.push({t: b.t, in: rateIn(d), done: rateDone(d), fail: rateFail(d)});
       }
     }
+    const steps = (c.history || []).slice(1).map((h, i) => h.t - c.history[i].t).sort((a, b) => a - b);
+    if (steps.length) intervals[c.name] = steps[Math.floor(steps.length / 2)];
     const silent = c.verdict === "DOWN" || c.state === "stopped";  // no rates to draw: a gap
-    if (!silent && (!s.length || s[s.length - 1].t < c.last_seen)) s.push({t: c.last_seen, in: rateIn(c.rates), done: rateDone(c.rates), fail: rateFail(c.rates)});
+    if (!silent && (!s.length || s[s.length - 1].t < c.last_seen)) s.push({t: c.last_seen, in: rateIn(c.rates), done: rateDone(c.rates), fail: rateFail(c.rates), gap: missed});
     while (s.length && s[0].t < c.last_seen - KEEP_S) s.shift();
   }
   $("charts").innerHTML = ordered(report.components).filter((c) => c.kind !== "acker").map((c) =>
     `<div class="chart" data-component="${esc(c.name)}"><div class="t">${esc(c.name)} <span class="muted">${esc(c.kind)}</span></div>` +
-    spark(series[c.name], "in", "#2f6fd6", "in/s") + " " + spark(series[c.name], "done", "#2e8b57", "done/s") + " " +
-    spark(series[c.name], "fail", "#c0392b", "failed/s") + `</div>`).join("");
+    spark(series[c.name], "in", "#2f6fd6", "in/s", intervals[c.name]) + " " +
+    spark(series[c.name], "done", "#2e8b57", "done/s", intervals[c.name]) + " " +
+    spark(series[c.name], "fail", "#c0392b", "failed/s", intervals[c.name]) + `</div>`).join("");
+  missed = false;
 }
 
 async function refresh() {
@@ -337,7 +339,7 @@ async function refresh() {
     drawGraph(report); drawTables(report); record(report);
     $("updated").textContent = new Date(report.generated_at * 1000).toLocaleTimeString();
     $("refreshes").textContent = ++refreshes; $("error").textContent = "";
-  } catch (e) { $("error").textContent = "no data: " + e.message; }
+  } catch (e) { $("error").textContent = "no data: " + e.message; missed = true; }
 }
 async function refreshDeadLetters() {
   try {
@@ -346,13 +348,13 @@ async function refreshDeadLetters() {
     if (!response.ok) throw new Error(d.error || response.statusText);
     $("dlq-summary").textContent = d.records == null ? `(${d.topic}: not created yet)` :
       `· ${d.records} in ${d.topic}; the newest ${d.read} read`;
-    $("dlq-reasons").tBodies[0].innerHTML = Object.entries(d.by_reason).map(([reason, n]) =>
+    $("dlq-reasons").tBodies[0].innerHTML = Object.entries(d.by_reason).slice(0, 12).map(([reason, n]) =>
       `<tr data-reason="${esc(reason)}"><td class="l">${esc(reason)}</td><td class="count">${n}</td></tr>`).join("") ||
       `<tr><td class="l muted" colspan="2">none</td></tr>`;
     $("dlq-letters").tBodies[0].innerHTML = d.letters.map((l) =>
       `<tr data-offset="${l.partition}@${l.offset}"><td class="l">${l.at_ms > 0 ? new Date(l.at_ms).toLocaleTimeString() : "-"}</td>` +
       `<td class="l">${esc(l.source ?? "-")}</td><td class="l">${esc(l.component ?? "-")}</td><td>${l.attempts ?? "-"}</td>` +
-      `<td class="l reason">${esc(l.reason)}</td></tr>`).join("");
+      `<td class="l reason" title="${esc(l.reason)}">${esc(l.reason.length > 70 ? l.reason.slice(0, 69) + "…" : l.reason)}</td></tr>`).join("");
   } catch (e) { $("dlq-summary").textContent = "(no data: " + e.message + ")"; }
 }
 refresh(); setInterval(refresh, 2000);
