@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any, cast
 
 from confluent_kafka import TopicPartition
 
@@ -36,7 +37,7 @@ def reason_group(reason: str) -> str:
     return found.group(1) if found else reason[:80]
 
 
-def summarise(partition: int, offset: int, timestamp_ms: int, headers: list[tuple[str, bytes | None]]) -> dict:
+def summarise(partition: int, offset: int, timestamp_ms: int, headers: list[tuple[str, Any]]) -> dict:
     """One letter for the panel, from its coordinates and headers."""
     parked = None
     reason = None
@@ -76,9 +77,8 @@ def recent_dead_letters(
     from reliable_kafka.kafka.clients import new_consumer
 
     topic = TopologyTopics(topology).dlq
-    consumer = new_consumer(
-        bootstrap_servers, f"{topology}.dlq-panel", kafka_config, **{"isolation.level": "read_committed"}
-    )
+    overrides: dict[str, Any] = {"isolation.level": "read_committed"}  # not a Python name: passed as a dict
+    consumer = new_consumer(bootstrap_servers, f"{topology}.dlq-panel", kafka_config, **overrides)
     letters: list[dict] = []
     records = 0
     try:
@@ -107,7 +107,9 @@ def recent_dead_letters(
                         continue
                     timestamp = message.timestamp()
                     letters.append(
-                        summarise(partition, offset, timestamp[1] if timestamp else -1, list(message.headers() or []))
+                        summarise(
+                            partition, offset, timestamp[1] if timestamp else -1, cast(list, message.headers() or [])
+                        )
                     )
                     if offset + 1 >= ends[partition]:
                         done.add(partition)
