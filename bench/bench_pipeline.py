@@ -1011,7 +1011,11 @@ def main() -> None:
                     kafka_config=args.kafka_config,
                 )
         if not args.no_latency:
-            print(f"\nlatency against offered rate ({seconds:.0f} s per point):", flush=True)
+            print(
+                f"\nlatency against offered rate ({seconds:.0f} s per point, at least "
+                f"{MIN_SENTENCES_PER_POINT} sentences):",
+                flush=True,
+            )
             points = _latency_curve(
                 ctx,
                 bootstrap,
