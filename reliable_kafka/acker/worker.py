@@ -129,6 +129,7 @@ class AckerWorker(OutcomePublisher):
         self.name = name or f"acker-{new_id() & 0xFFFF:04x}"
         self.stats = AckerStats()
         self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
+        self.metrics_host: str | None = None  # where /metrics listens (None: $RK_METRICS_HOST, else 127.0.0.1)
         self._partitions: dict[int, _Partition] = {}
         self._outcome_partitions = 0
         self._retry_outcomes: list[tuple[int, bytes]] = []

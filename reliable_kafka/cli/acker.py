@@ -8,6 +8,7 @@ from reliable_kafka.cli.arguments import (
     Subparsers,
     client_settings,
     message_timeout_argument,
+    metrics_host_argument,
     setup_logging,
     topology_arguments,
 )
@@ -63,6 +64,7 @@ def register(subparsers: Subparsers) -> None:
         default=None,
         help="serve Prometheus /metrics on this port (docs/operations.md; default: off)",
     )
+    metrics_host_argument(acker)
     acker.set_defaults(handler=_acker)
 
 
@@ -84,5 +86,6 @@ def _acker(args: argparse.Namespace) -> int:
         kafka_config=client_settings(args),
         metrics_port=args.metrics_port,
     )
+    worker.metrics_host = args.metrics_host  # read when /metrics starts (ops.reporter.attach)
     worker.run(handle_signals=True)
     return 0

@@ -18,6 +18,7 @@ __all__ = [
     "client_arguments",
     "topology_arguments",
     "message_timeout_argument",
+    "metrics_host_argument",
     "client_settings",
     "command_config",
     "setup_logging",
@@ -104,6 +105,17 @@ def message_timeout_argument(parser: argparse.ArgumentParser, *, default: int | 
         metavar="MS",
         action=_OldName,
         help=help,
+    )
+
+
+def metrics_host_argument(parser: argparse.ArgumentParser) -> None:
+    """``--metrics-host`` into ``args.metrics_host``: the address ``/metrics`` binds (with ``--metrics-port``)."""
+    parser.add_argument(
+        "--metrics-host",
+        default=None,
+        metavar="ADDRESS",
+        help="address /metrics listens on (default: $RK_METRICS_HOST, else 127.0.0.1; "
+        "0.0.0.0 in a container, as the image sets)",
     )
 
 

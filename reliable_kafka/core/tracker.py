@@ -64,7 +64,7 @@ __all__ = [
     "InFlightTracker",
 ]
 
-BACKSTOP_REASON = "backstop timeout"
+BACKSTOP_REASON = "backstop_expired"  # the word of ops.reasons (older dead letters say "backstop timeout")
 BULK_MIN = 2
 """``emitted_many`` takes batches of at least this many fresh records in bulk (its checks are C-level
 set and list operations: cheaper than a call per record from two records on)."""
@@ -657,7 +657,7 @@ class InFlightTracker:
         return out
 
     def expire_backstop(self, now_ms: int | None = None) -> list[OutcomeAction]:
-        """Fail locally, as TIMED_OUT with reason ``"backstop timeout"``, every root whose backstop
+        """Fail locally, as TIMED_OUT with reason ``"backstop_expired"``, every root whose backstop
         deadline has passed; returns the REDELIVER / DEAD_LETTER actions."""
         now = self._clock() if now_ms is None else now_ms
         actions: list[OutcomeAction] = []

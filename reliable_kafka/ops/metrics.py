@@ -1,24 +1,59 @@
 """Prometheus metrics of one component: Storm UI's numbers under ``rk_`` names (docs/operations.md).
 
-One ``CollectorRegistry`` per component, served by ``prometheus_client``'s own HTTP server. The
+One ``CollectorRegistry`` per component, served by ``prometheus_client``'s own HTTP server, with
+``prometheus_client``'s process, platform and garbage-collector collectors beside ours. The
 collector reads the component at scrape time through its reporter (the same sample a status
 snapshot takes), so metrics cost nothing on the hot path. Labels are bounded: ``topology``,
-``component`` and, per partition, ``topic`` and ``partition``; never a root id or a record key.
+``component`` and, per partition, ``topic`` and ``partition``; outcomes and reasons use the words
+of :mod:`.reasons`; never a root id, a record key or a process id.
+
+The verdict is a state set, as kube-state-metrics exports a pod's phase: one series per verdict,
+1 for the current one and 0 for the others (``rk_component_verdict{verdict="STALL"} == 1`` is the
+alert). It is judged by the function ``status`` uses, over the component's own window. The live
+page (``reliable-kafka ui``) serves the topology's verdicts as ``status`` sees them, DOWN and
+STOPPED components included (:class:`TopologyCollector`).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, start_http_server
+import time
+
+from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from reliable_kafka.errors import ConfigError
+from reliable_kafka.ops.reasons import OUTCOMES, reason_word
+from reliable_kafka.ops.verdict import Verdict
 
-__all__ = ["ComponentCollector", "serve_metrics", "METRICS"]
+__all__ = [
+    "ComponentCollector",
+    "TopologyCollector",
+    "serve_metrics",
+    "component_registry",
+    "METRICS",
+    "TOPOLOGY_METRICS",
+    "DEFAULT_METRICS_HOST",
+    "BOLT_RESULTS",
+]
+
+DEFAULT_METRICS_HOST = "127.0.0.1"
+"""Where ``/metrics`` listens unless told otherwise: loopback, so that a library default never
+exposes a port. A container must listen on all interfaces (``metrics_host="0.0.0.0"``, CLI
+``--metrics-host 0.0.0.0``, or ``RK_METRICS_HOST=0.0.0.0`` in its environment, as the image sets)."""
+
+BOLT_RESULTS = ("acked", "failed", "quarantined")
+"""``rk_bolt_tuples_total``'s results: each input tuple ends in exactly one of them."""
 
 METRICS = {
     # name: (type, help, extra labels, kinds)
-    "rk_component_info": ("gauge", "1 per running component; kind, host and pid as labels", "kind,host,pid", "all"),
+    "rk_component_info": ("gauge", "1 per running component; kind and host as labels", "kind,host", "all"),
     "rk_component_start_time_seconds": ("gauge", "When the component started (Unix time)", "", "all"),
+    "rk_component_verdict": (
+        "gauge",
+        "The component's verdict over its own window: 1 for the current one, 0 for the others",
+        "verdict",
+        "all",
+    ),
     "rk_complete_latency_seconds": ("histogram", "Spout emit to COMPLETED outcome of a tree", "", "spouts"),
     "rk_trees_total": ("counter", "Tree outcomes seen by the spout", "outcome", "spouts"),
     "rk_pending_trees": ("gauge", "Trees in flight (emitted, no outcome yet)", "", "spouts"),
@@ -37,7 +72,15 @@ METRICS = {
         "spout",
     ),
     "rk_records_read_total": ("counter", "Source records read", "", "spout"),
-    "rk_bolt_tuples_total": ("counter", "Bolt input tuples by result", "result", "bolt"),
+    "rk_bolt_tuples_received_total": ("counter", "Bolt input tuples taken from the consumer", "", "bolt"),
+    "rk_bolt_tuples_total": (
+        "counter",
+        "Bolt input tuples by result (acked, failed, quarantined: each tuple in exactly one)",
+        "result",
+        "bolt",
+    ),
+    "rk_bolt_handler_errors_total": ("counter", "Handler calls that raised (their tuples are failed)", "", "bolt"),
+    "rk_bolt_untracked_tuples_total": ("counter", "Input tuples without anchors (also counted by result)", "", "bolt"),
     "rk_tuples_emitted_total": ("counter", "Tuples emitted", "", "spout,bolt"),
     "rk_process_latency_seconds": ("histogram", "Bolt handler call per tuple", "", "bolt"),
     "rk_capacity_ratio": ("gauge", "Share of wall time in the handler over the last minute", "", "bolt"),
@@ -54,6 +97,41 @@ METRICS = {
     "rk_quarantined_records_total": ("counter", "Records copied to the quarantine topic", "kind", "bolt,acker"),
 }
 """The documented list (docs/operations.md is generated from the same facts; a test compares)."""
+
+TOPOLOGY_METRICS = {
+    # name: (type, help, extra labels); served by the live page, labels ``topology`` and these
+    "rk_topology_verdict": (
+        "gauge",
+        "The topology's verdict as `status` judges it: 1 for the current one, 0 for the others",
+        "verdict",
+    ),
+    "rk_topology_component_verdict": (
+        "gauge",
+        "Each component's verdict as `status` judges it (DOWN and STOPPED included): 1 for the current one",
+        "component,kind,verdict",
+    ),
+    "rk_topology_dead_letter_records": ("gauge", "Records held by the dead-letter topic", ""),
+    "rk_topology_quarantined_records": ("gauge", "Records held by the quarantine topic", ""),
+}
+
+SPOUT_KINDS = ("spout", "transactional-spout", "spark-spout")
+
+
+def _verdict_family(name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, labels=[*labels, "verdict"])
+
+
+def _add_state_set(family: GaugeMetricFamily, values: list[str], current: str) -> None:
+    """One series per verdict the code knows (a new one appears by itself), 1 for ``current``."""
+    for verdict in Verdict:
+        family.add_metric([*values, verdict.value], 1.0 if verdict.value == current else 0.0)
+
+
+def _judge(snapshot: dict) -> str:
+    """The verdict ``status`` would give this snapshot now (the same function, not a copy)."""
+    from reliable_kafka.ops.status import judge_snapshot  # imports confluent_kafka: only when scraped
+
+    return judge_snapshot(snapshot, time.time()).verdict.value
 
 
 class ComponentCollector:
@@ -76,14 +154,19 @@ class ComponentCollector:
         def family(cls, name, help_text, extra=()):
             return cls(name, help_text, labels=[*names, *extra])
 
-        info = family(GaugeMetricFamily, "rk_component_info", METRICS["rk_component_info"][1], ("kind", "host", "pid"))
-        info.add_metric([*values, kind, snap["host"], str(snap["pid"])], 1)
+        info = family(GaugeMetricFamily, "rk_component_info", METRICS["rk_component_info"][1], ("kind", "host"))
+        info.add_metric([*values, kind, snap["host"]], 1)
         yield info
         started = family(
             GaugeMetricFamily, "rk_component_start_time_seconds", METRICS["rk_component_start_time_seconds"][1]
         )
         started.add_metric(values, snap["started_at"])
         yield started
+        # judged over the published window (the scrape's own sample is not part of it), as `status` does
+        judged = reporter.last if reporter.last is not None else snap
+        verdict = _verdict_family("rk_component_verdict", METRICS["rk_component_verdict"][1], names)
+        _add_state_set(verdict, values, _judge({**judged, "state": "running"}))
+        yield verdict
 
         latency = snap.get("latency")
         if latency is not None:
@@ -104,7 +187,7 @@ class ComponentCollector:
                 lag_family.add_metric([*values, p["topic"], str(p["partition"])], max(0, p["end"] - p["position"]))
         yield lag_family
 
-        if kind in ("spout", "transactional-spout", "spark-spout"):
+        if kind in SPOUT_KINDS:
             yield from self._spout(snap, family, values, counters)
         elif kind == "bolt":
             yield from self._bolt(snap, family, values, counters)
@@ -113,13 +196,8 @@ class ComponentCollector:
 
     def _spout(self, snap, family, values, counters):
         trees = family(CounterMetricFamily, "rk_trees", METRICS["rk_trees_total"][1], ("outcome",))
-        for outcome, key in (
-            ("completed", "completed"),
-            ("failed", "failed"),
-            ("timed_out", "timed_out"),
-            ("backstop_expired", "backstop_expired"),
-        ):
-            trees.add_metric([*values, outcome], counters.get(key, counters.get(f"tracker_{key}", 0)))
+        for outcome in OUTCOMES:
+            trees.add_metric([*values, outcome], counters.get(outcome, counters.get(f"tracker_{outcome}", 0)))
         yield trees
         pending = family(GaugeMetricFamily, "rk_pending_trees", METRICS["rk_pending_trees"][1])
         pending.add_metric(values, snap.get("pending_roots", 0))
@@ -144,8 +222,12 @@ class ComponentCollector:
         redeliveries.add_metric(values, counters.get("replayed", counters.get("tracker_redelivered", 0)))
         yield redeliveries
         dead = family(CounterMetricFamily, "rk_dead_letters", METRICS["rk_dead_letters_total"][1], ("reason",))
-        for reason, n in sorted(snap.get("dead_letters_by_reason", {}).items()):
-            dead.add_metric([*values, reason], n)
+        by_word: dict[str, int] = {}
+        for reason, n in snap.get("dead_letters_by_reason", {}).items():
+            word = reason_word(reason)  # old and new spellings add up under one word
+            by_word[word] = by_word.get(word, 0) + n
+        for word, n in sorted(by_word.items()):
+            dead.add_metric([*values, word], n)
         yield dead
         if "read" in counters:
             read = family(CounterMetricFamily, "rk_records_read", METRICS["rk_records_read_total"][1])
@@ -156,13 +238,19 @@ class ComponentCollector:
             yield emitted
 
     def _bolt(self, snap, family, values, counters):
+        def counter(name: str, value) -> CounterMetricFamily:
+            metric = family(CounterMetricFamily, name.removesuffix("_total"), METRICS[name][1])
+            metric.add_metric(values, value)
+            return metric
+
+        yield counter("rk_bolt_tuples_received_total", counters.get("received", 0))
         tuples = family(CounterMetricFamily, "rk_bolt_tuples", METRICS["rk_bolt_tuples_total"][1], ("result",))
-        for result in ("acked", "failed", "untracked", "handler_errors", "quarantined"):
+        for result in BOLT_RESULTS:  # a handler error fails its tuple: counted as failed, and apart below
             tuples.add_metric([*values, result], counters.get(result, 0))
         yield tuples
-        emitted = family(CounterMetricFamily, "rk_tuples_emitted", METRICS["rk_tuples_emitted_total"][1])
-        emitted.add_metric(values, counters.get("emitted", 0))
-        yield emitted
+        yield counter("rk_bolt_handler_errors_total", counters.get("handler_errors", 0))
+        yield counter("rk_bolt_untracked_tuples_total", counters.get("untracked", 0))
+        yield counter("rk_tuples_emitted_total", counters.get("emitted", 0))
         capacity = family(GaugeMetricFamily, "rk_capacity_ratio", METRICS["rk_capacity_ratio"][1])
         capacity.add_metric(values, snap.get("capacity") or 0.0)
         yield capacity
@@ -192,15 +280,59 @@ class ComponentCollector:
         yield quarantined
 
 
-def serve_metrics(reporter, *, port: int, addr: str = "0.0.0.0"):
-    """Serve ``/metrics`` for ``reporter``'s component; returns (server, bound port)."""
+class TopologyCollector:
+    """The ``status`` report as metrics: the topology's verdict and each component's, as judged
+    from the status topic (so a killed or stopped component shows, which its own /metrics cannot).
+    ``report`` is a callable returning the ``status --json`` document."""
+
+    def __init__(self, report) -> None:
+        self.report = report
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        report = self.report()
+        topology = report["topology"]
+        overall = _verdict_family("rk_topology_verdict", TOPOLOGY_METRICS["rk_topology_verdict"][1], ["topology"])
+        _add_state_set(overall, [topology], report["verdict"])
+        yield overall
+        each = _verdict_family(
+            "rk_topology_component_verdict",
+            TOPOLOGY_METRICS["rk_topology_component_verdict"][1],
+            ["topology", "component", "kind"],
+        )
+        for c in report["components"]:
+            _add_state_set(each, [topology, c["name"], str(c.get("kind"))], c["verdict"])
+        yield each
+        for name, part in (
+            ("rk_topology_dead_letter_records", "dead_letters"),
+            ("rk_topology_quarantined_records", "quarantine"),
+        ):
+            held = report.get(part, {}).get("records")
+            gauge = GaugeMetricFamily(name, TOPOLOGY_METRICS[name][1], labels=["topology", "topic"])
+            if held is not None:
+                gauge.add_metric([topology, report[part]["topic"]], held)
+            yield gauge
+
+
+def component_registry(*collectors) -> CollectorRegistry:
+    """A registry with ``collectors`` and prometheus_client's process, platform and GC collectors
+    (one registry per component: several components in one process each show the process)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ComponentCollector(reporter))
+    for collector in (*collectors, PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
+    return registry
+
+
+def serve_metrics(reporter, *, port: int, addr: str = DEFAULT_METRICS_HOST):
+    """Serve ``/metrics`` for ``reporter``'s component on ``addr:port``; returns (server, bound port)."""
+    registry = component_registry(ComponentCollector(reporter))
     try:
         server, _thread = start_http_server(port, addr=addr, registry=registry)
     except OSError as exc:
         raise ConfigError(
-            f"{reporter.view.name}: cannot serve /metrics on port {port}: {exc}; "
-            f"pick a free metrics_port (0: any free port)"
+            f"{reporter.view.name}: cannot serve /metrics on {addr}:{port}: {exc}; "
+            f"pick a free metrics_port (0: any free port) and a local address as metrics_host"
         ) from exc
     return server, server.server_port

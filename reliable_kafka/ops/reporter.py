@@ -26,13 +26,14 @@ from reliable_kafka.ops.snapshot import ComponentView, view_of
 if TYPE_CHECKING:
     from confluent_kafka import Producer
 
-__all__ = ["ComponentReporter", "attach", "SCHEMA", "DEFAULT_INTERVAL_S", "HISTORY"]
+__all__ = ["ComponentReporter", "attach", "SCHEMA", "DEFAULT_INTERVAL_S", "HISTORY", "METRICS_HOST_ENV"]
 
 log = logging.getLogger(__name__)
 
 SCHEMA = 1
 DEFAULT_INTERVAL_S = 5.0  # a worker's ``status_interval_s`` attribute overrides it
 HISTORY = 12  # samples kept in each snapshot: the verdict's window (a minute at 5 s)
+METRICS_HOST_ENV = "RK_METRICS_HOST"  # where /metrics listens when the worker does not say (images: 0.0.0.0)
 
 
 class ComponentReporter:
@@ -44,11 +45,13 @@ class ComponentReporter:
         *,
         interval_s: float = DEFAULT_INTERVAL_S,
         metrics_port: int | None = None,
+        metrics_host: str | None = None,
         publish: bool = True,
     ) -> None:
         self.view = view
         self.interval_s = float(interval_s)
         self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
         self.publish_enabled = publish
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -67,9 +70,10 @@ class ComponentReporter:
 
     def start(self) -> ComponentReporter:
         if self.metrics_port is not None:
-            from reliable_kafka.ops.metrics import serve_metrics
+            from reliable_kafka.ops.metrics import DEFAULT_METRICS_HOST, serve_metrics
 
-            self._metrics_server, port = serve_metrics(self, port=self.metrics_port)
+            host = self.metrics_host or os.environ.get(METRICS_HOST_ENV) or DEFAULT_METRICS_HOST
+            self._metrics_server, port = serve_metrics(self, port=self.metrics_port, addr=host)
             self.metrics_port = port
             self.view.worker.metrics_port = port  # 0 asked for a free port: say which one
         self._thread = threading.Thread(target=self._loop, name=f"{self.view.name}-status", daemon=True)
@@ -206,8 +210,9 @@ class ComponentReporter:
 def attach(worker) -> ComponentReporter | None:
     """Start reporting for ``worker`` (None for an object of an unknown kind).
 
-    Reads two optional attributes of the worker: ``metrics_port`` (serve ``/metrics``; 0 picks a
-    free port, written back to the attribute) and ``status_interval_s`` (default 5 s).
+    Reads optional attributes of the worker: ``metrics_port`` (serve ``/metrics``; 0 picks a free
+    port, written back to the attribute), ``metrics_host`` (the address to bind; default
+    ``$RK_METRICS_HOST``, else 127.0.0.1) and ``status_interval_s`` (default 5 s).
     """
     view = view_of(worker)
     if view is None:
@@ -216,5 +221,6 @@ def attach(worker) -> ComponentReporter | None:
         view,
         interval_s=getattr(worker, "status_interval_s", DEFAULT_INTERVAL_S),
         metrics_port=getattr(worker, "metrics_port", None),
+        metrics_host=getattr(worker, "metrics_host", None),
     )
     return reporter.start()  # a metrics port in use raises ConfigError: the operator asked for it

@@ -126,6 +126,7 @@ class SpoutShell:
         # set by the rebalance callbacks: backpressure is applied to the new assignment afresh
         self._assignment_moved = False
         self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
+        self.metrics_host: str | None = None  # where /metrics listens (None: $RK_METRICS_HOST, else 127.0.0.1)
         self.output_topics: set[str] = set()  # for the status page's graph
         self.max_dead_letter_ratio = max_dead_letter_ratio
         self.dead_letter_window = dead_letter_window

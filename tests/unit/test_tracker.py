@@ -338,7 +338,7 @@ def test_retries_respect_max_retries_then_dead_letter(max_retries, reasons):
         if reason == "backstop":
             clock.now += 1_000
             (action,) = tracker.expire_backstop()
-            assert action.reason == "backstop timeout"
+            assert action.reason == "backstop_expired"
             assert tracker.on_outcome(root, COMPLETED) is None  # too late: already failed locally
         else:
             action = tracker.on_outcome(root, OutcomeKind[reason])
@@ -451,7 +451,7 @@ def test_backstop_fails_roots_without_outcome_after_timeout_plus_grace():
     assert tracker.next_due_ms() == 1_500
     assert tracker.expire_backstop(now_ms=1_499) == []
     (action,) = tracker.expire_backstop(now_ms=1_500)
-    assert action == OutcomeAction(ActionKind.REDELIVER, TP, 0, 1, "backstop timeout", due_ms=1_600)
+    assert action == OutcomeAction(ActionKind.REDELIVER, TP, 0, 1, "backstop_expired", due_ms=1_600)
     assert tracker.on_outcome(late, COMPLETED) is None  # the acker answered after all: ignored
     clock.now = 1_700
     (action,) = tracker.expire_backstop()  # offset 1 completed: only 2 expires
@@ -834,7 +834,7 @@ class TrackerMachine(RuleBasedStateMachine):
             root = self.model[action.tp].pending[action.offset].root
             del self.flights[root]
             self.stale.append(root)
-            self._fail(action.tp, action.offset, "backstop timeout", action)
+            self._fail(action.tp, action.offset, "backstop_expired", action)
 
     @precondition(lambda self: any(e.state == "dlq" for tp in TPS for e in self.model[tp].pending.values()))
     @rule(data=st.data())
