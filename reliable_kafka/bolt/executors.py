@@ -3,8 +3,10 @@ queue that a test or the simulation runs one call at a time (DESIGN section 6.1)
 
 An executor only runs calls. Each :class:`Call` is run by ``run(call)`` (a plain handler) or
 awaited as ``run_async(call)`` (an ``async def`` handler), both given by the bolt at
-:meth:`start`; they report the call's end to the bolt's loop themselves. The bolt never hands an
-executor more calls than its ``parallelism`` allows at once, so an executor needs no queue bound.
+:meth:`start`; they mark the call begun (``begin(call)``: False when the bolt abandoned it while it
+waited) and report its end to the bolt's loop themselves. The bolt hands over every call that may
+run now (at most ``max_in_flight``); the executor runs at most ``size`` of them at once, the others
+wait in its queue, so a slot that frees takes the next call without waiting for the bolt's loop.
 A serial bolt (``parallelism=1``, a plain handler) uses none of this: its loop calls the handler
 inline (:mod:`reliable_kafka.bolt.serial`).
 """
@@ -18,27 +20,47 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-__all__ = ["Call", "CallExecutor", "ThreadCalls", "AsyncioCalls", "SteppedCalls"]
+__all__ = [
+    "Call",
+    "CallExecutor",
+    "ThreadCalls",
+    "AsyncioCalls",
+    "SteppedCalls",
+    "QUEUED",
+    "RUNNING",
+    "ENDED",
+    "ABANDONED",
+]
 
 log = logging.getLogger(__name__)
+
+
+QUEUED, RUNNING, ENDED, ABANDONED = range(4)  # a call's state once handed to an executor
 
 
 class Call:
     """One handler call of a parallel bolt: its tuple, its ordering key and where it stands."""
 
-    __slots__ = ("tuple_", "key", "offsets", "started", "error")
+    __slots__ = ("tuple_", "key", "offsets", "started", "error", "state")
 
     def __init__(self, tuple_, key, offsets) -> None:
         self.tuple_ = tuple_
         self.key = key  # its ordering key (None: none, it may run beside anything)
         self.offsets = offsets  # its partition's InputOffsets when it was received
-        self.started = 0.0  # monotonic, set when handed to the executor
+        self.started = 0.0  # monotonic (the bolt's clock), set when it began to run
         self.error: BaseException | None = None  # an op of the call that could not be applied
+        self.state = QUEUED  # RUNNING once begun, then ENDED; ABANDONED by a revoke or close before it began
 
 
 class CallExecutor(Protocol):
-    def start(self, run: Callable[[Call], None], run_async: Callable[[Call], Awaitable[None]] | None) -> None:
-        """``run``: runs a plain handler's call; ``run_async``: awaits an ``async def`` handler's (else None)."""
+    def start(
+        self,
+        run: Callable[[Call], None],
+        run_async: Callable[[Call], Awaitable[None]] | None,
+        begin: Callable[[Call], bool],
+    ) -> None:
+        """``run``: runs a plain handler's call; ``run_async``: awaits an ``async def`` handler's (else
+        None); both begin the call themselves (``begin``, which a stepped executor also calls)."""
 
     def submit(self, calls: list[Call]) -> None: ...
 
@@ -55,7 +77,7 @@ class ThreadCalls:
         self._inbox: queue.SimpleQueue[Call | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
 
-    def start(self, run, run_async) -> None:
+    def start(self, run, run_async, begin) -> None:
         self._run = run
         for i in range(self.size):
             thread = threading.Thread(target=self._work, name=f"{self.name}-call-{i}", daemon=True)
@@ -81,16 +103,18 @@ class ThreadCalls:
 
 
 class AsyncioCalls:
-    """One asyncio loop in a daemon thread; each call a task on it (the bolt keeps at most
-    ``parallelism`` of them in flight)."""
+    """One asyncio loop in a daemon thread; each call a task on it, at most ``size`` of them
+    running the handler at once (the others wait for the semaphore)."""
 
-    def __init__(self, *, name: str = "bolt") -> None:
+    def __init__(self, size: int, *, name: str = "bolt") -> None:
+        self.size = size
         self.name = name
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._slots: asyncio.Semaphore | None = None  # made on the loop's thread
 
-    def start(self, run, run_async) -> None:
+    def start(self, run, run_async, begin) -> None:
         self._run_async = run_async
         loop = self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=loop.run_forever, name=f"{self.name}-asyncio", daemon=True)
@@ -101,10 +125,17 @@ class AsyncioCalls:
         self._loop.call_soon_threadsafe(self._start_tasks, calls)  # one wake-up of the loop per round
 
     def _start_tasks(self, calls: list[Call]) -> None:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.size)
         for call in calls:
-            task = asyncio.ensure_future(self._run_async(call))
+            task = asyncio.ensure_future(self._in_slot(call))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    async def _in_slot(self, call: Call) -> None:
+        assert self._slots is not None
+        async with self._slots:
+            await self._run_async(call)
 
     def close(self, timeout: float) -> None:
         loop, thread = self._loop, self._thread
@@ -125,20 +156,39 @@ class AsyncioCalls:
 
 class SteppedCalls:
     """Calls wait here until :meth:`run_one` runs one of them in the caller's thread: a test or the
-    seeded simulation decides which call finishes when (out of order), deterministically."""
+    seeded simulation decides which call finishes when (out of order), deterministically. As a
+    pool of ``size`` threads (default: the bolt's ``parallelism``) would, the first ``size``
+    waiting calls have begun (the others wait their turn), and only those can be run."""
 
-    def __init__(self) -> None:
+    def __init__(self, size: int | None = None) -> None:
+        self.size = size
         self.waiting: list[Call] = []
 
-    def start(self, run, run_async) -> None:
-        self._run, self._run_async = run, run_async
+    def start(self, run, run_async, begin) -> None:
+        self._run, self._run_async, self._begin = run, run_async, begin
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def submit(self, calls: list[Call]) -> None:
         self.waiting.extend(calls)
+        self._begin_heads()
+
+    def _begin_heads(self) -> None:
+        """The calls a pool would run now begin; those abandoned before they began leave the queue."""
+        self.waiting[:] = [call for call in self.waiting if call.state != ABANDONED]
+        for call in self.waiting[: self.running_slots()]:
+            self._begin(call)
+
+    def running_slots(self) -> int:
+        """How many of the waiting calls have begun (:meth:`run_one` runs one of those)."""
+        assert self.size is not None  # given, or set by the bolt when it starts
+        return min(self.size, len(self.waiting))
 
     def run_one(self, index: int = 0) -> Call:
-        """Run the ``index``-th waiting call to its end (an ``async def`` handler's on a private loop)."""
+        """Run the ``index``-th waiting call, one that has begun, to its end (an ``async def``
+        handler's on a private loop)."""
+        self._begin_heads()
+        if not 0 <= index < self.running_slots():
+            raise IndexError(f"call {index} has not begun: {self.running_slots()} of {len(self.waiting)} have")
         call = self.waiting.pop(index)
         if self._run_async is not None:
             if self._loop is None:
@@ -146,6 +196,7 @@ class SteppedCalls:
             self._loop.run_until_complete(self._run_async(call))
         else:
             self._run(call)
+        self._begin_heads()
         return call
 
     def close(self, timeout: float) -> None:

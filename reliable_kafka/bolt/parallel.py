@@ -16,6 +16,7 @@ import asyncio
 import inspect
 import logging
 import queue
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -24,7 +25,17 @@ from typing import TYPE_CHECKING
 from confluent_kafka import Message, TopicPartition
 
 from reliable_kafka.bolt.collector import BoltCollector, Tuple
-from reliable_kafka.bolt.executors import AsyncioCalls, Call, CallExecutor, ThreadCalls
+from reliable_kafka.bolt.executors import (
+    ABANDONED,
+    ENDED,
+    QUEUED,
+    RUNNING,
+    AsyncioCalls,
+    Call,
+    CallExecutor,
+    SteppedCalls,
+    ThreadCalls,
+)
 from reliable_kafka.codec.anchors import ANCHORS_HEADER, decode_anchors
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
 from reliable_kafka.core.input_offsets import InputOffsets
@@ -110,9 +121,11 @@ class InFlightCalls:
         self._partitions: dict[tuple[str, int], InputOffsets] = {}
         self._runnable: deque[Call] = deque()  # may start now, in arrival order
         self._blocked: dict[object, deque[Call]] = {}  # key -> calls after the one holding it
-        # running calls -> start (monotonic), in start order: the first is the oldest
-        self._running: dict[Call, float] = {}
-        self.held = 0  # calls received and not finished: runnable, blocked and running
+        # calls handed to the executor and not ended, in hand-over order: QUEUED in the executor
+        # or RUNNING (their state moves under _state_lock: a revoke abandons only calls not begun)
+        self._submitted: dict[Call, None] = {}
+        self._state_lock = threading.Lock()
+        self.held = 0  # calls received and not finished: runnable, blocked, queued and running
         self.paused = False
         self._full_since: float | None = None  # held reached max_in_flight then (monotonic)
         self._closed = False
@@ -120,7 +133,9 @@ class InFlightCalls:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.executor.start(self._run, self._run_async if self._is_async else None)
+        if isinstance(self.executor, SteppedCalls) and self.executor.size is None:
+            self.executor.size = self.parallelism
+        self.executor.start(self._run, self._run_async if self._is_async else None, self.begin)
 
     def assign(self, consumer, partitions: list[TopicPartition]) -> None:
         """Track each partition from its committed offset, skipping what its metadata records as done."""
@@ -150,7 +165,7 @@ class InFlightCalls:
         self._drop_waiting(lambda call: (call.tuple_.topic, call.tuple_.partition) in keys)
         if self._closed:
             wait_s = 0.0  # close() waited already (the consumer's close revokes everything)
-        self.wait(lambda: any((c.tuple_.topic, c.tuple_.partition) in keys for c in self._running), wait_s)
+        self.wait(lambda: any((c.tuple_.topic, c.tuple_.partition) in keys for c in self._submitted), wait_s)
 
     def forget(self, partitions: Iterable[TopicPartition]) -> None:
         """Calls of these partitions still running are abandoned: their ends no longer count for a commit."""
@@ -160,14 +175,14 @@ class InFlightCalls:
     def close(self, wait_s: float) -> None:
         """Drop every call not started, wait up to ``wait_s`` for the running ones (the caller commits)."""
         self._drop_waiting(lambda call: True)
-        self.wait(lambda: bool(self._running), wait_s)
+        self.wait(lambda: bool(self._submitted), wait_s)
         self._closed = True
 
     def stop(self, timeout: float) -> None:
         """After the last commit: calls still running are abandoned (their trees time out and replay)."""
-        self._bolt.stats.abandoned += len(self._running)
-        self.held -= len(self._running)
-        self._running.clear()
+        self._bolt.stats.abandoned += len(self._submitted)
+        self.held -= len(self._submitted)
+        self._submitted.clear()
         self.executor.close(timeout)
 
     def wait(self, busy: Callable[[], bool], wait_s: float) -> None:
@@ -180,7 +195,7 @@ class InFlightCalls:
                 log.warning(
                     "%s: %d handler calls still running after %.1f s; abandoned (their trees time out and replay)",
                     self._bolt.name,
-                    len(self._running),
+                    len(self._submitted),
                     wait_s,
                 )
                 return
@@ -266,38 +281,60 @@ class InFlightCalls:
         return ("partition", tuple_.topic, tuple_.partition)  # "partition", and records without a key
 
     def dispatch(self) -> None:
-        """Start runnable calls while fewer than ``parallelism`` run."""
-        runnable, running = self._runnable, self._running
-        free = self.parallelism - len(running)
-        if free <= 0 or not runnable:
+        """Hand every runnable call to the executor: it runs ``parallelism`` at once and queues the
+        rest, so a slot that frees takes the next call without waiting for this loop's round."""
+        runnable, submitted = self._runnable, self._submitted
+        if not runnable:
             return
-        now = self._bolt._clock.monotonic()
-        started = []
-        while free > 0 and runnable:
+        handed = []
+        while runnable:
             call = runnable.popleft()
             if call.error is not None:  # its key could not be read: failed without a call
                 self._ended(call, call.error)
                 continue
-            call.started = now
-            running[call] = now
-            started.append(call)
-            free -= 1
-        if started:
-            self.executor.submit(started)
+            submitted[call] = None
+            handed.append(call)
+        if handed:
+            self.executor.submit(handed)
+
+    def begin(self, call: Call) -> bool:
+        """``call`` begins to run (an executor's thread or task): False if a revoke or close
+        abandoned it while it was queued (it must not run)."""
+        with self._state_lock:
+            if call.state == ABANDONED:
+                return False
+            if call.state == QUEUED:
+                call.state = RUNNING
+                call.started = self._bolt._clock.monotonic()
+            return True
+
+    def _abandon_queued(self, call: Call) -> bool:
+        """``call`` will not run if it has not begun (True: abandoned; False: it runs or ran)."""
+        with self._state_lock:
+            if call.state != QUEUED:
+                return False
+            call.state = ABANDONED
+            return True
 
     # --- in the executor's threads --------------------------------------------------------------
 
     def _run(self, call: Call) -> None:
+        if not self.begin(call):
+            return
         put, clock = self._ops.put, time.monotonic
         started = clock()
         try:
             self._bolt.handler(call.tuple_, CallCollector(put, call))  # type: ignore[misc]
         except BaseException as exc:  # the loop decides what a raise means (Bolt._call_raised)
+            call.state = ENDED
             put((_RAISED, call, (exc, clock() - started)))
         else:
+            call.state = ENDED
             put((_RETURNED, call, clock() - started))
 
     async def _run_async(self, call: Call) -> None:
+        if not self.begin(call):
+            return
         put, clock = self._ops.put, time.monotonic
         started = clock()
         try:
@@ -305,8 +342,10 @@ class InFlightCalls:
         except asyncio.CancelledError:
             raise  # the bolt is closing: abandoned
         except BaseException as exc:
+            call.state = ENDED
             put((_RAISED, call, (exc, clock() - started)))
         else:
+            call.state = ENDED
             put((_RETURNED, call, clock() - started))
 
     # --- in the loop: applying what the calls asked for ------------------------------------------
@@ -370,7 +409,7 @@ class InFlightCalls:
             elif bolt._acks_on_return:
                 bolt.collector.ack(tuple_)
         finally:
-            self._running.pop(call, None)
+            self._submitted.pop(call, None)
             self.held -= 1
             call.offsets.done(tuple_.offset)
             bolt._uncommitted = True
@@ -399,6 +438,11 @@ class InFlightCalls:
             for call in heads:
                 self._pass_key(call)
         dropped += len(heads)
+        # queued in the executor, not begun: they will not run
+        for call in [call for call in self._submitted if dropping(call) and self._abandon_queued(call)]:
+            del self._submitted[call]
+            self._pass_key(call)
+            dropped += 1
         self.held -= dropped
         self._bolt.stats.abandoned += dropped
 
@@ -419,17 +463,21 @@ class InFlightCalls:
 
     # --- status (any thread) --------------------------------------------------------------------
 
-    def calls_in_flight(self) -> int:
-        return len(self._running)
-
-    def oldest_call_age(self, now: float) -> float | None:
-        for _ in range(5):  # the loop may change the dict meanwhile: read again
+    def _begun(self) -> list[Call]:
+        """The calls running now (read from any thread: the loop may change the dict meanwhile)."""
+        for _ in range(5):
             try:
-                first = next(iter(self._running.values()), None)
+                return [call for call in self._submitted if call.state == RUNNING]
             except RuntimeError:
                 continue
-            return None if first is None else max(0.0, now - first)
-        return None
+        return []
+
+    def calls_in_flight(self) -> int:
+        return len(self._begun())
+
+    def oldest_call_age(self, now: float) -> float | None:
+        begun = self._begun()
+        return max(0.0, now - min(call.started for call in begun)) if begun else None
 
 
 def parallel_calls(
@@ -463,7 +511,7 @@ def parallel_calls(
             "a consumed batch, whose tuples a parallel bolt finishes out of order (docs/guarantees.md)"
         )
     if executor is None:
-        executor = AsyncioCalls(name=bolt.name) if is_async else ThreadCalls(parallelism, name=bolt.name)
+        executor = AsyncioCalls(parallelism, name=bolt.name) if is_async else ThreadCalls(parallelism, name=bolt.name)
     return InFlightCalls(
         bolt,
         executor,

@@ -267,8 +267,10 @@ class _Simulation:
         executor = self.calls.get(process.name)
         if executor is None or not executor.waiting:
             return
-        for _ in range(self.rng.randint(0, len(executor.waiting))):
-            index = self.rng.randrange(len(executor.waiting))
+        for _ in range(self.rng.randint(0, executor.running_slots())):
+            if not executor.running_slots():
+                break
+            index = self.rng.randrange(executor.running_slots())  # one of the calls that have begun
             if index:
                 self.events["call.out_of_order"] += 1
             executor.run_one(index)
