@@ -300,6 +300,7 @@ class AckerWorker(OutcomePublisher):
         self._partitions.clear()
         self._retry_outcomes.clear()  # decided again by the replay
         self._commit_waits_since = None
+        self._fenced = None  # the old consumer's commit results tell nothing about the new one
         consumer, self._consumer = self._consumer, None
         try:
             if consumer is not None:

@@ -138,7 +138,7 @@ def test_a_named_acker_keeps_folding_after_its_group_coordinator_is_killed(kafka
         _wait_until_committed(bootstrap, topology, 120, processes)  # all three run and the trees complete
         while len(kills) < 3 and not _fenced(acker.log()):
             coordinator = _coordinator(bootstrap, f"{topology}.ackers")
-            flowing = threading.Thread(target=lambda: [produce(150) or time.sleep(0.5) for _ in range(6)])
+            flowing = threading.Thread(target=lambda: [produce(100) or time.sleep(0.5) for _ in range(6)])
             flowing.start()  # records flow (and the acker commits) while the broker dies
             time.sleep(1.5)
             cluster.kill_broker(coordinator)
@@ -149,7 +149,7 @@ def test_a_named_acker_keeps_folding_after_its_group_coordinator_is_killed(kafka
         if not _fenced(acker.log()):
             _fence_like_a_rejoin(bootstrap, topology)
             kills.append("fenced by a consumer with its instance id")
-        produce(RECORDS - produced)
+        produce(RECORDS - produced)  # at least 900 records after the fence: only a folding acker completes them
         _wait_until_committed(bootstrap, topology, 180, processes)
 
         assert _fenced(acker.log()), "the acker was never fenced: the test did not cover the fatal path"

@@ -154,6 +154,20 @@ def test_a_fenced_commit_result_also_rebuilds_the_consumer():
     acker.close()
 
 
+def test_a_fence_reported_twice_rebuilds_once():
+    # seen on the cluster: the commit results and the consumed _FATAL event of one fence came in one
+    # poll; the stale commit result then made the healthy new consumer be thrown away too
+    clock = ManualClock()
+    kafka = MemoryKafka(clock=clock)
+    acker = _named_acker(clock, kafka)
+    acker._on_commit(KafkaError(KafkaError.FENCED_INSTANCE_ID, "fenced"), [TopicPartition(ACKS, 0, 0)])
+    kafka.fatal(acker._consumer)
+    for _ in range(3):
+        acker.poll_once(0)
+    assert acker.stats.client_rebuilds == 1
+    acker.close()
+
+
 def test_an_acker_fenced_again_and_again_stops_naming_its_instance_id():
     clock = ManualClock()
     kafka = MemoryKafka(clock=clock)
