@@ -28,6 +28,9 @@ __all__ = [
     "partition_count",
     "admin_client",
     "warn_if_create_time",
+    "Replication",
+    "replication_for",
+    "check_ack_partitions",
 ]
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,47 @@ log = logging.getLogger(__name__)
 # after a restart sees the same clock the live acker saw (docs/guarantees.md, known limitations).
 ACK_TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 _warned_create_time: set[str] = set()
+_warned_replication: set[str] = set()
+
+
+@dataclass(frozen=True)
+class Replication:
+    """How a topology topic is replicated: ``factor`` copies, ``min_insync`` of them in sync for
+    an ``acks=all`` write (``min.insync.replicas``)."""
+
+    factor: int
+    min_insync: int
+
+    def topic_config(self) -> dict[str, str]:
+        return {"min.insync.replicas": str(self.min_insync)}
+
+
+def replication_for(
+    admin: AdminClient,
+    replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
+    *,
+    timeout: float = 30.0,
+) -> Replication:
+    """The replication of new topology topics (DESIGN section 7.5): ``replication_factor``, else
+    min(3, brokers); ``min_insync_replicas``, else min(2, factor). Three copies with two in sync
+    survive one broker down without refusing an ``acks=all`` write, as Kafka's own internal topics
+    are set up on a production cluster; a single-broker cluster gets one copy."""
+    for name, value in (("replication_factor", replication_factor), ("min_insync_replicas", min_insync_replicas)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"topology topics: {name} must be an integer >= 1 (or None: the default), got {value!r}")
+    factor = replication_factor or min(3, _brokers(admin, timeout))
+    min_insync = min_insync_replicas or min(2, factor)
+    if min_insync > factor:
+        raise ConfigError(
+            f"topology topics: min_insync_replicas={min_insync} is more than replication_factor={factor}: "
+            f"every acks=all write would be refused; allowed: 1 to {factor}"
+        )
+    return Replication(factor, min_insync)
+
+
+def _brokers(admin: AdminClient, timeout: float) -> int:
+    return max(1, len(admin.list_topics(timeout=timeout).brokers))
 
 
 @dataclass(frozen=True)
@@ -156,41 +200,44 @@ def ensure_topics(
     admin: AdminClient,
     topics: TopologyTopics,
     *,
-    replication_factor: int = 1,
+    replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
     timeout: float = 30.0,
     needed: set[str] | None = None,
     clock: Clock = time,
 ) -> None:
     """Create the topology's missing topics; refuse existing ones with the wrong partition count.
 
-    Raises :class:`TopologyError` naming the topic, the partitions found and needed, and what to do.
-    A topic the principal may neither see nor create is an
+    New topics get :func:`replication_for`'s replication (by default min(3, brokers) copies,
+    ``min.insync.replicas`` min(2, copies)); an existing one with fewer copies than that is warned
+    about, once per process. Raises :class:`TopologyError` naming the topic, the partitions found
+    and needed, and what to do, also when another process created a topic first (the count is
+    checked again after the race). A topic the principal may neither see nor create is an
     :class:`~reliable_kafka.errors.AuthorizationError` when it is in ``needed`` (default: all),
     else a warning: an administrator may have created it for the components that use it.
     """
-    existing = admin.list_topics(timeout=timeout).topics
+    replication = replication_for(admin, replication_factor, min_insync_replicas, timeout=timeout)
+    metadata = admin.list_topics(timeout=timeout)
+    existing = metadata.topics
     missing = []
     for topic, partitions in topics.shapes().items():
         if topic in existing and existing[topic].error is None:
-            found = len(existing[topic].partitions)
-            if found != partitions:
-                raise TopologyError(
-                    f"topology {topics.topology!r}: topic {topic} has {found} partitions, "
-                    f"needs {partitions}; use the same ackers setting as when it was created, "
-                    f"or delete the topic (losing its pending trees) and start again"
-                )
+            _check_partitions(topics, topic, len(existing[topic].partitions), partitions)
+            _warn_if_under_replicated(topic, existing[topic], min(3, max(1, len(metadata.brokers))))
         else:
-            config = ACK_TOPIC_CONFIG if topic == topics.acks else {}
+            config = {**(ACK_TOPIC_CONFIG if topic == topics.acks else {}), **replication.topic_config()}
             missing.append(
-                NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
+                NewTopic(topic, num_partitions=partitions, replication_factor=replication.factor, config=config)
             )
     hidden = []
+    raced = []
     if missing:
         for topic, future in admin.create_topics(missing, operation_timeout=timeout).items():
             try:
                 future.result(timeout=timeout)
             except KafkaException as exc:
-                if exc.args[0].name() == "TOPIC_ALREADY_EXISTS":  # a concurrent worker won the race
+                if exc.args[0].name() == "TOPIC_ALREADY_EXISTS":  # another process won the race
+                    raced.append(topic)
                     continue
                 if refusal(exc, **_who(admin)) is None:
                     raise TopologyError(f"topology {topics.topology!r}: cannot create {topic}: {exc}") from exc
@@ -205,23 +252,72 @@ def ensure_topics(
             _who(admin)["principal"],
             ", ".join(sorted(hidden)),
         )
+    for topic in sorted(raced, key=lambda name: name != topics.acks):  # the winner may have asked for another N
+        found = partition_count(admin, topic, timeout=timeout, wait=timeout, clock=clock)
+        if found is not None:
+            _check_partitions(topics, topic, found, topics.shapes()[topic])
     _wait_for_leaders(admin, [topic for topic in topics.shapes() if topic not in hidden], timeout, clock)
-    ensure_status_topic(admin, topics, replication_factor=replication_factor, timeout=timeout)
+    ensure_status_topic(admin, topics, replication_factor=replication.factor, timeout=timeout, replication=replication)
+
+
+def check_ack_partitions(component: str, topics: TopologyTopics, found: int, ackers: int | None) -> None:
+    """Raise :class:`TopologyError` when ``ackers`` is given and the ack topic has ``found`` partitions
+    instead: N routes every entry (root mod N), so a component must not run with another N."""
+    if ackers is not None and found != ackers:
+        raise TopologyError(
+            f"{component}: ack topic {topics.acks} has {found} partitions, ackers={ackers}; run with "
+            f"ackers={found} (or leave ackers unset to read it from the topic), or delete the topology's "
+            f"topics (losing their pending trees) and start again with ackers={ackers}"
+        )
+
+
+def _check_partitions(topics: TopologyTopics, topic: str, found: int, needed: int) -> None:
+    if found != needed:
+        setting = f"ackers={found}" if topic == topics.acks else "the ackers setting it was created with"
+        raise TopologyError(
+            f"topology {topics.topology!r}: topic {topic} has {found} partitions, needs {needed} "
+            f"(ackers={topics.ackers}); use {setting}, or delete the topology's topics (losing their "
+            f"pending trees) and start again"
+        )
+
+
+def _warn_if_under_replicated(topic: str, described, allowed: int) -> None:
+    """Warn (once per process and topic) when ``topic`` keeps fewer copies than the cluster allows."""
+    copies = min((len(p.replicas) for p in described.partitions.values()), default=allowed)
+    if copies >= allowed or topic in _warned_replication:
+        return
+    _warned_replication.add(topic)
+    log.warning(
+        "topology topic %s has replication factor %d, the cluster allows %d: one broker down loses its "
+        "records or stops the topology. Raise it with kafka-reassign-partitions.sh (docs/operations.md, "
+        "replication), and set min.insync.replicas=%d on it",
+        topic,
+        copies,
+        allowed,
+        min(2, allowed),
+    )
 
 
 def ensure_status_topic(
-    admin: AdminClient, topics: TopologyTopics, *, replication_factor: int = 1, timeout: float = 30.0
+    admin: AdminClient,
+    topics: TopologyTopics,
+    *,
+    replication_factor: int | None = None,
+    timeout: float = 30.0,
+    replication: Replication | None = None,
 ) -> None:
-    """Create ``<topology>.status`` (1 partition, compacted, 10-minute segments) when it is missing."""
+    """Create ``<topology>.status`` (1 partition, compacted, 10-minute segments) when it is missing,
+    replicated as :func:`replication_for` says (``replication``: already decided)."""
     if topics.status in admin.list_topics(timeout=timeout).topics:
         return
+    replication = replication or replication_for(admin, replication_factor, timeout=timeout)
     new = NewTopic(
         topics.status,
         num_partitions=1,
-        replication_factor=replication_factor,
+        replication_factor=replication.factor,
         # small segments: snapshots every few seconds would otherwise pile up until the
         # default week-long segment rolls, since only closed segments are compacted
-        config={"cleanup.policy": "compact", "segment.ms": "600000"},
+        config={"cleanup.policy": "compact", "segment.ms": "600000", **replication.topic_config()},
     )
     for topic, future in admin.create_topics([new], operation_timeout=timeout).items():
         try:

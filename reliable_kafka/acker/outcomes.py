@@ -17,6 +17,7 @@ from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import DeliveryError
 from reliable_kafka.kafka.authorization import check_delivery
 from reliable_kafka.kafka.commit_wait import commit_wait
+from reliable_kafka.kafka.fatal import ClientFailed, client_failed, is_fatal, static_member
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import flush_or_raise
 from reliable_kafka.topology import TopologyTopics
@@ -48,6 +49,7 @@ class OutcomePublisher:
     _outcome_partitions: int
     _retry_outcomes: list[tuple[int, bytes]]
     _consumer: Consumer | None
+    _fenced: ClientFailed | None
     _producer: Producer | None
     _quarantine: Quarantine | None
     _last_commit: float
@@ -95,10 +97,15 @@ class OutcomePublisher:
             self._retry_outcomes.append((message.partition(), message.value()))
 
     def _on_commit(self, error, partitions) -> None:
-        """An asynchronous commit's result (served by consume): a failed one is committed again."""
+        """An asynchronous commit's result (served by consume): a failed one is committed again, and
+        a fenced consumer is made anew once consume returns (:meth:`AckerWorker._rebuild`)."""
         for tp in partitions or []:
             if error is None and tp.error is None:
                 continue
+            if self._fenced is None and is_fatal(error or tp.error):
+                self._fenced = client_failed(
+                    error or tp.error, component=self.name, instance_id=static_member(self._consumer)
+                )
             state = self._partitions.get(tp.partition)
             if state is not None and state.committed == tp.offset:
                 state.committed = None  # not in the group: the next due commit sends it again

@@ -24,6 +24,7 @@ class AckerStats:
     outcome_records: int = 0
     pending: int = 0
     table_bytes: int = 0
+    client_rebuilds: int = 0  # new Kafka clients after fatal errors (reliable_kafka.kafka.fatal)
     committed: dict[int, int] = field(default_factory=dict)
 
 

@@ -30,6 +30,14 @@ from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config, consumer_settings, producer_settings
 from reliable_kafka.kafka.factory import KafkaClients
+from reliable_kafka.kafka.fatal import (
+    ClientFailed,
+    Rebuilds,
+    client_failed,
+    fatal_error,
+    raise_if_fatal,
+    static_member,
+)
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import release_producer
 from reliable_kafka.lifecycle import run_until_stopped
@@ -37,6 +45,7 @@ from reliable_kafka.polling import consume_batch
 from reliable_kafka.topology import (
     TopologyTopics,
     admin_client,
+    check_ack_partitions,
     ensure_topics,
     partition_count,
     warn_if_create_time,
@@ -59,15 +68,18 @@ class AckerWorker(OutcomePublisher):
 
     Keyword arguments (defaults in brackets):
     - ``topology``, ``bootstrap_servers``: required.
-    - ``ackers`` [1]: partitions of the ack topic when this worker creates it; an existing topic is
-      used as it is (its partition count is N).
+    - ``ackers`` [None]: N, the ack topic's partitions. A missing topic is created with N (1 when
+      None); an existing one must have N partitions (None: any), with ``create_topics`` or without,
+      or the worker refuses to start (:class:`TopologyError` naming the topic and both counts).
     - ``message_timeout_ms`` [30000]: as Storm's ``topology.message.timeout.secs`` (``timeout_ms``,
       its old name, still works with a DeprecationWarning).
     - ``timeout_buckets`` [4]: rotating buckets; a root times out between ``message_timeout_ms`` and
       ``message_timeout_ms * (1 + 1/buckets)`` after its last INIT or RESET_TIMEOUT.
     - ``group_id`` [``<topology>.ackers``], ``commit_interval_ms`` [1000], ``batch_size`` [500].
     - ``create_topics`` [True]: create missing topology topics (else refuse to start without them).
-    - ``replication_factor`` [1]: for topics this worker creates.
+    - ``replication_factor`` [None: min(3, brokers)], ``min_insync_replicas`` [None: min(2, factor)]:
+      for topics this worker creates (an existing topic with fewer copies than the cluster allows is
+      warned about).
     - ``max_entries_per_record`` [100000]: larger ack records are quarantined, not folded.
     - ``kafka_config``: librdkafka settings passed through to the consumer and producer
       (``consumer_config`` / ``producer_config``: merged over it for one of them only)
@@ -91,14 +103,15 @@ class AckerWorker(OutcomePublisher):
         *,
         topology: str,
         bootstrap_servers: str,
-        ackers: int = 1,
+        ackers: int | None = None,
         message_timeout_ms: int = 30_000,
         timeout_buckets: int = 4,
         group_id: str | None = None,
         commit_interval_ms: int = 1000,
         batch_size: int = 500,
         create_topics: bool = True,
-        replication_factor: int = 1,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
         max_entries_per_record: int = 100_000,
         kafka_config: dict | None = None,
         consumer_config: dict | None = None,
@@ -108,11 +121,12 @@ class AckerWorker(OutcomePublisher):
         clients: KafkaClients | None = None,
         clock: Clock = time,
     ) -> None:
-        if ackers < 1:
+        if ackers is not None and ackers < 1:
             raise ConfigError(f"an acker worker needs ackers >= 1 (ack topic partitions), got {ackers}")
         if message_timeout_ms <= 0:
             raise ConfigError(f"message_timeout_ms must be positive, got {message_timeout_ms}")
-        self.topics = TopologyTopics(topology, ackers=ackers)
+        self.topics = TopologyTopics(topology, ackers=ackers or 1)
+        self.ackers = ackers  # None: whatever the existing ack topic has (start() then sets topics.ackers)
         self.bootstrap_servers = bootstrap_servers
         self.message_timeout_ms = message_timeout_ms
         self.timeout_buckets = timeout_buckets
@@ -121,6 +135,7 @@ class AckerWorker(OutcomePublisher):
         self.batch_size = batch_size
         self.create_topics = create_topics
         self.replication_factor = replication_factor
+        self.min_insync_replicas = min_insync_replicas
         self.max_entries_per_record = max_entries_per_record
         self.kafka_config = client_config(
             kafka_config, consumer_config=consumer_config, producer_config=producer_config
@@ -140,6 +155,8 @@ class AckerWorker(OutcomePublisher):
         self._commit_waits_since: float | None = None  # a due commit waiting for outcomes to be delivered
         self._ack_partitions = 0
         self._failed = False  # poll_once raised: the table may hold a half-folded group, commit nothing
+        self._rebuilds = Rebuilds(clock=clock)  # new clients after fatal errors, within bounds
+        self._fenced: ClientFailed | None = None  # a commit result said the consumer was fenced
         self.ready = threading.Event()  # set once the worker consumes (for tests and supervisors)
         self.clients = clients
         self._clock = clock
@@ -152,11 +169,16 @@ class AckerWorker(OutcomePublisher):
 
     def start(self) -> None:
         admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name, clients=self.clients)
+        if self.ackers is None:  # not said: N is what the ack topic has, if it exists (else 1)
+            listed = admin.list_topics(timeout=30).topics.get(self.topics.acks)
+            found = len(listed.partitions) if listed is not None and listed.error is None else 0
+            self.topics = TopologyTopics(self.topics.topology, ackers=found or 1)
         if self.create_topics:  # the topics it uses must be there; the others may be an admin's business
             ensure_topics(
                 admin,
                 self.topics,
                 replication_factor=self.replication_factor,
+                min_insync_replicas=self.min_insync_replicas,
                 needed={self.topics.acks, self.topics.outcomes, self.topics.quarantine},
                 clock=self._clock,
             )
@@ -166,10 +188,15 @@ class AckerWorker(OutcomePublisher):
                 f"{self.name}: ack topic {self.topics.acks} does not exist; run with create_topics "
                 f"or create the topology's topics first"
             )
+        check_ack_partitions(self.name, self.topics, self._ack_partitions, self.ackers)
         warn_if_create_time(admin, self.topics)
         self._outcome_partitions = partition_count(admin, self.topics.outcomes, clock=self._clock) or 0
         if not self._outcome_partitions:
             raise TopologyError(f"{self.name}: outcome topic {self.topics.outcomes} does not exist")
+        self._connect()
+
+    def _connect(self) -> None:
+        """The outcome producer, the quarantine and the consumer, subscribed (also after a rebuild)."""
         self._producer = new_producer(
             self.bootstrap_servers, self.producer_config(), component=self.name, clients=self.clients
         )
@@ -242,9 +269,50 @@ class AckerWorker(OutcomePublisher):
         """Fold one consumed batch, publish its decisions, and commit when the interval passed."""
         try:
             self._poll_once(timeout)
+            self._raise_if_fenced()
+        except ClientFailed as failed:
+            self._rebuild(failed)
+        except KafkaException as exc:
+            if fatal_error(exc) is None:
+                self._failed = True  # close() then commits nothing more (DESIGN section 4)
+                raise
+            self._rebuild(client_failed(fatal_error(exc), component=self.name, client="client"))
         except BaseException:
-            self._failed = True  # close() then commits nothing more (DESIGN section 4)
+            self._failed = True
             raise
+
+    def _raise_if_fenced(self) -> None:
+        """A commit result may be the first to tell that the consumer was fenced (:meth:`_on_commit`)."""
+        fenced, self._fenced = self._fenced, None
+        if fenced is not None:
+            raise fenced
+
+    def _rebuild(self, failed: ClientFailed) -> None:
+        """New clients after a fatal error (DESIGN section 7.5), as a restarted worker would have.
+
+        The tables go and the new consumer replays each ack partition from its committed offset
+        (event sourcing): nothing is committed on the way (the old consumer cannot, and what was
+        committed stands); outcomes decided again are harmless. Past :class:`Rebuilds`' limit the
+        ClientFailed goes on out of the loop: the worker stops and its process exits non-zero.
+        """
+        self._failed = True  # nothing is committed until the new consumer has rebuilt the tables
+        self._rebuilds.allow(failed)
+        self.stats.client_rebuilds = self._rebuilds.count
+        self._partitions.clear()
+        self._retry_outcomes.clear()  # decided again by the replay
+        self._commit_waits_since = None
+        self._fenced = None  # the old consumer's commit results tell nothing about the new one
+        consumer, self._consumer = self._consumer, None
+        try:
+            if consumer is not None:
+                consumer.close()  # librdkafka closes a fenced consumer without asking the broker
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("%s: closing the failed consumer: %s", self.name, exc)
+        producer, self._producer = self._producer, None
+        release_producer(producer, owner=self.name)
+        self._connect()
+        self._failed = False
+        log.warning("%s: new Kafka clients; replaying %s from its committed offsets", self.name, self.topics.acks)
 
     def _poll_once(self, timeout: float) -> None:
         assert self._consumer is not None and self._producer is not None and self._quarantine is not None
@@ -255,6 +323,7 @@ class AckerWorker(OutcomePublisher):
             error = message.error()
             if error is not None:
                 check_consumed(message, self._consumer, component=self.name)
+                raise_if_fatal(error, component=self.name, instance_id=static_member(self._consumer))
                 if error.code() != KafkaError._PARTITION_EOF:
                     log.warning("%s: consumer error: %s", self.name, error)
                 continue

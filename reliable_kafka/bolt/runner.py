@@ -32,6 +32,7 @@ from reliable_kafka.kafka.clients import ERRORS_ONLY, SENT_PER_POLL, check_ack_s
 from reliable_kafka.kafka.commit_wait import commit_wait
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
+from reliable_kafka.kafka.fatal import raise_if_fatal, static_member
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import (
     flush_or_raise,
@@ -423,6 +424,7 @@ class Bolt:
         if message.error() is None:
             return True
         check_consumed(message, self._consumer, component=self.name)
+        raise_if_fatal(message.error(), component=self.name, instance_id=static_member(self._consumer))  # fenced: stop
         if cast(KafkaError, message.error()).code() != KafkaError._PARTITION_EOF:
             log.warning("%s: consumer error: %s", self.name, message.error())
         return False

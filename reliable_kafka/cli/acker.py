@@ -9,6 +9,7 @@ from reliable_kafka.cli.arguments import (
     client_settings,
     message_timeout_argument,
     metrics_host_argument,
+    replication_arguments,
     setup_logging,
     topology_arguments,
 )
@@ -25,7 +26,11 @@ def register(subparsers: Subparsers) -> None:
     )
     topology_arguments(acker)
     acker.add_argument(
-        "--ackers", type=int, default=1, help="ack topic partitions when this worker creates the topics (default: 1)"
+        "--ackers",
+        type=int,
+        default=None,
+        help="N, the ack topic's partitions: created with N (default 1) when missing; an existing topic "
+        "must have N (default: any)",
     )
     message_timeout_argument(acker, default=30_000, help="message timeout (default: 30000)")
     acker.add_argument(
@@ -44,12 +49,7 @@ def register(subparsers: Subparsers) -> None:
         help="stable worker name: logs, and static group membership across restarts "
         "(default: random, dynamic membership)",
     )
-    acker.add_argument(
-        "--replication-factor",
-        type=int,
-        default=1,
-        help="replication factor of topics this worker creates (default: 1)",
-    )
+    replication_arguments(acker, "topics this worker creates")
     acker.add_argument(
         "--no-create-topics",
         dest="create_topics",
@@ -82,6 +82,7 @@ def _acker(args: argparse.Namespace) -> int:
         group_id=args.group,
         name=args.name,
         replication_factor=args.replication_factor,
+        min_insync_replicas=args.min_insync_replicas,
         create_topics=args.create_topics,
         kafka_config=client_settings(args),
         metrics_port=args.metrics_port,

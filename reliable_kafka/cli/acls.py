@@ -13,6 +13,7 @@ from reliable_kafka.cli.arguments import (
     bootstrap_argument,
     client_arguments,
     client_settings,
+    replication_arguments,
     topology_arguments,
 )
 
@@ -72,7 +73,7 @@ def register(subparsers: Subparsers) -> None:
     )
     topology_arguments(topics)
     topics.add_argument("--ackers", type=int, default=1, help="ack topic partitions (default: 1)")
-    topics.add_argument("--replication-factor", type=int, default=1, help="(default: 1)")
+    replication_arguments(topics, "the topics created")
     topics.set_defaults(handler=_topics)
 
 
@@ -112,6 +113,8 @@ def _topics(args: argparse.Namespace) -> int:
 
     topics = TopologyTopics(args.topology, ackers=args.ackers)
     admin = admin_client(args.bootstrap_servers, client_settings(args), component="reliable-kafka topics")
-    ensure_topics(admin, topics, replication_factor=args.replication_factor)
+    ensure_topics(
+        admin, topics, replication_factor=args.replication_factor, min_insync_replicas=args.min_insync_replicas
+    )
     print(f"topology {args.topology}: {', '.join([*topics.shapes(), topics.status])} ready")
     return 0

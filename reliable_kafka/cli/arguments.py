@@ -17,6 +17,7 @@ __all__ = [
     "bootstrap_argument",
     "client_arguments",
     "topology_arguments",
+    "replication_arguments",
     "message_timeout_argument",
     "metrics_host_argument",
     "client_settings",
@@ -74,6 +75,22 @@ def topology_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topology", required=True, help="topology name (topic prefix)")
     bootstrap_argument(parser)
     client_arguments(parser)
+
+
+def replication_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--replication-factor`` and ``--min-insync-replicas`` of topology topics (docs/operations.md)."""
+    parser.add_argument(
+        "--replication-factor",
+        type=int,
+        default=None,
+        help=f"replication factor of {what} (default: min(3, brokers))",
+    )
+    parser.add_argument(
+        "--min-insync-replicas",
+        type=int,
+        default=None,
+        help=f"min.insync.replicas of {what} (default: min(2, replication factor))",
+    )
 
 
 class _OldName(argparse.Action):

@@ -149,6 +149,8 @@ def new_consumer(
     consumer = clients_or_default(clients).consumer(config)
     consumer.principal = principal_of(config)
     consumer.group_id = group_id
+    # a static member (KIP-345) is the one a coordinator move can fence (reliable_kafka.kafka.fatal)
+    consumer.instance_id = config.get("group.instance.id")
     return consumer
 
 

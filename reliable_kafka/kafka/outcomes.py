@@ -16,6 +16,7 @@ from reliable_kafka.errors import ConfigError, DecodeError, StateError
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import coordinates, new_consumer
 from reliable_kafka.kafka.factory import KafkaClients
+from reliable_kafka.kafka.fatal import ClientFailed, Rebuilds, client_failed, fatal_error, is_fatal
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
 
@@ -61,15 +62,10 @@ class OutcomeListener:
         self._next: dict[int, int] = {}  # partition -> next offset to deliver (all before: delivered)
         self._partitions = 0
         self._consumer: Consumer | None = None
+        self._rebuilds = Rebuilds(clock=clock)
 
     def start(self, *, timeout: float = 30.0) -> None:
-        self._consumer = new_consumer(
-            self.bootstrap_servers,
-            f"{self.topics.topology}.outcome-reader",
-            self.kafka_config,
-            clients=self.clients,
-            **{"isolation.level": "read_committed"},
-        )
+        self._consumer = self._new_consumer()
         partitions = partition_count(
             admin_client(self.bootstrap_servers, self.kafka_config, clients=self.clients),
             self.topics.outcomes,
@@ -86,6 +82,31 @@ class OutcomeListener:
         self._partitions = partitions
         if self.spout_id is not None:
             self.follow(self.spout_id)
+
+    def _new_consumer(self) -> Consumer:
+        return new_consumer(
+            self.bootstrap_servers,
+            f"{self.topics.topology}.outcome-reader",
+            self.kafka_config,
+            clients=self.clients,
+            **{"isolation.level": "read_committed"},
+        )
+
+    def _rebuild(self, failed: ClientFailed) -> None:
+        """A new consumer after a fatal error, assigned where the old one stood: every outcome
+        before ``_next`` was delivered, none after it is missed (DESIGN section 7.5)."""
+        self._rebuilds.allow(failed)  # raises past its limit: the spout or Spark driver stops
+        old, self._consumer = self._consumer, None
+        try:
+            if old is not None:
+                old.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("outcome reader: closing the failed consumer: %s", exc)
+        self._consumer = self._new_consumer()
+        self._consumer.incremental_assign(
+            [TopicPartition(self.topics.outcomes, partition, offset) for partition, offset in self._next.items()]
+        )
+        log.warning("outcome reader of %s: new consumer, reading on from %s", self.topics.topology, self._next)
 
     def partition_of(self, owner: int) -> int:
         return (owner & ((1 << 64) - 1)) % self._partitions
@@ -156,9 +177,20 @@ class OutcomeListener:
         outcomes: list[tuple[list[int], np.ndarray]] = []
         if self.quarantine is not None and self.quarantine.unsent:
             self.quarantine.retry_unsent()
-        for message in self._consumer.consume(num_messages=max_records, timeout=timeout):
+        component = f"outcome reader of {self.topics.topology}"
+        try:
+            consumed = self._consumer.consume(num_messages=max_records, timeout=timeout)
+        except KafkaException as exc:
+            if fatal_error(exc) is None:
+                raise
+            self._rebuild(client_failed(fatal_error(exc), component=component))
+            return outcomes
+        for message in consumed:
             if message.error() is not None:
-                check_consumed(message, self._consumer, component=f"outcome reader of {self.topics.topology}")
+                check_consumed(message, self._consumer, component=component)
+                if is_fatal(message.error()):
+                    self._rebuild(client_failed(message.error(), component=component))
+                    return outcomes  # what came before it; the rest is read again by the new consumer
                 log.warning("outcome consumer: %s", message.error())
                 continue
             self._next[cast(int, message.partition())] = cast(int, message.offset()) + 1  # never None here

@@ -13,6 +13,7 @@ from reliable_kafka.codec import encode_one_anchor
 from reliable_kafka.errors import AuthorizationError
 from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.authorization import check_consumed
+from reliable_kafka.kafka.fatal import raise_if_fatal, static_member
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple
 from reliable_kafka.spout.records import _source_record
 from reliable_kafka.spout.shell import _INIT, SpoutShell, TopicPartitionKey
@@ -48,6 +49,7 @@ class ForwardingShell(SpoutShell):
 
     def _consumer_error(self, message: Message) -> None:
         check_consumed(message, self._consumer, component=self.name)  # refused: stop
+        raise_if_fatal(message.error(), component=self.name, instance_id=static_member(self._consumer))  # fenced: stop
         if cast(KafkaError, message.error()).code() != KafkaError._PARTITION_EOF:
             log.warning("%s: consumer error: %s", self.name, message.error())
 

@@ -27,7 +27,7 @@ from reliable_kafka.lifecycle import Pollable, run_until_stopped
 from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.spout.records import SourceRecord, SpoutCollector, SpoutStats, forward_to, source_record_of
 from reliable_kafka.spout.roots import RootOwner, check_guard_config
-from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
+from reliable_kafka.topology import TopologyTopics, admin_client, check_ack_partitions, partition_count
 
 # The producer of a spout that promises nothing (guarantee="none") is not idempotent unless
 # kafka_config says so: it sends no ack events, and idempotence cost its librdkafka thread 0.6 to
@@ -201,8 +201,7 @@ class SpoutShell:
                     f"{self.name}: ack topic {self.topics.acks} does not exist; start an acker worker "
                     f"for topology {self.topics.topology!r} first (or pass ackers=0 to track nothing)"
                 )
-            if self.ackers is not None and found != self.ackers:
-                raise TopologyError(f"{self.name}: {self.topics.acks} has {found} partitions, ackers={self.ackers}")
+            check_ack_partitions(self.name, self.topics, found, self.ackers)
             ack_partitions = found
             # an older topology has no root index topic (an acker of this version creates it); a
             # spout that derives its roots (transactional) writes no index: it does not look for one

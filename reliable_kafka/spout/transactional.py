@@ -36,6 +36,7 @@ from reliable_kafka.ids import to_signed
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import coordinates
+from reliable_kafka.kafka.fatal import raise_if_fatal, static_member
 from reliable_kafka.kafka.parking import park_reference
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
 from reliable_kafka.spout.records import SpoutStats, with_attempt
@@ -364,6 +365,7 @@ class TransactionalSpout(SpoutShell):
                 messages.append(message)
             else:  # a refusal stops the spout (it would otherwise read nothing, forever)
                 check_consumed(message, self._consumer, component=self.name)
+                raise_if_fatal(message.error(), component=self.name, instance_id=static_member(self._consumer))
                 log.warning("%s: consumer error: %s", self.name, message.error())
         due = self.tracker.due_redeliveries(limit=self.batch_size)  # keeps each transaction short
         if not messages and not due and not roots.dead_letters_waiting and not self._state_changed():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaException, TopicPartition
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from reliable_kafka.kafka.factory import KafkaClients
@@ -26,6 +26,7 @@ __all__ = [
     "check_offsets_commit_with_the_transaction",
     "check_position_passes_a_commit_marker",
     "check_a_refused_record_fails_its_transaction",
+    "check_a_fenced_static_member_fails_fatally",
 ]
 
 WAIT_S = 30.0
@@ -222,7 +223,41 @@ def check_position_passes_a_commit_marker(clients: KafkaClients, bootstrap: str,
     consumer.close()
 
 
+def check_a_fenced_static_member_fails_fatally(clients: KafkaClients, bootstrap: str, name: str) -> None:
+    """A static member fenced by a newer one with its ``group.instance.id`` gets one ``_FATAL``
+    error event, then reads nothing; its commits raise ``_FATAL``; close works; the newer one
+    gets the partitions (what reliable_kafka.kafka.fatal relies on)."""
+    topic = _topic(clients, bootstrap, f"{name}-static")
+    static = {"group.instance.id": f"{name}-member", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+    old = _consumer(clients, bootstrap, f"{name}-static", **static)
+    old.subscribe([topic])
+    deadline = time.monotonic() + WAIT_S
+    while not old.assignment() and time.monotonic() < deadline:
+        old.consume(1, 0.2)
+    assert old.assignment(), f"the first member got no partition within {WAIT_S:.0f}s"
+    new = _consumer(clients, bootstrap, f"{name}-static", **static)
+    new.subscribe([topic])
+    errors: list = []
+    while not errors and time.monotonic() < deadline:
+        new.consume(1, 0.1)
+        errors = [m.error() for m in old.consume(10, 0.2) if m.error() is not None]
+    assert [e.code() for e in errors] == [KafkaError._FATAL], errors
+    assert old.consume(10, 0.5) == [], "a fenced consumer read on"
+    refused = None
+    try:
+        old.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    except KafkaException as exc:
+        refused = exc.args[0]
+    assert refused is not None and refused.code() == KafkaError._FATAL, f"a fenced consumer's commit: {refused}"
+    old.close()
+    while not new.assignment() and time.monotonic() < deadline:
+        new.consume(1, 0.2)
+    assert new.assignment(), "the newer member got no partition"
+    new.close()
+
+
 CHECKS: dict[str, Callable[[KafkaClients, str, str], None]] = {
+    "a_fenced_static_member_fails_fatally": check_a_fenced_static_member_fails_fatally,
     "position_passes_a_commit_marker": check_position_passes_a_commit_marker,
     "commit_metadata_round_trip": check_commit_metadata_round_trip,
     "read_committed_hides_aborted": check_read_committed_hides_aborted,

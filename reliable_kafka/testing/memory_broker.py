@@ -34,6 +34,11 @@ FAULTS = {
     "commit_transaction": KafkaError.REQUEST_TIMED_OUT,  # commit_transaction raises (abortable), nothing commits
 }
 
+# librdkafka's error event for a static member fenced by another with its group.instance.id
+FENCED_STATIC_MEMBER = KafkaError(
+    KafkaError._FATAL, "Fatal error: Broker: Static consumer fenced by other consumer with same group.instance.id"
+)
+
 
 def _message_class():
     """confluent-kafka's Message where it can be made (2.13 and later), else a stand-in with its getters."""
@@ -350,6 +355,13 @@ class MemoryKafka:
         """``consumer``'s session expires while it goes on (a long pause): its next poll calls
         ``on_lost`` (or ``on_revoke``) and it joins its group again; its commits until then fail."""
         consumer._expire()
+
+    def fatal(self, consumer, error: KafkaError | None = None) -> None:
+        """``consumer`` gets librdkafka's fatal error (default: fenced as a static member, as after
+        a coordinator move): its next consume returns one error event, then nothing; every other
+        call but close raises. ``fail_next("consume", error=KafkaError._FATAL)`` does the same to
+        whichever consumer consumes next."""
+        consumer._fail_fatally(error or FENCED_STATIC_MEMBER)
 
     # --- transactions ---------------------------------------------------------------------------
 

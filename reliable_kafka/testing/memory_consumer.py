@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, Message, TopicPartition
 
 from reliable_kafka.kafka.clients import coordinates
-from reliable_kafka.testing.memory_broker import new_message
+from reliable_kafka.testing.memory_broker import FENCED_STATIC_MEMBER, new_message
 from reliable_kafka.testing.memory_clients import cluster_metadata
 
 if TYPE_CHECKING:
@@ -57,7 +57,8 @@ class MemoryConsumer:
         self._on_commit: Callable | None = config.get("on_commit")
         self._commit_results: list[tuple[KafkaError | None, list[TopicPartition]]] = []  # served by consume()
         self._dead: str | None = None  # why every call now fails (closed, crashed)
-        self._fatal: KafkaError | None = None
+        self._fatal: KafkaError | None = None  # librdkafka's fatal error: nothing works any more but close()
+        self._fatal_unseen = False  # its error event not yet handed out by consume()
 
     # --- subscription and assignment ------------------------------------------------------------
 
@@ -185,6 +186,9 @@ class MemoryConsumer:
         return messages[0] if messages else None
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
+        if self._fatal is not None and self._dead is None:  # as librdkafka: one error event, then nothing
+            unseen, self._fatal_unseen = self._fatal_unseen, False
+            return [new_message(error=self._fatal)] if unseen else []
         self._check()
         self._rebalance()
         results, self._commit_results = self._commit_results, []
@@ -193,6 +197,9 @@ class MemoryConsumer:
             self._on_commit(error, offsets)
         messages: list[Message] = []
         fault = self._kafka.take_fault("consume")
+        if fault is not None and (fault.fatal() or fault.code() == KafkaError._FATAL):
+            self._fail_fatally(fault)
+            return self.consume(num_messages, timeout)
         if fault is not None:  # librdkafka hands errors out as messages whose error() is set
             assigned = next(iter(self._assignment), (None, None))
             messages.append(new_message(topic=assigned[0], partition=assigned[1], error=fault))
@@ -343,6 +350,9 @@ class MemoryConsumer:
     def close(self) -> None:
         if self._dead is not None:
             return
+        if self._fatal is not None:  # its group already dropped it (or keeps a static member's share)
+            self._dead = "Consumer closed"
+            return
         if self._member is not None:
             self._give_up(list(self._assignment), "revoke")
             if self._auto_commit and self._stored:
@@ -362,9 +372,18 @@ class MemoryConsumer:
             self._group().expire(self._member)
 
     def _fenced_instance(self) -> None:
-        self._fatal = KafkaError(
-            KafkaError.FENCED_INSTANCE_ID, "a newer consumer has this group.instance.id", fatal=True
-        )
+        """A newer consumer joined with its ``group.instance.id`` (KIP-345): librdkafka's fatal error."""
+        self._fail_fatally(FENCED_STATIC_MEMBER)
+
+    def _fail_fatally(self, error: KafkaError) -> None:
+        """As librdkafka's fatal consumer error (measured with 2.x): consume() hands out one event with
+        ``error``, then reads nothing; every other call but close() raises it. A dynamic member's
+        group moves on without it; a static member's keeps its share for its next incarnation."""
+        if self._fatal is not None:
+            return
+        self._fatal, self._fatal_unseen = error, True
+        if self._member is not None and self._member.alive:
+            self._group().leave(self._member)
 
     def _check(self) -> None:
         if self._dead is not None:
