@@ -525,13 +525,18 @@ class Bolt:
             raise  # not the tuples' fault: the transaction aborts, or the process restarts or stops
         except Exception as exc:
             self.stats.handler_errors += count
-            log.exception(
+            from reliable_kafka.ops.errors import handler_raised  # the last error and a rate-limited log
+
+            handler_raised(
+                self,
+                exc,
+                log,
                 "%s: batch handler %s raised on %d tuples from %s; failing them",
                 self.name,
                 getattr(self.batch_handler, "__name__", self.batch_handler),
                 count,
                 batch[0].coordinates,
-                exc_info=exc,
+                where=str(batch[0].coordinates),
             )
             for tuple_ in batch:
                 self.collector.fail(tuple_, error=exc)
@@ -560,12 +565,17 @@ class Bolt:
     def _handler_failed(self, tuple_: Tuple, exc: Exception) -> None:
         """The handler raised on ``tuple_``: counted, logged with its traceback, and the tuple failed."""
         self.stats.handler_errors += 1
-        log.exception(
+        from reliable_kafka.ops.errors import handler_raised  # the last error and a rate-limited log
+
+        handler_raised(
+            self,
+            exc,
+            log,
             "%s: handler %s raised on %s; failing the tuple",
             self.name,
             getattr(self.handler, "__name__", self.handler),
             tuple_.coordinates,
-            exc_info=exc,
+            where=str(tuple_.coordinates),
         )
         self.collector.fail(tuple_, error=exc)
 
