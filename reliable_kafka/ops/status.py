@@ -262,7 +262,9 @@ def build_report(
     if snapshots is None:
         snapshots = read_snapshots(bootstrap_servers, topology, kafka_config=kafka_config, timeout=timeout)
     judged = {name: judge_snapshot(snap, now) for name, snap in snapshots.items()}
-    replaced = {name: _taken_over_by(name, snapshots, judged) for name, j in judged.items() if j.verdict is Verdict.DOWN}
+    replaced = {
+        name: _taken_over_by(name, snapshots, judged) for name, j in judged.items() if j.verdict is Verdict.DOWN
+    }
     components = []
     for name, snap in sorted(snapshots.items(), key=lambda item: (item[1].get("kind", ""), item[0])):
         judgement = judge_replaced(judged[name], replaced.get(name, ()))
@@ -316,11 +318,7 @@ def build_report(
     partitions = _partitions(bootstrap_servers, kafka_config, snapshots, live, now, timeout)
     topics = TopologyTopics(topology)
     counts = _topic_counts(bootstrap_servers, kafka_config, [topics.dlq, topics.quarantine], timeout)
-    ackers = [
-        c
-        for c in components
-        if c["kind"] == "acker" and c["running"]
-    ]
+    ackers = [c for c in components if c["kind"] == "acker" and c["running"]]
     rows = [(c["name"], Judgement(Verdict(c["verdict"]), c["reason"])) for c in components]
     rows += [(f"{p['topic']}[{p['partition']}]", Judgement(Verdict(p["verdict"]), p["reason"])) for p in partitions]
     topology_judgement = roll_up(rows)
@@ -462,7 +460,9 @@ def forget(
     snapshots = read_snapshots(bootstrap_servers, topology, kafka_config=kafka_config, timeout=timeout)
     if name not in snapshots:
         known = ", ".join(sorted(snapshots)) or "none"
-        raise TopologyError(f"status --forget: no component {name!r} in {TopologyTopics(topology).status} (known: {known})")
+        raise TopologyError(
+            f"status --forget: no component {name!r} in {TopologyTopics(topology).status} (known: {known})"
+        )
     snap = snapshots[name]
     judgement = judge_snapshot(snap, time.time())
     if judgement.verdict not in (Verdict.DOWN, Verdict.STOPPED):

@@ -221,5 +221,7 @@ def test_render_shows_one_failed_rate_the_topology_reason_and_the_last_error():
     text = render(report)
     row = next(line for line in text.splitlines() if line.startswith("validate"))
     assert " 9.5 " in row and "19.0" not in row
-    assert text.splitlines()[0] == "topology t: WARN (validate WARN: gave up on 95 of 95 records settled in 10 s (100%))"
+    assert (
+        text.splitlines()[0] == "topology t: WARN (validate WARN: gave up on 95 of 95 records settled in 10 s (100%))"
+    )
     assert "ValueError: bad record" in text and "app.py:12 in validate" in text and "in[0]@5" in text

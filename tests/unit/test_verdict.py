@@ -5,9 +5,9 @@ from hypothesis import strategies as st
 
 from reliable_kafka.ops.verdict import (
     MIN_SAMPLES,
-    Judgement,
     STALE_GRACE_S,
     STALE_INTERVALS,
+    Judgement,
     Sample,
     Verdict,
     judge_component,
