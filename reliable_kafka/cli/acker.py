@@ -63,6 +63,13 @@ def register(subparsers: Subparsers) -> None:
         default=None,
         help="serve Prometheus /metrics on this port (docs/operations.md; default: off)",
     )
+    acker.add_argument(
+        "--status-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="publish a status snapshot every SECONDS (default: 5; the verdict's window is 12 of them)",
+    )
     acker.set_defaults(handler=_acker)
 
 
@@ -84,5 +91,7 @@ def _acker(args: argparse.Namespace) -> int:
         kafka_config=client_settings(args),
         metrics_port=args.metrics_port,
     )
+    if args.status_interval is not None:
+        worker.status_interval_s = args.status_interval  # type: ignore[attr-defined]
     worker.run(handle_signals=True)
     return 0
