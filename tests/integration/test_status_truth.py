@@ -20,6 +20,7 @@ from examples.word_count import build
 from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout
 from reliable_kafka.cli import main
 from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.errors import TopologyError
 from reliable_kafka.offsets import lag, true_lag
 from reliable_kafka.ops.failures import decode_failure
 from reliable_kafka.ops.status import build_report, read_snapshots, render
@@ -257,7 +258,11 @@ def test_a_killed_acker_replaced_by_another_leaves_the_topology_ok(kafka_bootstr
     try:
 
         def by_pid():
-            return {s["pid"]: (name, s) for name, s in read_snapshots(kafka_bootstrap, topology).items()}
+            try:
+                snapshots = read_snapshots(kafka_bootstrap, topology)
+            except TopologyError:  # the first acker has not made the status topic yet
+                return {}
+            return {s["pid"]: (name, s) for name, s in snapshots.items()}
 
         _wait(lambda: first.pid in by_pid(), timeout=120, what="the first acker reports", detail=logs)
         second = _acker_process(kafka_bootstrap, topology, tmp_path / "second.log")
