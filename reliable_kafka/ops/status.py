@@ -400,10 +400,10 @@ def _partition_row(group, tp, end, owner, live, now, *, stopped: bool = False) -
         "oldest_pending": None,
     }
     if owner is None or owner["component"] not in live or not live[owner["component"]]["running"]:
-        if lag <= (done_above or 0):
-            judgement = Judgement(Verdict.OK, "nothing to read")
-        elif stopped:
+        if stopped:
             judgement = Judgement(Verdict.STOPPED, "its spouts were stopped")
+        elif lag <= (done_above or 0):
+            judgement = Judgement(Verdict.OK, "nothing to read")
         else:
             judgement = Judgement(Verdict.DOWN, "no live spout owns it")
     else:
