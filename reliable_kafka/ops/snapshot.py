@@ -340,7 +340,9 @@ class AckerView(ComponentView):
         return {
             "counters": counters,
             "progress": counters.get("records", 0),
-            "backlog": _lag(partitions),
+            # records not read yet: an acker commits only below its oldest pending root, so its
+            # committed offset trails the records it has folded while trees are in flight
+            "backlog": _lag(partitions, "position"),
             "pending_roots": worker.stats.pending,
             "table_bytes": worker.stats.table_bytes,
             "partitions": partitions,

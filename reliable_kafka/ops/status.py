@@ -233,10 +233,37 @@ def _latency(snapshot: dict) -> dict | None:
     }
 
 
-def _component_lag(snapshot: dict) -> int | None:
-    """Records between the committed offsets and the broker's end offsets of the partitions the
-    component reads (None: not known)."""
-    lags = [p["lag"] for p in snapshot.get("partitions", []) if p.get("lag") is not None]
+def _broker_lags(bootstrap, kafka_config, snapshots: dict[str, dict], timeout) -> dict[tuple[str, str, int], int]:
+    """(group, topic, partition) -> records not yet done, as ``reliable-kafka lag`` computes them
+    (the broker's end offset minus the group's commit, minus what a spout's commit metadata
+    records as done above it), for every group and input topic the snapshots name."""
+    from reliable_kafka.offsets import true_lag
+
+    wanted = {
+        (snap["group"], topic)
+        for snap in snapshots.values()
+        if snap.get("group") and snap.get("kind") in (*SPOUT_KINDS, "bolt", "acker")
+        for topic in snap.get("inputs", [])
+    }
+    lags: dict[tuple[str, str, int], int] = {}
+    for group, topic in sorted(wanted):
+        try:
+            rows = true_lag(bootstrap, group, topic, kafka_config=kafka_config, timeout=timeout)
+        except KafkaException as exc:
+            log.warning("status: lag of group %s on %s not read: %s", group, topic, exc)
+            continue
+        lags.update({(group, topic, row.partition): row.lag for row in rows})
+    return lags
+
+
+def _component_lag(snapshot: dict, broker_lag: dict[tuple[str, str, int], int]) -> int | None:
+    """Records waiting in the partitions the component owns (as of its last snapshot), from the
+    broker; else as the component's own snapshot measured them (None: not known)."""
+    group, partitions = snapshot.get("group"), snapshot.get("partitions", [])
+    found = [broker_lag.get((group, p["topic"], p["partition"])) for p in partitions] if group else []
+    if found and all(lag is not None for lag in found):
+        return sum(lag for lag in found if lag is not None)
+    lags = [p["lag"] for p in partitions if p.get("lag") is not None]
     return sum(lags) if lags else None
 
 
@@ -262,6 +289,7 @@ def build_report(
     if snapshots is None:
         snapshots = read_snapshots(bootstrap_servers, topology, kafka_config=kafka_config, timeout=timeout)
     judged = {name: judge_snapshot(snap, now) for name, snap in snapshots.items()}
+    broker_lag = _broker_lags(bootstrap_servers, kafka_config, snapshots, timeout)
     replaced = {
         name: _taken_over_by(name, snapshots, judged) for name, j in judged.items() if j.verdict is Verdict.DOWN
     }
@@ -302,7 +330,11 @@ def build_report(
                 "pending_roots": snap.get("pending_roots"),
                 "table_bytes": snap.get("table_bytes"),
                 "backlog": history[-1].get("backlog") if running else None,
-                "lag": _component_lag(snap) if running else None,
+                # what the broker says now waits in the partitions it owns (or owned last: a
+                # killed or frozen component's lag keeps growing); none once stopped or replaced
+                "lag": None
+                if judgement.verdict is Verdict.STOPPED or replaced.get(name)
+                else _component_lag(snap, broker_lag),
                 "calls_in_flight": snap.get("calls_in_flight") if running else None,
                 "oldest_call_s": snap.get("oldest_call_s") if running else None,
                 "parallelism": snap.get("parallelism"),

@@ -215,6 +215,17 @@ def test_a_blocked_bolt_shows_its_true_lag_the_same_as_the_lag_command(kafka_boo
                 agrees, timeout=60, what="status and `reliable-kafka lag` agree", detail=lambda: f"{reports.detail()}"
             )
             assert tool >= 100
+            # the snapshot says the same (its figures go to /metrics): read by the reporter thread
+            # from the broker while the bolt's own loop is blocked
+            _wait(
+                lambda: (
+                    sum(p["lag"] for p in read_snapshots(kafka_bootstrap, topology)[split.name]["partitions"])
+                    == lag_command()
+                ),
+                timeout=60,
+                what="the blocked bolt's snapshot shows the lag the broker gives",
+                detail=lambda: str(read_snapshots(kafka_bootstrap, topology)[split.name]["partitions"]),
+            )
             assert main(["lag", "--group", group, "--topic", topic, "--bootstrap-servers", kafka_bootstrap]) == 0
             assert f"{tool:>10}" in capsys.readouterr().out.splitlines()[-1]
             print(render(reports.last))
