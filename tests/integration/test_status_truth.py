@@ -388,3 +388,67 @@ def test_failures_lists_records_that_failed_and_then_completed(kafka_bootstrap, 
     assert main(["failures", *cli]) == 0
     text = capsys.readouterr().out
     assert "completed after retry" in text and "3 completed after retry, 1 dead-lettered" in text
+
+
+FROZEN_BOLT = """
+import sys
+from reliable_kafka import Bolt
+
+bootstrap, topology, source = sys.argv[1:4]
+bolt = Bolt(
+    topology=topology,
+    bootstrap_servers=bootstrap,
+    source_topics=source,
+    group_id=f"{topology}-frozen",
+    handler=lambda tuple_, collector: collector.ack(tuple_),
+    name="frozen",
+)
+bolt.status_interval_s = 1.0
+bolt.run(handle_signals=True)
+"""
+
+
+def test_a_sigstopped_bolt_is_down_with_its_lag_growing_as_the_lag_command_says(kafka_bootstrap, tmp_path):
+    topology = unique_name("truth-frozen")
+    source = f"{topology}-in"
+    create_topics(kafka_bootstrap, {source: 2})
+    ensure_topics(admin_client(kafka_bootstrap), TopologyTopics(topology))
+    produce_values(kafka_bootstrap, source, [b"x"] * 50)
+    log = open(tmp_path / "frozen.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-c", FROZEN_BOLT, kafka_bootstrap, topology, source], stdout=log, stderr=log
+    )
+    reports = Reports(kafka_bootstrap, topology)
+    detail = lambda: f"{reports.detail()}\n{(tmp_path / 'frozen.log').read_text()[-2000:]}"  # noqa: E731
+
+    def lag_command() -> int:
+        return sum(row.lag for row in true_lag(kafka_bootstrap, f"{topology}-frozen", source))
+
+    def row_is(verdict, lag_at_least=0):
+        def check():
+            try:
+                row = reports.row("frozen")
+            except TopologyError:  # no status topic yet
+                return None
+            if row and row["verdict"] == verdict and row["lag"] is not None and row["lag"] >= lag_at_least:
+                return row
+            return None
+
+        return check
+
+    try:
+        _wait(row_is("OK"), timeout=120, what="the bolt running", detail=detail)
+        _wait(lambda: lag_command() == 0, timeout=120, what="the first records committed", detail=detail)
+        process.send_signal(signal.SIGSTOP)
+        produce_values(kafka_bootstrap, source, [b"y"] * 200)
+        row = _wait(row_is("DOWN", 200), timeout=120, what="the frozen bolt DOWN with 200 waiting", detail=detail)
+        assert row["lag"] == lag_command() == 200 and row["rates"] == {}
+        process.send_signal(signal.SIGCONT)
+        _wait(
+            lambda: (r := row_is("OK")()) and r["lag"] == 0, timeout=120, what="the bolt back, caught up", detail=detail
+        )
+    finally:
+        process.send_signal(signal.SIGCONT)
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+        log.close()
