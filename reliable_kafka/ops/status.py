@@ -118,19 +118,19 @@ def read_snapshots(
 # --- judging --------------------------------------------------------------------------------------
 
 
-# kind -> (counters whose sum is the records settled, the counter of those given up on)
+# kind -> (counters whose sum is the records settled, the counter of those given up on, its words)
 SETTLED = {
-    "spout": (("completed", "dead_lettered"), "dead_lettered"),
-    "transactional-spout": (("completed", "dead_lettered"), "dead_lettered"),
-    "spark-spout": (("completed", "dead_lettered"), "dead_lettered"),
-    "bolt": (("acked", "failed", "quarantined"), "failed"),
-    "spark-bolt": (("acked", "failed"), "failed"),
+    "spout": (("completed", "dead_lettered"), "dead_lettered", "dead-lettered"),
+    "transactional-spout": (("completed", "dead_lettered"), "dead_lettered", "dead-lettered"),
+    "spark-spout": (("completed", "dead_lettered"), "dead_lettered", "dead-lettered"),
+    "bolt": (("acked", "failed", "quarantined"), "failed", "failed"),
+    "spark-bolt": (("acked", "failed"), "failed", "failed"),
 }
 
 
 def component_samples(snapshot: dict) -> list[Sample]:
     """The verdict's samples; the last carries the age of the oldest call in flight (if told)."""
-    settled_by, given_up_by = SETTLED.get(snapshot.get("kind", ""), ((), ""))
+    settled_by, given_up_by, _ = SETTLED.get(snapshot.get("kind", ""), ((), "", ""))
     history = snapshot.get("history", [])
     samples = []
     for i, h in enumerate(history):
@@ -156,6 +156,7 @@ def judge_snapshot(snapshot: dict, now: float) -> Judgement:
         interval_s=interval,
         stopped=snapshot.get("state") == "stopped",
         window_s=WINDOW_SAMPLES * interval,
+        gave_up=SETTLED.get(snapshot.get("kind", ""), ((), "", "gave up on"))[2],
     )
 
 

@@ -70,15 +70,19 @@ class Sample:
     oldest_call_s: float | None = None  # age of the oldest handler call in flight; None: none or unknown
 
 
+GAVE_UP = "gave up on"  # how a reason says it: ``judge_window(..., gave_up="dead-lettered")``
+
+
 @dataclass(frozen=True)
 class Judgement:
     verdict: Verdict
     reason: str
 
 
-def judge_window(samples: Sequence[Sample], *, window_s: float | None = None) -> Judgement:
+def judge_window(samples: Sequence[Sample], *, window_s: float | None = None, gave_up: str = GAVE_UP) -> Judgement:
     """Rules 3 to 9 over ``samples`` (oldest first); ``window_s``: how long the window is meant to
-    be (default: the samples' span), the age past which a running call is stuck."""
+    be (default: the samples' span), the age past which a running call is stuck; ``gave_up``: the
+    words for rule 6 (``"dead-lettered"``, ``"failed"``)."""
     span = samples[-1].t - samples[0].t if samples else 0.0
     window = span if window_s is None else window_s
     oldest = samples[-1].oldest_call_s if samples else None
@@ -96,7 +100,7 @@ def judge_window(samples: Sequence[Sample], *, window_s: float | None = None) ->
     if given_up > 0 and settled > 0:
         return Judgement(
             Verdict.WARN,
-            f"gave up on {given_up} of {settled} records settled in {span:.0f} s ({100 * given_up / settled:.0f}%)",
+            f"{gave_up} {given_up} of {settled} settled in {span:.0f} s ({100 * given_up / settled:.0f}%)",
         )
     if any(b == 0 for b in backlogs):
         return Judgement(Verdict.OK, "caught up within the window")
@@ -108,7 +112,13 @@ def judge_window(samples: Sequence[Sample], *, window_s: float | None = None) ->
 
 
 def judge_component(
-    samples: Sequence[Sample], *, now: float, interval_s: float, stopped: bool, window_s: float | None = None
+    samples: Sequence[Sample],
+    *,
+    now: float,
+    interval_s: float,
+    stopped: bool,
+    window_s: float | None = None,
+    gave_up: str = GAVE_UP,
 ) -> Judgement:
     """Rules 1 and 2, then :func:`judge_window`."""
     if stopped:
@@ -118,7 +128,7 @@ def judge_component(
     silent = now - samples[-1].t
     if silent > STALE_INTERVALS * interval_s + STALE_GRACE_S:
         return Judgement(Verdict.DOWN, f"silent for {silent:.0f} s (reports every {interval_s:g} s)")
-    return judge_window(samples, window_s=window_s)
+    return judge_window(samples, window_s=window_s, gave_up=gave_up)
 
 
 def judge_replaced(judgement: Judgement, taken_over_by: Sequence[str]) -> Judgement:

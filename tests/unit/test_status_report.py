@@ -152,7 +152,7 @@ def test_a_bolt_failing_every_tuple_it_settles_is_a_warning():
     for i, h in enumerate(snapshot["history"]):
         h["counters"] = {"received": 10 * i, "acked": 0, "failed": 10 * i, "handler_errors": 10 * i}
     judgement = judge_snapshot(snapshot, now=1004.0)
-    assert judgement.verdict is Verdict.WARN and "30 of 30" in judgement.reason
+    assert judgement.verdict is Verdict.WARN and "failed 30 of 30" in judgement.reason
 
 
 def test_the_oldest_call_age_is_read_from_the_snapshot_into_the_last_sample():
@@ -195,7 +195,7 @@ def test_render_shows_one_failed_rate_the_topology_reason_and_the_last_error():
         "capacity": None,
         "lag": 12,
         "oldest_call_s": None,
-        "reason": "gave up on 95 of 95 records settled in 10 s (100%)",
+        "reason": "failed 95 of 95 settled in 10 s (100%)",
         "last_error": {
             "type": "ValueError",
             "message": "bad record",
@@ -211,7 +211,7 @@ def test_render_shows_one_failed_rate_the_topology_reason_and_the_last_error():
         "topology": "t",
         "generated_at": 1010.0,
         "verdict": "WARN",
-        "reason": "validate WARN: gave up on 95 of 95 records settled in 10 s (100%)",
+        "reason": "validate WARN: failed 95 of 95 settled in 10 s (100%)",
         "components": [component],
         "partitions": [],
         "ackers": {"workers": 1, "pending_roots": 0, "table_bytes": 0},
@@ -221,7 +221,5 @@ def test_render_shows_one_failed_rate_the_topology_reason_and_the_last_error():
     text = render(report)
     row = next(line for line in text.splitlines() if line.startswith("validate"))
     assert " 9.5 " in row and "19.0" not in row
-    assert (
-        text.splitlines()[0] == "topology t: WARN (validate WARN: gave up on 95 of 95 records settled in 10 s (100%))"
-    )
+    assert text.splitlines()[0] == "topology t: WARN (validate WARN: failed 95 of 95 settled in 10 s (100%))"
     assert "ValueError: bad record" in text and "app.py:12 in validate" in text and "in[0]@5" in text

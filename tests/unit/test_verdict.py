@@ -148,7 +148,7 @@ def test_a_silent_member_whose_partitions_moved_is_a_warning_and_others_stay_dow
 
 def test_the_topology_leaves_stopped_rows_out_and_names_the_worst():
     ok, stopped = Judgement(Verdict.OK, ""), Judgement(Verdict.STOPPED, "stopped cleanly")
-    warn = Judgement(Verdict.WARN, "gave up on 5 of 5 records")
+    warn = Judgement(Verdict.WARN, "failed 5 of 5 settled")
     assert roll_up([("spout", ok), ("old", stopped)]).verdict is Verdict.OK
     assert roll_up([("old", stopped)]).verdict is Verdict.STOPPED
     topology = roll_up([("spout", ok), ("validate", warn), ("old", stopped)])
