@@ -42,6 +42,7 @@ from reliable_kafka.kafka.produce import (
 )
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
 from reliable_kafka.lifecycle import run_until_stopped
+from reliable_kafka.ops.errors import handler_raised
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.polling import consume_batch
 from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
@@ -475,12 +476,15 @@ class Bolt:
     def _handler_failed(self, tuple_: Tuple, exc: Exception) -> None:
         """The handler raised on ``tuple_``: counted, logged with its traceback, and the tuple failed."""
         self.stats.handler_errors += 1
-        log.exception(
+        handler_raised(  # the last error, and a log that does not repeat a traceback per tuple
+            self,
+            exc,
+            log,
             "%s: handler %s raised on %s; failing the tuple",
             self.name,
             getattr(self.handler, "__name__", self.handler),
             tuple_.coordinates,
-            exc_info=exc,
+            where=str(tuple_.coordinates),
         )
         self.collector.fail(tuple_, error=exc)
 

@@ -16,6 +16,7 @@ from reliable_kafka.bolt.ack_packing import V2, pack_pair, unpack_pair
 from reliable_kafka.bolt.collector import Tuple, TupleBatch
 from reliable_kafka.errors import AuthorizationError, DecodeError
 from reliable_kafka.kafka.produce import ProducerUnusable
+from reliable_kafka.ops.errors import handler_raised
 
 if TYPE_CHECKING:
     from reliable_kafka.bolt.runner import Bolt
@@ -193,13 +194,16 @@ def handle_batch(bolt: Bolt, batch: TupleBatch, roots: list[int], pairs: list, t
         raise  # not the tuples' fault: the transaction aborts, or the process restarts or stops
     except Exception as exc:
         bolt.stats.handler_errors += count
-        log.exception(
+        handler_raised(  # the last error, and a log that does not repeat a traceback per batch
+            bolt,
+            exc,
+            log,
             "%s: batch handler %s raised on %d tuples from %s; failing them",
             bolt.name,
             getattr(bolt.batch_handler, "__name__", bolt.batch_handler),
             count,
             batch[0].coordinates,
-            exc_info=exc,
+            where=str(batch[0].coordinates),
         )
         for tuple_ in batch:
             bolt.collector.fail(tuple_, error=exc)

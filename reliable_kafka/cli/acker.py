@@ -65,6 +65,13 @@ def register(subparsers: Subparsers) -> None:
         help="serve Prometheus /metrics on this port (docs/operations.md; default: off)",
     )
     metrics_host_argument(acker)
+    acker.add_argument(
+        "--status-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="publish a status snapshot every SECONDS (default: 5; the verdict's window is 12 of them)",
+    )
     acker.set_defaults(handler=_acker)
 
 
@@ -88,5 +95,7 @@ def _acker(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
     )
     worker.metrics_host = args.metrics_host  # read when /metrics starts (ops.reporter.attach)
+    if args.status_interval is not None:
+        worker.status_interval_s = args.status_interval  # type: ignore[attr-defined]
     worker.run(handle_signals=True)
     return 0

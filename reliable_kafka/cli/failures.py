@@ -1,4 +1,4 @@
-"""``reliable-kafka dlq list|show|replay`` and ``trace``: acting on failures."""
+"""``reliable-kafka dlq list|show|replay``, ``trace`` and ``failures``: acting on failures."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ __all__ = ["register"]
 def register(subparsers: Subparsers) -> None:
     _register_dlq(subparsers)
     _register_trace(subparsers)
+    _register_failures(subparsers)
 
 
 def _dlq_filters(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +66,11 @@ def _register_dlq(subparsers: Subparsers) -> None:
     )
     again.add_argument("--to", default=None, help="send to this topic instead of each record's source topic")
     again.add_argument("--rate", type=float, default=100.0, help="records per second at most (default: 100)")
+    again.add_argument(
+        "--force",
+        action="store_true",
+        help="send letters that were replayed before once more (on purpose: each is sent again)",
+    )
     again.add_argument("--dry-run", action="store_true", help="say what would be sent; send nothing")
     again.add_argument("--json", action="store_true", help="print the report as JSON")
     again.set_defaults(handler=_dlq_replay)
@@ -136,6 +142,8 @@ def _dlq_replay(args: argparse.Namespace) -> int:
     )
     if not filtered and not args.all:
         raise ReliableKafkaError("dlq replay: choose what to replay (--offset or a filter), or say --all")
+    if args.to is not None:  # before reading the whole DLQ
+        dlq.check_target(args.bootstrap_servers, args.to, kafka_config=client_settings(args))
     report = dlq.replay(
         args.bootstrap_servers,
         args.topology,
@@ -144,6 +152,7 @@ def _dlq_replay(args: argparse.Namespace) -> int:
         rate=args.rate,
         dry_run=args.dry_run,
         kafka_config=client_settings(args),
+        force=args.force,
     )
     if args.json:
         print(json.dumps(report.__dict__, indent=2))
@@ -205,4 +214,41 @@ def _trace(args: argparse.Namespace) -> int:
         since_ms=parse_time(args.since) if args.since else None,
     )
     print(json.dumps(document, indent=2) if args.json else trace.render(document))
+    return 0
+
+
+def _register_failures(subparsers: Subparsers) -> None:
+    failures = subparsers.add_parser(
+        "failures",
+        help="recent failures by source record, and how each record ended (retried and completed, "
+        "dead-lettered, in flight)",
+        description="Reads <topology>.failures since --since, finds each failed tree's source record and "
+        "its later attempts in <topology>.roots, and their outcomes and dead letters (docs/operations.md).",
+    )
+    topology_arguments(failures)
+    failures.add_argument(
+        "--since", default="15m", help="from this time: ms, ISO 8601 (UTC) or an age such as 15m, 2h (default: 15m)"
+    )
+    failures.add_argument("--component", default=None, help="failed by a component whose name contains this")
+    failures.add_argument("--limit", type=int, default=50, help="lines of text at most (default: 50)")
+    failures.add_argument("--timeout", type=float, default=120.0, help="give up reading after this long (s)")
+    failures.add_argument("--json", action="store_true", help="print JSON (every record)")
+    failures.set_defaults(handler=_failures)
+
+
+def _failures(args: argparse.Namespace) -> int:
+    import json
+
+    from reliable_kafka.ops import trace
+    from reliable_kafka.ops.dlq import parse_time
+
+    document = trace.recent_failures(
+        args.bootstrap_servers,
+        args.topology,
+        since_ms=parse_time(args.since),
+        kafka_config=client_settings(args),
+        component=args.component,
+        timeout=args.timeout,
+    )
+    print(json.dumps(document, indent=2) if args.json else trace.render_failures(document, limit=args.limit))
     return 0

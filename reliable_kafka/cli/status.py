@@ -28,8 +28,8 @@ def _register_status(subparsers: Subparsers) -> None:
         help="what a running topology is doing: components, source partitions, verdicts",
         description="Reads <topology>.status (each component's latest snapshot), the source partitions' "
         "committed and end offsets, dead-letter and quarantine counts, and judges each component and "
-        "partition OK / WARN / STALL / DOWN over its last minute (docs/operations.md). "
-        "Exit code: 0 when all is OK, 1 for an error, 2 when something is not OK.",
+        "partition OK / WARN / STALL / DOWN / STOPPED over its last minute (docs/operations.md). "
+        "Exit code: 0 when the topology is OK, 1 for an error, 2 otherwise.",
     )
     topology_arguments(status)
     status.add_argument(
@@ -45,7 +45,16 @@ def _register_status(subparsers: Subparsers) -> None:
         help="print again every SECONDS (default 5) until interrupted",
     )
     status.add_argument(
-        "--all", action="store_true", help="also list components stopped or silent for more than an hour"
+        "--all",
+        action="store_true",
+        help="also list components stopped or silent for more than an hour, and members replaced "
+        "for more than a window",
+    )
+    status.add_argument(
+        "--forget",
+        metavar="NAME",
+        default=None,
+        help="remove a stopped or dead component from the status topic for good (a tombstone); refused while it runs",
     )
     status.set_defaults(handler=_status)
 
@@ -54,8 +63,13 @@ def _status(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from reliable_kafka.ops.status import build_report, render
+    from reliable_kafka.ops.status import build_report, forget, render
 
+    if args.forget:
+        snap = forget(args.bootstrap_servers, args.topology, args.forget, kafka_config=client_settings(args))
+        where = f"{snap.get('host')}:{snap.get('pid')}"
+        print(f"forgot {args.forget} ({snap.get('kind')} on {where}, state {snap.get('state')})")
+        return 0
     while True:
         report = build_report(
             args.bootstrap_servers, args.topology, kafka_config=client_settings(args), include_all=args.all

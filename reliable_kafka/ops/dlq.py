@@ -33,6 +33,8 @@ __all__ = [
     "select",
     "replayed",
     "replay",
+    "check_target",
+    "replay_mark_text",
     "parse_time",
     "render_list",
     "render_one",
@@ -94,6 +96,11 @@ class DeadLetter:
         """The headers the source record had (the layer's own are dropped)."""
         return [(k, v) for k, v in self.headers if k not in _OURS]
 
+    @property
+    def replayed_from(self) -> list[str]:
+        """The dead letters this record was replayed from, oldest first (empty: never replayed)."""
+        return [_text(v) or "" for k, v in self.headers if k == LINEAGE_HEADER and v is not None]
+
     def as_json(self) -> dict:
         parked = self.parked
         return {
@@ -113,6 +120,7 @@ class DeadLetter:
             "parked_reason": parked.reason if parked else None,
             "parked_at_ms": parked.parked_at_ms if parked else None,
             "reference": self.reference,
+            "replayed_from": self.replayed_from,
             "attempt_count": parked.attempts if parked else None,
             "attempts": [a.__dict__ for a in self.attempts],
             "components": sorted(self.components()),
@@ -292,6 +300,34 @@ def replayed(
     return marks
 
 
+def check_target(bootstrap_servers: str, to: str, *, kafka_config: dict | None = None) -> None:
+    """Raise at once when topic ``to`` does not exist: a replay to it would send nothing."""
+    from reliable_kafka.topology import admin_client
+
+    if to not in admin_client(bootstrap_servers, kafka_config).list_topics(timeout=30).topics:
+        raise ReliableKafkaError(
+            f"dlq replay: topic {to!r} does not exist; create it first or leave out --to to send each "
+            f"record back to its source topic"
+        )
+
+
+def replay_mark_text(mark: dict) -> str:
+    """A replay mark as a person reads it: where, when (UTC) and by whom."""
+    by = f" by {mark['by']}" if mark.get("by") else ""
+    return f"replayed to {mark.get('to')} at {_when(mark.get('at_ms'))} UTC{by}"
+
+
+def _replayer() -> str:
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name in this environment (a container without one)
+        user = "?"
+    return f"{user}@{socket.gethostname()}"
+
+
 @dataclass
 class ReplayReport:
     sent: list[dict] = field(default_factory=list)  # {dlq, to, partition}
@@ -325,9 +361,11 @@ def replay(
     dry_run: bool = False,
     kafka_config: dict | None = None,
     batch: int = 100,
+    force: bool = False,
 ) -> ReplayReport:
     """Send ``letters`` back to their source topic and partition (or to topic ``to``), at most
-    ``rate`` records a second, each once ever (see the module doc); ``dry_run`` sends nothing."""
+    ``rate`` records a second, each once ever (see the module doc); ``force`` sends letters
+    replayed before once more, on purpose; ``dry_run`` sends nothing."""
     from reliable_kafka.kafka.clients import new_producer
     from reliable_kafka.topology import admin_client
 
@@ -338,11 +376,14 @@ def replay(
     done = replayed(bootstrap_servers, topology, kafka_config=kafka_config)
     admin = admin_client(bootstrap_servers, kafka_config)
     existing = admin.list_topics(timeout=30).topics
+    if to is not None and to not in existing:
+        check_target(bootstrap_servers, to, kafka_config=kafka_config)  # raises
     todo = []
     for letter in letters:
         where = f"{topics.dlq}[{letter.partition}]@{letter.offset}"
-        if (letter.partition, letter.offset) in done:
-            report.skipped.append({"dlq": where, "why": f"already replayed: {done[(letter.partition, letter.offset)]}"})
+        if (letter.partition, letter.offset) in done and not force:
+            mark = done[(letter.partition, letter.offset)]
+            report.skipped.append({"dlq": where, "why": f"already {replay_mark_text(mark)} (--force sends it again)"})
             continue
         if letter.reference is not None and letter.parked is not None:  # sending it would make an empty record
             report.references += 1
@@ -368,6 +409,7 @@ def replay(
     overrides: dict[str, Any] = {"transactional.id": f"{topology}.dlq-replay"}
     producer = new_producer(bootstrap_servers, kafka_config, **overrides)
     producer.init_transactions(30)  # fences another replay of this topology still running
+    by = _replayer()
     started = time.monotonic()
     for start in range(0, len(todo), batch):
         chunk = todo[start : start + batch]
@@ -375,12 +417,15 @@ def replay(
         for letter, where, target, partition in chunk:
             kwargs: dict[str, Any] = {
                 "key": letter.key,
-                "headers": letter.original_headers() + [(LINEAGE_HEADER, where.encode())],
+                # the lineage so far (a letter replayed before and parked again), then this hop
+                "headers": letter.original_headers()
+                + [(LINEAGE_HEADER, hop.encode()) for hop in letter.replayed_from]
+                + [(LINEAGE_HEADER, where.encode())],
             }
             if partition is not None:
                 kwargs["partition"] = partition
             producer.produce(target, letter.value, **kwargs)
-            mark = {"to": target, "at_ms": int(time.time() * 1000), "reason": letter.reason}
+            mark = {"to": target, "at_ms": int(time.time() * 1000), "reason": letter.reason, "by": by}
             producer.produce(
                 topics.dlq_replayed, json.dumps(mark).encode(), key=f"{letter.partition}:{letter.offset}".encode()
             )
@@ -409,7 +454,8 @@ def render_list(letters: list[DeadLetter]) -> str:
         lines.append(
             f"{d.partition:>3}@{d.offset:<6}  {_when(parked_at):19}  "
             f"{source:28}  {d.parked.attempts if d.parked else '?':>5}  "
-            f"{','.join(sorted(d.components()))[:20]:20}  {'[reference, no value] ' if d.reference else ''}{d.reason}"
+            f"{','.join(sorted(d.components()))[:20]:20}  {'[reference, no value] ' if d.reference else ''}"
+            f"{'[replayed from ' + d.replayed_from[-1] + '] ' if d.replayed_from else ''}{d.reason}"
         )
     lines.append(f"{len(letters)} dead letter(s)")
     return "\n".join(lines)
@@ -422,7 +468,9 @@ def render_one(letter: DeadLetter, marks: dict | None = None, last_acks: dict | 
     if d["source"]:
         s = d["source"]
         lines.append(f"  source    {s['topic']}[{s['partition']}]@{s['offset']} (written {_when(s['timestamp_ms'])})")
-    lines.append(f"  parked    by {d['parked_by']} at {_when(d['parked_at_ms'])}: {d['parked_reason']}")
+    lines.append(f"  parked    by {d['parked_by']} at {_when(d['parked_at_ms'])} UTC: {d['parked_reason']}")
+    for hop in d["replayed_from"]:
+        lines.append(f"  lineage   replayed from {hop}")
     if d["reference"]:
         lines.append(f"  value     none: {d['reference']}")
     else:
@@ -448,6 +496,5 @@ def render_one(letter: DeadLetter, marks: dict | None = None, last_acks: dict | 
                 f"{'' if f.get('retry', True) else ' (retry=False)'}"
             )
     if marks and (letter.partition, letter.offset) in marks:
-        mark = marks[(letter.partition, letter.offset)]
-        lines.append(f"  replayed  to {mark.get('to')} at {_when(mark.get('at_ms'))}")
+        lines.append(f"  replay    {replay_mark_text(marks[(letter.partition, letter.offset)])}")
     return "\n".join(lines)

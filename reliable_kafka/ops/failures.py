@@ -9,7 +9,11 @@ A failure record (UTF-8 JSON object, key = the first root as decimal text)::
 
     {"v": 1, "roots": [int64...], "component": str, "task_id": int64, "reason": str,
      "error_type": str|null, "error_message": str|null, "retry": bool,
-     "tuple": {"topic": str, "partition": int, "offset": int}|null, "at_ms": int}
+     "tuple": {"topic": str, "partition": int, "offset": int}|null, "at_ms": int,
+     "host": str|null, "pid": int|null, "frames": [str...]|null}
+
+``frames`` are the innermost lines of the error's stack (:func:`reliable_kafka.ops.errors.frames_of`);
+records written before they existed decode with None.
 
 ``retry: false`` marks a poison pill: the spout that owns a root dead-letters its record at once
 instead of redelivering it. Dead letters carry the attempt history as the ``rk-attempts`` header
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
@@ -27,6 +33,7 @@ from typing import TYPE_CHECKING, overload
 
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.errors import AuthorizationError, TopologyError
+from reliable_kafka.ops.errors import frames_of
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer
@@ -93,6 +100,9 @@ class FailureRecord:
     retry: bool = True
     tuple: dict | None = None  # {"topic", "partition", "offset"} of the failed tuple
     at_ms: int = -1
+    host: str | None = None
+    pid: int | None = None
+    frames: list[str] | None = None  # the error's innermost stack frames
 
     @classmethod
     def of(
@@ -120,6 +130,9 @@ class FailureRecord:
             retry=bool(retry),
             tuple=coordinates,
             at_ms=_now_ms(clock),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            frames=frames_of(error) if error is not None else None,
         )
 
     def summary(self) -> str:
@@ -147,6 +160,9 @@ def decode_failure(raw: bytes | None) -> FailureRecord | None:
             retry=bool(datum.get("retry", True)),
             tuple=datum.get("tuple"),
             at_ms=int(datum.get("at_ms", -1)),
+            host=datum.get("host"),
+            pid=datum.get("pid"),
+            frames=datum.get("frames"),
         )
     except (TypeError, ValueError, KeyError) as exc:
         log.warning("not a failure record (%s): %r", exc, raw[:200] if raw else raw)

@@ -86,6 +86,7 @@ class ComponentReporter:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._round(state="stopped")
+        self.view.close()  # its broker-offsets client
         if self._producer is not None:
             self._producer.flush(5)
             self._producer = None

@@ -7,17 +7,21 @@ the worker runs, so a view only reads: integer counters (atomic under the GIL) a
 read that races a mutation of a dict is retried (``RuntimeError: dictionary changed size``). The
 Kafka consumer is not touched from those threads (a call into it while the worker's thread is in
 ``consume`` can block): :meth:`ComponentView.refresh` reads its position and cached end offsets
-in the worker's own thread, from the run loop, about once a second.
+in the worker's own thread, from the run loop, about once a second. What the broker says (the end
+offsets and the group's committed offsets) is read by :class:`BrokerOffsets`, a client of the
+view's own, from the sampling thread: a worker whose loop is blocked still shows its true lag.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict, is_dataclass
 
 from reliable_kafka.core.latency import LatencyHistogram
+from reliable_kafka.ops.errors import last_error_of
 
-__all__ = ["ComponentView", "view_of"]
+__all__ = ["ComponentView", "BrokerOffsets", "view_of"]
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +63,76 @@ def _consumer_partitions(consumer) -> list[dict]:
     return out
 
 
-def _lag(partitions: list[dict]) -> int | None:
-    known = [p for p in partitions if p["position"] is not None and p["end"] is not None]
-    if partitions and not known:
-        return None
-    return sum(max(0, p["end"] - p["position"]) for p in known)
+def _lag(partitions: list[dict], start_at: str = "committed") -> int | None:
+    """Records between ``start_at`` (the group's committed offset, or the consumer's position) and
+    the end, summed (None: unknown); a partition without a committed offset counts from the position."""
+    total, known = 0, False
+    for p in partitions:
+        start = p.get(start_at) if p.get(start_at) is not None else p.get("position")
+        if start is not None and p.get("end") is not None:
+            total += max(0, p["end"] - start)
+            known = True
+    return total if known or not partitions else None
+
+
+class BrokerOffsets:
+    """The broker's end offsets and a group's committed offsets, read with a consumer of its own
+    (it joins no group; the worker's consumer is never touched from another thread). Answers
+    are kept ``max_age_s``, so a metrics scrape between snapshots asks nothing more."""
+
+    TIMEOUT_S = 2.0  # a broker that does not answer in time: the figures are unknown this round
+
+    def __init__(self, worker, *, max_age_s: float = 1.0) -> None:
+        self.worker = worker
+        self.max_age_s = max_age_s
+        self._consumer = None
+        self._read_at = -1e9
+        self._known: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+
+    def read(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int | None, int | None]]:
+        """(topic, partition) -> (committed, end) for ``tps``; (None, None) when not known."""
+        now = time.monotonic()
+        if now - self._read_at < self.max_age_s and all(tp in self._known for tp in tps):
+            return self._known
+        self._read_at = now
+        known: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+        try:
+            from confluent_kafka import TopicPartition
+
+            consumer = self._client()
+            committed = {}
+            if getattr(self.worker, "group_id", None):
+                for tp in consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=self.TIMEOUT_S):
+                    committed[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+            for t, p in tps:
+                _, end = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=self.TIMEOUT_S, cached=False)
+                known[(t, p)] = (committed.get((t, p)), end if end >= 0 else None)
+        except Exception as exc:  # the broker is away, or a client closed meanwhile: unknown this round
+            log.debug("%s: broker offsets not read: %s", getattr(self.worker, "name", "?"), exc)
+        self._known = known
+        return known
+
+    def _client(self):
+        if self._consumer is None:
+            from reliable_kafka.kafka.clients import new_consumer
+
+            worker = self.worker
+            group = getattr(worker, "group_id", None) or f"{worker.topics.topology}.status-offsets"
+            self._consumer = new_consumer(
+                worker.bootstrap_servers,
+                group,
+                getattr(worker, "kafka_config", None) or {},
+                clients=getattr(worker, "clients", None),
+            )
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except Exception as exc:
+                log.debug("broker offsets client close: %s", exc)
+            self._consumer = None
 
 
 class ComponentView:
@@ -72,13 +141,38 @@ class ComponentView:
     kind = "component"
     latency_name: str | None = None  # "complete" (spouts) or "process" (bolts)
 
+    broker_committed = True  # the group's committed offsets from the broker (a spout knows its own)
+
     def __init__(self, worker) -> None:
         self.worker = worker
         self.consumer_partitions: list[dict] = []  # as of the last refresh()
+        self.broker = BrokerOffsets(worker)
 
     def refresh(self) -> None:
         """In the worker's thread: the consumer's assigned partitions, positions and cached ends."""
         self.consumer_partitions = _consumer_partitions(getattr(self.worker, "_consumer", None))
+
+    def close(self) -> None:
+        self.broker.close()
+
+    def partitions(self) -> list[dict]:
+        """The assigned partitions (as of the last refresh) with the broker's end offset and, where
+        the broker answered, the group's committed offset and ``lag`` (end minus committed)."""
+        partitions = [dict(p) for p in self.consumer_partitions]
+        if not partitions or getattr(self.worker, "bootstrap_servers", None) is None:
+            return partitions
+        answers = self.broker.read([(p["topic"], p["partition"]) for p in partitions])
+        for p in partitions:
+            committed, end = answers.get((p["topic"], p["partition"]), (None, None))
+            if end is not None:
+                p["end"] = end
+            if self.broker_committed:
+                p["committed"] = committed
+        return partitions
+
+    def last_error(self) -> dict | None:
+        found = last_error_of(self.worker)
+        return None if found is None else found.as_json()
 
     @property
     def name(self) -> str:
@@ -124,6 +218,7 @@ def _counters(stats) -> dict:
 class SpoutView(ComponentView):
     kind = "spout"
     latency_name = "complete"
+    broker_committed = False  # its commit point is its own figure, the same as the broker's
 
     def latency(self) -> LatencyHistogram:
         return self.worker.tracker.complete_latency
@@ -139,7 +234,7 @@ class SpoutView(ComponentView):
         for key in ("failed", "timed_out", "backstop_expired", "redelivered", "ignored_outcomes"):
             counters[key] = getattr(tracker_stats, key)
         pending = tracker.pending_roots()
-        partitions = [dict(p) for p in self.consumer_partitions]
+        partitions = self.partitions()
         committed = _retry(lambda: dict(worker.stats.committed), {})
         summary = _retry(tracker.pending_summary, {})
         now_ms = tracker.now_ms()
@@ -151,7 +246,8 @@ class SpoutView(ComponentView):
             p["oldest_pending"] = (
                 None if oldest is None else {"offset": oldest, "age_s": round(max(0, now_ms - first_ms) / 1000.0, 3)}
             )
-        lag = _lag(partitions)
+            p["lag"] = _partition_lag(p)
+        lag = _lag(partitions, "position")  # records not read yet; those read are in ``pending``
         return {
             "counters": counters,
             "progress": counters.get("completed", 0) + counters.get("dead_lettered", 0),
@@ -187,16 +283,42 @@ class BoltView(ComponentView):
         counters = _counters(worker.stats)
         handled = worker.process_latency.count
         counters["handled"] = handled
-        partitions = [dict(p) for p in self.consumer_partitions]
+        partitions = self.partitions()
+        for p in partitions:
+            p["lag"] = _partition_lag(p)
         lag = _lag(partitions)
-        # tuples taken from the consumer whose handler call has not returned (a stuck handler: >= 1)
-        in_hand = max(0, counters.get("received", 0) - counters.get("quarantined", 0) - handled)
-        return {
+        read = {
             "counters": counters,
             "progress": handled,
-            "backlog": None if lag is None else lag + in_hand,
+            # the committed offsets are behind every tuple not yet handled, acked and committed
+            "backlog": lag,
             "partitions": partitions,
+            "last_error": self.last_error(),
         }
+        read.update(_calls(worker))
+        return read
+
+
+def _calls(worker) -> dict:
+    """The handler calls in flight and the age of the oldest, where the bolt tells them (a bolt
+    without these methods reports none); safe from another thread."""
+    found: dict = {}
+    in_flight = getattr(worker, "calls_in_flight", None)
+    oldest = getattr(worker, "oldest_call_age", None)
+    parallelism = getattr(worker, "parallelism", None)
+    if callable(in_flight):
+        found["calls_in_flight"] = int(in_flight())
+    if callable(oldest):
+        age = oldest(time.monotonic())
+        found["oldest_call_s"] = None if age is None else round(float(age), 3)
+    if isinstance(parallelism, int):
+        found["parallelism"] = parallelism
+    return found
+
+
+def _partition_lag(p: dict) -> int | None:
+    start = p.get("committed") if p.get("committed") is not None else p.get("position")
+    return None if start is None or p.get("end") is None else max(0, p["end"] - start)
 
 
 class AckerView(ComponentView):
@@ -212,11 +334,15 @@ class AckerView(ComponentView):
     def _read(self) -> dict:
         worker = self.worker
         counters = _counters(worker.stats)
-        partitions = [dict(p) for p in self.consumer_partitions]
+        partitions = self.partitions()
+        for p in partitions:
+            p["lag"] = _partition_lag(p)
         return {
             "counters": counters,
             "progress": counters.get("records", 0),
-            "backlog": _lag(partitions),
+            # records not read yet: an acker commits only below its oldest pending root, so its
+            # committed offset trails the records it has folded while trees are in flight
+            "backlog": _lag(partitions, "position"),
             "pending_roots": worker.stats.pending,
             "table_bytes": worker.stats.table_bytes,
             "partitions": partitions,

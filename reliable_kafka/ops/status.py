@@ -19,21 +19,39 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 from reliable_kafka.core.commit_metadata import decode_done_ranges
 from reliable_kafka.core.latency import quantile
 from reliable_kafka.errors import DecodeError, TopologyError
-from reliable_kafka.ops.verdict import Judgement, Sample, Verdict, judge_component, judge_window, worst
+from reliable_kafka.ops.verdict import (
+    Judgement,
+    Sample,
+    Verdict,
+    judge_component,
+    judge_replaced,
+    judge_window,
+    roll_up,
+)
 from reliable_kafka.topology import TopologyTopics
 
-__all__ = ["REPORT_SCHEMA", "read_snapshots", "build_report", "render", "RATE_COUNTERS", "FORGET_AFTER_S"]
+__all__ = [
+    "REPORT_SCHEMA",
+    "read_snapshots",
+    "build_report",
+    "forget",
+    "render",
+    "RATE_COUNTERS",
+    "FORGET_AFTER_S",
+    "WINDOW_SAMPLES",
+]
 
 log = logging.getLogger(__name__)
 
-REPORT_SCHEMA = 1
+REPORT_SCHEMA = 2  # 2: STOPPED, the topology's reason, lag and last errors per component, no rates when down
 FORGET_AFTER_S = 3600.0  # stopped or silent components older than this are left out (``--all`` keeps them)
+WINDOW_SAMPLES = 12  # the reporters keep this many samples (reporter.HISTORY): the verdict's window
 SPOUT_KINDS = ("spout", "transactional-spout", "spark-spout")
 RATE_COUNTERS = {
     "spout": ("read", "emitted", "completed", "failed", "timed_out", "replayed", "dead_lettered"),
     "transactional-spout": ("read", "emitted", "completed", "failed", "timed_out", "replayed", "dead_lettered"),
     "spark-spout": ("inputs", "outputs", "completed", "tracker_failed", "tracker_timed_out", "dead_lettered"),
-    "bolt": ("received", "emitted", "acked", "failed", "handler_errors"),
+    "bolt": ("received", "emitted", "acked", "failed", "quarantined", "handler_errors"),
     "spark-bolt": ("inputs", "outputs", "acked", "failed"),
     "acker": ("records", "entries_folded", "completed", "failed", "timed_out"),
 }
@@ -100,17 +118,72 @@ def read_snapshots(
 # --- judging --------------------------------------------------------------------------------------
 
 
+# kind -> (counters whose sum is the records settled, the counter of those given up on, its words)
+SETTLED = {
+    "spout": (("completed", "dead_lettered"), "dead_lettered", "dead-lettered"),
+    "transactional-spout": (("completed", "dead_lettered"), "dead_lettered", "dead-lettered"),
+    "spark-spout": (("completed", "dead_lettered"), "dead_lettered", "dead-lettered"),
+    "bolt": (("acked", "failed", "quarantined"), "failed", "failed"),
+    "spark-bolt": (("acked", "failed"), "failed", "failed"),
+}
+
+
 def component_samples(snapshot: dict) -> list[Sample]:
-    return [Sample(h["t"], h["progress"], h["backlog"]) for h in snapshot.get("history", [])]
+    """The verdict's samples; the last carries the age of the oldest call in flight (if told)."""
+    settled_by, given_up_by, _ = SETTLED.get(snapshot.get("kind", ""), ((), "", ""))
+    history = snapshot.get("history", [])
+    samples = []
+    for i, h in enumerate(history):
+        counters = h.get("counters", {})
+        samples.append(
+            Sample(
+                h["t"],
+                h["progress"],
+                h["backlog"],
+                settled=sum(counters.get(k, 0) for k in settled_by),
+                given_up=counters.get(given_up_by, 0) if given_up_by else 0,
+                oldest_call_s=snapshot.get("oldest_call_s") if i == len(history) - 1 else None,
+            )
+        )
+    return samples
 
 
 def judge_snapshot(snapshot: dict, now: float) -> Judgement:
+    interval = snapshot.get("interval_s", 5.0)
     return judge_component(
         component_samples(snapshot),
         now=now,
-        interval_s=snapshot.get("interval_s", 5.0),
+        interval_s=interval,
         stopped=snapshot.get("state") == "stopped",
+        window_s=WINDOW_SAMPLES * interval,
+        gave_up=SETTLED.get(snapshot.get("kind", ""), ((), "", "gave up on"))[2],
     )
+
+
+def _owned(snapshot: dict) -> set[tuple[str, int]]:
+    return {(p["topic"], p["partition"]) for p in snapshot.get("partitions", [])}
+
+
+def _taken_over_by(name: str, snapshots: dict[str, dict], judged: dict[str, Judgement]) -> list[str]:
+    """The live members of ``name``'s group that own every partition it last reported (none: its
+    work was not taken over, or it had no group)."""
+    snap = snapshots[name]
+    group = snap.get("group")
+    if not group:
+        return []
+    members = [
+        other
+        for other, s in snapshots.items()
+        if other != name
+        and s.get("group") == group
+        and s.get("kind") == snap.get("kind")
+        and judged[other].verdict not in (Verdict.DOWN, Verdict.STOPPED)
+    ]
+    mine = _owned(snap)
+    owned = set().union(*(_owned(snapshots[m]) for m in members)) if members else set()
+    if not members or not mine <= owned:
+        return []
+    return sorted(m for m in members if _owned(snapshots[m]) & mine) or sorted(members)
 
 
 def partition_samples(snapshot: dict, topic: str, partition: int) -> list[Sample]:
@@ -161,6 +234,40 @@ def _latency(snapshot: dict) -> dict | None:
     }
 
 
+def _broker_lags(bootstrap, kafka_config, snapshots: dict[str, dict], timeout) -> dict[tuple[str, str, int], int]:
+    """(group, topic, partition) -> records not yet done, as ``reliable-kafka lag`` computes them
+    (the broker's end offset minus the group's commit, minus what a spout's commit metadata
+    records as done above it), for every group and input topic the snapshots name."""
+    from reliable_kafka.offsets import true_lag
+
+    wanted = {
+        (snap["group"], topic)
+        for snap in snapshots.values()
+        if snap.get("group") and snap.get("kind") in (*SPOUT_KINDS, "bolt", "acker")
+        for topic in snap.get("inputs", [])
+    }
+    lags: dict[tuple[str, str, int], int] = {}
+    for group, topic in sorted(wanted):
+        try:
+            rows = true_lag(bootstrap, group, topic, kafka_config=kafka_config, timeout=timeout)
+        except KafkaException as exc:
+            log.warning("status: lag of group %s on %s not read: %s", group, topic, exc)
+            continue
+        lags.update({(group, topic, row.partition): row.lag for row in rows})
+    return lags
+
+
+def _component_lag(snapshot: dict, broker_lag: dict[tuple[str, str, int], int]) -> int | None:
+    """Records waiting in the partitions the component owns (as of its last snapshot), from the
+    broker; else as the component's own snapshot measured them (None: not known)."""
+    group, partitions = snapshot.get("group"), snapshot.get("partitions", [])
+    found = [broker_lag.get((group, p["topic"], p["partition"])) for p in partitions] if group else []
+    if found and all(lag is not None for lag in found):
+        return sum(lag for lag in found if lag is not None)
+    lags = [p["lag"] for p in partitions if p.get("lag") is not None]
+    return sum(lags) if lags else None
+
+
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
@@ -182,13 +289,25 @@ def build_report(
     now = time.time() if now is None else now
     if snapshots is None:
         snapshots = read_snapshots(bootstrap_servers, topology, kafka_config=kafka_config, timeout=timeout)
+    judged = {name: judge_snapshot(snap, now) for name, snap in snapshots.items()}
+    broker_lag = _broker_lags(bootstrap_servers, kafka_config, snapshots, timeout)
+    replaced = {
+        name: _taken_over_by(name, snapshots, judged) for name, j in judged.items() if j.verdict is Verdict.DOWN
+    }
     components = []
     for name, snap in sorted(snapshots.items(), key=lambda item: (item[1].get("kind", ""), item[0])):
-        judgement = judge_snapshot(snap, now)
+        judgement = judge_replaced(judged[name], replaced.get(name, ()))
         last_seen = snap.get("published_at", 0.0)
-        if not include_all and judgement.verdict is Verdict.DOWN and now - last_seen > FORGET_AFTER_S:
+        silent = now - last_seen
+        window_s = WINDOW_SAMPLES * snap.get("interval_s", 5.0)
+        if not include_all and (
+            (judgement.verdict in (Verdict.DOWN, Verdict.STOPPED) and silent > FORGET_AFTER_S)
+            or (replaced.get(name) and silent > window_s)  # replaced: shown for a window, then gone
+        ):
             continue
         rated = RATE_COUNTERS.get(snap.get("kind", ""), ())
+        running = judgement.verdict not in (Verdict.DOWN, Verdict.STOPPED) and not replaced.get(name)
+        history = snap.get("history") or [{}]
         components.append(
             {
                 "name": name,
@@ -204,12 +323,23 @@ def build_report(
                 "outputs": snap.get("outputs", []),
                 "verdict": judgement.verdict.value,
                 "reason": judgement.reason,
-                "rates": _rates(snap),
-                "latency": _latency(snap),
-                "capacity": snap.get("capacity"),
+                "running": running,
+                # a row that no longer runs shows no rates: its last ones are not what happens now
+                "rates": _rates(snap) if running else {},
+                "latency": _latency(snap) if running else None,
+                "capacity": snap.get("capacity") if running else None,
                 "pending_roots": snap.get("pending_roots"),
                 "table_bytes": snap.get("table_bytes"),
-                "backlog": (snap.get("history") or [{}])[-1].get("backlog"),
+                "backlog": history[-1].get("backlog") if running else None,
+                # what the broker says now waits in the partitions it owns (or owned last: a
+                # killed or frozen component's lag keeps growing); none once stopped or replaced
+                "lag": None
+                if judgement.verdict is Verdict.STOPPED or replaced.get(name)
+                else _component_lag(snap, broker_lag),
+                "calls_in_flight": snap.get("calls_in_flight") if running else None,
+                "oldest_call_s": snap.get("oldest_call_s") if running else None,
+                "parallelism": snap.get("parallelism"),
+                "last_error": snap.get("last_error"),
                 "counters": snap.get("counters", {}),
                 "metrics_port": snap.get("metrics_port"),
                 "history": [
@@ -221,14 +351,16 @@ def build_report(
     partitions = _partitions(bootstrap_servers, kafka_config, snapshots, live, now, timeout)
     topics = TopologyTopics(topology)
     counts = _topic_counts(bootstrap_servers, kafka_config, [topics.dlq, topics.quarantine], timeout)
-    ackers = [c for c in components if c["kind"] == "acker" and c["verdict"] != Verdict.DOWN.value]
-    verdicts = [Verdict(c["verdict"]) for c in components if c["state"] != "stopped"]
-    verdicts += [Verdict(p["verdict"]) for p in partitions]
+    ackers = [c for c in components if c["kind"] == "acker" and c["running"]]
+    rows = [(c["name"], Judgement(Verdict(c["verdict"]), c["reason"])) for c in components]
+    rows += [(f"{p['topic']}[{p['partition']}]", Judgement(Verdict(p["verdict"]), p["reason"])) for p in partitions]
+    topology_judgement = roll_up(rows)
     return {
         "schema": REPORT_SCHEMA,
         "topology": topology,
         "generated_at": round(now, 3),
-        "verdict": worst(verdicts).value,
+        "verdict": topology_judgement.verdict.value,
+        "reason": topology_judgement.reason,
         "components": components,
         "partitions": partitions,
         "dead_letters": {"topic": topics.dlq, "records": counts.get(topics.dlq)},
@@ -245,12 +377,14 @@ def _partitions(bootstrap, kafka_config, snapshots, live, now, timeout) -> list[
     """One row per source partition of every spout group that has a live-listed spout."""
     groups: dict[str, set[str]] = {}
     owners: dict[tuple[str, str, int], dict] = {}
+    running: set[str] = set()  # groups with a spout not stopped on purpose
     for name, snap in snapshots.items():
         if snap.get("kind") not in SPOUT_KINDS or name not in live or not snap.get("group"):
             continue
         groups.setdefault(snap["group"], set()).update(snap.get("inputs", []))
         if snap.get("state") == "stopped":
             continue
+        running.add(snap["group"])
         for p in snap.get("partitions", []):
             key = (snap["group"], p["topic"], p["partition"])
             if key not in owners or owners[key].get("published_at", 0) < snap.get("published_at", 0):
@@ -267,7 +401,8 @@ def _partitions(bootstrap, kafka_config, snapshots, live, now, timeout) -> list[
             committed = consumer.committed(tps, timeout=timeout) if tps else []
             for tp in committed:
                 _, end = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=timeout)
-                rows.append(_partition_row(group, tp, end, owners.get((group, tp.topic, tp.partition)), live, now))
+                owner = owners.get((group, tp.topic, tp.partition))
+                rows.append(_partition_row(group, tp, end, owner, live, now, stopped=group not in running))
         except KafkaException as exc:
             raise TopologyError(f"status: cannot read the offsets of group {group}: {exc}") from exc
         finally:
@@ -275,7 +410,7 @@ def _partitions(bootstrap, kafka_config, snapshots, live, now, timeout) -> list[
     return rows
 
 
-def _partition_row(group, tp, end, owner, live, now) -> dict:
+def _partition_row(group, tp, end, owner, live, now, *, stopped: bool = False) -> dict:
     committed = tp.offset if tp.offset >= 0 else None
     done_above: int | None = 0
     if committed is not None and tp.metadata:
@@ -297,12 +432,13 @@ def _partition_row(group, tp, end, owner, live, now) -> dict:
         "retrying": None,
         "oldest_pending": None,
     }
-    if owner is None or owner["component"] not in live or live[owner["component"]]["verdict"] == Verdict.DOWN.value:
-        judgement = (
-            Judgement(Verdict.OK, "nothing to read")
-            if lag <= (done_above or 0)
-            else Judgement(Verdict.DOWN, "no live spout owns it")
-        )
+    if owner is None or owner["component"] not in live or not live[owner["component"]]["running"]:
+        if stopped:
+            judgement = Judgement(Verdict.STOPPED, "its spouts were stopped")
+        elif lag <= (done_above or 0):
+            judgement = Judgement(Verdict.OK, "nothing to read")
+        else:
+            judgement = Judgement(Verdict.DOWN, "no live spout owns it")
     else:
         age = max(0.0, now - owner["published_at"])
         oldest = owner.get("oldest_pending")
@@ -347,6 +483,34 @@ def _topic_counts(bootstrap, kafka_config, topics: list[str], timeout) -> dict[s
         consumer.close()
 
 
+def forget(
+    bootstrap_servers: str, topology: str, name: str, *, kafka_config: dict | None = None, timeout: float = 15.0
+) -> dict:
+    """Remove component ``name`` from ``<topology>.status`` (a tombstone: compaction drops its
+    snapshots). Refused while it runs (it would publish again); returns its last snapshot."""
+    from reliable_kafka.kafka.clients import new_producer
+
+    snapshots = read_snapshots(bootstrap_servers, topology, kafka_config=kafka_config, timeout=timeout)
+    if name not in snapshots:
+        known = ", ".join(sorted(snapshots)) or "none"
+        raise TopologyError(
+            f"status --forget: no component {name!r} in {TopologyTopics(topology).status} (known: {known})"
+        )
+    snap = snapshots[name]
+    judgement = judge_snapshot(snap, time.time())
+    if judgement.verdict not in (Verdict.DOWN, Verdict.STOPPED):
+        raise TopologyError(
+            f"status --forget: {name} is running ({judgement.verdict.value}, last seen "
+            f"{time.time() - snap.get('published_at', 0):.0f} s ago on {snap.get('host')}:{snap.get('pid')}); "
+            f"it would publish again: stop it first"
+        )
+    producer = new_producer(bootstrap_servers, kafka_config)
+    producer.produce(TopologyTopics(topology).status, key=name.encode(), value=None)
+    if producer.flush(timeout) > 0:
+        raise TopologyError(f"status --forget: the tombstone for {name} was not delivered within {timeout:.0f} s")
+    return snap
+
+
 # --- text -----------------------------------------------------------------------------------------
 
 
@@ -371,30 +535,42 @@ def _ms(seconds: float | None) -> str:
 def render(report: dict) -> str:
     """The report as text: one line per component, one per source partition, then totals."""
     now = report["generated_at"]
+    reason = report.get("reason")
     lines = [
-        f"topology {report['topology']}: {report['verdict']}",
+        f"topology {report['topology']}: {report['verdict']}" + (f" ({reason})" if reason else ""),
         "",
-        f"{'COMPONENT':<22} {'KIND':<19} {'VERDICT':<6} {'HOST:PID':<20} {'UP':>5} {'SEEN':>5} "
-        f"{'IN/S':>8} {'DONE/S':>8} {'FAIL/S':>7} {'P50':>7} {'P99':>7} {'CAP':>5}  REASON",
+        f"{'COMPONENT':<22} {'KIND':<19} {'VERDICT':<7} {'HOST:PID':<20} {'UP':>5} {'SEEN':>5} "
+        f"{'IN/S':>8} {'DONE/S':>8} {'FAIL/S':>7} {'P50':>7} {'P99':>7} {'CAP':>5} {'LAG':>7} {'CALL':>5}  REASON",
     ]
     for c in report["components"]:
         rates = c["rates"]
         kind = c["kind"]
         rate_in = rates.get("read", rates.get("received", rates.get("inputs", rates.get("entries_folded"))))
         rate_done = rates.get("completed", rates.get("acked"))
-        rate_fail = sum(
-            v
-            for k, v in rates.items()
-            if k in ("failed", "timed_out", "tracker_failed", "tracker_timed_out", "handler_errors")
-        )
+        # results that are failures, each counted once (a handler error is the cause of a failed
+        # tuple, not another result)
+        failing = [k for k in ("failed", "timed_out", "tracker_failed", "tracker_timed_out") if k in rates]
+        rate_fail = sum(rates[k] for k in failing) if failing else None
         latency = c["latency"] or {}
         up = _ago(now - c["started_at"]) if c["started_at"] else "-"
         lines.append(
-            f"{c['name'][:22]:<22} {kind:<19} {c['verdict']:<6} {(str(c['host']) + ':' + str(c['pid']))[:20]:<20} "
+            f"{c['name'][:22]:<22} {kind:<19} {c['verdict']:<7} {(str(c['host']) + ':' + str(c['pid']))[:20]:<20} "
             f"{up:>5} {_ago(c['age_s']):>5} {_num(rate_in):>8} {_num(rate_done):>8} {_num(rate_fail):>7} "
             f"{_ms(latency.get('p50_s')):>7} {_ms(latency.get('p99_s')):>7} "
-            f"{'-' if c['capacity'] is None else format(c['capacity'], '.2f'):>5}  {c['reason']}"
+            f"{'-' if c['capacity'] is None else format(c['capacity'], '.2f'):>5} {_num(c.get('lag')):>7} "
+            f"{_ago(c.get('oldest_call_s')):>5}  {c['reason']}"
         )
+    errors = [c for c in report["components"] if c.get("last_error")]
+    for c in errors:
+        e = c["last_error"]
+        where = f" on {e['where']}" if e.get("where") else ""
+        lines += [
+            "",
+            f"last error of {c['name']} ({e['count']} so far; {_ago(now - e['at'])} ago on {e['host']}:{e['pid']}"
+            f"{where}):",
+            f"  {e['type']}: {e['message']}",
+            *(f"    {frame}" for frame in e.get("frames", [])),
+        ]
     if report["partitions"]:
         lines += [
             "",

@@ -26,7 +26,17 @@ from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import DecodeError, ReliableKafkaError
 from reliable_kafka.topology import TopologyTopics
 
-__all__ = ["RootIndex", "decode_root_index", "parse_coordinates", "trace", "last_acks", "render"]
+__all__ = [
+    "RootIndex",
+    "decode_root_index",
+    "parse_coordinates",
+    "trace",
+    "last_ack_before",
+    "last_acks",
+    "render",
+    "recent_failures",
+    "render_failures",
+]
 
 _FORMAT = 1
 _MARGIN_MS = 60_000  # clocks of producers and the broker differ a little; entries are read this far back
@@ -290,8 +300,10 @@ def trace(
             event["from"] = names.get(event["task_id"])
             xor ^= event["val"]
         tried["outstanding"] = tried["outcome"] is None and (xor != 0 or not tried["events"])
-        acks = [e for e in tried["events"] if e["kind"] == "ACK"]
-        tried["last_ack"] = acks[-1] if acks else None
+        decided_ms = tried["outcome"]["at_ms"] if tried["outcome"] else None
+        for event in tried["events"]:
+            event["after_outcome"] = decided_ms is not None and event["at_ms"] > decided_ms
+        tried["last_ack"] = last_ack_before(tried["events"], decided_ms)
     letters = [
         d.as_json()
         for d in dlq_module.read_dead_letters(bootstrap_servers, topology, kafka_config=kafka_config)
@@ -304,6 +316,14 @@ def trace(
     }
 
 
+def last_ack_before(events: list[dict], decided_ms: int | None) -> dict | None:
+    """The last ACK of a tree logged at or before its outcome (``decided_ms``; None: no outcome
+    yet, the last ACK). An ACK logged after the outcome came too late to count: the hop that
+    sent it is not the one where the tree stopped."""
+    acks = [e for e in events if e["kind"] == "ACK" and (decided_ms is None or e["at_ms"] <= decided_ms)]
+    return acks[-1] if acks else None
+
+
 def last_acks(
     bootstrap_servers: str,
     topology: str,
@@ -312,8 +332,9 @@ def last_acks(
     kafka_config: dict | None = None,
     timeout: float = 60.0,
 ) -> dict[int, dict | None]:
-    """root -> the last ACK entry of its tree ({``task_id``, ``from``, ``at_ms``}) or None, reading each
-    root's ack partition from a minute before ``roots[root]`` (ms): where a timed-out tree stopped."""
+    """root -> the last ACK entry of its tree logged at or before ``roots[root]`` (ms: when its
+    outcome was decided) as {``task_id``, ``from``, ``at_ms``}, or None: where a timed-out tree
+    stopped. Reads each root's ack partition from two minutes before."""
     from reliable_kafka.ops.status import read_snapshots
 
     found: dict[int, dict | None] = {root: None for root in roots}
@@ -331,9 +352,10 @@ def last_acks(
                     batch = codec.decode_ack_batch(message.value())
                 except DecodeError:
                     continue
+                at_ms = message.timestamp()[1]
                 for kind, root in zip(batch.kinds.tolist(), batch.roots.tolist()):
-                    if kind == EventKind.ACK and root in found:
-                        found[root] = {"task_id": batch.sender, "at_ms": message.timestamp()[1]}
+                    if kind == EventKind.ACK and root in found and at_ms <= roots[root]:
+                        found[root] = {"task_id": batch.sender, "at_ms": at_ms}
     finally:
         consumer.close()
     try:
@@ -384,9 +406,9 @@ def render(document: dict) -> str:
         )
         lines.append(f"  attempt {a['attempt']}: root {a['root']} from {a['spout'] or a['spout_task_id']} -> {state}")
         for e in a["events"]:
-            lines.append(
-                f"    {_when(e['at_ms'])}  {e['kind']:<13} from {e['from'] or e['task_id']}  (acks {e['ack_offset']})"
-            )
+            late = "  after the outcome: too late to count" if e.get("after_outcome") else ""
+            sender = e["from"] or e["task_id"]
+            lines.append(f"    {_when(e['at_ms'])}  {e['kind']:<13} from {sender}  (acks {e['ack_offset']}){late}")
         for f in a["failures"]:
             lines.append(f"    {_when(f['at_ms'])}  failure       by {f['component']}: {f['reason']}")
         if outcome and outcome["kind"] == "TIMED_OUT":
@@ -398,4 +420,147 @@ def render(document: dict) -> str:
             )
     for d in document["dead_letters"]:
         lines.append(f"  dead letter {d['partition']}@{d['offset']}: {d['reason']} (parked {_when(d['parked_at_ms'])})")
+    return "\n".join(lines)
+
+
+# --- recent failures ------------------------------------------------------------------------------
+
+
+def recent_failures(
+    bootstrap_servers: str,
+    topology: str,
+    *,
+    since_ms: int,
+    kafka_config: dict | None = None,
+    component: str | None = None,
+    timeout: float = 120.0,
+) -> dict:
+    """The ``failures`` document: every failure record since ``since_ms`` (``component``: whose
+    name contains this), grouped by source record with how each record ended, read back as
+    :func:`trace` does: the root index gives each failed root's source record and that record's
+    later roots (its redeliveries), the outcomes topic how each attempt ended, the DLQ whether it
+    was given up. A record that failed and then completed shows as ``completed after retry``."""
+    from reliable_kafka.ops import dlq as dlq_module
+    from reliable_kafka.ops.failures import decode_failure
+
+    topics = TopologyTopics(topology)
+    consumer = _consumer(bootstrap_servers, topology, kafka_config)
+    failures = []
+    try:
+        for message in _scan(
+            consumer, topics.failures, _partitions(consumer, topics.failures), since_ms, timeout=timeout
+        ):
+            failure = decode_failure(message.value())
+            if failure is not None and (component is None or component.lower() in failure.component.lower()):
+                failures.append(failure)
+        failed_roots = {root for f in failures for root in f.roots}
+        # root index: each failed root's source record, and every root that record had from then on
+        source_of: dict[int, tuple[str, int, int]] = {}
+        attempts: dict[tuple[str, int, int], list[int]] = {}
+        if failed_roots:
+            index = _scan(
+                consumer, topics.roots, _partitions(consumer, topics.roots), since_ms - 2 * _MARGIN_MS, timeout=timeout
+            )
+            for message in index:
+                try:
+                    _, pairs = decode_root_index(message.value())
+                    topic, partition = message.key().decode().rsplit(":", 1)
+                except (DecodeError, AttributeError, ValueError):
+                    continue
+                for offset, root in pairs:
+                    where = (topic, int(partition), offset)
+                    if root in failed_roots or where in attempts:
+                        source_of[root] = where
+                        if root not in attempts.setdefault(where, []):
+                            attempts[where].append(root)
+        outcomes: dict[int, dict] = {}
+        wanted = set(source_of) | failed_roots
+        if wanted:
+            scan = _scan(
+                consumer,
+                topics.outcomes,
+                _partitions(consumer, topics.outcomes),
+                since_ms - _MARGIN_MS,
+                timeout=timeout,
+            )
+            for message in scan:
+                try:
+                    batch = codec.decode_outcomes(message.value())
+                except DecodeError:
+                    continue
+                for root, kind in zip(batch.roots.tolist(), batch.kinds.tolist()):
+                    if root in wanted and root not in outcomes and kind != OutcomeKind.RESET_TIMEOUT:
+                        outcomes[root] = {"kind": OutcomeKind(kind).name, "at_ms": message.timestamp()[1]}
+    finally:
+        consumer.close()
+    parked = {
+        d.source: d
+        for d in dlq_module.read_dead_letters(bootstrap_servers, topology, kafka_config=kafka_config)
+        if d.source in attempts
+    }
+    by_root: dict[int, list[dict]] = {}
+    for f in failures:
+        for root in f.roots:
+            by_root.setdefault(root, []).append(f.__dict__)
+    records: list[dict] = []
+    for where, roots in attempts.items():
+        tried: list[dict] = [
+            {"root": root, "outcome": outcomes.get(root), "failures": by_root.get(root, [])} for root in roots
+        ]
+        failed_at = [f["at_ms"] for root in roots for f in by_root.get(root, [])]
+        records.append(
+            {
+                "source": {"topic": where[0], "partition": where[1], "offset": where[2]},
+                "attempts": tried,
+                "result": _result(tried, where in parked),
+                "dead_letter": None if where not in parked else f"{parked[where].partition}@{parked[where].offset}",
+                "last_failure_ms": max(failed_at, default=-1),
+            }
+        )
+    records.sort(key=lambda r: r["last_failure_ms"], reverse=True)
+    unplaced = [f.__dict__ for f in failures if not any(root in source_of for root in f.roots)]
+    return {"topology": topology, "since_ms": since_ms, "records": records, "unplaced": unplaced}
+
+
+def _result(tried: list[dict], dead_lettered: bool) -> str:
+    """How a source record ended, from its attempts (oldest first)."""
+    if dead_lettered:
+        return "dead-lettered"
+    last = tried[-1]["outcome"]
+    if last is None:
+        return "in flight"
+    if last["kind"] == "COMPLETED":
+        return "completed after retry" if len(tried) > 1 else "completed"
+    return last["kind"].lower().replace("_", " ")
+
+
+def render_failures(document: dict, *, limit: int = 50) -> str:
+    """``reliable-kafka failures`` as text: one line per source record, newest failure first."""
+    records, unplaced = document["records"], document["unplaced"]
+    if not records and not unplaced:
+        return f"no failures since {_when(document['since_ms'])} UTC"
+    lines = [f"{'SOURCE':32} {'TRIES':>5}  {'RESULT':22}  LAST FAILURE"]
+    for r in records[:limit]:
+        s = r["source"]
+        failures = [f for t in r["attempts"] for f in t["failures"]]
+        last = max(failures, key=lambda f: f["at_ms"]) if failures else None
+        error = f" [{last['error_type']}]" if last and last.get("error_type") else ""
+        said = f"{_when(last['at_ms'])} {last['component']}: {last['reason']}{error}" if last else "-"
+        result = r["result"] + (f" ({r['dead_letter']})" if r["dead_letter"] else "")
+        source = f"{s['topic']}[{s['partition']}]@{s['offset']}"[-32:]
+        lines.append(f"{source:32} {len(r['attempts']):>5}  {result:22}  {said}")
+    if len(records) > limit:
+        lines.append(f"... {len(records) - limit} more (--limit, or --json for all)")
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["result"]] = counts.get(r["result"], 0) + 1
+    summary = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
+    lines.append(
+        f"{len(records)} source record(s) with failures since {_when(document['since_ms'])} UTC: {summary or 'none'}"
+    )
+    if unplaced:
+        lines.append(
+            f"{len(unplaced)} failure record(s) whose source record is not in the root index "
+            f"(a transactional or Spark spout's, or older than --since); see --json"
+        )
     return "\n".join(lines)

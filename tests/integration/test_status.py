@@ -112,7 +112,10 @@ def test_status_agrees_with_the_components_own_stats(kafka_bootstrap):
     assert snapshots[acker.name]["pending_roots"] == acker.stats.pending == 0
     assert snapshots[split.name]["outputs"] == [f"{topology}-words"]
     report = build_report(kafka_bootstrap, topology)
-    assert all(c["verdict"] == "DOWN" and c["reason"] == "stopped" for c in report["components"])
+    # stopped on purpose: STOPPED rows without rates, and a topology that is not DOWN
+    assert all(c["verdict"] == "STOPPED" and c["reason"] == "stopped cleanly" for c in report["components"])
+    assert all(c["rates"] == {} and c["latency"] is None for c in report["components"])
+    assert report["verdict"] == "STOPPED" and all(p["verdict"] != "DOWN" for p in report["partitions"])
     assert report["ackers"]["workers"] == 0 and report["dead_letters"]["records"] == 0
 
 

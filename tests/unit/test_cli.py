@@ -17,6 +17,7 @@ KAFKA_COMMANDS = {
     "dlq show": ["dlq", "show", "--topology", "t", "7"],
     "dlq replay": ["dlq", "replay", "--topology", "t"],
     "trace": ["trace", "in:0@5", "--topology", "t"],
+    "failures": ["failures", "--topology", "t"],
     "demo": ["demo"],
     "acls": ["acls", "--topology", "t", "--role", "acker", "--principal", "User:a"],
     "topics": ["topics", "--topology", "t"],

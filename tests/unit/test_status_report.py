@@ -2,8 +2,16 @@
 
 from reliable_kafka.cli import build_parser
 from reliable_kafka.core.latency import BOUNDS_S
-from reliable_kafka.ops.status import _latency, _rates, judge_snapshot, partition_samples, render
-from reliable_kafka.ops.verdict import Verdict
+from reliable_kafka.ops.status import (
+    _latency,
+    _rates,
+    _taken_over_by,
+    component_samples,
+    judge_snapshot,
+    partition_samples,
+    render,
+)
+from reliable_kafka.ops.verdict import Judgement, Verdict
 
 
 def _snapshot(progress, backlog, *, state="running", t0=1000.0):
@@ -36,7 +44,7 @@ def _snapshot(progress, backlog, *, state="running", t0=1000.0):
 def test_a_snapshot_is_judged_over_its_own_history():
     assert judge_snapshot(_snapshot([1, 1, 1, 1], [2, 2, 2, 2]), now=1004.0).verdict is Verdict.STALL
     assert judge_snapshot(_snapshot([1, 2, 3, 4], [2, 0, 2, 2]), now=1004.0).verdict is Verdict.OK
-    assert judge_snapshot(_snapshot([1, 2, 3, 4], [2, 0, 2, 2], state="stopped"), now=1004.0).verdict is Verdict.DOWN
+    assert judge_snapshot(_snapshot([1, 2, 3, 4], [2, 0, 2, 2], state="stopped"), now=1004.0).verdict is Verdict.STOPPED
     assert judge_snapshot(_snapshot([1, 2, 3, 4], [2, 0, 2, 2]), now=2000.0).verdict is Verdict.DOWN
 
 
@@ -137,3 +145,81 @@ def test_each_worker_kind_gets_its_view_subclasses_included():
         view = view_of(object.__new__(worker_class))  # no constructor: the kind is the class's
         assert view is not None and view.kind == kind, worker_class
     assert view_of(object()) is None
+
+
+def test_a_bolt_failing_every_tuple_it_settles_is_a_warning():
+    snapshot = _snapshot([1, 2, 3, 4], [0, 0, 0, 0])
+    for i, h in enumerate(snapshot["history"]):
+        h["counters"] = {"received": 10 * i, "acked": 0, "failed": 10 * i, "handler_errors": 10 * i}
+    judgement = judge_snapshot(snapshot, now=1004.0)
+    assert judgement.verdict is Verdict.WARN and "failed 30 of 30" in judgement.reason
+
+
+def test_the_oldest_call_age_is_read_from_the_snapshot_into_the_last_sample():
+    snapshot = {**_snapshot([1, 2, 3], [0, 0, 0]), "oldest_call_s": 75.0}
+    samples = component_samples(snapshot)
+    assert samples[-1].oldest_call_s == 75.0 and samples[0].oldest_call_s is None
+    assert judge_snapshot(snapshot, now=1003.0).verdict is Verdict.STALL  # window: 12 intervals of 1 s
+
+
+def _member(name, partitions, group="t.ackers", kind="acker"):
+    return {"kind": kind, "group": group, "partitions": [{"topic": "t.acks", "partition": p} for p in partitions]}
+
+
+def test_a_silent_member_is_taken_over_only_when_live_members_own_all_its_partitions():
+    snapshots = {"a1": _member("a1", [0, 1]), "a2": _member("a2", [0, 1, 2]), "a3": _member("a3", [3])}
+    judged = {
+        "a1": Judgement(Verdict.DOWN, "silent"),
+        "a2": Judgement(Verdict.OK, ""),
+        "a3": Judgement(Verdict.DOWN, "silent"),
+    }
+    assert _taken_over_by("a1", snapshots, judged) == ["a2"]
+    assert _taken_over_by("a3", snapshots, judged) == []  # partition 3 has no live owner
+    stopped = {**judged, "a2": Judgement(Verdict.STOPPED, "")}
+    assert _taken_over_by("a1", snapshots, stopped) == []
+    other_group = {**snapshots, "a2": _member("a2", [0, 1, 2], group="other")}
+    assert _taken_over_by("a1", other_group, judged) == []
+
+
+def test_render_shows_one_failed_rate_the_topology_reason_and_the_last_error():
+    component = {
+        "name": "validate",
+        "kind": "bolt",
+        "verdict": "WARN",
+        "host": "h",
+        "pid": 7,
+        "started_at": 1000.0,
+        "age_s": 1.0,
+        "rates": {"received": 9.5, "acked": 0.0, "failed": 9.5, "handler_errors": 9.5},
+        "latency": None,
+        "capacity": None,
+        "lag": 12,
+        "oldest_call_s": None,
+        "reason": "failed 95 of 95 settled in 10 s (100%)",
+        "last_error": {
+            "type": "ValueError",
+            "message": "bad record",
+            "frames": ["app.py:12 in validate: raise ValueError('bad record')"],
+            "host": "h",
+            "pid": 7,
+            "at": 1009.0,
+            "where": "in[0]@5",
+            "count": 95,
+        },
+    }
+    report = {
+        "topology": "t",
+        "generated_at": 1010.0,
+        "verdict": "WARN",
+        "reason": "validate WARN: failed 95 of 95 settled in 10 s (100%)",
+        "components": [component],
+        "partitions": [],
+        "ackers": {"workers": 1, "pending_roots": 0, "table_bytes": 0},
+        "dead_letters": {"topic": "t.dlq", "records": 0},
+        "quarantine": {"topic": "t.quarantine", "records": 0},
+    }
+    text = render(report)
+    row = next(line for line in text.splitlines() if line.startswith("validate"))
+    assert " 9.5 " in row and "19.0" not in row
+    assert text.splitlines()[0] == "topology t: WARN (validate WARN: failed 95 of 95 settled in 10 s (100%))"
+    assert "ValueError: bad record" in text and "app.py:12 in validate" in text and "in[0]@5" in text

@@ -7,10 +7,13 @@ from reliable_kafka.ops.verdict import (
     MIN_SAMPLES,
     STALE_GRACE_S,
     STALE_INTERVALS,
+    Judgement,
     Sample,
     Verdict,
     judge_component,
+    judge_replaced,
     judge_window,
+    roll_up,
     worst,
 )
 
@@ -19,9 +22,10 @@ def window(progress, backlog, *, t0=1000.0, step=5.0):
     return [Sample(t0 + i * step, p, b) for i, (p, b) in enumerate(zip(progress, backlog))]
 
 
-def test_a_stopped_component_is_down_whatever_its_samples():
+def test_a_cleanly_stopped_component_is_stopped_whatever_its_samples_or_age():
     samples = window([1, 2, 3], [0, 0, 0])
-    assert judge_component(samples, now=1010.0, interval_s=5.0, stopped=True).verdict is Verdict.DOWN
+    for now in (1010.0, 10**6):
+        assert judge_component(samples, now=now, interval_s=5.0, stopped=True).verdict is Verdict.STOPPED
 
 
 def test_a_silent_component_goes_down_after_three_of_its_own_intervals_and_a_grace():
@@ -99,3 +103,76 @@ def test_moving_progress_is_never_a_stall(steps):
         total += increment
         progress.append(total)
     assert judge_window(window(progress, [b for _, b in steps])).verdict in (Verdict.OK, Verdict.WARN)
+
+
+def settling(settled, given_up, *, backlog=0, t0=1000.0, step=5.0):
+    """A window in which the component settles ``settled`` records (cumulative) and gives up on
+    ``given_up`` of them, progress moving and the backlog caught up."""
+    return [
+        Sample(t0 + i * step, i + 1, backlog, settled=s, given_up=g) for i, (s, g) in enumerate(zip(settled, given_up))
+    ]
+
+
+def test_a_component_giving_up_on_every_record_is_a_warning_naming_the_share():
+    judgement = judge_window(settling([0, 100, 200, 391], [0, 100, 200, 391]))
+    assert judgement.verdict is Verdict.WARN
+    assert "391 of 391" in judgement.reason and "100%" in judgement.reason
+
+
+def test_dead_letters_before_the_window_do_not_count():
+    # 50 given up since the start, none within the window
+    assert judge_window(settling([100, 150, 200], [50, 50, 50])).verdict is Verdict.OK
+
+
+def test_a_stall_outranks_the_dead_letter_warning():
+    samples = [Sample(1000.0 + 5 * i, 7, 3, settled=10 * i, given_up=10 * i) for i in range(4)]
+    assert judge_window(samples).verdict is Verdict.STALL
+
+
+def test_a_call_running_longer_than_the_window_is_a_stall_even_with_progress():
+    samples = [*window([1, 5, 9], [0, 0, 0])[:-1], Sample(1010.0, 9, 0, oldest_call_s=61.0)]
+    assert judge_window(samples, window_s=60.0).verdict is Verdict.STALL
+    assert "61 s" in judge_window(samples, window_s=60.0).reason
+    shorter = [*samples[:-1], Sample(1010.0, 9, 0, oldest_call_s=59.0)]
+    assert judge_window(shorter, window_s=60.0).verdict is Verdict.OK
+
+
+def test_a_silent_member_whose_partitions_moved_is_a_warning_and_others_stay_down():
+    down = Judgement(Verdict.DOWN, "silent for 30 s (reports every 5 s)")
+    moved = judge_replaced(down, ["acker-2"])
+    assert moved.verdict is Verdict.WARN and "acker-2" in moved.reason
+    assert judge_replaced(down, []).verdict is Verdict.DOWN
+    ok = Judgement(Verdict.OK, "making progress")
+    assert judge_replaced(ok, ["acker-2"]) is ok
+
+
+def test_the_topology_leaves_stopped_rows_out_and_names_the_worst():
+    ok, stopped = Judgement(Verdict.OK, ""), Judgement(Verdict.STOPPED, "stopped cleanly")
+    warn = Judgement(Verdict.WARN, "failed 5 of 5 settled")
+    assert roll_up([("spout", ok), ("old", stopped)]).verdict is Verdict.OK
+    assert roll_up([("old", stopped)]).verdict is Verdict.STOPPED
+    topology = roll_up([("spout", ok), ("validate", warn), ("old", stopped)])
+    assert topology.verdict is Verdict.WARN and "validate" in topology.reason and "5 of 5" in topology.reason
+    assert roll_up([]).verdict is Verdict.OK
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50)), min_size=MIN_SAMPLES, max_size=15),
+)
+def test_any_record_given_up_within_a_moving_window_warns_and_none_never_does(steps):
+    settled, given_up, s, g = [], [], 0, 0
+    for more, failed in steps:
+        s, g = s + more + failed, g + failed
+        settled.append(s)
+        given_up.append(g)
+    judgement = judge_window(settling(settled, given_up))
+    gave_up = given_up[-1] > given_up[0]
+    assert (judgement.verdict is Verdict.WARN) == gave_up
+
+
+@given(st.sampled_from(list(Verdict)), st.lists(st.sampled_from(list(Verdict)), max_size=8))
+def test_a_stopped_row_never_changes_the_topology_verdict(extra, others):
+    rows = [(f"c{i}", Judgement(v, "")) for i, v in enumerate(others)]
+    with_stopped = [*rows, ("gone", Judgement(Verdict.STOPPED, ""))]
+    if any(v is not Verdict.STOPPED for v in others):
+        assert roll_up(with_stopped).verdict is roll_up(rows).verdict
