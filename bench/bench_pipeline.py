@@ -876,6 +876,18 @@ def _cpu_line(cpu: dict[str, float]) -> str:
     return line + (f"  (broker JIT {cpu[JIT]:.3f}, not counted)" if JIT in cpu else "")
 
 
+RUNS = Path("bench/runs")  # gitignored: a run's outputs, so that a run never changes a tracked file
+
+
+def plot_path(given: Path | None, *, now: float | None = None) -> Path:
+    """Where the latency curve goes: ``--plot PATH`` when given (docs/img/pipeline-latency.png to
+    update the README's curve on purpose), else ``bench/runs/<UTC time>/pipeline-latency.png``."""
+    if given is not None:
+        return given
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    return RUNS / stamp / "pipeline-latency.png"
+
+
 def _plot(points: list[RatePoint], path: Path) -> None:
     try:
         import matplotlib
@@ -941,7 +953,13 @@ def main() -> None:
         default=None,
         help="librdkafka settings for reliable-kafka's components (JSON), e.g. '{\"linger.ms\": 0}'",
     )
-    parser.add_argument("--plot", type=Path, default=Path("docs/img/pipeline-latency.png"))
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help="where to write the latency curve (default: bench/runs/<UTC time>/pipeline-latency.png; "
+        "docs/img/pipeline-latency.png redraws the README's)",
+    )
     parser.add_argument(
         "--bootstrap-servers",
         "--bootstrap",
@@ -1037,7 +1055,7 @@ def main() -> None:
                 f"\ntracked at 1,000 sentences/s: completion latency p50 {p.completed_p50:.1f} ms, "
                 f"p99 {p.completed_p99:.1f} ms (targets 30 / 100)"
             )
-        _plot(points, args.plot)
+        _plot(points, plot_path(args.plot))
 
 
 if __name__ == "__main__":
