@@ -105,12 +105,15 @@ def component_samples(snapshot: dict) -> list[Sample]:
 
 
 def judge_snapshot(snapshot: dict, now: float) -> Judgement:
-    return judge_component(
+    judgement = judge_component(
         component_samples(snapshot),
         now=now,
         interval_s=snapshot.get("interval_s", 5.0),
         stopped=snapshot.get("state") == "stopped",
     )
+    if snapshot.get("stopped_by") and judgement.reason == "stopped":  # it stopped itself: say why
+        return Judgement(judgement.verdict, f"stopped: {snapshot['stopped_by']}")
+    return judgement
 
 
 def partition_samples(snapshot: dict, topic: str, partition: int) -> list[Sample]:

@@ -201,6 +201,12 @@ class SpoutShell:
         self._acks: AckSender | None = None
 
     @property
+    def stopped_by(self) -> str | None:
+        """Why the spout stopped itself, for its status snapshot: the dead-letter guard's message."""
+        tripped = self._roots.guard_tripped
+        return None if tripped is None else str(tripped)
+
+    @property
     def tracking(self) -> bool:
         return self.guarantee == "at_least_once" and self._acks is not None and self._acks.ack_partitions > 0
 
