@@ -102,13 +102,12 @@ def test_an_emit_to_the_spouts_own_source_is_refused(kafka_bootstrap):
 
 def test_an_emit_to_that_does_not_exist_is_said_at_start(kafka_bootstrap, caplog):
     # ackers=0: nothing tracked, so no acker is needed to start the spout
-    _, _, _, spout, _ = _spout_and_acker(
-        kafka_bootstrap, "emit-typo", emit_to=f"{unique_name('typo')}-no-such-topic", ackers=0
-    )
+    typo = f"{unique_name('typo')}-no-such-topic"
+    _, _, _, spout, _ = _spout_and_acker(kafka_bootstrap, "emit-typo", emit_to=typo, ackers=0)
     try:
         with caplog.at_level(logging.WARNING, logger="reliable_kafka.spout.spout"):
             spout.start()
         assert spout.emit_to_missing
-        assert f"emit_to topic {spout._forward_topic!r} does not exist" in caplog.text
+        assert f"emit_to topic {typo!r} does not exist" in caplog.text
     finally:
         spout.close()
