@@ -142,3 +142,13 @@ def test_the_dead_letter_guard_is_on_by_default(kafka):
     assert (spout.max_dead_letter_ratio, spout.dead_letter_window) == (DEAD_LETTER_RATIO, DEAD_LETTER_WINDOW)
     assert (DEAD_LETTER_RATIO, DEAD_LETTER_WINDOW) == (0.5, 200)
     assert _spout(kafka, max_dead_letter_ratio=None).max_dead_letter_ratio is None, "None still turns it off"
+
+
+def test_status_shows_why_a_component_stopped_itself(kafka):
+    from reliable_kafka.ops.status import judge_snapshot
+
+    spout = _spout(kafka)
+    assert spout.stopped_by is None
+    judged = judge_snapshot({"state": "stopped", "history": [], "stopped_by": "guard tripped"}, now=0.0)
+    assert judged.reason == "stopped: guard tripped"
+    assert judge_snapshot({"state": "stopped", "history": []}, now=0.0).reason == "stopped"
