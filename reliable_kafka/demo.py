@@ -26,7 +26,7 @@ from reliable_kafka.acker import AckerWorker
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.deprecation import renamed_keywords
-from reliable_kafka.errors import MissingExtraError
+from reliable_kafka.errors import MissingExtraError, ReliableKafkaError
 from reliable_kafka.local import LocalCluster
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.spout import Spout
@@ -48,7 +48,7 @@ SENTENCES = [
 ]
 
 
-class SimulatedFailure(RuntimeError):
+class SimulatedFailure(ReliableKafkaError, RuntimeError):
     """The count bolt's intended failures (``fail_rate``): logged in one line each, not a traceback."""
 
 
