@@ -53,24 +53,39 @@ class SimulatedFailure(ReliableKafkaError, RuntimeError):
 
 
 class _OneLineForSimulatedFailures(logging.Filter):
-    """Drops the traceback of a record logged with a :class:`SimulatedFailure`, keeping its line:
-    the demo fails a few percent of its tuples on purpose, and a traceback each (about 670 lines
-    in a run) buried its progress. Any other exception keeps its traceback."""
+    """Logs the first ``shown`` records of a :class:`SimulatedFailure` in one line each (no
+    traceback), then one line saying the rest are not logged: the demo fails a few percent of its
+    tuples on purpose, and a traceback each (about 670 lines in a run) buried its progress, whose
+    line counts them anyway. Any other exception keeps its traceback."""
+
+    def __init__(self, shown: int) -> None:
+        super().__init__()
+        self.shown = shown
+        self.seen = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, SimulatedFailure):
-            record.msg, record.args = f"{record.getMessage()} ({error})", ()
-            record.exc_info, record.exc_text = None, None
-        return True
+        if not isinstance(error, SimulatedFailure):
+            return True
+        judged = getattr(record, "rk_simulated_shown", None)
+        if judged is not None:  # by this filter on another handler
+            return bool(judged)
+        self.seen += 1
+        shown = self.seen <= self.shown
+        if shown:
+            more = " (further simulated failures are not logged: the progress line counts them)"
+            record.msg = f"{record.getMessage()} ({error}){more if self.seen == self.shown else ''}"
+            record.args, record.exc_info, record.exc_text = (), None, None
+        record.rk_simulated_shown = shown  # a LogRecord takes extra attributes (as logging's extra=)
+        return shown
 
 
 @contextlib.contextmanager
-def intended_failures_in_one_line() -> Iterator[None]:
-    """While inside, the root logger's handlers (or Python's last-resort one) log the demo's
-    :class:`SimulatedFailure` in one line each."""
+def intended_failures_in_one_line(shown: int = 5) -> Iterator[None]:
+    """While inside, the root logger's handlers (or Python's last-resort one) log the first
+    ``shown`` of the demo's :class:`SimulatedFailure` in one line each, and no more."""
     handlers = list(logging.getLogger().handlers) or [h for h in (logging.lastResort,) if h is not None]
-    one_line = _OneLineForSimulatedFailures()
+    one_line = _OneLineForSimulatedFailures(shown)
     for handler in handlers:
         handler.addFilter(one_line)
     try:

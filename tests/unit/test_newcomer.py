@@ -53,18 +53,19 @@ def test_the_spark_demo_without_pyspark_fails_before_starting_anything(without_p
     assert "pip install 'reliable-kafka[spark]'" in capsys.readouterr().err
 
 
-def _logged(error: BaseException) -> str:
+def _logged(*errors: BaseException, shown: int = 5) -> str:
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     logger = logging.getLogger("reliable_kafka.bolt.runner")
     root = logging.getLogger()
     root.addHandler(handler)
     try:
-        with demo.intended_failures_in_one_line():
-            try:
-                raise error
-            except BaseException as exc:
-                logger.error("bolt-1: handler count raised on %s (attempt %d)", "words[0]@7", 1, exc_info=exc)
+        with demo.intended_failures_in_one_line(shown):
+            for error in errors:
+                try:
+                    raise error
+                except BaseException as exc:
+                    logger.error("bolt-1: handler count raised on %s (attempt %d)", "words[0]@7", 1, exc_info=exc)
     finally:
         root.removeHandler(handler)
     return out.getvalue()
@@ -77,6 +78,14 @@ def test_the_demos_intended_failures_take_one_line_each_and_other_errors_keep_th
     ]
     real = _logged(KeyError("a real bug"))
     assert "Traceback (most recent call last)" in real and len(real.splitlines()) > 3
+
+
+def test_the_demo_logs_its_first_intended_failures_only_and_every_real_error():
+    errors = [demo.SimulatedFailure("simulated") for _ in range(40)] + [KeyError("a real bug")]
+    lines = _logged(*errors, shown=5).splitlines()
+    simulated = [line for line in lines if "(simulated)" in line]
+    assert len(simulated) == 5 and "further simulated failures are not logged" in simulated[-1]
+    assert "Traceback (most recent call last):" in lines and "KeyError: 'a real bug'" in lines
 
 
 def test_the_fixtures_without_pytest_name_the_testing_extra():
