@@ -124,3 +124,11 @@ def test_the_pipeline_bench_writes_its_plot_to_a_run_folder_unless_told():
         ["git", "check-ignore", "-q", str(path)], cwd=REPO, capture_output=True, timeout=60
     ).returncode
     assert ignored == 0, "bench/runs/ is gitignored"
+
+
+def test_a_bad_command_line_value_is_the_constructors_config_error_in_one_line(capsys):
+    code = main(["acker", "--topology", "t", "--bootstrap-servers", "127.0.0.1:1", "--ackers", "0"])
+    assert code == 1
+    assert capsys.readouterr().err.strip() == (
+        "reliable-kafka: error: AckerWorker: ackers must be an int >= 1, got 0 (int)"
+    )
