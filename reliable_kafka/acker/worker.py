@@ -113,7 +113,7 @@ class AckerWorker(OutcomePublisher):
     ) -> None:
         v.require_topology("AckerWorker", "topology", topology)
         v.require_str("AckerWorker", "bootstrap_servers", bootstrap_servers)
-        v.require_int("AckerWorker", "ackers", ackers, minimum=1)
+        v.require_int("AckerWorker", "ackers", ackers, minimum=1, optional=True)
         v.require_int("AckerWorker", "message_timeout_ms", message_timeout_ms, minimum=1)
         v.require_int("AckerWorker", "timeout_buckets", timeout_buckets, minimum=1, maximum=MAX_BUCKETS)
         v.require_str("AckerWorker", "group_id", group_id, optional=True)
