@@ -881,6 +881,18 @@ def _cpu_line(cpu: dict[str, float]) -> str:
     return line + (f"  (broker JIT {cpu[JIT]:.3f}, not counted)" if JIT in cpu else "")
 
 
+RUNS = Path("bench/runs")  # gitignored: a run's outputs, so that a run never changes a tracked file
+
+
+def plot_path(given: Path | None, *, now: float | None = None) -> Path:
+    """Where the latency curve goes: ``--plot PATH`` when given (docs/img/pipeline-latency.png to
+    update the README's curve on purpose), else ``bench/runs/<UTC time>/pipeline-latency.png``."""
+    if given is not None:
+        return given
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    return RUNS / stamp / "pipeline-latency.png"
+
+
 def _plot(points: list[RatePoint], path: Path) -> None:
     try:
         import matplotlib
@@ -946,7 +958,13 @@ def main() -> None:
         default=None,
         help="librdkafka settings for reliable-kafka's components (JSON), e.g. '{\"linger.ms\": 0}'",
     )
-    parser.add_argument("--plot", type=Path, default=Path("docs/img/pipeline-latency.png"))
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help="where to write the latency curve (default: bench/runs/<UTC time>/pipeline-latency.png; "
+        "docs/img/pipeline-latency.png redraws the README's)",
+    )
     parser.add_argument(
         "--bootstrap-servers",
         "--bootstrap",
@@ -1050,7 +1068,7 @@ def main() -> None:
                     f"  {rate:>6,.0f} sentences/s: p50 {p.completed_p50:6.1f} ms  p99 {p.completed_p99:6.1f} ms  "
                     f"(counted p50 {p.counted_p50:6.1f} p99 {p.counted_p99:6.1f})"
                 )
-        _plot(points, args.plot)
+        _plot(points, plot_path(args.plot))
 
 
 if __name__ == "__main__":

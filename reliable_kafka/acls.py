@@ -20,7 +20,7 @@ from typing import cast
 from reliable_kafka.errors import ConfigError
 from reliable_kafka.topology import TopologyTopics
 
-__all__ = ["Acl", "Row", "TABLE", "ROLES", "role_acls", "markdown_table"]
+__all__ = ["Acl", "Row", "TABLE", "ROLES", "role_acls", "markdown_table", "needed_on"]
 
 ROLES = ("spout", "bolt", "spark", "acker")
 
@@ -239,3 +239,30 @@ def markdown_table() -> str:
                 f"{_symbol(row.name)} | {row.why}{when} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def needed_on(topic: str, *, component: str, principal: str) -> str | None:
+    """What to grant when ``component`` was refused DESCRIBE on ``topic``, a topology topic
+    (``<topology>.failures``...): the operations its role needs there (READ and WRITE imply
+    DESCRIBE, so granting DESCRIBE alone leaves the next write refused), and the command that
+    prints, or applies, every ACL of the role. The role is read from the component's name
+    (``bolt-1a2b``: the default names); a name that says none lists each role's. None when
+    ``topic`` is not a topology topic."""
+    topology, _, suffix = topic.rpartition(".")
+    if not topology or suffix not in _TOPOLOGY_TOPICS:
+        return None
+    needs = {
+        role: sorted({row.operation for row in TABLE[role] if row.resource_type == "TOPIC" and row.name == suffix})
+        for role in ROLES
+    }
+    named = [role for role in ROLES if component.startswith(role)]
+    roles = [role for role in (named or ROLES) if needs[role]]
+    if not roles:
+        return None
+    needed = "; ".join(f"a {role} needs {' and '.join(needs[role])} on {topic}" for role in roles)
+    role = roles[0] if len(roles) == 1 else "ROLE"
+    return (
+        f"Granting DESCRIBE alone is not enough: {needed} (READ and WRITE imply DESCRIBE). "
+        f"`reliable-kafka acls --role {role} --topology {topology} --principal {principal} --source ... "
+        f"--group ...` prints every ACL the role needs, `--apply` grants them (docs/security.md)"
+    )

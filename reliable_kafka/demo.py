@@ -11,6 +11,8 @@ summary is checked against the topics themselves, not printed blindly:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import logging
 import random
 import sys
 import threading
@@ -24,14 +26,16 @@ from reliable_kafka.acker import AckerWorker
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.deprecation import renamed_keywords
+from reliable_kafka.errors import MissingExtraError, ReliableKafkaError
 from reliable_kafka.local import LocalCluster
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.spout import Spout
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
+from reliable_kafka.validation import require_choice
 
-__all__ = ["run", "DemoSummary", "SENTENCES"]
+__all__ = ["run", "DemoSummary", "SENTENCES", "SimulatedFailure", "choose_engine", "intended_failures_in_one_line"]
 
 STATUS_INTERVAL_S = 1.0  # the demo is short: its components report every second (default 5 s)
 
@@ -42,6 +46,72 @@ SENTENCES = [
     "snow white and the seven dwarfs",
     "i am at two with nature",
 ]
+
+
+class SimulatedFailure(ReliableKafkaError, RuntimeError):
+    """The count bolt's intended failures (``fail_rate``): logged in one line each, not a traceback."""
+
+
+class _OneLineForSimulatedFailures(logging.Filter):
+    """Logs the first ``shown`` records of a :class:`SimulatedFailure` in one line each (no
+    traceback), then one line saying the rest are not logged: the demo fails a few percent of its
+    tuples on purpose, and a traceback each (about 670 lines in a run) buried its progress, whose
+    line counts them anyway. Any other exception keeps its traceback."""
+
+    def __init__(self, shown: int) -> None:
+        super().__init__()
+        self.shown = shown
+        self.seen = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, SimulatedFailure):
+            return True
+        judged = getattr(record, "rk_simulated_shown", None)
+        if judged is not None:  # by this filter on another handler
+            return bool(judged)
+        self.seen += 1
+        shown = self.seen <= self.shown
+        if shown:
+            more = " (further simulated failures are not logged: the progress line counts them)"
+            record.msg = f"{record.getMessage()} ({error}){more if self.seen == self.shown else ''}"
+            record.args, record.exc_info, record.exc_text = (), None, None
+        record.rk_simulated_shown = shown  # a LogRecord takes extra attributes (as logging's extra=)
+        return shown
+
+
+@contextlib.contextmanager
+def intended_failures_in_one_line(shown: int = 5) -> Iterator[None]:
+    """While inside, the root logger's handlers (or Python's last-resort one) log the first
+    ``shown`` of the demo's :class:`SimulatedFailure` in one line each, and no more."""
+    handlers = list(logging.getLogger().handlers) or [h for h in (logging.lastResort,) if h is not None]
+    one_line = _OneLineForSimulatedFailures(shown)
+    for handler in handlers:
+        handler.addFilter(one_line)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(one_line)
+
+
+def choose_engine(engine: str | None) -> tuple[str, str | None]:
+    """The word-count job's engine and a note for the user: ``None`` picks Spark when PySpark is
+    installed, else the Python engine (the note says why); "spark" without PySpark raises
+    :class:`MissingExtraError` at once, before a broker is started."""
+    require_choice("demo", "engine", engine, (None, "spark", "python"))
+    has_spark = importlib.util.find_spec("pyspark") is not None
+    if engine == "spark" and not has_spark:
+        raise MissingExtraError(
+            "demo: the Spark engine needs PySpark, an optional dependency: pip install 'reliable-kafka[spark]' "
+            "(or run the Python engine: --engine python)"
+        )
+    if engine is None and not has_spark:
+        return (
+            "python",
+            "demo: PySpark is not installed (pip install 'reliable-kafka[spark]'): running the Python engine",
+        )
+    return engine or "spark", None
 
 
 @dataclass
@@ -169,14 +239,25 @@ def run(
     *,
     sentences: int = 20_000,
     fail_rate: float = 0.03,
-    engine: str = "spark",
+    engine: str | None = None,
     bootstrap_servers: str | None = None,
     timeout_s: float = 600.0,
     out=sys.stdout,
 ) -> DemoSummary:
     """Run the demo end to end and return its checked summary (also printed to ``out``).
 
+    ``engine``: "spark", "python", or None for Spark when PySpark is installed (:func:`choose_engine`).
     Without ``bootstrap_servers`` (old name ``bootstrap``, deprecated) an embedded broker is started."""
+    engine, note = choose_engine(engine)  # before anything starts: a missing extra fails at once
+    if note:
+        print(note, file=out, flush=True)
+    with intended_failures_in_one_line():
+        return _run(sentences, fail_rate, engine, bootstrap_servers, timeout_s, out)
+
+
+def _run(
+    sentences: int, fail_rate: float, engine: str, bootstrap_servers: str | None, timeout_s: float, out
+) -> DemoSummary:
     started = time.monotonic()
     rng = random.Random(7)
     given_bootstrap = bootstrap_servers is not None
@@ -190,7 +271,7 @@ def run(
 
         def count(word, collector):  # the downstream bolt: fails a few percent of its tuples
             if coin.random() < fail_rate:
-                raise RuntimeError("simulated failure in the count bolt")
+                raise SimulatedFailure("simulated failure in the count bolt")
             with lock:
                 counted[word.key.decode()] += int(word.value)
 
@@ -301,6 +382,14 @@ def _show_status(bootstrap: str, topology: str, out) -> None:
         return
     print(f"\n$ reliable-kafka status --topology {topology} --bootstrap-servers {bootstrap}", file=out)
     print(render(report), file=out, flush=True)
+    print(
+        "(the ackers' pending roots are entries of their tables, not trees still in flight: once a tree\n"
+        " failed, the acks of its other tuples arrive for a root the acker already decided and wait there\n"
+        " until the message timeout drops them; the summary's pending trees are the spout's roots with no\n"
+        " outcome yet)",
+        file=out,
+        flush=True,
+    )
 
 
 def _how_to_watch(topology: str, bootstrap: str | None, out) -> None:

@@ -18,6 +18,7 @@ __all__ = [
     "MissingExtraError",
     "DeadLetterGuardTripped",
     "AuthorizationError",
+    "OutputRefused",
     "ArgumentError",
     "StateError",
     "WaitTimeoutError",
@@ -133,7 +134,15 @@ class AuthorizationError(ReliableKafkaError):
     ``component`` names who was refused; ``error`` is Kafka's error name."""
 
     def __init__(
-        self, *, component: str, principal: str, operation: str, resource_type: str, resource: str, error: str
+        self,
+        *,
+        component: str,
+        principal: str,
+        operation: str,
+        resource_type: str,
+        resource: str,
+        error: str,
+        hint: str | None = None,
     ) -> None:
         self.component = component
         self.principal = principal
@@ -148,12 +157,32 @@ class AuthorizationError(ReliableKafkaError):
             "CLUSTER": "--cluster",
         }.get(resource_type, "--topic")
         target = option if resource_type == "CLUSTER" else f"{option} {resource}"
-        super().__init__(
-            f"{component}: {principal} is not allowed {operation} on {resource_type.lower().replace('_', ' ')} "
-            f"{resource} (Kafka: {error}); stopped. Grant it, e.g. `kafka-acls.sh --bootstrap-server ... --add "
+        # hint: what the component's role needs there, when it is more than what was refused
+        # (DESCRIBE refused on a topic the role writes: WRITE grants both)
+        remedy = hint or (
+            f"Grant it, e.g. `kafka-acls.sh --bootstrap-server ... --add "
             f"--allow-principal {principal} --operation {operation.title().replace('_', '')} {target}`, "
             f"or apply the role's ACLs with `reliable-kafka acls --apply` (docs/security.md)"
         )
+        super().__init__(
+            f"{component}: {principal} is not allowed {operation} on {resource_type.lower().replace('_', ' ')} "
+            f"{resource} (Kafka: {error}); stopped. {remedy}"
+        )
+
+
+class OutputRefused(AuthorizationError):
+    """reliable-kafka itself refused a write: a component emitted to its own source or to one of
+    its topology's topics (``<T>.acks``, ``<T>.dlq``...), where the tuple would be read back as input
+    or as an ack event, a dead letter or a status, and end in the DLQ or quarantine. Raised at the
+    emit (the record is not sent), and an :class:`AuthorizationError` so that components stop on it
+    as on a broker's refusal: retrying cannot help."""
+
+    def __init__(self, *, component: str, topic: str, why: str) -> None:
+        ReliableKafkaError.__init__(
+            self, f"{component}: may not emit to {topic!r}, {why}; stopped. Emit to a topic of your own"
+        )
+        self.component, self.principal, self.operation = component, "", "WRITE"
+        self.resource_type, self.resource, self.error = "TOPIC", topic, "OUTPUT_REFUSED"
 
 
 class ArgumentError(ReliableKafkaError, ValueError):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from reliable_kafka.errors import ComponentDiedError, WaitTimeoutError
+from reliable_kafka.validation import require_having, require_str
 
 __all__ = ["LocalCluster", "Component"]
 
@@ -34,6 +35,12 @@ class LocalCluster:
     """
 
     def __init__(self, *components: Component) -> None:
+        for i, component in enumerate(components):  # each one's run() is called in its own thread
+            require_having("LocalCluster", f"components[{i}]", component, ("run",), optional=False)
+            require_str("LocalCluster", f"components[{i}].name", getattr(component, "name", None))
+            require_having(
+                "LocalCluster", f"components[{i}].ready", getattr(component, "ready", None), ("wait",), optional=False
+            )
         self.components = list(components)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -20,6 +20,7 @@ from reliable_kafka.core.clock import Clock
 from reliable_kafka.errors import ConfigError, TopologyError
 from reliable_kafka.kafka.authorization import principal_of, raise_if_refused, refusal
 from reliable_kafka.kafka.factory import KafkaClients, clients_or_default
+from reliable_kafka.validation import require_int, require_topology
 
 __all__ = [
     "TopologyTopics",
@@ -95,10 +96,9 @@ class TopologyTopics:
     outcome_partitions: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.topology or any(c in self.topology for c in " /\\"):
-            raise ConfigError(f"topology name {self.topology!r} must be a non-empty Kafka topic prefix")
-        if self.ackers < 0:
-            raise ConfigError(f"ackers must be >= 0, got {self.ackers}")
+        require_topology("TopologyTopics", "topology", self.topology)
+        require_int("TopologyTopics", "ackers", self.ackers, minimum=0)
+        require_int("TopologyTopics", "outcome_partitions", self.outcome_partitions, minimum=1, optional=True)
 
     @property
     def acks(self) -> str:

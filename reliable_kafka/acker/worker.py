@@ -18,14 +18,17 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka import codec
+from reliable_kafka import validation as v
 from reliable_kafka.acker.outcomes import OUTCOME_PRODUCER_DEFAULTS, OutcomePublisher
 from reliable_kafka.acker.state import AckerStats, _Partition
 from reliable_kafka.core.acker_table import AckerTable, Outcomes
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.core.root_store import MAX_BUCKETS
 from reliable_kafka.deprecation import renamed_keywords
-from reliable_kafka.errors import ConfigError, DecodeError, DeliveryError, TopologyError
+from reliable_kafka.errors import DecodeError, DeliveryError, TopologyError
 from reliable_kafka.ids import new_id, partitions_for_roots
+from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config, consumer_settings, producer_settings
@@ -121,10 +124,26 @@ class AckerWorker(OutcomePublisher):
         clients: KafkaClients | None = None,
         clock: Clock = time,
     ) -> None:
-        if ackers is not None and ackers < 1:
-            raise ConfigError(f"an acker worker needs ackers >= 1 (ack topic partitions), got {ackers}")
-        if message_timeout_ms <= 0:
-            raise ConfigError(f"message_timeout_ms must be positive, got {message_timeout_ms}")
+        v.require_topology("AckerWorker", "topology", topology)
+        v.require_str("AckerWorker", "bootstrap_servers", bootstrap_servers)
+        v.require_int("AckerWorker", "ackers", ackers, minimum=1, optional=True)
+        v.require_int("AckerWorker", "message_timeout_ms", message_timeout_ms, minimum=1)
+        v.require_int("AckerWorker", "timeout_buckets", timeout_buckets, minimum=1, maximum=MAX_BUCKETS)
+        v.require_str("AckerWorker", "group_id", group_id, optional=True)
+        v.require_int("AckerWorker", "commit_interval_ms", commit_interval_ms, minimum=0)
+        v.require_int("AckerWorker", "batch_size", batch_size, minimum=1)
+        v.require_bool("AckerWorker", "create_topics", create_topics)
+        v.require_int("AckerWorker", "replication_factor", replication_factor, minimum=1, optional=True)
+        # senders pack up to MAX_ENTRIES_PER_RECORD entries a record: a lower limit quarantines them
+        v.require_int("AckerWorker", "max_entries_per_record", max_entries_per_record, minimum=MAX_ENTRIES_PER_RECORD)
+        v.require_mapping("AckerWorker", "kafka_config", kafka_config)
+        v.require_mapping("AckerWorker", "consumer_config", consumer_config)
+        v.require_mapping("AckerWorker", "producer_config", producer_config)
+        v.require_str("AckerWorker", "name", name, optional=True)
+        v.require_int("AckerWorker", "metrics_port", metrics_port, minimum=0, maximum=65535, optional=True)
+        v.require_having("AckerWorker", "clients", clients, ("producer", "consumer", "admin"))
+        v.require_having("AckerWorker", "clock", clock, ("monotonic", "time", "sleep"), optional=False)
+        v.require_int("AckerWorker", "min_insync_replicas", min_insync_replicas, minimum=1, optional=True)
         self.topics = TopologyTopics(topology, ackers=ackers or 1)
         self.ackers = ackers  # None: whatever the existing ack topic has (start() then sets topics.ackers)
         self.bootstrap_servers = bootstrap_servers

@@ -13,9 +13,10 @@ from confluent_kafka import KafkaException
 from reliable_kafka import codec
 from reliable_kafka.core.anchors import Anchored, anchor_child, fail_roots
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.errors import ArgumentError
+from reliable_kafka.errors import ArgumentError, OutputRefused
 from reliable_kafka.ids import _pool, new_id
 from reliable_kafka.kafka.produce import produce_headers
+from reliable_kafka.validation import refused_outputs
 
 if TYPE_CHECKING:
     from reliable_kafka.bolt.runner import Bolt
@@ -233,6 +234,15 @@ class BoltCollector:
         # counts them into ``stats.emitted`` and ``output_topics`` after each batch (Bolt._count_emits)
         self._emitted_to: list[str] = []
         self._note_emit = self._emitted_to.append
+        # a first emit to a topic is checked (_first_emit_to): not a source, not a topology topic
+        self._refused = refused_outputs(bolt.topics, bolt.source_topics)
+        self._outputs: set[str] = set()
+
+    def _first_emit_to(self, topic: str) -> None:
+        why = self._refused.get(topic)
+        if why is not None:
+            raise OutputRefused(component=self._bolt.name, topic=topic, why=why)
+        self._outputs.add(topic)
 
     def emit(
         self,
@@ -245,6 +255,8 @@ class BoltCollector:
         partition: int | None = None,
     ) -> None:
         """Send a record to ``topic``, anchored to ``anchors`` (one tuple or several; None: unanchored)."""
+        if topic not in self._outputs:
+            self._first_emit_to(topic)
         self._bolt._produce(topic, value, key, headers, partition, _child_anchors(anchors))
 
     def ack(self, tuple_: Tuple) -> None:
@@ -290,6 +302,8 @@ class _BasicCollector(BoltCollector):
 
     def emit(self, topic, value, *, key=None, anchors=None, headers=None, partition=None) -> None:
         # BoltCollector.emit, inlined: this runs once per output tuple
+        if topic not in self._outputs:
+            self._first_emit_to(topic)
         current = self.current
         parent = current if anchors is None else anchors  # one input: the current tuple, or the one named
         if headers is None and type(parent) is Tuple:

@@ -17,6 +17,7 @@ from typing import cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from reliable_kafka import validation as v
 from reliable_kafka.bolt.ack_packing import pack_acks
 from reliable_kafka.bolt.collector import BoltCollector, BoltStats, Tuple, TupleBatch, _BasicCollector
 from reliable_kafka.bolt.executors import CallExecutor
@@ -135,6 +136,23 @@ class Bolt:
         revoke_wait_s: float = 10.0,
         executor: CallExecutor | None = None,
     ) -> None:
+        where = type(self).__name__  # the arguments' checks (reliable_kafka.validation)
+        v.require_topology(where, "topology", topology)
+        v.require_str(where, "bootstrap_servers", bootstrap_servers)
+        v.require_topics(where, "source_topics", source_topics)
+        v.require_str(where, "group_id", group_id)
+        v.require_callable(where, "handler", handler, optional=True)
+        v.require_callable(where, "batch_handler", batch_handler, optional=True)
+        v.require_bool(where, "transactional", transactional)
+        v.require_int(where, "batch_size", batch_size, minimum=1)
+        v.require_int(where, "commit_interval_ms", commit_interval_ms, minimum=0)
+        v.require_mapping(where, "kafka_config", kafka_config)
+        v.require_mapping(where, "consumer_config", consumer_config)
+        v.require_mapping(where, "producer_config", producer_config)
+        v.require_str(where, "name", name, optional=True)
+        v.require_int(where, "metrics_port", metrics_port, minimum=0, maximum=65535, optional=True)
+        v.require_having(where, "clients", clients, ("producer", "consumer", "admin"))
+        v.require_having(where, "clock", clock, ("monotonic", "time", "sleep"), optional=False)
         if (handler is None) == (batch_handler is None):
             raise ConfigError("Bolt: give exactly one of handler (called per tuple) and batch_handler (per batch)")
         if batch_handler is not None and not self._acks_on_return:

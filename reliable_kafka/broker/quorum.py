@@ -13,6 +13,7 @@ ends, which kills brokers started from worker threads; the single-threaded watch
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
+from reliable_kafka import validation as v
 from reliable_kafka.broker.node import (
     HOST,
     KraftNode,
@@ -87,10 +89,16 @@ class KraftQuorum:
         version: str,
         security: BrokerSecurity | None = None,
     ) -> None:
-        if count < 1:
-            raise ConfigError(f"brokers must be at least 1, got {count}")
-        if port < 0 or port + count - 1 > 65535:
-            raise ConfigError(f"port must be 0 (pick free ports) or a TCP port, got {port}")
+        where = type(self).__name__  # the arguments' checks (reliable_kafka.validation)
+        v.require_int(where, "brokers", count, minimum=1)
+        v.require_instance(where, "data_dir", data_dir, (str, os.PathLike))
+        v.require_bool(where, "keep_data", keep_data)
+        v.require_int(where, "port", port, minimum=0, maximum=65535 - (count - 1))
+        v.require_mapping(where, "extra_config", extra_config)
+        v.require_bool(where, "detach", detach)
+        v.require_number(where, "startup_timeout", startup_timeout, above=0)
+        v.require_str(where, "version", version)
+        v.require_instance(where, "security", security, BrokerSecurity)
         extra = {str(k): str(v) for k, v in (extra_config or {}).items()}
         managed = sorted(_MANAGED_KEYS.intersection(extra))
         if managed:

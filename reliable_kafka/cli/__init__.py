@@ -21,6 +21,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from reliable_kafka import __version__
 from reliable_kafka.cli import acker, acls, broker, demo, failures, spark, status
 from reliable_kafka.cli.arguments import Subparsers
 from reliable_kafka.cli.arguments import command_config as _command_config  # noqa: F401  (older import path)
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="reliable-kafka",
         description="Storm's guaranteed message processing for Kafka and PySpark.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for register in COMMANDS:
         register(subparsers)

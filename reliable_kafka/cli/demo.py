@@ -44,8 +44,9 @@ def _register_demo(subparsers: Subparsers) -> None:
     demo.add_argument(
         "--engine",
         choices=["spark", "python"],
-        default="spark",
-        help="word-count job: PySpark Structured Streaming or a Python bolt (default: spark)",
+        default=None,
+        help="word-count job: PySpark Structured Streaming or a Python bolt "
+        "(default: spark when PySpark is installed, else python)",
     )
     bootstrap_argument(demo, required=False, help="use this Kafka instead of an embedded broker")
     demo.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
@@ -57,7 +58,7 @@ def _demo(args: argparse.Namespace) -> int:
     from reliable_kafka import demo
 
     setup_logging(args.log_level)
-    summary = demo.run(
+    summary = demo.run(  # a missing [spark] extra raises before anything starts (demo.choose_engine)
         sentences=args.sentences,
         fail_rate=args.fail_rate,
         engine=args.engine,

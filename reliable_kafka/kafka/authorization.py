@@ -85,6 +85,11 @@ def refusal(
         "TRANSACTIONAL_ID": (transactional_id, "WRITE"),
         "CLUSTER": ("kafka-cluster", "IDEMPOTENT_WRITE"),
     }[resource_type]
+    hint = None
+    if resource_type == "TOPIC" and asked == "DESCRIBE" and topic:
+        from reliable_kafka.acls import needed_on  # acls -> topology -> this module: imported when used
+
+        hint = needed_on(topic, component=component, principal=principal)
     return AuthorizationError(
         component=component,
         principal=principal,
@@ -92,6 +97,7 @@ def refusal(
         resource_type=resource_type,
         resource=resource or "(not named by Kafka)",
         error=error.name(),
+        hint=hint,
     )
 
 

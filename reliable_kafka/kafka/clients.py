@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Message, Producer
 
 from reliable_kafka.errors import ConfigError
 from reliable_kafka.kafka.authorization import guard_delivery, principal_of
-from reliable_kafka.kafka.config import consumer_settings, producer_settings
+from reliable_kafka.kafka.config import consumer_settings, producer_settings, warn_overridden
 from reliable_kafka.kafka.factory import KafkaClients, clients_or_default
 
 __all__ = [
@@ -113,8 +113,10 @@ def new_producer(
     :class:`~reliable_kafka.errors.AuthorizationError` for a refused write before it is called.
     """
     own_defaults = {**_PRODUCER_DEFAULTS, **(defaults or {})}
-    config = _merged(producer_settings(kafka_config), {"bootstrap.servers": bootstrap_servers}, own_defaults)
-    config.update(overrides)
+    given = producer_settings(kafka_config)
+    forced = {"bootstrap.servers": bootstrap_servers, **overrides}
+    warn_overridden(f"{ack_sender or component or 'producer'}'s producer", given, forced)
+    config = _merged(given, forced, own_defaults)
     if ack_sender is not None:
         check_ack_sender_config(config, component=ack_sender)
     made: list[Producer] = []
@@ -144,8 +146,10 @@ def new_consumer(
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
     }
-    config = _merged(consumer_settings(kafka_config), required, defaults)
-    config.update(overrides)
+    given = consumer_settings(kafka_config)
+    forced = {**required, **overrides}
+    warn_overridden(f"consumer of group {group_id!r}", given, forced)
+    config = _merged(given, forced, defaults)
     consumer = clients_or_default(clients).consumer(config)
     consumer.principal = principal_of(config)
     consumer.group_id = group_id

@@ -14,10 +14,13 @@ component hands one object to its helpers; :func:`~reliable_kafka.kafka.clients.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ClientConfig", "client_config", "consumer_settings", "producer_settings"]
+__all__ = ["ClientConfig", "client_config", "consumer_settings", "producer_settings", "warn_overridden"]
+
+log = logging.getLogger(__name__)
 
 
 class ClientConfig(dict[str, Any]):
@@ -64,3 +67,39 @@ def consumer_settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
 def producer_settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """What a producer gets: the shared settings with the producer's merged over them (a new dict)."""
     return {**(config or {}), **(getattr(config, "producer", None) or {})}
+
+
+_warned_overrides: set[tuple[str, str]] = set()
+
+
+def warn_overridden(who: str, given: Mapping[str, Any], forced: Mapping[str, Any]) -> None:
+    """Log a warning, once per process for each ``who`` and key, for each setting of the user's
+    (``given``) that the component replaces with its own (``forced``): e.g. a spout's consumer
+    sets ``enable.auto.commit`` false whatever kafka_config says, since it commits only the offsets
+    whose trees completed. Silently overriding it hid that the user's setting had no effect."""
+    for key, value in forced.items():
+        if key not in given or _same(given[key], value):
+            continue
+        if (who, key) in _warned_overrides:
+            continue
+        _warned_overrides.add((who, key))
+        log.warning(
+            "%s: kafka_config sets %s=%r, which reliable-kafka overrides with %r (the component must own it); "
+            "remove it from kafka_config",
+            who,
+            key,
+            given[key],
+            value,
+        )
+
+
+def _same(given: Any, forced: Any) -> bool:
+    """Equal as librdkafka reads them: true/"true"/"1", and 5/"5", are the same setting."""
+    if given is forced or given == forced:
+        return True
+    if callable(given) or callable(forced):
+        return False
+    text = str(given).strip().lower()
+    if isinstance(forced, bool):
+        return text in (("true", "t", "1") if forced else ("false", "f", "0"))
+    return text == str(forced).strip().lower()

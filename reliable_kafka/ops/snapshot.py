@@ -203,8 +203,13 @@ class ComponentView:
         lock = getattr(self.worker, "_lock", None)  # Spark jobs share their tracker between threads
         if lock is not None:
             with lock:
-                return self._read()
-        return self._read()
+                read = self._read()
+        else:
+            read = self._read()
+        stopped_by = getattr(self.worker, "stopped_by", None)  # why it stopped itself (a tripped guard)
+        if stopped_by:
+            read["stopped_by"] = stopped_by
+        return read
 
     def _read(self) -> dict:
         raise NotImplementedError

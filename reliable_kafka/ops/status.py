@@ -150,7 +150,7 @@ def component_samples(snapshot: dict) -> list[Sample]:
 
 def judge_snapshot(snapshot: dict, now: float) -> Judgement:
     interval = snapshot.get("interval_s", 5.0)
-    return judge_component(
+    judgement = judge_component(
         component_samples(snapshot),
         now=now,
         interval_s=interval,
@@ -158,6 +158,9 @@ def judge_snapshot(snapshot: dict, now: float) -> Judgement:
         window_s=WINDOW_SAMPLES * interval,
         gave_up=SETTLED.get(snapshot.get("kind", ""), ((), "", "gave up on"))[2],
     )
+    if snapshot.get("stopped_by") and judgement.reason == "stopped":  # it stopped itself: say why
+        return Judgement(judgement.verdict, f"stopped: {snapshot['stopped_by']}")
+    return judgement
 
 
 def _owned(snapshot: dict) -> set[tuple[str, int]]:

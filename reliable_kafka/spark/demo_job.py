@@ -38,7 +38,7 @@ class SparkWordCount:
         self.group_id = f"{topology}-spark"
         self._checkpoint = tempfile.TemporaryDirectory(prefix="rk-demo-checkpoint-")
         print("demo: starting Spark (local mode) with its Kafka connector...", flush=True)
-        self.spark = spark_session("reliable-kafka-demo")
+        self.spark = spark_session("reliable-kafka-demo", log_level="ERROR")  # its intended failures: no warnings
         self.job = SparkSpout(
             self.spark,
             topology=topology,

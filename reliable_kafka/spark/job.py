@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from reliable_kafka import validation as v
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import AuthorizationError, ConfigError, DeliveryError, StateError, TopologyError
 from reliable_kafka.ids import new_id
@@ -113,20 +114,29 @@ class SparkJob:
         consumer_config: dict | None = None,
         producer_config: dict | None = None,
     ) -> None:
-        if not callable(transform):
-            raise ConfigError(f"{self.component}: transform must be callable, got {transform!r}")
-        if on_batch_error not in ("fail_roots", "stop"):
-            raise ConfigError(
-                f"{self.component}: on_batch_error must be 'fail_roots' or 'stop', not {on_batch_error!r}"
-            )
-        if trigger_seconds <= 0:
-            raise ConfigError(f"{self.component}: trigger_seconds must be > 0, got {trigger_seconds}")
-        if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
-            raise ConfigError(f"{self.component}: max_offsets_per_trigger must be >= 1, got {max_offsets_per_trigger}")
+        where = type(self).__name__  # the arguments' checks (reliable_kafka.validation)
+        v.require_topology(where, "topology", topology)
+        v.require_str(where, "bootstrap_servers", bootstrap_servers)
+        sources = v.require_topics(where, "source_topics", source_topics)
+        v.require_str(where, "checkpoint_dir", str(checkpoint_dir) if checkpoint_dir is not None else None)
+        v.require_callable(where, "transform", transform)
+        v.require_str(where, "group_id", group_id)
+        v.require_number(where, "trigger_seconds", trigger_seconds, above=0)
+        v.require_bool(where, "available_now", available_now)
+        v.require_int(where, "max_offsets_per_trigger", max_offsets_per_trigger, minimum=1, optional=True)
+        v.require_choice(where, "on_batch_error", on_batch_error, ("fail_roots", "stop"))
+        v.require_mapping(where, "kafka_config", kafka_config)
+        v.require_mapping(where, "spark_kafka_options", spark_kafka_options)
+        v.require_str(where, "name", name, optional=True)
+        v.require_mapping(where, "consumer_config", consumer_config)
+        v.require_mapping(where, "producer_config", producer_config)
+        v.require_output_topic(
+            where, "output_topic", output_topic, v.refused_outputs(TopologyTopics(topology), sources)
+        )
         self.spark = spark
         self.topics = TopologyTopics(topology)
         self.bootstrap_servers = bootstrap_servers
-        self.source_topics = [source_topics] if isinstance(source_topics, str) else list(source_topics)
+        self.source_topics = sources
         self.checkpoint_dir = str(checkpoint_dir)
         self.transform = transform
         self.output_topic = output_topic

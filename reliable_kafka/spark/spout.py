@@ -34,9 +34,10 @@ from dataclasses import asdict
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from reliable_kafka import validation as v
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker, Redelivery
-from reliable_kafka.errors import ConfigError, StateError
+from reliable_kafka.errors import StateError
 from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.clients import new_consumer
 from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog
@@ -45,6 +46,7 @@ from reliable_kafka.spark.derive import EDGE_TAG, ROOT_TAG, edge_column, id_sql,
 from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, final_ack_columns
 from reliable_kafka.spark.offset_reads import chunks, read_ranges, read_redeliveries
 from reliable_kafka.spark.recovery import committed_offsets, plan_recovery
+from reliable_kafka.spout.dead_letters import DEAD_LETTER_RATIO, DEAD_LETTER_WINDOW
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
 from reliable_kafka.spout.spout import _source_record
@@ -78,7 +80,7 @@ class SparkSpout(SparkJob):
     - ``commit_interval_ms`` [1000]; ``on_batch_error`` ["fail_roots"]: a batch whose transform or
       write fails has its roots failed (redelivered, in the end dead-lettered) and the stream goes
       on; "stop" stops the query instead.
-    - ``max_dead_letter_ratio`` [None: off], ``dead_letter_window`` [1000]: as the Python spout's
+    - ``max_dead_letter_ratio`` [0.5; None: off], ``dead_letter_window`` [200]: as the Python spout's
       guard; a tripped guard stops the job (``run_until``/``raise_if_failed`` raise
       :class:`~reliable_kafka.errors.DeadLetterGuardTripped`).
     - ``reuse_batch_plans`` [True]: with reliable-kafka's Java functions, a stream batch's output
@@ -119,10 +121,21 @@ class SparkSpout(SparkJob):
         name: str | None = None,
         consumer_config: dict | None = None,
         producer_config: dict | None = None,
-        max_dead_letter_ratio: float | None = None,
-        dead_letter_window: int = 1000,
+        max_dead_letter_ratio: float | None = DEAD_LETTER_RATIO,
+        dead_letter_window: int = DEAD_LETTER_WINDOW,
         reuse_batch_plans: bool = True,
     ) -> None:
+        v.require_int("SparkSpout", "max_retries", max_retries, minimum=0, optional=True)
+        v.require_int("SparkSpout", "max_pending", max_pending, minimum=1, optional=True)
+        v.require_int("SparkSpout", "message_timeout_ms", message_timeout_ms, minimum=1, optional=True)
+        v.require_int("SparkSpout", "backstop_grace_ms", backstop_grace_ms, minimum=0)
+        v.require_instance("SparkSpout", "backoff", backoff, Backoff)
+        v.require_int("SparkSpout", "commit_interval_ms", commit_interval_ms, minimum=0)
+        v.require_number(
+            "SparkSpout", "max_dead_letter_ratio", max_dead_letter_ratio, minimum=0, below=1, optional=True
+        )
+        v.require_int("SparkSpout", "dead_letter_window", dead_letter_window, minimum=1)
+        v.require_bool("SparkSpout", "reuse_batch_plans", reuse_batch_plans)
         super().__init__(
             spark,
             topology=topology,
@@ -142,8 +155,6 @@ class SparkSpout(SparkJob):
             consumer_config=consumer_config,
             producer_config=producer_config,
         )
-        if commit_interval_ms < 0:
-            raise ConfigError(f"{self.component}: commit_interval_ms must be >= 0, got {commit_interval_ms}")
         self.commit_interval_ms = commit_interval_ms
         self.reuse_batch_plans = reuse_batch_plans
         self.tracker = InFlightTracker(

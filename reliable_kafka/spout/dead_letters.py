@@ -21,16 +21,24 @@ from typing import TYPE_CHECKING, Any, cast
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.tracker import InFlightTracker, OutcomeAction
-from reliable_kafka.errors import ConfigError, DeadLetterGuardTripped
+from reliable_kafka.errors import DeadLetterGuardTripped
 from reliable_kafka.kafka.parking import park, park_reference
 from reliable_kafka.ops.failures import Attempt, attempt_headers
 from reliable_kafka.spout.reread import DELETED
 from reliable_kafka.topology import TopologyTopics
+from reliable_kafka.validation import require_int, require_number
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
 
-__all__ = ["DeadLetters", "POISON_PILL", "GONE_REASON", "check_guard_config"]
+__all__ = [
+    "DeadLetters",
+    "POISON_PILL",
+    "GONE_REASON",
+    "DEAD_LETTER_RATIO",
+    "DEAD_LETTER_WINDOW",
+    "check_guard_config",
+]
 
 log = logging.getLogger("reliable_kafka.spout.roots")  # the owner's logger, as before the split
 
@@ -40,11 +48,18 @@ TopicPartitionKey = tuple[str, int]
 RecordKey = tuple[TopicPartitionKey, int]
 
 
+# The dead-letter guard's defaults: stop the spout when more than half of the last 200 settled
+# records (completed or dead-lettered) were bound for the DLQ. So nothing trips before 101 records
+# were dead-lettered (the minimum sample), and a deploy that fails everything stops after about
+# 100 dead letters instead of draining the stream (Arroyo's DlqLimit has the same purpose; it
+# counts per partition and refuses a dead letter before any record succeeded). None turns it off.
+DEAD_LETTER_RATIO = 0.5
+DEAD_LETTER_WINDOW = 200
+
+
 def check_guard_config(component: str, max_dead_letter_ratio: float | None, dead_letter_window: int) -> None:
-    if max_dead_letter_ratio is not None and not 0 <= max_dead_letter_ratio < 1:
-        raise ConfigError(f"{component}: max_dead_letter_ratio must be in [0, 1) or None, got {max_dead_letter_ratio}")
-    if dead_letter_window < 1:
-        raise ConfigError(f"{component}: dead_letter_window must be >= 1, got {dead_letter_window}")
+    require_number(component, "max_dead_letter_ratio", max_dead_letter_ratio, minimum=0, below=1, optional=True)
+    require_int(component, "dead_letter_window", dead_letter_window, minimum=1)
 
 
 class DeadLetters:

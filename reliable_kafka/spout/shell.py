@@ -16,7 +16,7 @@ from reliable_kafka.codec import encode_one_anchor
 from reliable_kafka.core.clock import Clock, monotonic_ms
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker
-from reliable_kafka.errors import AuthorizationError, ConfigError, TopologyError
+from reliable_kafka.errors import AuthorizationError, ConfigError, OutputRefused, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.clients import SENT_PER_POLL, check_ack_sender_config, new_consumer, new_producer
@@ -25,9 +25,25 @@ from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple
 from reliable_kafka.lifecycle import Pollable, run_until_stopped
 from reliable_kafka.ops.failures import FailureRecord
+from reliable_kafka.spout.dead_letters import DEAD_LETTER_RATIO, DEAD_LETTER_WINDOW
 from reliable_kafka.spout.records import SourceRecord, SpoutCollector, SpoutStats, forward_to, source_record_of
-from reliable_kafka.spout.roots import RootOwner, check_guard_config
+from reliable_kafka.spout.roots import RootOwner
 from reliable_kafka.topology import TopologyTopics, admin_client, check_ack_partitions, partition_count
+from reliable_kafka.validation import (
+    refused_outputs,
+    require_bool,
+    require_callable,
+    require_choice,
+    require_having,
+    require_instance,
+    require_int,
+    require_mapping,
+    require_number,
+    require_output_topic,
+    require_str,
+    require_topics,
+    require_topology,
+)
 
 # The producer of a spout that promises nothing (guarantee="none") is not idempotent unless
 # kafka_config says so: it sends no ack events, and idempotence cost its librdkafka thread 0.6 to
@@ -78,20 +94,44 @@ class SpoutShell:
         producer_config: dict | None = None,
         name: str | None = None,
         metrics_port: int | None = None,
-        max_dead_letter_ratio: float | None = None,
-        dead_letter_window: int = 1000,
+        max_dead_letter_ratio: float | None = DEAD_LETTER_RATIO,
+        dead_letter_window: int = DEAD_LETTER_WINDOW,
         root_index: bool = True,
         clients: KafkaClients | None = None,
         clock: Clock = time,
     ) -> None:
-        check_guard_config("Spout", max_dead_letter_ratio, dead_letter_window)
+        where = type(self).__name__  # Spout or TransactionalSpout
+        require_topology(where, "topology", topology)
+        require_str(where, "bootstrap_servers", bootstrap_servers)
+        sources = require_topics(where, "source_topics", source_topics)
+        require_str(where, "group_id", group_id)
         if (emit_to is None) == (handler is None):
-            raise ConfigError("Spout: give exactly one of emit_to (forward records) or handler")
-        if guarantee not in ("at_least_once", "at_most_once", "none"):
-            raise ConfigError(f"Spout: guarantee must be at_least_once, at_most_once or none, not {guarantee!r}")
+            raise ConfigError(f"{where}: give exactly one of emit_to (forward records) or handler")
+        require_callable(where, "handler", handler, optional=True)
+        require_choice(where, "guarantee", guarantee, ("at_least_once", "at_most_once", "none"))
+        require_int(where, "ackers", ackers, minimum=0, optional=True)
+        require_int(where, "max_pending", max_pending, minimum=1, optional=True)
+        require_int(where, "max_retries", max_retries, minimum=0, optional=True)
+        require_instance(where, "backoff", backoff, Backoff)
+        require_int(where, "message_timeout_ms", message_timeout_ms, minimum=1, optional=True)
+        require_int(where, "backstop_grace_ms", backstop_grace_ms, minimum=0)
+        require_int(where, "commit_interval_ms", commit_interval_ms, minimum=0)
+        require_int(where, "batch_size", batch_size, minimum=1)
+        require_mapping(where, "kafka_config", kafka_config)
+        require_mapping(where, "consumer_config", consumer_config)
+        require_mapping(where, "producer_config", producer_config)
+        require_str(where, "name", name, optional=True)
+        require_int(where, "metrics_port", metrics_port, minimum=0, maximum=65535, optional=True)
+        require_number(where, "max_dead_letter_ratio", max_dead_letter_ratio, minimum=0, below=1, optional=True)
+        require_int(where, "dead_letter_window", dead_letter_window, minimum=1)
+        require_bool(where, "root_index", root_index)
+        require_having(where, "clients", clients, ("producer", "consumer", "admin"))
+        require_having(where, "clock", clock, ("monotonic", "time", "sleep"), optional=False)
         self.topics = TopologyTopics(topology)
+        if emit_to is not None:
+            require_output_topic(where, "emit_to", emit_to, refused_outputs(self.topics, sources))
         self.bootstrap_servers = bootstrap_servers
-        self.source_topics = [source_topics] if isinstance(source_topics, str) else list(source_topics)
+        self.source_topics = sources
         self.group_id = group_id
         self.handler = handler or forward_to(cast(str, emit_to))  # checked above: one of the two is given
         self._forward_topic = emit_to  # the default handler's topic: poll_once forwards a batch at a time
@@ -128,6 +168,9 @@ class SpoutShell:
         self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
         self.metrics_host: str | None = None  # where /metrics listens (None: $RK_METRICS_HOST, else 127.0.0.1)
         self.output_topics: set[str] = set()  # for the status page's graph
+        # a first emit to a topic (not yet in output_topics) is checked against these (_new_output)
+        self._refused_outputs = refused_outputs(self.topics, sources)
+        self.emit_to_missing = False  # set by start(): emit_to did not exist then (_check_emit_to)
         self.max_dead_letter_ratio = max_dead_letter_ratio
         self.dead_letter_window = dead_letter_window
         self.root_index = root_index
@@ -157,6 +200,12 @@ class SpoutShell:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._acks: AckSender | None = None
+
+    @property
+    def stopped_by(self) -> str | None:
+        """Why the spout stopped itself, for its status snapshot: the dead-letter guard's message."""
+        tripped = self._roots.guard_tripped
+        return None if tripped is None else str(tripped)
 
     @property
     def tracking(self) -> bool:
@@ -193,8 +242,10 @@ class SpoutShell:
         root index; returns the ack partitions (0: nothing tracked)."""
         self._use_producer(producer)
         ack_partitions = 0
+        admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name, clients=self.clients)
+        if self._forward_topic is not None:
+            self._check_emit_to(admin, self._forward_topic)
         if self._sends_acks:
-            admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name, clients=self.clients)
             found = partition_count(admin, self.topics.acks, wait=self.topic_wait_s, clock=self._clock)
             if found is None:
                 raise TopologyError(
@@ -217,6 +268,23 @@ class SpoutShell:
         if index_roots and self.root_index and ack_partitions:
             self._roots.index_roots(self.task_id)
         return ack_partitions
+
+    def _check_emit_to(self, admin, topic: str) -> None:
+        """Say at start that ``emit_to`` does not exist: a broker that creates topics on first use
+        (``auto.create.topics.enable``, Kafka's default) takes a typo without a word, and then no
+        bolt reads what the spout sends: every tree times out and is dead-lettered."""
+        described = admin.list_topics(timeout=10).topics.get(topic)
+        if described is None or described.error is not None:
+            self.emit_to_missing = True
+            log.warning(
+                "%s: emit_to topic %r does not exist; the first send creates it if the broker creates "
+                "topics on first use, else the sends fail. If the name is a typo, no bolt reads it and "
+                "every record times out into %s (until the dead-letter guard stops the spout): create "
+                "the topic before starting the spout",
+                self.name,
+                topic,
+                self.topics.dlq,
+            )
 
     # --- emission -------------------------------------------------------------------------------
 
@@ -275,8 +343,16 @@ class SpoutShell:
         assert sender is not None and parent is not None  # tracking: start() made the senders; _begin(root) the parent
         sender.add(_INIT, root, parent.ack_val)  # = ack_entries(parent)
 
+    def _new_output(self, topic: str) -> None:
+        """A handler's first emit to ``topic``: refused if it is a source or a topology topic."""
+        why = self._refused_outputs.get(topic)
+        if why is not None:
+            raise OutputRefused(component=self.name, topic=topic, why=why)
+
     def _produce_output(self, topic, value, key, headers, partition, anchors) -> None:
         assert self._producer is not None  # made by start()
+        if topic not in self.output_topics:
+            self._new_output(topic)
         if headers or anchors:
             produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
         else:  # untracked, no headers (tracking off): nothing to build
@@ -287,6 +363,8 @@ class SpoutShell:
 
     def _produce_in_tree(self, topic, value, key, headers, partition, root: int, edge: int) -> None:
         """:meth:`_produce_output` of a tuple of one tree (``{root: edge}``): once per emit."""
+        if topic not in self.output_topics:
+            self._new_output(topic)
         if headers:
             self._produce_output(topic, value, key, headers, partition, {root: edge})
             return

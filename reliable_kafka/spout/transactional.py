@@ -153,8 +153,10 @@ class TransactionalSpout(SpoutShell):
     component = "transactional-spout"  # its kind in status reports and metrics (reliable_kafka.ops.snapshot)
 
     def __init__(self, *, name: str, **options) -> None:
-        if not name:
-            raise ConfigError("TransactionalSpout needs a stable name (its transactional.id)")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(
+                f"TransactionalSpout: name must be a non-empty str (a stable name: its transactional.id), got {name!r}"
+            )
         if options.get("guarantee", "at_least_once") != "at_least_once" or options.get("ackers") == 0:
             raise ConfigError("TransactionalSpout tracks trees: guarantee must be at_least_once, with ackers")
         super().__init__(name=name, **options)

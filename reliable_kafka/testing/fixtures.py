@@ -24,7 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
+try:
+    import pytest
+except ImportError as _exc:  # an optional dependency: extra [testing]
+    from reliable_kafka.errors import MissingExtraError
+
+    raise MissingExtraError(
+        "reliable_kafka.testing.fixtures are pytest fixtures and need pytest, an optional dependency: "
+        "pip install 'reliable-kafka[testing]'"
+    ) from _exc
 
 from reliable_kafka.broker import EmbeddedCluster
 from reliable_kafka.broker.secure import SECURE_ROLES, BrokerSecurity

@@ -18,6 +18,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Ka
 
 from reliable_kafka.errors import ArgumentError, ConfigError
 from reliable_kafka.testing.memory_groups import Group
+from reliable_kafka.validation import require_bool, require_callable, require_int
 
 __all__ = ["MemoryKafka", "ManualClock", "FAULTS", "new_message"]
 
@@ -105,6 +106,7 @@ class ManualClock:
     """A clock that moves only when told to: ``clock()`` is the time in ms, ``advance(ms)`` moves it."""
 
     def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        require_int("ManualClock", "start_ms", start_ms, minimum=0)
         self.now_ms = start_ms
 
     def __call__(self) -> int:
@@ -231,6 +233,10 @@ class MemoryKafka:
         default_partitions: int = 1,
         idle_waits_advance_clock: bool = False,
     ) -> None:
+        require_callable("MemoryKafka", "clock", clock, optional=True)
+        require_bool("MemoryKafka", "auto_create_topics", auto_create_topics)
+        require_int("MemoryKafka", "default_partitions", default_partitions, minimum=1)
+        require_bool("MemoryKafka", "idle_waits_advance_clock", idle_waits_advance_clock)
         if idle_waits_advance_clock and not hasattr(clock, "advance"):
             raise ConfigError(
                 "MemoryKafka: idle_waits_advance_clock needs a clock with advance(ms), e.g. ManualClock()"

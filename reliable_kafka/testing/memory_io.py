@@ -16,6 +16,7 @@ from confluent_kafka import Message
 
 from reliable_kafka.errors import ReliableKafkaError
 from reliable_kafka.testing.memory_broker import MemoryKafka
+from reliable_kafka.validation import require_instance, require_int, require_str
 
 __all__ = ["ListSource", "TopicSink", "step_until", "NotReached"]
 
@@ -33,6 +34,10 @@ class ListSource:
     """
 
     def __init__(self, kafka: MemoryKafka, topic: str, records: Iterable[Any] = (), *, partitions: int = 1) -> None:
+        require_instance("ListSource", "kafka", kafka, MemoryKafka, optional=False)
+        require_str("ListSource", "topic", topic)
+        require_instance("ListSource", "records", records, Iterable, optional=False)
+        require_int("ListSource", "partitions", partitions, minimum=1)
         self.kafka = kafka
         self.topic = topic
         if topic not in kafka.topics:
@@ -70,6 +75,8 @@ class TopicSink:
     """What ``topic`` holds, as a ``read_committed`` reader sees it (aborted transactions hidden)."""
 
     def __init__(self, kafka: MemoryKafka, topic: str) -> None:
+        require_instance("TopicSink", "kafka", kafka, MemoryKafka, optional=False)
+        require_str("TopicSink", "topic", topic)
         self.kafka = kafka
         self.topic = topic
 

@@ -8,6 +8,7 @@ from confluent_kafka import Producer
 from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, codec
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.ids import new_id, partition_for_root
+from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD
 from reliable_kafka.offsets import committed_offsets, lag
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
@@ -43,10 +44,15 @@ def test_acker_quarantines_every_kind_of_bad_ack_record_and_keeps_folding(kafka_
     garbage = b"\x01this is not avro at all"
     wrong_version = b"\x09" + good_init[1:]
     mixed = codec.encode_ack_batch(7, [EventKind.ACK, 9, EventKind.ACK], [0, root, root], [5, 5, edge])
-    oversized = codec.encode_ack_batch(7, np.ones(60, np.uint8), np.arange(1, 61), np.zeros(60, np.int64))
+    # the smallest limit allowed is what senders pack into one record: one entry over it
+    n = MAX_ENTRIES_PER_RECORD + 1
+    oversized = codec.encode_ack_batch(7, np.ones(n, np.uint8), np.arange(1, n + 1), np.zeros(n, np.int64))
     _send(kafka_bootstrap, topics.acks, [(0, good_init), (0, garbage), (0, wrong_version), (0, oversized), (0, mixed)])
     worker = AckerWorker(
-        topology=topics.topology, bootstrap_servers=kafka_bootstrap, max_entries_per_record=50, commit_interval_ms=100
+        topology=topics.topology,
+        bootstrap_servers=kafka_bootstrap,
+        max_entries_per_record=MAX_ENTRIES_PER_RECORD,
+        commit_interval_ms=100,
     )
     with LocalCluster(worker) as cluster:
         cluster.wait_until(

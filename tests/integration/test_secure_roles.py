@@ -387,6 +387,9 @@ def test_bolt_that_cannot_see_the_ack_topic_says_so(deployment, secure_kafka):
         resource_type="TOPIC",
         resource=deployment.topics.acks,
     )
+    # what to grant: WRITE (which implies DESCRIBE), not the DESCRIBE that was refused
+    assert f"a bolt needs WRITE on {deployment.topics.acks}" in str(bolt.stopped_by())
+    assert "reliable-kafka acls --role bolt" in str(bolt.stopped_by())
     # the broker logs the refusal: the least-privilege tests' "no denial" can fail
     assert any(
         deployment.topics.acks in line

@@ -114,7 +114,7 @@ def test_acker_worker_takes_timeout_ms_under_its_old_name_with_a_warning():
         assert AckerWorker(topology="t", bootstrap_servers=CLOSED, message_timeout_ms=99).message_timeout_ms == 99
     with pytest.raises(ConfigError, match="give message_timeout_ms only"):
         AckerWorker(topology="t", bootstrap_servers=CLOSED, timeout_ms=1, message_timeout_ms=2)
-    with pytest.raises(ConfigError, match="message_timeout_ms must be positive"), pytest.warns(DeprecationWarning):
+    with pytest.raises(ConfigError, match="message_timeout_ms must be an int >= 1"), pytest.warns(DeprecationWarning):
         AckerWorker(topology="t", bootstrap_servers=CLOSED, timeout_ms=0)
 
 

@@ -42,7 +42,7 @@ def test_extra_config_may_not_set_managed_keys(key):
 
 
 def test_cluster_needs_a_broker():
-    with pytest.raises(ConfigError, match="at least 1"):
+    with pytest.raises(ConfigError, match="brokers must be an int >= 1"):
         EmbeddedCluster(brokers=0)
 
 

@@ -381,10 +381,10 @@ def test_dead_letter_confirmation_after_revoke_is_ignored():
 
 def test_backoff_defaults_are_exponential_and_capped():
     backoff = Backoff()
-    assert [backoff.delay_ms(n) for n in range(1, 6)] == [100, 200, 400, 800, 1600]
-    assert backoff.delay_ms(9) == 25_600
-    assert backoff.delay_ms(10) == 30_000
-    assert backoff.delay_ms(10_000) == 30_000  # no overflow
+    assert [backoff.delay_ms(n) for n in range(1, 6)] == [1000, 2000, 4000, 8000, 16000]
+    assert backoff.delay_ms(6) == 32_000
+    assert backoff.delay_ms(7) == 60_000
+    assert backoff.delay_ms(10_000) == 60_000  # no overflow
     with pytest.raises(ValueError):
         backoff.delay_ms(0)
 
