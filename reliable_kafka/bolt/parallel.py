@@ -472,6 +472,10 @@ class InFlightCalls:
                 continue
         return []
 
+    def handed_over(self) -> int:
+        """Calls the executor holds, running or queued (the loop's own view)."""
+        return len(self._submitted)
+
     def calls_in_flight(self) -> int:
         return len(self._begun())
 

@@ -416,8 +416,8 @@ class Bolt:
         messages = consumed if _no_errors(consumed) else [m for m in consumed if m.error() is None or self._usable(m)]
         calls.accept(messages)
         calls.dispatch()
-        if not messages and calls.calls_in_flight():
-            calls.apply(wait=min(timeout, 0.01))  # nothing new: wait for a call to end
+        if not messages and calls.handed_over():
+            calls.apply(wait=min(timeout, 0.01))  # nothing new: wait for a call to end (not spin)
             calls.dispatch()
         if self._failures is not None and self._failures.unflushed:
             # the reasons are in the log before their FAIL entries are sent (as poll_once)

@@ -260,6 +260,19 @@ def test_a_freed_slot_takes_the_next_queued_call_at_once_and_a_close_drops_the_q
     assert kafka.committed("g", "in", 0)[0] == 1
 
 
+def test_a_round_with_nothing_new_waits_for_calls_queued_in_the_executor_instead_of_spinning():
+    kafka = _kafka(partitions=1)
+    _produce(kafka, [(0, b"k%d" % i, None) for i in range(3)])
+    bolt = _bolt(kafka, lambda t, c: None, parallelism=1, ordering="none", executor=SteppedCalls(size=0))
+    bolt.poll_once(0)  # all three handed over; none has begun (the executor's thread has not run yet)
+    assert bolt._parallel.handed_over() == 3 and bolt.calls_in_flight() == 0
+    waits: list[float] = []
+    apply = bolt._parallel.apply
+    bolt._parallel.apply = lambda wait=0.0: waits.append(wait) or apply(0.0)
+    bolt.poll_once(0.5)
+    assert any(wait > 0 for wait in waits), "the loop spun instead of waiting for a queued call to end"
+
+
 def test_an_async_handler_runs_on_one_loop_with_at_most_parallelism_calls_at_once():
     kafka = _kafka()
     _produce(kafka, [(i % 2, b"k%d" % (i % 10), {i + 1: i}) for i in range(60)])
