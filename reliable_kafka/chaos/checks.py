@@ -19,7 +19,7 @@ from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.testing.records import read_topic
 from reliable_kafka.topology import TopologyTopics
 
-__all__ = ["ChaosReport", "check"]
+__all__ = ["ChaosReport", "check", "early_commits"]
 
 
 @dataclass
@@ -117,7 +117,7 @@ def check(
             complete_at[record] = dead[record]
         else:
             lost += 1
-    early = _early_commits(samples, position, complete_at)
+    early = early_commits(samples, position, complete_at)
     stage1 = sum(1 for _ in read_topic(bootstrap, topics["stage1"]))
     effects = sum(copies.values())
     report = ChaosReport(
@@ -142,7 +142,7 @@ def check(
     return report
 
 
-def _early_commits(samples, position, complete_at) -> list:
+def early_commits(samples, position, complete_at) -> list:
     """Samples whose committed offset passed a record that was not complete at the sample's time."""
     by_partition: dict[int, list[tuple[int, float]]] = defaultdict(list)
     for record, (partition, offset) in position.items():

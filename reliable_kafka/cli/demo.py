@@ -111,6 +111,13 @@ def _register_chaos(subparsers: Subparsers) -> None:
         help="message timeout (default: 10000; 30000 with --spark; 120000 with --transactional, above the "
         "longest stall of a transactional worker, since a timeout replays)",
     )
+    chaos.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the split and sink bolts keep N calls in flight (ordering key), each waiting a few ms (default: 1)",
+    )
     chaos.add_argument("--seed", type=int, default=1, help="random seed for the fault schedule (default: 1)")
     chaos.add_argument(
         "--settle",
@@ -135,6 +142,7 @@ def _chaos(args: argparse.Namespace) -> int:
             kill_spouts=not args.spare_spouts,
             spark=args.spark,
             seed=args.seed,
+            parallelism=args.parallel,
             message_timeout_ms=args.message_timeout_ms
             or (120_000 if args.transactional else 30_000 if args.spark else 10_000),
             settle_timeout=args.settle or (480.0 if args.spark else 240.0),
