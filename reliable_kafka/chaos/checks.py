@@ -111,10 +111,13 @@ def check(
     for record in range(records):
         seen = [first_seen.get(f"{record}:{j}".encode()) for j in range(FANOUT)]
         effects_at = [t for t in seen if t is not None]
+        # complete when its last effect was written or when it was dead-lettered, whichever came
+        # first (a dead-lettered tree's last effects may still be written later, from a backlog)
+        done = [dead[record]] if record in dead else []
         if len(effects_at) == FANOUT:
-            complete_at[record] = max(effects_at)
-        elif record in dead:
-            complete_at[record] = dead[record]
+            done.append(max(effects_at))
+        if done:
+            complete_at[record] = min(done)
         else:
             lost += 1
     early = early_commits(samples, position, complete_at)
