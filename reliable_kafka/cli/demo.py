@@ -132,6 +132,10 @@ def _register_chaos(subparsers: Subparsers) -> None:
 def _chaos(args: argparse.Namespace) -> int:
     from reliable_kafka.chaos.harness import ChaosConfig, run
 
+    if args.parallel < 1:
+        raise SystemExit(f"chaos: --parallel must be >= 1, got {args.parallel}")
+    if args.parallel > 1 and args.transactional:
+        raise SystemExit("chaos: --parallel above 1 and --transactional do not mix (a transactional bolt is serial)")
     report = run(
         ChaosConfig(
             records=args.records,
