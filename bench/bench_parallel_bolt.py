@@ -83,6 +83,8 @@ def tracked_component(role, topology, bootstrap, source, stage, point, first_cal
     import logging
 
     logging.basicConfig(level=logging.WARNING)
+    for handler in logging.getLogger().handlers:  # the injected failures' tracebacks would flood the output
+        handler.addFilter(_not_injected)
     component = _tracked(role, topology, bootstrap, source, stage, point, first_call)
     component.start()
     ready.set()
@@ -91,6 +93,10 @@ def tracked_component(role, topology, bootstrap, source, stage, point, first_cal
         while not stop.is_set():
             component.poll_once()
     component.close()
+
+
+def _not_injected(record) -> bool:
+    return not (record.exc_info and isinstance(record.exc_info[1], TransientError))
 
 
 @contextlib.contextmanager
@@ -451,9 +457,10 @@ def _table(points: list[Point], tracked, hand) -> str:
         serial = _median(tracked.get(Point(point.kind, point.delay_ms, point.errors, 1), []))
         dead = sum(run.dead_lettered for run in tracked[point])
         handler = {"sleep": "time.sleep", "async": "asyncio.sleep", "cpu": "CPU (Python loop)"}[point.kind]
+        versus_serial = f"{rate / serial:.1f}x" if serial == serial else "-"  # nan: no parallelism=1 run
         lines.append(
             f"| {handler} | {point.delay_ms:g} | {point.errors:.0%} | {point.parallelism} | {baseline:,.0f} "
-            f"| {rate:,.0f} | {rate / baseline:.2f}x | {rate / serial:.1f}x | {dead} |"
+            f"| {rate:,.0f} | {rate / baseline:.2f}x | {versus_serial} | {dead} |"
         )
         if point.kind != "cpu" and point.delay_ms == TARGET_DELAY_MS and point.parallelism == TARGET_PARALLELISM:
             target_lines.append(
