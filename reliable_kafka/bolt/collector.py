@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
 
@@ -46,7 +46,8 @@ class Tuple(Anchored):
     # that a basic bolt's emit and ack need no anchors dict; _anchors: the dict (None until read
     # when _one_root is set, and for an untracked tuple of the loop: {} then; with _one_root 0 it
     # is otherwise always set); _record: the consumed message, whose
-    # timestamp() timestamp_ms reads (None: _timestamp_ms is it)
+    # timestamp() timestamp_ms reads (None: _timestamp_ms is it); _settled: set once acked or failed
+    # through a collector (unset until then, read as False: no store per tuple in the loop)
     __slots__ = (
         "topic",
         "partition",
@@ -59,10 +60,13 @@ class Tuple(Anchored):
         "_edge",
         "_anchors",
         "_record",
+        "_settled",
     )
     _one_root: int
     _edge: int
     _anchors: dict[int, int] | None
+    _settled: bool
+    _record: Any
 
     def __init__(self, topic, partition, offset, key, value, headers, timestamp_ms, anchors: dict[int, int] | Anchored):
         self.topic = topic
@@ -183,6 +187,13 @@ class TupleBatch:
 
 @dataclass
 class BoltStats:
+    """A bolt's counters. Each received tuple ends in exactly one of ``acked``, ``failed`` and
+    ``quarantined``, or, for a parallel bolt's calls abandoned on revoke or close, ``abandoned``
+    (their partitions' next owner reads them again); ``handler_errors`` counts raising calls (each
+    also in ``failed``, unless the handler had acked or failed its tuple itself), ``untracked``
+    the received tuples without anchors. ``metadata_truncated``: commits whose done-above offsets
+    did not all fit in the commit metadata (parallel bolts)."""
+
     received: int = 0
     untracked: int = 0
     emitted: int = 0
@@ -193,6 +204,8 @@ class BoltStats:
     delivery_errors: int = 0
     transactions: int = 0
     aborted_transactions: int = 0
+    abandoned: int = 0
+    metadata_truncated: int = 0
 
 
 def _child_anchors(anchors: Tuple | Sequence[Tuple] | None) -> dict[int, int]:
@@ -235,6 +248,9 @@ class BoltCollector:
         self._bolt._produce(topic, value, key, headers, partition, _child_anchors(anchors))
 
     def ack(self, tuple_: Tuple) -> None:
+        if getattr(tuple_, "_settled", False):
+            return  # acked or failed before: its entries went then, and it is counted once
+        tuple_._settled = True
         if root := tuple_._one_root:  # one tree: its entry without the anchors dict
             acks = self._bolt._acks
             assert acks is not None  # made by start()
@@ -252,6 +268,9 @@ class BoltCollector:
     ) -> None:
         """Fail ``tuple_``'s trees; ``reason``/``error`` go to ``<topology>.failures`` (only on
         failure), ``retry=False`` asks the spout to dead-letter the source record at once."""
+        if getattr(tuple_, "_settled", False):
+            return  # acked or failed before: counted once
+        tuple_._settled = True
         if tuple_.tracked:
             self._bolt._record_failure(tuple_, reason, error, retry)
         for root in fail_roots(tuple_):

@@ -9,6 +9,7 @@ input offsets (a lost ack only delays the tree until its timeout and replay); wi
 
 from __future__ import annotations
 
+import inspect
 import logging
 import struct
 import threading
@@ -21,6 +22,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from reliable_kafka import codec
 from reliable_kafka.bolt.collector import BoltCollector, BoltStats, Tuple, TupleBatch, _BasicCollector
+from reliable_kafka.bolt.executors import AsyncioCalls, CallExecutor, ThreadCalls
+from reliable_kafka.bolt.parallel import ORDERINGS, InFlightCalls
 from reliable_kafka.codec.anchors import _ANCHORS_V2  # a one-pair header is read inline
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.kinds import EventKind
@@ -89,6 +92,21 @@ class Bolt:
     - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
       :class:`reliable_kafka.testing.MemoryKafka` runs the bolt without a broker).
     - ``clock`` [the ``time`` module]: what the bolt reads time from (:mod:`reliable_kafka.core.clock`).
+    - ``parallelism`` [1]: handler calls in flight at once. 1 with a plain function: the loop calls
+      the handler inline, one tuple after another (today's path and cost). Above 1, or with an
+      ``async def`` handler: a plain handler runs on ``parallelism`` threads, an ``async def`` one
+      as tasks on one asyncio loop with at most ``parallelism`` in flight (docs/guarantees.md).
+    - ``ordering`` ["key"]: with parallelism, ``"key"`` runs the tuples of one key one at a time in
+      offset order (Storm's fields grouping; the record key, or ``key_of(tuple)``; tuples whose key
+      is None are ordered per partition), ``"partition"`` one at a time per partition, ``"none"``
+      in any order.
+    - ``key_of`` [None: the record key]: derives the ordering key of a tuple (hashable).
+    - ``max_in_flight`` [4 x parallelism]: tuples held at most (running and waiting for their key);
+      beyond it the bolt pauses its partitions until calls end.
+    - ``revoke_wait_s`` [10.0]: how long a revoke or ``close()`` waits for running calls before it
+      commits the done prefix and abandons them (their trees time out and replay).
+    - ``executor`` [None: by handler kind]: runs a parallel bolt's calls
+      (:mod:`reliable_kafka.bolt.executors`; ``SteppedCalls`` lets a test finish calls in any order).
 
     Ack entries go out as one ack record per consumed batch; while full batches keep coming (the
     bolt is behind) a few batches share one, up to :data:`ACK_HOLD_ENTRIES` entries or
@@ -101,6 +119,8 @@ class Bolt:
     component = "bolt"  # its kind in status reports and metrics (reliable_kafka.ops.snapshot)
 
     _collector_class = BoltCollector
+    # not the tuple's fault: the transaction aborts, or the process restarts or stops
+    FATAL: tuple[type[BaseException], ...] = (ProducerUnusable, AuthorizationError)
     _acks_on_return = False  # BasicBolt: a tuple is acked when its handler returns
     topic_wait_s = 30.0  # how long start() waits for an acker to create the topology's topics
 
@@ -123,6 +143,12 @@ class Bolt:
         metrics_port: int | None = None,
         clients: KafkaClients | None = None,
         clock: Clock = time,
+        parallelism: int = 1,
+        ordering: str = "key",
+        key_of: Callable[[Tuple], object] | None = None,
+        max_in_flight: int | None = None,
+        revoke_wait_s: float = 10.0,
+        executor: CallExecutor | None = None,
     ) -> None:
         if (handler is None) == (batch_handler is None):
             raise ConfigError("Bolt: give exactly one of handler (called per tuple) and batch_handler (per batch)")
@@ -174,6 +200,68 @@ class Bolt:
         self.ready = threading.Event()
         self.clients = clients
         self._clock = clock
+        self._run_started: float | None = None  # a serial bolt's current run of calls began (monotonic)
+        self.parallelism = parallelism
+        self.revoke_wait_s = revoke_wait_s
+        self._parallel = self._parallel_calls(parallelism, ordering, key_of, max_in_flight, executor)
+
+    def _parallel_calls(self, parallelism, ordering, key_of, max_in_flight, executor) -> InFlightCalls | None:
+        """The parallel bolt's calls in flight (None: the serial loop), its options checked."""
+        who = type(self).__name__
+        if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
+            raise ConfigError(f"{who}: parallelism must be an int >= 1 (handler calls in flight), got {parallelism!r}")
+        if ordering not in ORDERINGS:
+            raise ConfigError(f"{who}: ordering must be one of {', '.join(map(repr, ORDERINGS))}, got {ordering!r}")
+        if key_of is not None and not callable(key_of):
+            raise ConfigError(f"{who}: key_of must be callable (tuple -> ordering key) or None, got {key_of!r}")
+        if max_in_flight is None:
+            max_in_flight = 4 * parallelism
+        elif not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < parallelism:
+            raise ConfigError(
+                f"{who}: max_in_flight must be an int >= parallelism ({parallelism}), got {max_in_flight!r}"
+            )
+        if not isinstance(self.revoke_wait_s, (int, float)) or self.revoke_wait_s < 0:
+            raise ConfigError(f"{who}: revoke_wait_s must be a number of seconds >= 0, got {self.revoke_wait_s!r}")
+        is_async = self.handler is not None and _is_async(self.handler)
+        if parallelism == 1 and not is_async and executor is None:
+            return None  # the serial loop: no threads, queues or locks
+        if self.batch_handler is not None:
+            raise ConfigError(
+                f"{who}: batch_handler runs one call per consumed batch; with parallelism={parallelism} give a "
+                "per-tuple handler instead (each tuple then gets its own outcome)"
+            )
+        if self.transactional:
+            raise ConfigError(
+                f"{who}: transactional=True needs parallelism=1 and a plain function handler: a transaction spans "
+                "a consumed batch, whose tuples a parallel bolt finishes out of order (docs/guarantees.md)"
+            )
+        if executor is None:
+            executor = AsyncioCalls(name=self.name) if is_async else ThreadCalls(parallelism, name=self.name)
+        return InFlightCalls(
+            self,
+            executor,
+            parallelism=parallelism,
+            max_in_flight=max_in_flight,
+            ordering=ordering,
+            key_of=key_of,
+            is_async=is_async,
+        )
+
+    # --- status (safe from any thread) ----------------------------------------------------------
+
+    def calls_in_flight(self) -> int:
+        """Handler calls running now (a serial bolt: 1 while its loop is in a run of calls)."""
+        if self._parallel is not None:
+            return self._parallel.calls_in_flight()
+        return 0 if self._run_started is None else 1
+
+    def oldest_call_age(self, now_monotonic: float) -> float | None:
+        """Seconds since the oldest handler call still running started (None: none runs). A serial
+        bolt answers for its current run of calls (its start is read once per run, not per tuple)."""
+        if self._parallel is not None:
+            return self._parallel.oldest_call_age(now_monotonic)
+        started = self._run_started
+        return None if started is None else max(0.0, now_monotonic - started)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -219,7 +307,9 @@ class Bolt:
         self._consumer = new_consumer(
             self.bootstrap_servers, self.group_id, self.kafka_config, clients=self.clients, **consumer_overrides
         )
-        self._consumer.subscribe(self.source_topics, on_assign=lambda c, p: self.ready.set(), on_revoke=self._on_revoke)
+        self._consumer.subscribe(self.source_topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+        if self._parallel is not None:
+            self._parallel.start()
         log.info(
             "%s: reading %s as group %s%s",
             self.name,
@@ -271,25 +361,41 @@ class Bolt:
 
     def close(self) -> None:
         try:
+            if self._parallel is not None and self._consumer is not None:
+                self._parallel.close(self.revoke_wait_s)  # running calls end, within a bound
             if self._consumer is not None and not self.transactional:
                 self._flush_and_commit(force=True)
             if self._consumer is not None:
                 self._consumer.close()
         finally:
+            if self._parallel is not None:
+                self._parallel.stop(timeout=1.0)
             self._consumer = None
             self._count_emits()
             producer, self._producer = self._producer, None  # closed: a second close() has nothing to do
             release_producer(producer, owner=self.name)
             log.info("%s: stopped; %s", self.name, self.stats)
 
+    def _on_assign(self, consumer, partitions) -> None:
+        if self._parallel is not None:
+            self._parallel.assign(consumer, partitions)
+        self.ready.set()
+
     def _on_revoke(self, consumer, partitions) -> None:
+        if self._parallel is not None:
+            self._parallel.revoke(partitions, self.revoke_wait_s)
         if not self.transactional:
             self._flush_and_commit(force=True)
+        if self._parallel is not None:
+            self._parallel.forget(partitions)
 
     # --- the loop -------------------------------------------------------------------------------
 
     def poll_once(self, timeout: float = 0.1) -> None:
         assert self._consumer is not None  # made by start()
+        if self._parallel is not None:
+            self._poll_parallel(timeout)
+            return
         consumed = consume_batch(self._consumer, self.batch_size, timeout)
         messages = consumed if _no_errors(consumed) else [m for m in consumed if m.error() is None or self._usable(m)]
         if self.transactional:
@@ -315,6 +421,45 @@ class Bolt:
             self._acks.send()
             self._acks_sent_at = self._clock.monotonic()
         send_polled(self._producer)  # the batch's outputs and acks: one request per partition, no linger
+        self._producer.poll(0)
+        self._flush_and_commit()
+
+    def _poll_parallel(self, timeout: float) -> None:
+        """One round of a parallel bolt: apply what ended calls asked for, take records while there
+        is room (else pause the partitions), start calls, send, commit the done prefix."""
+        calls, consumer = self._parallel, self._consumer
+        assert calls is not None and consumer is not None
+        calls.apply()
+        calls.dispatch()  # slots freed by the calls that ended
+        room = calls.room()
+        if room > 0:
+            if calls.paused:
+                consumer.resume(consumer.assignment())
+                calls.paused = False
+            wanted = min(self.batch_size, room)
+            consumed = consume_batch(consumer, wanted, timeout if calls.held == 0 else 0)
+        else:  # backpressure: consume only to serve the group (a paused partition returns nothing)
+            if not calls.paused:
+                consumer.pause(consumer.assignment())
+                calls.paused = True
+            wanted = 0
+            consumed = consumer.consume(1, 0)
+        messages = consumed if _no_errors(consumed) else [m for m in consumed if m.error() is None or self._usable(m)]
+        calls.accept(messages)
+        calls.dispatch()
+        if not messages and calls.calls_in_flight():
+            calls.apply(wait=min(timeout, 0.01))  # nothing new: wait for a call to end
+            calls.dispatch()
+        if self._failures is not None and self._failures.unflushed:
+            # the reasons are in the log before their FAIL entries are sent (as poll_once)
+            self._failures.unflushed = False
+            assert self._producer is not None
+            self._producer.flush(10)
+        assert self._acks is not None and self._producer is not None
+        if len(consumed) < wanted or self._acks_due():
+            self._acks.send()
+            self._acks_sent_at = self._clock.monotonic()
+        send_polled(self._producer)
         self._producer.poll(0)
         self._flush_and_commit()
 
@@ -344,6 +489,7 @@ class Bolt:
         try:
             self._handle(messages, took)
         finally:
+            self._run_started = None
             observe = self.process_latency.observe_n
             for seconds, calls in took:
                 observe(seconds, calls)
@@ -395,7 +541,7 @@ class Bolt:
         try:
             for at in range(0, total, PROCESS_TIMED_RUN):
                 skipped, paused = 0, 0.0  # the run's quarantined records, and their copies' seconds
-                started = clock()
+                started = self._run_started = clock()  # (for oldest_call_age: once per run)
                 run = messages if total <= PROCESS_TIMED_RUN else messages[at : at + PROCESS_TIMED_RUN]
                 for message in run:
                     topic, partition, offset = message.topic(), message.partition(), message.offset()
@@ -518,7 +664,7 @@ class Bolt:
         its anchors)."""
         count = len(batch)
         clock = self._clock.monotonic
-        started = clock()
+        started = self._run_started = clock()
         try:
             cast(Callable, self.batch_handler)(batch, self.collector)
         except (ProducerUnusable, AuthorizationError):
@@ -556,6 +702,13 @@ class Bolt:
             self.stats.acked += count
         finally:
             took.append(((clock() - started) / count, count))  # each tuple's share of the call
+
+    def _call_raised(self, tuple_: Tuple, error: BaseException) -> None:
+        """A parallel call raised ``error`` (or could not be applied): the same policy as the serial
+        loop's ``except`` clauses: fatal errors and non-``Exception`` raises propagate, others fail the tuple."""
+        if isinstance(error, self.FATAL) or not isinstance(error, Exception):
+            raise error
+        self._handler_failed(tuple_, error)
 
     def _handler_failed(self, tuple_: Tuple, exc: Exception) -> None:
         """The handler raised on ``tuple_``: counted, logged with its traceback, and the tuple failed."""
@@ -607,7 +760,12 @@ class Bolt:
             # on the loop's own cadence the commit does not hold up tuples (a failed one only means
             # replays); on close and revoke it must be done before the partitions go
             assert self._consumer is not None
-            self._consumer.commit(asynchronous=not force)  # type: ignore[call-overload]  # stubs: Literal bools only
+            if self._parallel is None:
+                self._consumer.commit(asynchronous=not force)  # type: ignore[call-overload]  # stubs: Literal bools only
+            else:  # each partition's done prefix, the offsets done above it in the metadata
+                offsets = self._parallel.offsets_to_commit()
+                if offsets:
+                    self._consumer.commit(offsets=offsets, asynchronous=not force)  # type: ignore[call-overload]
             self._uncommitted = False
         except KafkaException as exc:
             if exc.args and exc.args[0].code() == KafkaError._NO_OFFSET:
@@ -651,6 +809,11 @@ class Bolt:
         assignment = consumer.assignment()
         for tp in consumer.committed(assignment, timeout=30):
             consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+
+
+def _is_async(handler: Callable) -> bool:
+    """An ``async def`` handler (also a callable object whose ``__call__`` is one)."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)
 
 
 def _no_errors(messages: list) -> bool:

@@ -1,0 +1,155 @@
+"""Where a parallel bolt's handler calls run: a pool of threads, one asyncio loop, or a stepped
+queue that a test or the simulation runs one call at a time (DESIGN section 6.1).
+
+An executor only runs calls. Each :class:`Call` is run by ``run(call)`` (a plain handler) or
+awaited as ``run_async(call)`` (an ``async def`` handler), both given by the bolt at
+:meth:`start`; they report the call's end to the bolt's loop themselves. The bolt never hands an
+executor more calls than its ``parallelism`` allows at once, so an executor needs no queue bound.
+A serial bolt (``parallelism=1``, a plain handler) uses none of this: its loop calls the handler
+inline (:mod:`reliable_kafka.bolt.serial`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+__all__ = ["Call", "CallExecutor", "ThreadCalls", "AsyncioCalls", "SteppedCalls"]
+
+log = logging.getLogger(__name__)
+
+
+class Call:
+    """One handler call of a parallel bolt: its tuple, its ordering key and where it stands."""
+
+    __slots__ = ("tuple_", "key", "offsets", "started", "error")
+
+    def __init__(self, tuple_, key, offsets) -> None:
+        self.tuple_ = tuple_
+        self.key = key  # its ordering key (None: none, it may run beside anything)
+        self.offsets = offsets  # its partition's InputOffsets when it was received
+        self.started = 0.0  # monotonic, set when handed to the executor
+        self.error: BaseException | None = None  # an op of the call that could not be applied
+
+
+class CallExecutor(Protocol):
+    def start(self, run: Callable[[Call], None], run_async: Callable[[Call], Awaitable[None]] | None) -> None:
+        """``run``: runs a plain handler's call; ``run_async``: awaits an ``async def`` handler's (else None)."""
+
+    def submit(self, calls: list[Call]) -> None: ...
+
+    def close(self, timeout: float) -> None: ...
+
+
+class ThreadCalls:
+    """``size`` daemon threads, each running one call at a time (a stuck handler cannot hold the
+    process's exit: the bolt abandons it after its bounded wait)."""
+
+    def __init__(self, size: int, *, name: str = "bolt") -> None:
+        self.size = size
+        self.name = name
+        self._inbox: queue.SimpleQueue[Call | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def start(self, run, run_async) -> None:
+        self._run = run
+        for i in range(self.size):
+            thread = threading.Thread(target=self._work, name=f"{self.name}-call-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _work(self) -> None:
+        inbox, run = self._inbox, self._run
+        while (call := inbox.get()) is not None:
+            run(call)
+
+    def submit(self, calls: list[Call]) -> None:
+        put = self._inbox.put
+        for call in calls:
+            put(call)
+
+    def close(self, timeout: float) -> None:
+        for _ in self._threads:
+            self._inbox.put(None)
+        for thread in self._threads:
+            thread.join(timeout / max(1, len(self._threads)))
+        self._threads.clear()
+
+
+class AsyncioCalls:
+    """One asyncio loop in a daemon thread; each call a task on it (the bolt keeps at most
+    ``parallelism`` of them in flight)."""
+
+    def __init__(self, *, name: str = "bolt") -> None:
+        self.name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    def start(self, run, run_async) -> None:
+        self._run_async = run_async
+        loop = self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=loop.run_forever, name=f"{self.name}-asyncio", daemon=True)
+        self._thread.start()
+
+    def submit(self, calls: list[Call]) -> None:
+        assert self._loop is not None  # started
+        self._loop.call_soon_threadsafe(self._start_tasks, calls)  # one wake-up of the loop per round
+
+    def _start_tasks(self, calls: list[Call]) -> None:
+        for call in calls:
+            task = asyncio.ensure_future(self._run_async(call))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def close(self, timeout: float) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+
+        def stop() -> None:
+            for task in list(self._tasks):
+                task.cancel()
+            loop.call_soon(loop.stop)  # after the cancelled tasks ran their last step
+
+        loop.call_soon_threadsafe(stop)
+        thread.join(timeout)
+        if not thread.is_alive():
+            loop.close()
+        self._loop = self._thread = None
+
+
+class SteppedCalls:
+    """Calls wait here until :meth:`run_one` runs one of them in the caller's thread: a test or the
+    seeded simulation decides which call finishes when (out of order), deterministically."""
+
+    def __init__(self) -> None:
+        self.waiting: list[Call] = []
+
+    def start(self, run, run_async) -> None:
+        self._run, self._run_async = run, run_async
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def submit(self, calls: list[Call]) -> None:
+        self.waiting.extend(calls)
+
+    def run_one(self, index: int = 0) -> Call:
+        """Run the ``index``-th waiting call to its end (an ``async def`` handler's on a private loop)."""
+        call = self.waiting.pop(index)
+        if self._run_async is not None:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+            self._loop.run_until_complete(self._run_async(call))
+        else:
+            self._run(call)
+        return call
+
+    def close(self, timeout: float) -> None:
+        self.waiting.clear()  # abandoned, as a revoke abandons calls that do not end in time
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
