@@ -235,6 +235,8 @@ def run_word_count(bootstrap: str, tmp_path: Path, *, use_async: bool) -> dict:
 
 
 def _check(result: dict) -> None:
+    summary = {name: len(value) if isinstance(value, list) else value for name, value in result.items()}
+    print(f"parallel word count: {summary}")  # shown with -s: calls, failures, dead letters, samples
     assert result["incarnations"] == 2, result  # the SIGKILL hit a running bolt, which came back
     assert result["failed_calls"] > 0, result  # the injected failures happened
     assert result["lost"] == [], f"{len(result['lost'])} sentences lost: {result['lost'][:10]}"
