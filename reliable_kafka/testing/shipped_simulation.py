@@ -6,7 +6,9 @@ seeded scheduler interleaves their polls (which reorders records across partitio
 with clock jumps, broker faults (failed produces, lost deliveries, failed commits and
 transactions, and outages: a burst of every kind at once, as a broker restart looks to its
 clients), crashes with restarts at any step (redeliveries: the duplicates the contract allows),
-and expired consumer sessions (rebalances). After every step it checks DESIGN section 8 from the
+and expired consumer sessions (rebalances). Plain bolts may be parallel (a parallelism and an
+ordering chosen per seed): their handler calls wait in a :class:`SteppedCalls` until the scheduler
+finishes them, in any order. After every step it checks DESIGN section 8 from the
 logs alone:
 
 1. no loss: every source offset below the spouts' committed offset completed (an acker published
@@ -44,6 +46,7 @@ import numpy as np
 
 from reliable_kafka import ids
 from reliable_kafka.acker.worker import AckerWorker
+from reliable_kafka.bolt.executors import SteppedCalls
 from reliable_kafka.bolt.runner import BasicBolt
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.spout.spout import Spout
@@ -113,6 +116,7 @@ class _Clients:
 class _Process:
     kind: str
     make: Callable[[_Clients], Any]
+    name: str = ""
     component: Any = None
     clients: Any = None  # a _Clients once started
 
@@ -129,6 +133,7 @@ class _Simulation:
         self.crashes = 0
         self.faults = 0
         self.events: Counter = Counter()
+        self.calls: dict[str, SteppedCalls] = {}  # a parallel bolt's handler calls, by process name
         self.checker = LogChecker(config, self.kafka, acked_roots=self.acked_roots, fail=self.fail)
 
     # --- the world ------------------------------------------------------------------------------
@@ -169,14 +174,35 @@ class _Simulation:
             # the default handler: the spout forwards a consumed batch at a time (Spout._forward_tracked)
             return Spout(**spout_options, emit_to=MID, clients=c, root_index=False)
 
+        # each plain bolt's parallelism and ordering, from the seed (a restart keeps them)
+        choices = random.Random(config.seed ^ 0x5EED)
+        parallel = {
+            f"bolt-{i}": (choices.choice((1, 2, 4)), choices.choice(("key", "partition", "none")))
+            for i in range(config.bolts)
+        }
+
         def bolt(c: _Clients, name: str) -> BasicBolt:
             if config.transactional:
                 return BasicBolt(**bolt_options, clients=c, transactional=True, name=name)
-            return BasicBolt(**bolt_options, clients=c)
+            parallelism, ordering = parallel[name] if config.parallel_bolts else (1, "key")
+            if parallelism == 1:
+                return BasicBolt(**bolt_options, clients=c)
+            executor = self.calls[name] = SteppedCalls()  # the restarted process's, from now on
+            return BasicBolt(
+                **bolt_options,
+                clients=c,
+                parallelism=parallelism,
+                ordering=ordering,
+                max_in_flight=2 * parallelism,
+                executor=executor,
+                revoke_wait_s=0,  # one thread: a call the scheduler has not finished is abandoned
+            )
 
         self.processes = [_Process("acker", acker) for _ in range(config.acker_workers)]
         self.processes += [_Process("spout", functools.partial(spout, name=f"spout-{i}")) for i in range(config.spouts)]
-        self.processes += [_Process("bolt", functools.partial(bolt, name=f"bolt-{i}")) for i in range(config.bolts)]
+        self.processes += [
+            _Process("bolt", functools.partial(bolt, name=f"bolt-{i}"), name=f"bolt-{i}") for i in range(config.bolts)
+        ]
         for process in self.processes:  # ackers first: they create the topology's topics
             self._start(process)
 
@@ -231,9 +257,21 @@ class _Simulation:
 
     def _poll(self, process: _Process) -> None:
         try:
+            self._finish_calls(process)
             process.component.poll_once(0)
         except Exception as exc:  # the process dies of it; its supervisor restarts it
             self._crash(process, f"died of {type(exc).__name__}: {exc}", kind="died")
+
+    def _finish_calls(self, process: _Process) -> None:
+        """A parallel bolt's waiting handler calls: some of them end now, in any order."""
+        executor = self.calls.get(process.name)
+        if executor is None or not executor.waiting:
+            return
+        for _ in range(self.rng.randint(0, len(executor.waiting))):
+            index = self.rng.randrange(len(executor.waiting))
+            if index:
+                self.events["call.out_of_order"] += 1
+            executor.run_one(index)
 
     def _crash(self, process: _Process, why: str, *, kind: str = "crash") -> None:
         self.crashes += 1

@@ -31,6 +31,8 @@ class SimConfig:
     settle_rounds: int = 3000
     faults: bool = True
     transactional: bool = False  # TransactionalSpout and transactional bolts (stable names: restarts fence)
+    # plain bolts pick a parallelism (1, 2 or 4) and an ordering per seed; their calls end out of order
+    parallel_bolts: bool = True
 
     def __post_init__(self) -> None:
         small = [
