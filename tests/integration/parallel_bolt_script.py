@@ -10,8 +10,8 @@ the calls file, where ``start`` and ``end`` are this process's call sequence num
 call began and as it ended: per-key order is judged from them.
 
 ``--mutant`` makes a deliberately wrong bolt, to show the test's checks can fail:
-``unordered`` (``ordering="none"``), ``ack-first`` (a rich Bolt that acks, then writes the effect a
-moment later), ``drop`` (acks about 1% of tuples without writing their effect).
+``unordered`` (``ordering="none"``), ``ack-first`` (a rich Bolt that acks, then writes the effect, 2 s
+later for 2% of the tuples), ``drop`` (acks about 1% of tuples without writing their effect).
 """
 
 from __future__ import annotations
@@ -76,12 +76,18 @@ def build(args) -> Bolt:
     if args.mutant == "ack-first":
 
         def count_acking_first(tuple_, collector) -> None:
-            start = calls.begin()
-            time.sleep(random.uniform(*WAIT_S))
-            collector.ack(tuple_)
-            time.sleep(0.3)  # the tree may complete (and the spout commit) before the effect exists
-            collector.emit(effects, tuple_.value, key=tuple_.key, anchors=())
-            calls.end(tuple_, start, True)
+            start, ok = calls.begin(), False
+            try:
+                time.sleep(random.uniform(*WAIT_S))
+                if random.random() < FAILURE_RATE:
+                    raise RuntimeError(f"the service refused {tuple_.value!r}")
+                collector.ack(tuple_)
+                if random.random() < 0.02:  # the tree completes, the spout commits, then the effect exists
+                    time.sleep(2.0)
+                collector.emit(effects, tuple_.value, key=tuple_.key, anchors=())
+                ok = True
+            finally:
+                calls.end(tuple_, start, ok)
 
         return Bolt(**on, handler=count_acking_first)
 
