@@ -270,3 +270,23 @@ def test_async_count_bolt_survives_failures_and_a_sigkill(kafka_bootstrap, tmp_p
 )
 def test_order_violations_sees_overlap_and_reordering(lines, violated):
     assert bool(order_violations(lines)) is violated
+
+
+@pytest.mark.slow
+def test_chaos_kills_parallel_bolts_among_the_other_processes():
+    from reliable_kafka.chaos.harness import ChaosConfig, run
+
+    report = run(
+        ChaosConfig(
+            records=2000,
+            produce_seconds=15,
+            kill_interval=(1.0, 2.0),
+            broker_restarts=0,
+            message_timeout_ms=10_000,
+            settle_timeout=180,
+            seed=7,
+            parallelism=16,
+        )
+    )
+    assert report.kills["split"] + report.kills["sink"] >= 1, report.render()  # parallel bolts were killed
+    assert report.lost == 0 and not report.early_commits and report.caught_up, report.render()
