@@ -12,6 +12,7 @@ anchored to a tuple is applied before that tuple's ack, since the call asked for
 
 from __future__ import annotations
 
+import inspect
 import logging
 import queue
 import time
@@ -22,22 +23,24 @@ from typing import TYPE_CHECKING
 from confluent_kafka import Message, TopicPartition
 
 from reliable_kafka.bolt.collector import BoltCollector, Tuple
-from reliable_kafka.bolt.executors import Call, CallExecutor
+from reliable_kafka.bolt.executors import AsyncioCalls, Call, CallExecutor, ThreadCalls
 from reliable_kafka.codec.anchors import ANCHORS_HEADER, decode_anchors
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
 from reliable_kafka.core.input_offsets import InputOffsets
-from reliable_kafka.errors import DecodeError
+from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.kafka.clients import coordinates
 
 if TYPE_CHECKING:
     from reliable_kafka.bolt.runner import Bolt
 
-__all__ = ["InFlightCalls", "CallCollector", "read_tuple", "ORDERINGS"]
+__all__ = ["InFlightCalls", "CallCollector", "read_tuple", "parallel_calls", "ORDERINGS"]
 
 log = logging.getLogger(__name__)
 
 ORDERINGS = ("key", "partition", "none")
 
+# held full this long, the bolt pauses its partitions (a shorter fill only skips consuming)
+PAUSE_AFTER_S = 1.0
 # what a call asks the loop for, and how it ended
 _EMIT, _ACK, _FAIL, _RESET, _RETURNED, _RAISED = range(6)
 
@@ -110,6 +113,8 @@ class InFlightCalls:
         self._running: dict[Call, float] = {}
         self.held = 0  # calls received and not finished: runnable, blocked and running
         self.paused = False
+        self._full_since: float | None = None  # held reached max_in_flight then (monotonic)
+        self._closed = False
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -135,12 +140,15 @@ class InFlightCalls:
                 except DecodeError as error:
                     log.warning("%s: ignoring commit metadata of %s[%d]: %s", self._bolt.name, *key, error)
             self._partitions[key] = InputOffsets(point, done_above)
+        self.paused = False  # partitions assigned now are not paused: a full round pauses them all again
 
     def revoke(self, partitions: Iterable[TopicPartition], wait_s: float) -> None:
         """Drop the calls of ``partitions`` not started, wait up to ``wait_s`` for their running
         ones (the caller then commits the done prefix and calls :meth:`forget`)."""
         keys = {(tp.topic, tp.partition) for tp in partitions}
         self._drop_waiting(lambda call: (call.tuple_.topic, call.tuple_.partition) in keys)
+        if self._closed:
+            wait_s = 0.0  # close() waited already (the consumer's close revokes everything)
         self.wait(lambda: any((c.tuple_.topic, c.tuple_.partition) in keys for c in self._running), wait_s)
 
     def forget(self, partitions: Iterable[TopicPartition]) -> None:
@@ -152,6 +160,7 @@ class InFlightCalls:
         """Drop every call not started, wait up to ``wait_s`` for the running ones (the caller commits)."""
         self._drop_waiting(lambda call: True)
         self.wait(lambda: bool(self._running), wait_s)
+        self._closed = True
 
     def stop(self, timeout: float) -> None:
         """After the last commit: calls still running are abandoned (their trees time out and replay)."""
@@ -181,6 +190,23 @@ class InFlightCalls:
     def room(self) -> int:
         """How many more records may be taken from the consumer now (backpressure)."""
         return self.max_in_flight - self.held
+
+    def may_consume(self) -> bool:
+        """Room for records: any while running, half of ``max_in_flight`` once paused (each
+        resume fetches again what the pause dropped: not once per ended call)."""
+        room = self.max_in_flight - self.held
+        if room > 0:
+            self._full_since = None
+        return room > 0 and (not self.paused or room >= max(1, self.max_in_flight // 2))
+
+    def should_pause(self, now: float) -> bool:
+        """Full for :data:`PAUSE_AFTER_S` and not paused yet: the bolt pauses its partitions, so that
+        it can go on consuming (rebalances, ``max.poll.interval.ms``) without taking records."""
+        if self.paused:
+            return False
+        if self._full_since is None:
+            self._full_since = now
+        return now - self._full_since >= PAUSE_AFTER_S
 
     def accept(self, messages: list[Message]) -> None:
         """Turn consumed ``messages`` into calls: skipped when done before, quarantined when their
@@ -403,3 +429,51 @@ class InFlightCalls:
                 continue
             return None if first is None else max(0.0, now - first)
         return None
+
+
+def parallel_calls(
+    bolt: Bolt, *, parallelism, ordering, key_of, max_in_flight, executor: CallExecutor | None
+) -> InFlightCalls | None:
+    """``bolt``'s calls in flight (None: the serial loop), its parallel options checked (ConfigError)."""
+    who = type(bolt).__name__
+    if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
+        raise ConfigError(f"{who}: parallelism must be an int >= 1 (handler calls in flight), got {parallelism!r}")
+    if ordering not in ORDERINGS:
+        raise ConfigError(f"{who}: ordering must be one of {', '.join(map(repr, ORDERINGS))}, got {ordering!r}")
+    if key_of is not None and not callable(key_of):
+        raise ConfigError(f"{who}: key_of must be callable (tuple -> ordering key) or None, got {key_of!r}")
+    if max_in_flight is None:
+        max_in_flight = 4 * parallelism
+    elif not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < parallelism:
+        raise ConfigError(f"{who}: max_in_flight must be an int >= parallelism ({parallelism}), got {max_in_flight!r}")
+    if not isinstance(bolt.revoke_wait_s, (int, float)) or bolt.revoke_wait_s < 0:
+        raise ConfigError(f"{who}: revoke_wait_s must be a number of seconds >= 0, got {bolt.revoke_wait_s!r}")
+    is_async = bolt.handler is not None and _is_async(bolt.handler)
+    if parallelism == 1 and not is_async and executor is None:
+        return None  # the serial loop: no threads, queues or locks
+    if bolt.batch_handler is not None:
+        raise ConfigError(
+            f"{who}: batch_handler runs one call per consumed batch; with parallelism={parallelism} give a "
+            "per-tuple handler instead (each tuple then gets its own outcome)"
+        )
+    if bolt.transactional:
+        raise ConfigError(
+            f"{who}: transactional=True needs parallelism=1 and a plain function handler: a transaction spans "
+            "a consumed batch, whose tuples a parallel bolt finishes out of order (docs/guarantees.md)"
+        )
+    if executor is None:
+        executor = AsyncioCalls(name=bolt.name) if is_async else ThreadCalls(parallelism, name=bolt.name)
+    return InFlightCalls(
+        bolt,
+        executor,
+        parallelism=parallelism,
+        max_in_flight=max_in_flight,
+        ordering=ordering,
+        key_of=key_of,
+        is_async=is_async,
+    )
+
+
+def _is_async(handler: Callable) -> bool:
+    """An ``async def`` handler (also a callable object whose ``__call__`` is one)."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)

@@ -9,7 +9,6 @@ input offsets (a lost ack only delays the tree until its timeout and replay); wi
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import time
@@ -20,8 +19,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from reliable_kafka.bolt.ack_packing import pack_acks
 from reliable_kafka.bolt.collector import BoltCollector, BoltStats, Tuple, TupleBatch, _BasicCollector
-from reliable_kafka.bolt.executors import AsyncioCalls, CallExecutor, ThreadCalls
-from reliable_kafka.bolt.parallel import ORDERINGS, InFlightCalls
+from reliable_kafka.bolt.executors import CallExecutor
+from reliable_kafka.bolt.parallel import parallel_calls
 from reliable_kafka.bolt.serial import FATAL, PROCESS_TIMED_RUN, handle_batch, handle_serially
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.latency import LatencyHistogram
@@ -187,48 +186,13 @@ class Bolt:
         self._run_started: float | None = None  # a serial bolt's current run of calls began (monotonic)
         self.parallelism = parallelism
         self.revoke_wait_s = revoke_wait_s
-        self._parallel = self._parallel_calls(parallelism, ordering, key_of, max_in_flight, executor)
-
-    def _parallel_calls(self, parallelism, ordering, key_of, max_in_flight, executor) -> InFlightCalls | None:
-        """The parallel bolt's calls in flight (None: the serial loop), its options checked."""
-        who = type(self).__name__
-        if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
-            raise ConfigError(f"{who}: parallelism must be an int >= 1 (handler calls in flight), got {parallelism!r}")
-        if ordering not in ORDERINGS:
-            raise ConfigError(f"{who}: ordering must be one of {', '.join(map(repr, ORDERINGS))}, got {ordering!r}")
-        if key_of is not None and not callable(key_of):
-            raise ConfigError(f"{who}: key_of must be callable (tuple -> ordering key) or None, got {key_of!r}")
-        if max_in_flight is None:
-            max_in_flight = 4 * parallelism
-        elif not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < parallelism:
-            raise ConfigError(
-                f"{who}: max_in_flight must be an int >= parallelism ({parallelism}), got {max_in_flight!r}"
-            )
-        if not isinstance(self.revoke_wait_s, (int, float)) or self.revoke_wait_s < 0:
-            raise ConfigError(f"{who}: revoke_wait_s must be a number of seconds >= 0, got {self.revoke_wait_s!r}")
-        is_async = self.handler is not None and _is_async(self.handler)
-        if parallelism == 1 and not is_async and executor is None:
-            return None  # the serial loop: no threads, queues or locks
-        if self.batch_handler is not None:
-            raise ConfigError(
-                f"{who}: batch_handler runs one call per consumed batch; with parallelism={parallelism} give a "
-                "per-tuple handler instead (each tuple then gets its own outcome)"
-            )
-        if self.transactional:
-            raise ConfigError(
-                f"{who}: transactional=True needs parallelism=1 and a plain function handler: a transaction spans "
-                "a consumed batch, whose tuples a parallel bolt finishes out of order (docs/guarantees.md)"
-            )
-        if executor is None:
-            executor = AsyncioCalls(name=self.name) if is_async else ThreadCalls(parallelism, name=self.name)
-        return InFlightCalls(
+        self._parallel = parallel_calls(
             self,
-            executor,
             parallelism=parallelism,
-            max_in_flight=max_in_flight,
             ordering=ordering,
             key_of=key_of,
-            is_async=is_async,
+            max_in_flight=max_in_flight,
+            executor=executor,
         )
 
     # --- status (safe from any thread) ----------------------------------------------------------
@@ -415,19 +379,20 @@ class Bolt:
         assert calls is not None and consumer is not None
         calls.apply()
         calls.dispatch()  # slots freed by the calls that ended
-        room = calls.room()
-        if room > 0:
+        wanted, consumed = 0, []
+        if calls.may_consume():
             if calls.paused:
                 consumer.resume(consumer.assignment())
                 calls.paused = False
-            wanted = min(self.batch_size, room)
+            wanted = min(self.batch_size, calls.room())
             consumed = consume_batch(consumer, wanted, timeout if calls.held == 0 else 0)
-        else:  # backpressure: consume only to serve the group (a paused partition returns nothing)
-            if not calls.paused:
-                consumer.pause(consumer.assignment())
-                calls.paused = True
-            wanted = 0
-            consumed = consumer.consume(1, 0)
+        elif calls.should_pause(self._clock.monotonic()):
+            # full for a while: pause (librdkafka drops what it prefetched for paused partitions,
+            # so a short fill waits without it) and consume only to serve the group
+            consumer.pause(consumer.assignment())
+            calls.paused = True
+        elif calls.paused:
+            consumed = consumer.consume(1, 0)  # a paused partition returns nothing (rebalances, errors)
         messages = consumed if _no_errors(consumed) else [m for m in consumed if m.error() is None or self._usable(m)]
         calls.accept(messages)
         calls.dispatch()
@@ -604,11 +569,6 @@ class Bolt:
         assignment = consumer.assignment()
         for tp in consumer.committed(assignment, timeout=30):
             consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
-
-
-def _is_async(handler: Callable) -> bool:
-    """An ``async def`` handler (also a callable object whose ``__call__`` is one)."""
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)
 
 
 def _no_errors(messages: list) -> bool:

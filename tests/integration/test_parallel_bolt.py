@@ -14,11 +14,15 @@ SIGKILLs that process once a good share of the words were counted, starts it aga
 Each check was seen to fail on a mutant of the bolt (``--mutant`` of the script; see the module
 docstring there): ``unordered`` breaks the order check, ``ack-first`` the early-commit check,
 ``drop`` the loss check. ``RK_PARALLEL_MUTANT=NAME`` runs these tests against one.
+
+Also: a short chaos run with parallel bolts, and a parallel bolt in one process (LocalCluster) whose
+every tree completes, with no dead letter and no call of one key overlapping another.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -31,6 +35,7 @@ import pytest
 
 from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout
 from reliable_kafka.chaos.checks import early_commits
+from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
@@ -290,3 +295,69 @@ def test_chaos_kills_parallel_bolts_among_the_other_processes():
     )
     assert report.kills["split"] + report.kills["sink"] >= 1, report.render()  # parallel bolts were killed
     assert report.lost == 0 and not report.early_commits and report.caught_up, report.render()
+
+
+# --- in one process (LocalCluster): every tree completes, in key order -----------------------------
+
+RECORDS = 2_000
+
+
+def test_a_parallel_bolt_with_random_failures_completes_every_tree_in_key_order(kafka_bootstrap):
+    topology = unique_name("par")
+    source, mid = f"{topology}-src", f"{topology}.mid"
+    create_topics(kafka_bootstrap, {source: 4, mid: 4})
+    keys = [b"key-%d" % (i % 50) for i in range(RECORDS)]
+    produce_values(kafka_bootstrap, source, [b"%d" % i for i in range(RECORDS)], keys=keys)
+    lock = threading.Lock()
+    running: set[bytes] = set()
+    overlaps: list[bytes] = []
+    calls: dict[tuple[int, bytes], list[int]] = defaultdict(list)  # (mid partition, key) -> offsets, call order
+    handled: set[bytes] = set()
+    rng = random.Random(26)
+
+    def handler(tuple_, collector):
+        with lock:
+            if tuple_.key in running:
+                overlaps.append(tuple_.key)
+            running.add(tuple_.key)
+            calls[(tuple_.partition, tuple_.key)].append(tuple_.offset)
+            pause, fails = 0.002 + 0.003 * rng.random(), rng.random() < 0.05
+        try:
+            time.sleep(pause)
+            if fails:
+                raise RuntimeError("transient failure")
+            with lock:
+                handled.add(tuple_.value)
+        finally:
+            with lock:
+                running.discard(tuple_.key)
+
+    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    bolt = BasicBolt(**on, source_topics=mid, group_id=f"{topology}-bolt", handler=handler, parallelism=16)
+    spout = Spout(
+        **on,
+        source_topics=source,
+        group_id=f"{topology}-spout",
+        emit_to=mid,
+        max_retries=30,
+        backoff=Backoff(initial_ms=20, multiplier=2.0, max_ms=200),
+        message_timeout_ms=120_000,
+    )
+    components = [AckerWorker(**on, ackers=2, message_timeout_ms=120_000), spout, bolt]
+    with LocalCluster(*components) as cluster:
+        cluster.wait_until(
+            lambda: (
+                committed_offsets(kafka_bootstrap, f"{topology}-spout", source) == end_offsets(kafka_bootstrap, source)
+            ),
+            timeout=240,
+            what="the spout committed to the end of its source (every tree completed)",
+            progress=lambda: f"spout {spout.stats}, bolt {bolt.stats}",
+        )
+    assert spout.stats.completed == RECORDS and spout.stats.dead_lettered == 0
+    assert handled == {b"%d" % i for i in range(RECORDS)}, "a record was never handled without a raise"
+    assert bolt.stats.failed > 0 and bolt.stats.handler_errors == bolt.stats.failed  # the raises happened
+    assert not overlaps, f"calls of one key overlapped: {overlaps[:5]}"
+    for (partition, key), offsets in calls.items():
+        assert offsets == sorted(offsets), f"{key!r} on {mid}[{partition}] ran out of offset order: {offsets}"
+    stats = bolt.stats
+    assert stats.received == stats.acked + stats.failed + stats.quarantined + stats.abandoned

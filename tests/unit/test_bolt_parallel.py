@@ -150,13 +150,19 @@ def test_at_most_max_in_flight_tuples_are_held_however_slow_the_handler():
     bolt = _bolt(kafka, lambda t, c: None, parallelism=2, max_in_flight=5, batch_size=3)
     for _ in range(50):
         bolt.poll_once(0)
+        kafka.clock.advance(100)
     assert bolt.stats.received == 5 and bolt._parallel.held == 5 and bolt._parallel.paused
-    assert bolt.calls_in_flight() == 2 and bolt.oldest_call_age(kafka.clock.monotonic() + 2) == pytest.approx(2)
+    # the first two calls started at the first round, 50 rounds of 100 ms ago
+    assert bolt.calls_in_flight() == 2 and bolt.oldest_call_age(kafka.clock.monotonic() + 2) == pytest.approx(7.0)
+    bolt._parallel.executor.run_one()
+    for _ in range(5):
+        bolt.poll_once(0)
+    assert bolt.stats.received == 5 and bolt._parallel.held == 4  # paused: resumed at half room only
     for _ in range(2):
         bolt._parallel.executor.run_one()
     for _ in range(5):
         bolt.poll_once(0)
-    assert bolt.stats.received == 7 and bolt._parallel.held == 5
+    assert not bolt._parallel.paused and bolt.stats.received == 8 and bolt._parallel.held == 5  # resumed, full again
 
 
 def test_one_raising_tuple_fails_only_its_own_trees_with_its_reason():
@@ -210,6 +216,7 @@ def test_a_revoke_mid_flight_commits_the_done_prefix_and_the_next_owner_skips_wh
     for call in late:  # calls abandoned by the revoke that end late change no commit of the moved partition
         executor.run_one(executor.waiting.index(call))
     first.poll_once(0)
+    assert kafka.committed("g", "in", moved)[0] == 2, "a late call moved the commit of a partition gone elsewhere"
     for _ in range(5):
         for bolt in (first, second):  # the first bolt reads its partition again too (an eager rebalance)
             bolt.poll_once(0)
@@ -328,3 +335,25 @@ def test_a_rich_bolt_that_fails_its_tuple_and_raises_counts_it_once():
                 while bolt._parallel.executor.waiting:
                     bolt._parallel.executor.run_one()
         assert (bolt.stats.failed, bolt.stats.acked, bolt.stats.handler_errors) == (1, 0, 1)
+
+
+def test_a_key_of_that_raises_fails_only_that_tuple_and_reset_timeout_reaches_the_ack_log():
+    kafka = _kafka(partitions=1)
+    _produce(kafka, [(0, b"a", {41: 1}), (0, b"bad", {42: 2})])
+
+    def key_of(tuple_):
+        if tuple_.key == b"bad":
+            raise KeyError("no key")
+        return tuple_.key
+
+    def handler(tuple_, collector):
+        collector.reset_timeout(tuple_)
+
+    bolt = _bolt(kafka, handler, parallelism=2, key_of=key_of)
+    for _ in range(3):
+        bolt.poll_once(0)
+        while bolt._parallel.executor.waiting:
+            bolt._parallel.executor.run_one()
+    kinds = sorted((kind, root) for kind, root, _ in _entries(kafka))
+    assert kinds == sorted([(EventKind.RESET_TIMEOUT, 41), (EventKind.ACK, 41), (EventKind.FAIL, 42)])
+    assert (bolt.stats.acked, bolt.stats.failed, bolt.stats.handler_errors) == (1, 1, 1)
