@@ -12,6 +12,7 @@ anchored to a tuple is applied before that tuple's ack, since the call asked for
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import queue
@@ -301,9 +302,9 @@ class InFlightCalls:
         started = clock()
         try:
             await self._bolt.handler(call.tuple_, CallCollector(put, call))  # type: ignore[misc]
+        except asyncio.CancelledError:
+            raise  # the bolt is closing: abandoned
         except BaseException as exc:
-            if isinstance(exc, GeneratorExit) or type(exc).__name__ == "CancelledError":
-                raise  # the bolt is closing: abandoned
             put((_RAISED, call, (exc, clock() - started)))
         else:
             put((_RETURNED, call, clock() - started))

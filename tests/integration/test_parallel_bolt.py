@@ -21,6 +21,7 @@ every tree completes, with no dead letter and no call of one key overlapping ano
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -302,7 +303,8 @@ def test_chaos_kills_parallel_bolts_among_the_other_processes():
 RECORDS = 2_000
 
 
-def test_a_parallel_bolt_with_random_failures_completes_every_tree_in_key_order(kafka_bootstrap):
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+def test_a_parallel_bolt_with_random_failures_completes_every_tree_in_key_order(kafka_bootstrap, kind):
     topology = unique_name("par")
     source, mid = f"{topology}-src", f"{topology}.mid"
     create_topics(kafka_bootstrap, {source: 4, mid: 4})
@@ -315,25 +317,35 @@ def test_a_parallel_bolt_with_random_failures_completes_every_tree_in_key_order(
     handled: set[bytes] = set()
     rng = random.Random(26)
 
-    def handler(tuple_, collector):
+    def begin(tuple_) -> tuple[float, bool]:
         with lock:
             if tuple_.key in running:
                 overlaps.append(tuple_.key)
             running.add(tuple_.key)
             calls[(tuple_.partition, tuple_.key)].append(tuple_.offset)
-            pause, fails = 0.002 + 0.003 * rng.random(), rng.random() < 0.05
-        try:
-            time.sleep(pause)
-            if fails:
-                raise RuntimeError("transient failure")
-            with lock:
+            return 0.002 + 0.003 * rng.random(), rng.random() < 0.05
+
+    def end(tuple_, fails: bool) -> None:
+        with lock:
+            running.discard(tuple_.key)
+            if not fails:
                 handled.add(tuple_.value)
-        finally:
-            with lock:
-                running.discard(tuple_.key)
+        if fails:
+            raise RuntimeError("transient failure")
+
+    def handler(tuple_, collector):
+        pause, fails = begin(tuple_)
+        time.sleep(pause)
+        end(tuple_, fails)
+
+    async def async_handler(tuple_, collector):
+        pause, fails = begin(tuple_)
+        await asyncio.sleep(pause)
+        end(tuple_, fails)
 
     on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
-    bolt = BasicBolt(**on, source_topics=mid, group_id=f"{topology}-bolt", handler=handler, parallelism=16)
+    chosen = handler if kind == "threads" else async_handler
+    bolt = BasicBolt(**on, source_topics=mid, group_id=f"{topology}-bolt", handler=chosen, parallelism=16)
     spout = Spout(
         **on,
         source_topics=source,
