@@ -26,6 +26,7 @@ Usage: ``./rk bench parallel_bolt [--quick] [--delays 1,5,20] [--parallelism 1,8
 [--kinds sleep,async] [--errors 0,0.01] [--rounds N] [--seconds S] [--bootstrap-servers H:P]``.
 Sized for a 2-core machine: ``--quick`` (5 ms, parallelism 1 and 64) takes a few minutes.
 ``RK_BENCH_MAX_IN_FLIGHT=N`` gives the parallel bolts ``max_in_flight=N`` (default: the bolt's own).
+``RK_BENCH_SWITCH_INTERVAL=S`` sets the GIL's switch interval in the tracked processes.
 ``RK_BENCH_PROFILE=DIR`` runs the tracked bolt process under cProfile (``DIR/<point>.prof``; the
 bolt's loop thread only).
 """
@@ -86,6 +87,10 @@ def tracked_component(role, topology, bootstrap, source, stage, point, first_cal
     logging.basicConfig(level=logging.WARNING)
     for handler in logging.getLogger().handlers:  # the injected failures' tracebacks would flood the output
         handler.addFilter(_not_injected)
+    if os.environ.get("RK_BENCH_SWITCH_INTERVAL"):  # the GIL's switch interval (Python's default: 0.005 s)
+        import sys
+
+        sys.setswitchinterval(float(os.environ["RK_BENCH_SWITCH_INTERVAL"]))
     component = _tracked(role, topology, bootstrap, source, stage, point, first_call)
     component.start()
     ready.set()
