@@ -46,6 +46,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 PARTITIONS = 8
 KEYS = 10_000
@@ -157,10 +158,10 @@ def _tracked(role, topology, bootstrap, source, stage, point: Point, first_call)
         started()
         _cpu_work()
 
-    handler = {"sleep": wait, "async": wait_async, "cpu": compute}[point.kind]
+    handler: Any = {"sleep": wait, "async": wait_async, "cpu": compute}[point.kind]
     # parallelism=1 with a plain handler is today's serial bolt: leave the options out, so that this
     # file also measures a checkout from before parallel bolts
-    parallel = (
+    parallel: dict[str, Any] = (
         {}
         if point.parallelism == 1 and point.kind != "async"
         else {"parallelism": point.parallelism, "ordering": "key"}
@@ -234,9 +235,10 @@ def handwritten(bootstrap, source, group, point: Point, first_call, ready, stop)
             for message in consumer.consume(min(500, limit - held), timeout=0.05):
                 if message.error():
                     continue
-                next_offset.setdefault(message.partition(), message.offset())
+                partition, offset = cast(int, message.partition()), cast(int, message.offset())
+                next_offset.setdefault(partition, offset)
                 held += 1
-                pool.submit(handle, message.partition(), message.offset())
+                pool.submit(handle, partition, offset)
             settle(block=False)
         else:
             settle(block=True)
