@@ -19,7 +19,7 @@ from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.testing.records import read_topic
 from reliable_kafka.topology import TopologyTopics
 
-__all__ = ["ChaosReport", "check"]
+__all__ = ["ChaosReport", "check", "early_commits"]
 
 
 @dataclass
@@ -111,13 +111,16 @@ def check(
     for record in range(records):
         seen = [first_seen.get(f"{record}:{j}".encode()) for j in range(FANOUT)]
         effects_at = [t for t in seen if t is not None]
+        # complete when its last effect was written or when it was dead-lettered, whichever came
+        # first (a dead-lettered tree's last effects may still be written later, from a backlog)
+        done = [dead[record]] if record in dead else []
         if len(effects_at) == FANOUT:
-            complete_at[record] = max(effects_at)
-        elif record in dead:
-            complete_at[record] = dead[record]
+            done.append(max(effects_at))
+        if done:
+            complete_at[record] = min(done)
         else:
             lost += 1
-    early = _early_commits(samples, position, complete_at)
+    early = early_commits(samples, position, complete_at)
     stage1 = sum(1 for _ in read_topic(bootstrap, topics["stage1"]))
     effects = sum(copies.values())
     report = ChaosReport(
@@ -142,7 +145,7 @@ def check(
     return report
 
 
-def _early_commits(samples, position, complete_at) -> list:
+def early_commits(samples, position, complete_at) -> list:
     """Samples whose committed offset passed a record that was not complete at the sample's time."""
     by_partition: dict[int, list[tuple[int, float]]] = defaultdict(list)
     for record, (partition, offset) in position.items():

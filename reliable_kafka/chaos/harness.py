@@ -65,6 +65,8 @@ class ChaosConfig:
     settle_timeout: float = 240.0  # after the faults: how long the topology may take to finish
     seed: int = 1
     bootstrap: str | None = None  # an existing cluster (then no broker faults)
+    parallelism: int = 1  # of the split and sink bolts (ordering "key"); above 1, source records have keys
+    keys: int = 64  # distinct source keys when parallelism > 1
 
 
 class _Process:
@@ -194,6 +196,7 @@ def _run_topology(
         f"topology {topology} on {bootstrap}: {config.records} records, "
         f"{'transactional' if config.transactional else 'at-least-once'}, {config.brokers} broker(s)"
         f"{', split stage on PySpark' if config.spark else ''}"
+        f"{f', bolts with parallelism {config.parallelism} (ordering key)' if config.parallelism > 1 else ''}"
     )
     log_dir = Path(tempfile.mkdtemp(prefix=f"{topology}-logs-"))
     processes = _processes(config, topology, bootstrap, log_dir)
@@ -303,6 +306,8 @@ def _processes(config: ChaosConfig, topology: str, bootstrap: str, log_dir: Path
                 argv += ["--max-pending", "1000" if config.spark else "2000"]
             if config.transactional:
                 argv.append("--transactional")
+            if role in ("split", "sink") and config.parallelism > 1:
+                argv += ["--parallelism", str(config.parallelism)]
             processes.append(_Process(role, name, argv, log_dir))
     return processes
 
@@ -313,7 +318,9 @@ def _produce(bootstrap: str, topic: str, config: ChaosConfig) -> None:
     for start in range(0, config.records, per_slice):
         began = time.monotonic()
         stop = min(config.records, start + per_slice)
-        produce_values(bootstrap, topic, [str(i).encode() for i in range(start, stop)], timeout=120)
+        # parallel bolts order calls by key: give the records keys, many records per key
+        keys = [b"k%d" % (i % config.keys) for i in range(start, stop)] if config.parallelism > 1 else None
+        produce_values(bootstrap, topic, [str(i).encode() for i in range(start, stop)], keys=keys, timeout=120)
         time.sleep(max(0.0, 0.5 - (time.monotonic() - began)))
 
 

@@ -3,13 +3,19 @@
 The topology: source records ``"<id>"`` -> spout (forwards to ``<T>.stage1``) -> split bolt (emits
 ``FANOUT`` children ``"<id>:<j>"`` to ``<T>.stage2``) -> sink bolt (writes each child, unanchored,
 to ``<T>.sink`` and acks it). Every process stops cleanly on SIGTERM and can be SIGKILLed anywhere.
+
+With ``--parallelism N`` (above 1) the split and sink bolts keep up to N handler calls in flight
+(``ordering="key"``), and each call waits a moment as an I/O-bound handler would, so that a kill
+finds many tuples of one bolt in flight at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import random
 import sys
+import time
 from typing import Any
 
 from reliable_kafka.acker import AckerWorker
@@ -20,6 +26,7 @@ from reliable_kafka.spout import Spout, TransactionalSpout
 FANOUT = 3
 ROLES = ("spout", "split", "sink", "acker", "spark")
 CLIENT_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
+PARALLEL_WAIT_S = (0.0005, 0.005)  # a parallel bolt's call waits this long (uniform), as on I/O
 
 
 def topic_names(topology: str) -> dict[str, str]:
@@ -36,6 +43,7 @@ def build(
     message_timeout_ms: int,
     ackers: int,
     max_pending: int = 10_000,
+    parallelism: int = 1,
 ):
     topics = topic_names(topology)
     on: dict[str, Any] = {
@@ -62,13 +70,20 @@ def build(
         )
 
     def split(tuple_, collector):
+        wait()
         for j in range(FANOUT):
             collector.emit(topics["stage2"], tuple_.value + f":{j}".encode(), key=tuple_.value)
 
     def sink(tuple_, collector):
+        wait()
         collector.emit(topics["sink"], tuple_.value, key=tuple_.key, anchors=())  # the effect, untracked
 
+    def wait() -> None:
+        if parallelism > 1:
+            time.sleep(random.uniform(*PARALLEL_WAIT_S))
+
     handler, source = (split, topics["stage1"]) if role == "split" else (sink, topics["stage2"])
+    parallel: dict[str, Any] = {"parallelism": parallelism, "ordering": "key"} if parallelism > 1 else {}
     return BasicBolt(
         **on,
         source_topics=source,
@@ -76,6 +91,7 @@ def build(
         handler=handler,
         transactional=transactional,
         commit_interval_ms=250,
+        **parallel,
     )
 
 
@@ -89,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--message-timeout-ms", type=int, default=10_000)
     parser.add_argument("--ackers", type=int, default=4)
     parser.add_argument("--max-pending", type=int, default=10_000, help="for --role spout")
+    parser.add_argument("--parallelism", type=int, default=1, help="for --role split and sink: calls in flight")
     parser.add_argument("--checkpoint-dir", help="for --role spark: the Spark checkpoint (stable across restarts)")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -122,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         message_timeout_ms=args.message_timeout_ms,
         ackers=args.ackers,
         max_pending=args.max_pending,
+        parallelism=args.parallelism,
     )
     component.run(handle_signals=True)
     return 0

@@ -112,6 +112,13 @@ def _register_chaos(subparsers: Subparsers) -> None:
         help="message timeout (default: 10000; 30000 with --spark; 120000 with --transactional, above the "
         "longest stall of a transactional worker, since a timeout replays)",
     )
+    chaos.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the split and sink bolts keep N calls in flight (ordering key), each waiting a few ms (default: 1)",
+    )
     chaos.add_argument("--seed", type=int, default=1, help="random seed for the fault schedule (default: 1)")
     chaos.add_argument(
         "--settle",
@@ -126,6 +133,10 @@ def _register_chaos(subparsers: Subparsers) -> None:
 def _chaos(args: argparse.Namespace) -> int:
     from reliable_kafka.chaos.harness import ChaosConfig, run
 
+    if args.parallel < 1:
+        raise SystemExit(f"chaos: --parallel must be >= 1, got {args.parallel}")
+    if args.parallel > 1 and args.transactional:
+        raise SystemExit("chaos: --parallel above 1 and --transactional do not mix (a transactional bolt is serial)")
     report = run(
         ChaosConfig(
             records=args.records,
@@ -136,6 +147,7 @@ def _chaos(args: argparse.Namespace) -> int:
             kill_spouts=not args.spare_spouts,
             spark=args.spark,
             seed=args.seed,
+            parallelism=args.parallel,
             message_timeout_ms=args.message_timeout_ms
             or (120_000 if args.transactional else 30_000 if args.spark else 10_000),
             settle_timeout=args.settle or (480.0 if args.spark else 240.0),
