@@ -20,6 +20,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from reliable_kafka.errors import ArgumentError
+
 __all__ = [
     "Call",
     "CallExecutor",
@@ -188,7 +190,7 @@ class SteppedCalls:
         handler's on a private loop)."""
         self._begin_heads()
         if not 0 <= index < self.running_slots():
-            raise IndexError(f"call {index} has not begun: {self.running_slots()} of {len(self.waiting)} have")
+            raise ArgumentError(f"call {index} has not begun: {self.running_slots()} of {len(self.waiting)} have")
         call = self.waiting.pop(index)
         if self._run_async is not None:
             if self._loop is None:

@@ -499,8 +499,13 @@ def parallel_calls(
         max_in_flight = 4 * parallelism
     elif not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < parallelism:
         raise ConfigError(f"{who}: max_in_flight must be an int >= parallelism ({parallelism}), got {max_in_flight!r}")
-    if not isinstance(bolt.revoke_wait_s, (int, float)) or bolt.revoke_wait_s < 0:
-        raise ConfigError(f"{who}: revoke_wait_s must be a number of seconds >= 0, got {bolt.revoke_wait_s!r}")
+    wait = bolt.revoke_wait_s
+    if not isinstance(wait, (int, float)) or isinstance(wait, bool) or not wait >= 0:  # NaN fails >= 0
+        raise ConfigError(f"{who}: revoke_wait_s must be a number of seconds >= 0, got {wait!r}")
+    if executor is not None and not all(callable(getattr(executor, m, None)) for m in ("start", "submit", "close")):
+        raise ConfigError(
+            f"{who}: executor must run calls (start, submit and close: reliable_kafka.bolt.executors), got {executor!r}"
+        )
     is_async = bolt.handler is not None and _is_async(bolt.handler)
     if parallelism == 1 and not is_async and executor is None:
         return None  # the serial loop: no threads, queues or locks

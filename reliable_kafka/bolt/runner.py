@@ -178,6 +178,7 @@ class Bolt:
         check_ack_sender_config(self.kafka_config, component=self.name)
         self.stats = BoltStats()
         self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
+        self.metrics_host: str | None = None  # where /metrics listens (None: $RK_METRICS_HOST, else 127.0.0.1)
         # handler calls, each at its run's average (PROCESS_TIMED_RUN); its count is the tuples handled
         self.process_latency = LatencyHistogram()
         self.output_topics: set[str] = set()  # for the status page's graph

@@ -83,10 +83,10 @@ METRICS = {
     "rk_bolt_untracked_tuples_total": ("counter", "Input tuples without anchors (also counted by result)", "", "bolt"),
     "rk_tuples_emitted_total": ("counter", "Tuples emitted", "", "spout,bolt"),
     "rk_process_latency_seconds": ("histogram", "Bolt handler call per tuple", "", "bolt"),
-    "rk_capacity_ratio": ("gauge", "Share of wall time in the handler over the last minute", "", "bolt"),
+    "rk_capacity_ratio": ("gauge", "Busy share of the handler's slots (parallelism) over the last minute", "", "bolt"),
     "rk_consumer_lag_records": (
         "gauge",
-        "Records between the consumer position and the end",
+        "Records between the group's committed offset and the end (else the position)",
         "topic,partition",
         "spout,bolt,acker",
     ),
@@ -183,7 +183,12 @@ class ComponentCollector:
             GaugeMetricFamily, "rk_consumer_lag_records", METRICS["rk_consumer_lag_records"][1], ("topic", "partition")
         )
         for p in snap.get("partitions", []):
-            if p.get("end") is not None and p.get("position") is not None:
+            # the group's committed offset against the broker's end (what `reliable-kafka lag` and
+            # Kafka's tools read): a blocked loop's position may not move, its commit does not either.
+            # Not an acker's: it commits below its oldest pending root, however far it has read
+            if p.get("lag") is not None and snap.get("kind") != "acker":
+                lag_family.add_metric([*values, p["topic"], str(p["partition"])], max(0, p["lag"]))
+            elif p.get("end") is not None and p.get("position") is not None:
                 lag_family.add_metric([*values, p["topic"], str(p["partition"])], max(0, p["end"] - p["position"]))
         yield lag_family
 

@@ -174,14 +174,17 @@ class ComponentReporter:
             return snapshot
 
     def _capacity(self) -> float | None:
-        """Share of wall time spent in the handler over the window (Storm UI's capacity; bolts)."""
+        """Busy share of the handler's slots over the window (Storm UI's capacity; bolts): handler
+        seconds over wall seconds times ``parallelism`` (1: the serial loop's share of wall time)."""
         if self.view.latency_name != "process" or len(self.history) < 2:
             return None
         first, last = self.history[0], self.history[-1]
         elapsed = last["t"] - first["t"]
         if elapsed <= 0:
             return None
-        return round(min(1.0, max(0.0, (last["latency_sum_s"] - first["latency_sum_s"]) / elapsed)), 4)
+        slots = getattr(self.view.worker, "parallelism", 1) or 1
+        busy = (last["latency_sum_s"] - first["latency_sum_s"]) / (elapsed * slots)
+        return round(min(1.0, max(0.0, busy)), 4)
 
     def _publish(self, snapshot: dict) -> None:
         producer = self._producer

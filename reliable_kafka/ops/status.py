@@ -158,7 +158,7 @@ def judge_snapshot(snapshot: dict, now: float) -> Judgement:
         window_s=WINDOW_SAMPLES * interval,
         gave_up=SETTLED.get(snapshot.get("kind", ""), ((), "", "gave up on"))[2],
     )
-    if snapshot.get("stopped_by") and judgement.reason == "stopped":  # it stopped itself: say why
+    if snapshot.get("stopped_by") and judgement.verdict is Verdict.STOPPED:  # it stopped itself: say why
         return Judgement(judgement.verdict, f"stopped: {snapshot['stopped_by']}")
     return judgement
 

@@ -151,4 +151,4 @@ def test_status_shows_why_a_component_stopped_itself(kafka):
     assert spout.stopped_by is None
     judged = judge_snapshot({"state": "stopped", "history": [], "stopped_by": "guard tripped"}, now=0.0)
     assert judged.reason == "stopped: guard tripped"
-    assert judge_snapshot({"state": "stopped", "history": []}, now=0.0).reason == "stopped"
+    assert judge_snapshot({"state": "stopped", "history": []}, now=0.0).reason == "stopped cleanly"

@@ -105,6 +105,12 @@ BOLT_BAD = {
     "metrics_port": [*NOT_INT, -1, 70000],
     "clients": NOT_CLIENTS,
     "clock": NOT_CLOCK,
+    "parallelism": [*NOT_INT, 0, None],
+    "ordering": ["fields", None, 1],
+    "key_of": NOT_CALLABLE,
+    "max_in_flight": [*NOT_INT, 0],
+    "revoke_wait_s": ["10", -1, None, float("nan")],
+    "executor": ["threads", 5],
 }
 SPARK_BAD = {
     "topology": [None, 5, ""],
@@ -149,6 +155,7 @@ CONSTRUCTORS = {
             "batch_size": [*NOT_INT, 0],
             "create_topics": NOT_BOOL,
             "replication_factor": [*NOT_INT, 0],
+            "min_insync_replicas": [*NOT_INT, 0],
             "max_entries_per_record": [*NOT_INT, -1, 0, 100],
             "kafka_config": NOT_MAPPING,
             "consumer_config": NOT_MAPPING,
