@@ -84,6 +84,13 @@ METRICS = {
     "rk_tuples_emitted_total": ("counter", "Tuples emitted", "", "spout,bolt"),
     "rk_process_latency_seconds": ("histogram", "Bolt handler call per tuple", "", "bolt"),
     "rk_capacity_ratio": ("gauge", "Busy share of the handler's slots (parallelism) over the last minute", "", "bolt"),
+    "rk_handler_calls_in_flight": ("gauge", "Handler calls running now (at most the bolt's parallelism)", "", "bolt"),
+    "rk_oldest_handler_call_age_seconds": (
+        "gauge",
+        "How long the oldest handler call still running has run (0: none runs)",
+        "",
+        "bolt",
+    ),
     "rk_consumer_lag_records": (
         "gauge",
         "Records between the group's committed offset and the end (else the position)",
@@ -259,6 +266,14 @@ class ComponentCollector:
         capacity = family(GaugeMetricFamily, "rk_capacity_ratio", METRICS["rk_capacity_ratio"][1])
         capacity.add_metric(values, snap.get("capacity") or 0.0)
         yield capacity
+        for name, key in (
+            ("rk_handler_calls_in_flight", "calls_in_flight"),
+            ("rk_oldest_handler_call_age_seconds", "oldest_call_s"),
+        ):
+            if key in snap:  # bolts that report their calls (every bolt of this version)
+                gauge = family(GaugeMetricFamily, name, METRICS[name][1])
+                gauge.add_metric(values, snap[key] or 0.0)
+                yield gauge
         quarantined = family(
             CounterMetricFamily, "rk_quarantined_records", METRICS["rk_quarantined_records_total"][1], ("kind",)
         )

@@ -138,7 +138,7 @@ PAGE = r"""<!doctype html>
 body{font:13px/1.4 system-ui,-apple-system,"DejaVu Sans",sans-serif;margin:16px 20px;color:#1d2330;background:#f6f7f9}
 h1{font-size:18px;margin:0 0 4px} h2{font-size:14px;margin:18px 0 6px;color:#44506a}
 .muted{color:#6b7487} .v{display:inline-block;padding:1px 6px;border-radius:3px;font-weight:600;font-size:11px;color:#fff}
-.OK{background:#2e8b57}.WARN{background:#d48806}.STALL{background:#c0392b}.DOWN{background:#6b7487}
+.OK{background:#2e8b57}.WARN{background:#d48806}.STALL{background:#c0392b}.DOWN{background:#6b7487}.STOPPED{background:#4a6fa5}
 table{border-collapse:collapse;background:#fff;box-shadow:0 1px 2px #0001;min-width:70%}
 th,td{padding:4px 8px;border-bottom:1px solid #e7e9ee;text-align:right;white-space:nowrap}
 th{background:#eef0f4;font-weight:600;font-size:12px} td.l,th.l{text-align:left}
@@ -247,7 +247,7 @@ function drawGraph(report) {
       svg += `<rect x="${p.x}" y="${p.y + 6}" width="150" height="28" rx="14" fill="#eef0f4" stroke="#b8bfcc"/>` +
              `<text x="${p.x + 75}" y="${p.y + 24}" text-anchor="middle" font-size="11">${esc(n.label.slice(-26))}</text>`;
     } else {
-      const c = n.c, color = {OK: "#2e8b57", WARN: "#d48806", STALL: "#c0392b", DOWN: "#6b7487"}[c.verdict] || "#6b7487";
+      const c = n.c, color = {OK: "#2e8b57", WARN: "#d48806", STALL: "#c0392b", DOWN: "#6b7487", STOPPED: "#4a6fa5"}[c.verdict] || "#6b7487";
       svg += `<g class="node" data-component="${esc(c.name)}" data-kind="${esc(c.kind)}"><rect x="${p.x}" y="${p.y}" width="150" height="40" rx="4" fill="#fff" stroke="${color}" stroke-width="2"/>` +
              `<text x="${p.x + 6}" y="${p.y + 15}" font-size="11" font-weight="600">${esc(c.name.slice(0, 22))}</text>` +
              `<text x="${p.x + 6}" y="${p.y + 31}" font-size="10" fill="#44506a">${esc(c.kind)} · ${num(rateIn(c.rates))}/s · ${esc(c.verdict)}</text></g>`;
