@@ -156,7 +156,7 @@ def test_the_request_is_api_versions_v3_with_a_valid_software_version():
 
 
 class FakeBroker:
-    """A listener on 127.0.0.1 that answers one ApiVersions request with ``answer``."""
+    """A listener on 127.0.0.1 that answers every ApiVersions request with ``answer``."""
 
     def __init__(self, answer: bytes) -> None:
         self.server = socket.create_server(("127.0.0.1", 0))
@@ -166,11 +166,15 @@ class FakeBroker:
         self.thread.start()
 
     def _serve(self, answer: bytes) -> None:
-        connection, _ = self.server.accept()
-        with connection:
-            size = struct.unpack(">i", connection.recv(4))[0]
-            self.requests.append(connection.recv(size))
-            connection.sendall(struct.pack(">i", len(answer)) + answer)
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:  # closed
+                return
+            with connection:
+                size = struct.unpack(">i", connection.recv(4))[0]
+                self.requests.append(connection.recv(size))
+                connection.sendall(struct.pack(">i", len(answer)) + answer)
 
     def close(self) -> None:
         self.server.close()
