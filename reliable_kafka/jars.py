@@ -37,6 +37,7 @@ __all__ = [
     "kafka_artifacts",
     "kafka_jars",
     "kafka_version",
+    "check_kafka_version",
     "parse_kafka_version",
     "resolve_jars",
     "artifacts_digest",
@@ -97,6 +98,22 @@ def parse_kafka_version(version: str) -> tuple[int, int, int]:
     return major, minor, patch
 
 
+def check_kafka_version(version: str, *, what: str = "Kafka version") -> str:
+    """``version`` if the embedded broker can run it (a MAJOR.MINOR.PATCH release, 3.9 or newer),
+    else a :class:`ConfigError` naming ``what`` (the parameter or variable it came from)."""
+    try:
+        parsed = parse_kafka_version(version)
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+    if parsed[:2] < OLDEST_SUPPORTED_KAFKA:
+        oldest = ".".join(map(str, OLDEST_SUPPORTED_KAFKA))
+        raise ConfigError(
+            f"{what}={version!r}: the embedded broker runs Kafka {oldest} or newer "
+            f"(tested: {', '.join(TESTED_KAFKA_VERSIONS)})"
+        )
+    return version.strip()
+
+
 def kafka_version(env: Mapping[str, str] | None = None) -> str:
     """The embedded broker's version: ``$RK_KAFKA_VERSION`` if set, else :data:`KAFKA_VERSION`.
 
@@ -105,17 +122,7 @@ def kafka_version(env: Mapping[str, str] | None = None) -> str:
     """
     env = os.environ if env is None else env
     chosen = env.get(KAFKA_VERSION_ENV, "").strip() or KAFKA_VERSION
-    try:
-        parsed = parse_kafka_version(chosen)
-    except ConfigError as exc:
-        raise ConfigError(f"{KAFKA_VERSION_ENV}: {exc}") from None
-    if parsed[:2] < OLDEST_SUPPORTED_KAFKA:
-        oldest = ".".join(map(str, OLDEST_SUPPORTED_KAFKA))
-        raise ConfigError(
-            f"{KAFKA_VERSION_ENV}={chosen!r}: the embedded broker runs Kafka {oldest} or newer "
-            f"(tested: {', '.join(TESTED_KAFKA_VERSIONS)})"
-        )
-    return chosen
+    return check_kafka_version(chosen, what=KAFKA_VERSION_ENV)
 
 
 def kafka_artifacts(version: str = KAFKA_VERSION) -> list[str]:

@@ -36,7 +36,7 @@ from reliable_kafka.broker.node import (
 )
 from reliable_kafka.broker.secure import ADMIN, BrokerSecurity
 from reliable_kafka.errors import ArgumentError, BrokerStartError, ConfigError
-from reliable_kafka.jars import kafka_version, parse_kafka_version
+from reliable_kafka.jars import check_kafka_version, kafka_version
 
 __all__ = ["KraftQuorum"]
 
@@ -106,8 +106,8 @@ class KraftQuorum:
         self._extra = extra
         self._detach = detach
         self._startup_timeout = startup_timeout
-        self._version = kafka_version() if version is None else version
-        parse_kafka_version(self._version)  # a ConfigError now, not a Maven failure later
+        # a ConfigError now, not a Maven failure or a refused setting later
+        self._version = kafka_version() if version is None else check_kafka_version(version, what="version")
         self.security = security
         self._data_dir: Path | None = None
         self._created_data_dir = False

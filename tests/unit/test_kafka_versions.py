@@ -36,6 +36,14 @@ def test_rk_kafka_version_refuses_what_the_embedded_broker_cannot_run(version):
         jars.kafka_version({"RK_KAFKA_VERSION": version})
 
 
+@pytest.mark.parametrize("version", ["3.8.1", "4.x"])
+def test_embedded_broker_refuses_what_it_cannot_run_before_any_jvm(version):
+    from reliable_kafka.broker import EmbeddedKafka
+
+    with pytest.raises(ConfigError, match=r"version"):
+        EmbeddedKafka(version=version)
+
+
 def test_share_coordinator_settings_only_from_kafka_4(tmp_path):
     node = KraftNode(0, tmp_path, 9092, 9093)
     old = node_properties(node, "0@127.0.0.1:9093", 1, {}, version="3.9.1")
