@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reliable_kafka.errors import DecodeError
 from reliable_kafka.jars import OLDEST_SUPPORTED_KAFKA, TESTED_KAFKA_VERSIONS, parse_kafka_version
 
 __all__ = [
@@ -187,7 +188,7 @@ class _Reader:
     def take(self, size: int) -> bytes:
         data = self._stream.read(size)
         if len(data) != size:
-            raise ValueError("ApiVersions answer ends early")
+            raise DecodeError("ApiVersions answer", "it ends early", None)
         return data
 
     def int16(self) -> int:
@@ -258,7 +259,7 @@ def broker_release(bootstrap: str, config: Mapping[str, Any] | None = None, *, t
     """Ask the first reachable broker of ``bootstrap`` ("host:port,...") for its ApiVersions.
 
     ``config``: the client's librdkafka settings; only ``security.protocol`` and the ``ssl.*``
-    file settings are read. Raises ``OSError`` (or ``ValueError`` for an answer that does not
+    file settings are read. Raises ``OSError`` (or :class:`DecodeError` for an answer that does not
     parse) when no broker answers.
     """
     config = config or {}
@@ -290,7 +291,7 @@ def _receive(sock: socket.socket, size: int) -> bytes:
     while remaining:
         chunk = sock.recv(min(remaining, 65536))
         if not chunk:
-            raise ValueError("the broker closed the connection during ApiVersions")
+            raise DecodeError("ApiVersions answer", "the broker closed the connection before it ended", None)
         chunks.append(chunk)
         remaining -= len(chunk)
     return b"".join(chunks)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from reliable_kafka import jars
 from reliable_kafka.broker import compat
 from reliable_kafka.broker.node import KraftNode, node_properties
-from reliable_kafka.errors import ConfigError
+from reliable_kafka.errors import ConfigError, DecodeError
 
 
 def test_default_version_is_the_newest_tested():
@@ -218,3 +218,9 @@ def test_an_unreachable_broker_is_left_to_the_clients(caplog):
     with caplog.at_level(logging.WARNING, logger="reliable_kafka.broker.compat"):
         compat.warn_if_unsupported({"bootstrap.servers": f"127.0.0.1:{port}"}, background=False)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_cut_answer_is_a_decode_error():
+    answer = api_versions_answer([("metadata.version", 1, 21)], [("metadata.version", 21, 1)])
+    with pytest.raises(DecodeError, match="ApiVersions answer"):
+        compat.parse_api_versions_response("b:1", answer[:-3])
