@@ -46,6 +46,7 @@ def checkpoint_ahead(committed: dict[int, int], checkpoint: str, files: WebHdfsF
     return done >= RECORDS // 3 and ahead >= 300
 
 
+@pytest.mark.timeout(1200)  # a mini-cluster and two drivers on a shared machine: past the suite's 600 s
 def test_driver_killed_and_restarted_recovers_from_an_hdfs_checkpoint(kafka_bootstrap, hdfs, tmp_path):
     topology = unique_name("rk-spark-hdfs")
     source, output, group = f"{topology}.src", f"{topology}.out", f"{topology}.job"
