@@ -20,29 +20,47 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from reliable_kafka.errors import JarResolutionError
+from reliable_kafka.errors import ConfigError, JarResolutionError
 
 __all__ = [
     "KAFKA_VERSION",
+    "KAFKA_VERSION_ENV",
     "LOG4J2_VERSION",
+    "OLDEST_SUPPORTED_KAFKA",
+    "TESTED_KAFKA_VERSIONS",
     "SPARK_KAFKA_ARTIFACT",
     "cache_dir",
     "kafka_artifacts",
     "kafka_jars",
+    "kafka_version",
+    "check_kafka_version",
+    "parse_kafka_version",
     "resolve_jars",
     "artifacts_digest",
     "is_resolved",
 ]
 
-KAFKA_VERSION = "4.1.1"
-"""The Kafka broker version the embedded broker runs (``org.apache.kafka:kafka_2.13``)."""
+KAFKA_VERSION = "4.4.0"
+"""The Kafka broker version the embedded broker runs by default (``org.apache.kafka:kafka_2.13``):
+the newest of :data:`TESTED_KAFKA_VERSIONS`."""
 
-# Kafka 4.1 logs through slf4j 1.7.36 and ships log4j2 2.24.3 in its distribution; slf4j 1.x needs
-# the ``log4j-slf4j-impl`` binding (``log4j-slf4j2-impl`` is for slf4j 2.x and would stay silent).
+TESTED_KAFKA_VERSIONS = ("3.9.1", "4.1.1", "4.4.0")
+"""The broker versions the integration core runs against in CI (``.ci/kafka-versions.sh``)."""
+
+OLDEST_SUPPORTED_KAFKA = (3, 9)
+"""Brokers older than this (major, minor) are outside the tested range: components warn at start."""
+
+KAFKA_VERSION_ENV = "RK_KAFKA_VERSION"
+"""The environment variable that picks the embedded broker's version (tests, benches, ``kafka up``)."""
+
+# Kafka 3.9 to 4.4 log through slf4j 1.7.36 (their POMs pin it) and 4.x ships log4j2 2.24.3 in its
+# distribution; slf4j 1.x needs the ``log4j-slf4j-impl`` binding (``log4j-slf4j2-impl`` is for
+# slf4j 2.x and would stay silent). Kafka 3.9's distribution logs through reload4j instead, which
+# its POM leaves out: the same log4j2 binding serves it.
 LOG4J2_VERSION = "2.24.3"
 
 SPARK_KAFKA_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
@@ -66,6 +84,45 @@ def cache_dir() -> Path:
 
 
 _default_cache_dir = cache_dir  # resolve_jars' keyword argument shadows the function's name
+
+
+def parse_kafka_version(version: str) -> tuple[int, int, int]:
+    """``"4.1.1"`` as ``(4, 1, 1)``; :class:`ConfigError` for anything but three numbers."""
+    parts = version.strip().split(".")
+    if len(parts) != 3 or not all(part.isdigit() for part in parts):
+        raise ConfigError(
+            f"Kafka version {version!r}: expected a release as MAJOR.MINOR.PATCH "
+            f"(tested: {', '.join(TESTED_KAFKA_VERSIONS)})"
+        )
+    major, minor, patch = (int(part) for part in parts)
+    return major, minor, patch
+
+
+def check_kafka_version(version: str, *, what: str = "Kafka version") -> str:
+    """``version`` if the embedded broker can run it (a MAJOR.MINOR.PATCH release, 3.9 or newer),
+    else a :class:`ConfigError` naming ``what`` (the parameter or variable it came from)."""
+    try:
+        parsed = parse_kafka_version(version)
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+    if parsed[:2] < OLDEST_SUPPORTED_KAFKA:
+        oldest = ".".join(map(str, OLDEST_SUPPORTED_KAFKA))
+        raise ConfigError(
+            f"{what}={version!r}: the embedded broker runs Kafka {oldest} or newer "
+            f"(tested: {', '.join(TESTED_KAFKA_VERSIONS)})"
+        )
+    return version.strip()
+
+
+def kafka_version(env: Mapping[str, str] | None = None) -> str:
+    """The embedded broker's version: ``$RK_KAFKA_VERSION`` if set, else :data:`KAFKA_VERSION`.
+
+    A version older than :data:`OLDEST_SUPPORTED_KAFKA` is refused (:class:`ConfigError`): the
+    embedded broker only knows how to configure KRaft releases from 3.9 on.
+    """
+    env = os.environ if env is None else env
+    chosen = env.get(KAFKA_VERSION_ENV, "").strip() or KAFKA_VERSION
+    return check_kafka_version(chosen, what=KAFKA_VERSION_ENV)
 
 
 def kafka_artifacts(version: str = KAFKA_VERSION) -> list[str]:

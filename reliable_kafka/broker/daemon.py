@@ -89,12 +89,16 @@ def up(
     keep_data: bool = False,
     brokers: int = 1,
     secure: bool = False,
+    version: str | None = None,
 ) -> tuple[DaemonStatus, bool]:
     """Start a detached broker (``brokers`` > 1: a cluster) unless one is recorded as running.
 
     ``secure``: SASL/SCRAM-SHA-256 and the StandardAuthorizer with users ``admin`` (super user)
     and one per role (:data:`SECURE_ROLES`), their client properties written to
     ``<data_dir>/client-<user>.properties`` (mode 0600).
+
+    ``version``: the Kafka release (None: ``$RK_KAFKA_VERSION``, else the default
+    :data:`reliable_kafka.jars.KAFKA_VERSION`).
 
     Returns the status and whether this call started it. A stale record (processes gone) is
     cleaned up first.
@@ -108,7 +112,9 @@ def up(
         kafka: EmbeddedKafka | EmbeddedCluster
         security = BrokerSecurity.generate(SECURE_ROLES) if secure else None
         if brokers == 1:
-            kafka = EmbeddedKafka(port=port, data_dir=data_dir, keep_data=keep_data, detach=True, security=security)
+            kafka = EmbeddedKafka(
+                port=port, data_dir=data_dir, keep_data=keep_data, detach=True, security=security, version=version
+            )
         else:
             kafka = EmbeddedCluster(
                 brokers=brokers,
@@ -117,6 +123,7 @@ def up(
                 keep_data=keep_data,
                 detach=True,
                 security=security,
+                version=version,
             )
         kafka.start()
         state = {**kafka.describe(), "started_at": time.time()}

@@ -3,7 +3,9 @@
 :class:`EmbeddedKafka` is one combined broker+controller node; :class:`EmbeddedCluster` is N such
 nodes, all voters of one static controller quorum on loopback, so replication factor 3 works.
 The jars come from Maven (:func:`reliable_kafka.jars.kafka_jars`, cached per user) or from an
-unpacked distribution named by ``KAFKA_HOME``.
+unpacked distribution named by ``KAFKA_HOME``. The version is ``version=``, else ``RK_KAFKA_VERSION``,
+else :data:`KAFKA_VERSION`; Kafka 3.9 and 4.x differ in a few settings (see
+:func:`reliable_kafka.broker.node.node_properties`).
 
 Each node lives in ``<data_dir>/node-<id>/``: ``server.properties``, ``log4j2.properties``,
 ``broker.log`` (the broker's own log), ``console.log`` (JVM stdout/stderr) and ``kafka-data/``
@@ -42,7 +44,8 @@ class EmbeddedKafka(KraftQuorum):
     - ``detach`` [False]: let the JVM outlive this process (no watchdog, no atexit stop); used
       by ``reliable-kafka kafka up``.
     - ``startup_timeout`` [60.0]: seconds to wait for a metadata answer.
-    - ``version`` [KAFKA_VERSION]: the Kafka version resolved from Maven (ignored with KAFKA_HOME).
+    - ``version`` [None: ``$RK_KAFKA_VERSION``, else KAFKA_VERSION]: the Kafka version resolved from
+      Maven (ignored with KAFKA_HOME); 3.9.0 or newer (tested: ``jars.TESTED_KAFKA_VERSIONS``).
     - ``security`` [None]: a :class:`~reliable_kafka.broker.secure.BrokerSecurity`: SASL/SCRAM-SHA-256
       users, the StandardAuthorizer, ``admin`` the only super user; clients then need
       ``security.client_config(user)`` and ACLs.
@@ -62,7 +65,7 @@ class EmbeddedKafka(KraftQuorum):
         extra_config: Mapping[str, str] | None = None,
         detach: bool = False,
         startup_timeout: float = 60.0,
-        version: str = KAFKA_VERSION,
+        version: str | None = None,
         security: BrokerSecurity | None = None,
     ) -> None:
         super().__init__(
@@ -133,7 +136,7 @@ class EmbeddedCluster(KraftQuorum):
         extra_config: Mapping[str, str] | None = None,
         detach: bool = False,
         startup_timeout: float = 120.0,
-        version: str = KAFKA_VERSION,
+        version: str | None = None,
         security: BrokerSecurity | None = None,
     ) -> None:
         super().__init__(

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from reliable_kafka.errors import BrokerStartError
-from reliable_kafka.jars import KAFKA_VERSION, kafka_jars
+from reliable_kafka.jars import KAFKA_VERSION, kafka_jars, parse_kafka_version
 
 __all__ = [
     "HOST",
@@ -341,8 +341,22 @@ log4j.appender.BROKER.layout.ConversionPattern=[%d] %p %m (%c)%n
 
 
 def node_properties(
-    node: KraftNode, voters: str, nodes: int, extra: Mapping[str, str], security=None
+    node: KraftNode,
+    voters: str,
+    nodes: int,
+    extra: Mapping[str, str],
+    security=None,
+    *,
+    version: str = KAFKA_VERSION,
 ) -> dict[str, str]:
+    """``server.properties`` of ``node`` for Kafka ``version`` (3.9 or newer).
+
+    What differs between the releases the embedded broker runs (3.9 to 4.4): the share coordinator
+    (KIP-932) has its settings from 4.0 only, so 3.9 gets none. The rest is common: a static quorum
+    (``controller.quorum.voters``) is still accepted by 4.x next to the dynamic one, the consumer
+    group protocol the components use (classic) is on in every release, and none of the settings
+    4.0 removed (ZooKeeper's, ``log.message.format.version``...) is set here.
+    """
     replication = min(3, nodes)
     min_isr = max(1, replication - 1)
     properties = {
@@ -365,9 +379,6 @@ def node_properties(
         "transaction.state.log.replication.factor": str(replication),
         "transaction.state.log.min.isr": str(min_isr),
         "transaction.state.log.num.partitions": "5",
-        "share.coordinator.state.topic.replication.factor": str(replication),
-        "share.coordinator.state.topic.min.isr": str(min_isr),
-        "share.coordinator.state.topic.num.partitions": "5",
         "group.initial.rebalance.delay.ms": "0",
         # A node restarted after a kill waits out its old session before it may register again
         # (9 s by default); a shorter session makes restarts and failovers quicker.
@@ -376,6 +387,14 @@ def node_properties(
         # The default 128 MiB compaction buffer would take a quarter of the small heap.
         "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
     }
+    if parse_kafka_version(version) >= (4, 0, 0):
+        properties.update(
+            {
+                "share.coordinator.state.topic.replication.factor": str(replication),
+                "share.coordinator.state.topic.min.isr": str(min_isr),
+                "share.coordinator.state.topic.num.partitions": "5",
+            }
+        )
     if security is not None:  # a BrokerSecurity: SASL listeners and the authorizer
         properties.update(security.broker_properties(port=node.port, controller_port=node.controller_port, host=HOST))
     properties.update(extra)

@@ -38,6 +38,7 @@ from reliable_kafka.broker.node import (
 )
 from reliable_kafka.broker.secure import ADMIN, BrokerSecurity
 from reliable_kafka.errors import ArgumentError, BrokerStartError, ConfigError
+from reliable_kafka.jars import check_kafka_version, kafka_version
 
 __all__ = ["KraftQuorum"]
 
@@ -86,7 +87,7 @@ class KraftQuorum:
         extra_config: Mapping[str, str] | None,
         detach: bool,
         startup_timeout: float,
-        version: str,
+        version: str | None,
         security: BrokerSecurity | None = None,
     ) -> None:
         where = type(self).__name__  # the arguments' checks (reliable_kafka.validation)
@@ -113,7 +114,8 @@ class KraftQuorum:
         self._extra = extra
         self._detach = detach
         self._startup_timeout = startup_timeout
-        self._version = version
+        # a ConfigError now, not a Maven failure or a refused setting later
+        self._version = kafka_version() if version is None else check_kafka_version(version, what="version")
         self.security = security
         self._data_dir: Path | None = None
         self._created_data_dir = False
@@ -276,7 +278,9 @@ class KraftQuorum:
     def _start_nodes(self, java: str, classpath: str, nodes: list[KraftNode]) -> None:
         voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in self._nodes)
         for node in nodes:
-            node.write_config(node_properties(node, voters, self._count, self._extra, self.security))
+            node.write_config(
+                node_properties(node, voters, self._count, self._extra, self.security, version=self._version)
+            )
         self._format(java, classpath, [n for n in nodes if not n.is_formatted()])
         for node in nodes:
             node.launch(java, classpath, detach=self._detach)

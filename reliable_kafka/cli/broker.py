@@ -48,6 +48,13 @@ def register(subparsers: Subparsers) -> None:
         help="SASL/SCRAM-SHA-256 and ACLs (StandardAuthorizer); users admin, spout, bolt, acker, spark, "
         "outsider with client properties in the data directory",
     )
+    start.add_argument(
+        "--version",
+        default=None,
+        metavar="V",
+        help="Kafka release to run, e.g. 3.9.1 (3.9 or newer; default: $RK_KAFKA_VERSION, else "
+        "the tested newest, reliable_kafka.jars.KAFKA_VERSION)",
+    )
     start.set_defaults(handler=_kafka_up)
 
     show = actions.add_parser("status", help="say whether the broker runs, and where")
@@ -72,6 +79,7 @@ def _kafka_up(args: argparse.Namespace) -> int:
         keep_data=args.keep_data,
         brokers=args.brokers,
         secure=args.secure,
+        version=args.version,
     )
     if not started:
         print(f"already running; {current.describe()}")

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
+from reliable_kafka.broker.compat import warn_if_unsupported
 from reliable_kafka.client_log import with_log
 
 __all__ = ["KafkaClients", "ConfluentClients", "CONFLUENT", "clients_or_default"]
@@ -59,17 +60,22 @@ class _Admin(AdminClient):
 class ConfluentClients:
     """confluent-kafka's clients, with librdkafka's log routed to Python logging.
 
+    The first client for a bootstrap list in a process also has the broker's release checked, in
+    the background: outside the tested range, a warning (:mod:`reliable_kafka.broker.compat`).
     They are subclasses that can carry who uses them (component, principal, group), so that a
     refused permission names them (:mod:`reliable_kafka.kafka.authorization`).
     """
 
     def producer(self, config: dict) -> Producer:
+        warn_if_unsupported(config)
         return _Producer(with_log(config))
 
     def consumer(self, config: dict) -> Consumer:
+        warn_if_unsupported(config)
         return _Consumer(with_log(config))
 
     def admin(self, config: dict) -> AdminClient:
+        warn_if_unsupported(config)
         return _Admin(with_log(config))
 
     def __repr__(self) -> str:

@@ -8,6 +8,8 @@
   broker and waits until it is ready:
   ``create_topic(name=None, *, partitions=1, replication_factor=1, config=None) -> str``.
 - ``kafka_cluster`` (module): a started 3-broker :class:`reliable_kafka.broker.EmbeddedCluster`.
+  It, ``secure_kafka`` and the embedded session broker run the Kafka version ``RK_KAFKA_VERSION``
+  names (default :data:`reliable_kafka.jars.KAFKA_VERSION`).
 - ``docker_engine`` (session): the Docker client of an engine that answers; outside CI a test using
   it is skipped when none answers, in CI (``CI`` set, as .ci/run starts an engine) it fails.
 - ``secure_kafka`` (module): a started SASL/SCRAM broker with the StandardAuthorizer; a
@@ -36,6 +38,7 @@ except ImportError as _exc:  # an optional dependency: extra [testing]
 
 from reliable_kafka.broker import EmbeddedCluster
 from reliable_kafka.broker.secure import SECURE_ROLES, BrokerSecurity
+from reliable_kafka.jars import kafka_version
 from reliable_kafka.testing.session import docker_available, session_kafka
 from reliable_kafka.testing.topics import create_topics, unique_name
 
@@ -103,7 +106,7 @@ def create_topic(kafka_bootstrap: str) -> Callable[..., str]:
 @pytest.fixture(scope="module")
 def kafka_cluster() -> Iterator[EmbeddedCluster]:
     """A 3-broker embedded cluster for this test module (always embedded: tests kill brokers)."""
-    cluster = EmbeddedCluster(brokers=3).start()
+    cluster = EmbeddedCluster(brokers=3, version=kafka_version()).start()
     try:
         yield cluster
     finally:
@@ -154,5 +157,5 @@ def secure_kafka() -> Iterator[SecureKafka]:
     from reliable_kafka.broker.secure import BrokerSecurity
 
     security = BrokerSecurity.generate(SECURE_ROLES)
-    with EmbeddedKafka(security=security, startup_timeout=180.0) as broker:
+    with EmbeddedKafka(security=security, startup_timeout=180.0, version=kafka_version()) as broker:
         yield SecureKafka(bootstrap=broker.bootstrap_servers, security=security, log_path=broker.log_path)

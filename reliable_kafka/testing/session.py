@@ -5,11 +5,13 @@ Where the broker comes from (:func:`choose_kafka_source`), in this order:
 1. ``RK_BOOTSTRAP`` names an existing cluster ("external").
 2. ``RK_KAFKA=embedded`` or ``RK_KAFKA=docker`` forces one of the two below.
 3. A Docker daemon answers: a Kafka container started through testcontainers ("docker").
-4. Otherwise the embedded broker (:class:`reliable_kafka.broker.EmbeddedKafka`).
+4. Otherwise the embedded broker (:class:`reliable_kafka.broker.EmbeddedKafka`), running the Kafka
+   version ``RK_KAFKA_VERSION`` names, default :data:`reliable_kafka.jars.KAFKA_VERSION`
+   (:func:`reliable_kafka.jars.kafka_version`; the fixtures' clusters and secured brokers too).
 
 The container runs ``RK_KAFKA_IMAGE``, default :data:`DEFAULT_KAFKA_IMAGE` (built locally by
 ``docker/build-images``). It is configured only through ``KAFKA_*`` environment variables, the
-interface of the official ``apache/kafka`` image, so ``RK_KAFKA_IMAGE=apache/kafka:4.1.1`` runs
+interface of the official ``apache/kafka`` image, so ``RK_KAFKA_IMAGE=apache/kafka:4.4.0`` runs
 the same way where a registry is reachable. Its port is published on 127.0.0.1 only. testcontainers
 is an optional dependency (extra ``[testing]``), imported only when a container is started.
 """
@@ -22,7 +24,7 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from reliable_kafka.errors import BrokerStartError, ConfigError, MissingExtraError
-from reliable_kafka.jars import KAFKA_VERSION
+from reliable_kafka.jars import KAFKA_VERSION, kafka_version
 
 __all__ = [
     "DEFAULT_KAFKA_IMAGE",
@@ -86,7 +88,7 @@ def session_kafka(env: Mapping[str, str] | None = None) -> Iterator[str]:
     else:
         from reliable_kafka.broker import EmbeddedKafka
 
-        with EmbeddedKafka() as kafka:
+        with EmbeddedKafka(version=kafka_version(env)) as kafka:
             yield kafka.bootstrap_servers
 
 
@@ -153,8 +155,8 @@ def _start(container: Any) -> str:
         log_tail = _log_tail(container)
         container.stop()
         hint = (
-            "build it with docker/build-images, or set RK_KAFKA_IMAGE (e.g. apache/kafka:4.1.1 where "
-            "a registry is reachable)"
+            "build it with docker/build-images, or set RK_KAFKA_IMAGE (e.g. apache/kafka:"
+            f"{KAFKA_VERSION} where a registry is reachable)"
             if container.image == DEFAULT_KAFKA_IMAGE
             else "check RK_KAFKA_IMAGE"
         )

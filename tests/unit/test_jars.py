@@ -152,7 +152,7 @@ def test_cache_dir_precedence(monkeypatch, tmp_path):
 
 def test_kafka_artifacts_pin_the_broker_and_an_slf4j1_log4j2_binding():
     artifacts = jars.kafka_artifacts()
-    assert "org.apache.kafka:kafka_2.13:4.1.1" in artifacts
-    # Kafka 4.1 uses slf4j 1.7: the slf4j2 binding would leave the broker without a log.
+    assert f"org.apache.kafka:kafka_2.13:{jars.KAFKA_VERSION}" in artifacts
+    # Kafka 3.9 to 4.4 use slf4j 1.7: the slf4j2 binding would leave the broker without a log.
     assert any(":log4j-slf4j-impl:" in a for a in artifacts)
     assert not any("slf4j2" in a for a in artifacts)
