@@ -7,6 +7,7 @@ import argparse
 from reliable_kafka.cli.arguments import (
     Subparsers,
     client_settings,
+    consumer_config_argument,
     message_timeout_argument,
     metrics_host_argument,
     setup_logging,
@@ -24,6 +25,7 @@ def register(subparsers: Subparsers) -> None:
         "Run several with the same --topology to share the ack partitions.",
     )
     topology_arguments(acker)
+    consumer_config_argument(acker)
     acker.add_argument(
         "--ackers", type=int, default=1, help="ack topic partitions when this worker creates the topics (default: 1)"
     )
@@ -84,6 +86,7 @@ def _acker(args: argparse.Namespace) -> int:
         replication_factor=args.replication_factor,
         create_topics=args.create_topics,
         kafka_config=client_settings(args),
+        consumer_config=dict(args.consumer_config),
         metrics_port=args.metrics_port,
     )
     worker.metrics_host = args.metrics_host  # read when /metrics starts (ops.reporter.attach)
