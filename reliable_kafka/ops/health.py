@@ -212,15 +212,17 @@ class Health:
 def _acker_partitions(view) -> list[dict]:
     """The acker's assigned partitions, positioned where its tables are: after the last record
     folded, else at the committed low point it replays from (the consumer's own position stays
-    unknown until a record is consumed, so an empty partition would never look rebuilt)."""
+    unknown until a record is consumed, so an empty partition would never look rebuilt), or at
+    the consumer's position when that is further (it also passes transaction markers, which a
+    transactional spout's acks leave at the end of a partition and no fold ever passes)."""
     held = getattr(view.worker, "_partitions", {})
     out = []
     for p in view.consumer_partitions:
         state = held.get(p["partition"])
         if state is None:
             continue  # assigned by the consumer, not yet by the worker's callback
-        position = state.next_offset if state.next_offset is not None else state.committed
-        out.append({**p, "position": position})
+        known = [o for o in (state.next_offset, state.committed, p["position"]) if o is not None]
+        out.append({**p, "position": max(known) if known else None})
     return out
 
 

@@ -162,3 +162,28 @@ def test_the_endpoint_routes_metrics_probes_and_nothing_else(server):
     assert status == 503 and json.loads(body)["status"] == "failing"
     for path in ("/", "/metricsx", "/health", "/readyz/x"):
         assert _get(f"{base}{path}")[0] == 404, path
+
+
+def test_an_acker_is_positioned_where_its_tables_are_or_past_a_transaction_marker():
+    from types import SimpleNamespace
+
+    from reliable_kafka.ops.health import health_of
+
+    worker = SimpleNamespace(
+        name="a",
+        kafka_config={},
+        _partitions={
+            0: SimpleNamespace(next_offset=None, committed=5),  # nothing read since the commit
+            1: SimpleNamespace(next_offset=9, committed=3),  # a marker at 9: the consumer is at 10
+            2: SimpleNamespace(next_offset=4, committed=3),  # still replaying
+        },
+    )
+    view = SimpleNamespace(
+        kind="acker",
+        worker=worker,
+        consumer_partitions=[_p(0, None, 5), _p(1, 10, 10), _p(2, 4, 8), _p(3, 0, 0)],  # 3: not yet the worker's
+    )
+    health = health_of(view)
+    health._connected = lambda timeout: None  # no cluster here
+    health.tick()
+    assert health.readiness().reasons == ("rebuilding acker tables: t.acks:2",)
