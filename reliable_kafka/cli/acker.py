@@ -7,6 +7,7 @@ import argparse
 from reliable_kafka.cli.arguments import (
     Subparsers,
     client_settings,
+    consumer_config_argument,
     message_timeout_argument,
     metrics_host_argument,
     replication_arguments,
@@ -25,6 +26,7 @@ def register(subparsers: Subparsers) -> None:
         "Run several with the same --topology to share the ack partitions.",
     )
     topology_arguments(acker)
+    consumer_config_argument(acker)
     acker.add_argument(
         "--ackers",
         type=int,
@@ -92,6 +94,7 @@ def _acker(args: argparse.Namespace) -> int:
         min_insync_replicas=args.min_insync_replicas,
         create_topics=args.create_topics,
         kafka_config=client_settings(args),
+        consumer_config=dict(args.consumer_config),
         metrics_port=args.metrics_port,
     )
     worker.metrics_host = args.metrics_host  # read when /metrics starts (ops.reporter.attach)

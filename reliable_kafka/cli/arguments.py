@@ -21,6 +21,7 @@ __all__ = [
     "message_timeout_argument",
     "metrics_host_argument",
     "client_settings",
+    "consumer_config_argument",
     "command_config",
     "setup_logging",
 ]
@@ -67,6 +68,19 @@ def client_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="Kafka client properties (Java names, as Kafka's tools take them), e.g. "
         "security.protocol, sasl.mechanism, sasl.jaas.config; translated for librdkafka",
+    )
+
+
+def consumer_config_argument(parser: argparse.ArgumentParser) -> None:
+    """``--consumer-config KEY=VALUE`` (repeatable) into ``args.consumer_config``: for consumers only."""
+    parser.add_argument(
+        "--consumer-config",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka setting for this worker's consumers only (repeatable; e.g. "
+        "session.timeout.ms, which producers would warn about)",
     )
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry, start_http_server
+from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from reliable_kafka.errors import ConfigError
+from reliable_kafka.ops import health
 from reliable_kafka.ops.reasons import OUTCOMES, reason_word
 from reliable_kafka.ops.verdict import Verdict
 
@@ -346,10 +347,11 @@ def component_registry(*collectors) -> CollectorRegistry:
 
 
 def serve_metrics(reporter, *, port: int, addr: str = DEFAULT_METRICS_HOST):
-    """Serve ``/metrics`` for ``reporter``'s component on ``addr:port``; returns (server, bound port)."""
+    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` (:mod:`.health`; 404 elsewhere) for
+    ``reporter``'s component on ``addr:port``; returns (server, bound port)."""
     registry = component_registry(ComponentCollector(reporter))
     try:
-        server, _thread = start_http_server(port, addr=addr, registry=registry)
+        server = health.serve(health.routes(make_wsgi_app(registry), reporter.health), host=addr, port=port)
     except OSError as exc:
         raise ConfigError(
             f"{reporter.view.name}: cannot serve /metrics on {addr}:{port}: {exc}; "

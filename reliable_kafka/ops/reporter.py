@@ -21,6 +21,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from reliable_kafka.ops.health import health_of
 from reliable_kafka.ops.snapshot import ComponentView, view_of
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class ComponentReporter:
         self._thread: threading.Thread | None = None
         self._metrics_server = None
         self._lock = threading.Lock()  # one snapshot at a time (thread, scrape, close)
+        self.health = health_of(view)  # /healthz and /readyz beside /metrics (ops.health)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -97,7 +99,7 @@ class ComponentReporter:
 
     def tick(self) -> None:
         """Called by the worker's loop after each round: refreshes what only the worker's thread
-        may read (its consumer's positions), at most about once a second."""
+        may read (its consumer's positions, what /healthz and /readyz judge), at most about once a second."""
         now = time.monotonic()
         if now >= self._next_refresh:
             self._next_refresh = now + min(1.0, self.interval_s / 2)
@@ -105,6 +107,7 @@ class ComponentReporter:
                 self.view.refresh()
             except Exception as exc:
                 log.debug("%s: status refresh: %s", self.view.name, exc)
+            self.health.tick()  # the loop is alive, and holds these partitions
 
     def _loop(self) -> None:
         while True:

@@ -95,6 +95,16 @@ def test_word_count_survives_acker_sigterm_and_sigkill(compose, docker_engine):
         what="the acker containers created wordcount.acks",
         state=lambda: compose("logs", "--tail", "20"),
     )
+    # each acker's compose health check is its /readyz: ready once it holds and rebuilt partitions
+    ackers = [compose.container(s, docker_engine) for s in ("acker-1", "acker-2")]
+
+    def health() -> list:
+        for c in ackers:
+            c.reload()
+        return [c.attrs["State"].get("Health", {}).get("Status") for c in ackers]
+
+    wait_for(lambda: health() == ["healthy", "healthy"], timeout=180, what="both ackers healthy", state=health)
+    assert "CONFWARN" not in compose("logs", "acker-1", "acker-2")  # settings reach their own clients only
     create_topics(bootstrap, {"sentences": 2, "words": 2, f"{TOPOLOGY}.sentences": 2})
     counts, components = build(bootstrap, topology=TOPOLOGY)
     host_side = components[1:]  # spout, split and count on the host; the ackers are the containers

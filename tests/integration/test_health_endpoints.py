@@ -1,0 +1,85 @@
+"""/metrics, /healthz and /readyz of a running acker, spout and bolt on the real broker.
+
+Two bolts share a one-partition input in one group: the member that holds the partition is ready,
+the other one is alive but not ready ("no partitions assigned"); every other path answers 404.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout
+from reliable_kafka.testing.records import produce_values
+from reliable_kafka.testing.topics import create_topics, unique_name
+from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _wait(condition, *, timeout: float, what: str, detail=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout:.0f} s: {what}\n{detail()}")
+        time.sleep(0.5)
+
+
+def test_every_component_serves_metrics_liveness_and_readiness(kafka_bootstrap):
+    topology = unique_name("health")
+    source, middle = f"{topology}-in", f"{topology}.mid"
+    create_topics(kafka_bootstrap, {source: 2, middle: 1})
+    ensure_topics(admin_client(kafka_bootstrap), TopologyTopics(topology, ackers=2))
+    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    acker = AckerWorker(**on, ackers=2)
+    spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle)
+    bolts = [
+        BasicBolt(**on, source_topics=middle, group_id=f"{topology}-bolt", handler=lambda t, c: None, name=f"bolt-{i}")
+        for i in range(2)
+    ]
+    components = [acker, spout, *bolts]
+    for component in components:
+        component.status_interval_s = 1.0
+        component.metrics_port = 0  # a free port on 127.0.0.1, written back once serving
+
+    def answers() -> str:
+        return "\n".join(
+            f"{c.name}: {path} {_get(c.metrics_port, path)}" for c in components for path in ("/healthz", "/readyz")
+        )
+
+    produce_values(kafka_bootstrap, source, [f"record {i}".encode() for i in range(20)])
+    with LocalCluster(*components):
+        _wait(lambda: all(c.metrics_port for c in components), timeout=60, what="every component serving")
+        for component in (acker, spout):
+            _wait(
+                lambda component=component: _get(component.metrics_port, "/readyz")[0] == 200,
+                timeout=120,
+                what=f"{component.name} ready",
+                detail=answers,
+            )
+        # one bolt holds the middle topic's only partition: it is ready, the other is not
+        _wait(
+            lambda: sorted(_get(b.metrics_port, "/readyz")[0] for b in bolts) == [200, 503],
+            timeout=120,
+            what="one bolt ready, the other without a partition",
+            detail=answers,
+        )
+        idle = next(b for b in bolts if _get(b.metrics_port, "/readyz")[0] == 503)
+        assert json.loads(_get(idle.metrics_port, "/readyz")[1])["reasons"] == ["no partitions assigned"]
+        ready = json.loads(_get(acker.metrics_port, "/readyz")[1])
+        assert ready["status"] == "ok" and sorted(ready["partitions"]) == [f"{topology}.acks:0", f"{topology}.acks:1"]
+        for component in components:
+            status, body = _get(component.metrics_port, "/healthz")
+            assert status == 200 and json.loads(body)["status"] == "ok", (component.name, body)
+            status, body = _get(component.metrics_port, "/metrics")
+            assert status == 200 and b"rk_component_info{" in body, component.name
+            for path in ("/", "/metrics/x", "/ready"):
+                assert _get(component.metrics_port, path)[0] == 404, (component.name, path)
