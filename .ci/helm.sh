@@ -21,7 +21,7 @@ chart=$here/deploy/helm/reliable-kafka
 example=$(mktemp)
 trap 'rm -f "$example"' EXIT
 cat > "$example" <<'VALUES'
-topology: {name: orders, bootstrapServers: "b1:9093,b2:9093", ackers: 6, replicationFactor: 3, createTopics: false}
+topology: {name: orders, bootstrapServers: "b1:9093,b2:9093", ackers: 6, replicationFactor: 3, minInsyncReplicas: 2, createTopics: false}
 security: {existingSecret: kafka-client, propertiesKey: client.properties}
 ackers: {replicas: 3, kafkaConfig: {client.rack: eu-1a}}
 serviceMonitor: {enabled: true}
