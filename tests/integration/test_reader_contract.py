@@ -1,4 +1,4 @@
-"""The acker worker reads ack records as the wire contract says (README "The wire contract"):
+"""The acker worker reads ack records as the wire contract says (docs/design.md, "Wire formats"):
 record keys are not read, an empty batch is a valid record, trailing bytes make a record bad."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The reader's contract of the ack and outcome topics (schemas/*.avsc, README "The wire contract"),
+"""The reader's contract of the ack and outcome topics (schemas/*.avsc, docs/design.md "Wire formats"),
 pinned at the codec and acker-table level. The worker-level rules (record keys not read, an empty
 batch folded, trailing bytes quarantined) are pinned in tests/integration/test_reader_contract.py."""
 
