@@ -98,7 +98,7 @@ class KraftQuorum:
         v.require_mapping(where, "extra_config", extra_config)
         v.require_bool(where, "detach", detach)
         v.require_number(where, "startup_timeout", startup_timeout, above=0)
-        v.require_str(where, "version", version)
+        v.require_str(where, "version", version, optional=True)  # None: RK_KAFKA_VERSION, else the default
         v.require_instance(where, "security", security, BrokerSecurity)
         extra = {str(k): str(v) for k, v in (extra_config or {}).items()}
         managed = sorted(_MANAGED_KEYS.intersection(extra))
