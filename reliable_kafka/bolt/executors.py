@@ -17,6 +17,7 @@ import asyncio
 import logging
 import queue
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -105,8 +106,9 @@ class ThreadCalls:
 
 
 class AsyncioCalls:
-    """One asyncio loop in a daemon thread; each call a task on it, at most ``size`` of them
-    running the handler at once (the others wait for the semaphore)."""
+    """One asyncio loop in a daemon thread; each call a task on it, at most ``size`` of them at
+    once: the others wait in a queue on the loop's thread, and a task that ends starts the next
+    (no task exists for a call that waits)."""
 
     def __init__(self, size: int, *, name: str = "bolt") -> None:
         self.size = size
@@ -114,7 +116,7 @@ class AsyncioCalls:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tasks: set[asyncio.Task] = set()
-        self._slots: asyncio.Semaphore | None = None  # made on the loop's thread
+        self._waiting: deque[Call] = deque()  # touched on the loop's thread only
 
     def start(self, run, run_async, begin) -> None:
         self._run_async = run_async
@@ -124,20 +126,20 @@ class AsyncioCalls:
 
     def submit(self, calls: list[Call]) -> None:
         assert self._loop is not None  # started
-        self._loop.call_soon_threadsafe(self._start_tasks, calls)  # one wake-up of the loop per round
+        self._loop.call_soon_threadsafe(self._queue, calls)  # one wake-up of the loop per round
 
-    def _start_tasks(self, calls: list[Call]) -> None:
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.size)
-        for call in calls:
-            task = asyncio.ensure_future(self._in_slot(call))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def _queue(self, calls: list[Call]) -> None:
+        self._waiting.extend(calls)
+        self._start_tasks()
 
-    async def _in_slot(self, call: Call) -> None:
-        assert self._slots is not None
-        async with self._slots:
-            await self._run_async(call)
+    def _start_tasks(self, _ended: asyncio.Task | None = None) -> None:
+        if _ended is not None:
+            self._tasks.discard(_ended)
+        waiting, tasks = self._waiting, self._tasks
+        while waiting and len(tasks) < self.size:
+            task = asyncio.ensure_future(self._run_async(waiting.popleft()))
+            tasks.add(task)
+            task.add_done_callback(self._start_tasks)
 
     def close(self, timeout: float) -> None:
         loop, thread = self._loop, self._thread
@@ -145,6 +147,7 @@ class AsyncioCalls:
             return
 
         def stop() -> None:
+            self._waiting.clear()  # abandoned: a cancelled task must not start the next
             for task in list(self._tasks):
                 task.cancel()
             loop.call_soon(loop.stop)  # after the cancelled tasks ran their last step
