@@ -23,7 +23,7 @@ while it works through it: with the default threshold (700 container objects all
 freed) young collections run several times per batch, find the batch alive, and promote it to the
 older generations, which full collections then walk again. At 50,000 a collection comes after
 many batches and finds their objects gone (the word count's Python CPU fell by about a sixth:
-docs/performance.md). Cyclic garbage waits a little longer to be collected; only a threshold
+the git history of docs/performance.md). Cyclic garbage waits a little longer to be collected; only a threshold
 below this one is raised, and the old one comes back when the last worker loop ends.
 """
 

@@ -178,6 +178,6 @@ ERRORS_ONLY = {"delivery.report.only.error": True}
 # Producer defaults of spouts and bolts, which send what a poll produced at its end (send_polled):
 # librdkafka puts one partition in each produce request, and the broker pays per request (about
 # 0.1 ms of CPU here, 0.3 ms with the consumer fetch it wakes, against about 1 us a record;
-# docs/performance.md). With the 5 ms default a Python loop that takes 10 to 20 ms over a batch had
+# the git history of docs/performance.md). With the 5 ms default a Python loop that takes 10 to 20 ms over a batch had
 # it cut into 5 ms pieces, a request per partition each; with 50 ms it goes whole when its poll ends.
 SENT_PER_POLL = {"linger.ms": 50}

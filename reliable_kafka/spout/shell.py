@@ -48,8 +48,8 @@ from reliable_kafka.validation import (
 # The producer of a spout that promises nothing (guarantee="none") is not idempotent unless
 # kafka_config says so: it sends no ack events, and idempotence cost its librdkafka thread 0.6 to
 # 2.2 ms of CPU per 1,000 forwarded records in the word-count pipeline against 0.6 to 0.7 without
-# (docs/performance.md). A retried send may then write a record twice or out of order, as a plain
-# producer's may. "at_most_once" keeps it (a duplicate would break its promise).
+# (measured: the git history of docs/performance.md). A retried send may then write a record
+# twice or out of order, as a plain producer's may. "at_most_once" keeps it (a duplicate would break its promise).
 UNTRACKED_PRODUCER = {**SENT_PER_POLL, "enable.idempotence": False}
 
 __all__ = ["SpoutShell", "Guarantee"]
