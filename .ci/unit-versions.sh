@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The unit tests (tests/unit: they start nothing) on the other Python versions the package supports
-# (pyproject: requires-python >= 3.10). Each version gets its own virtual environment under
-# ~/.cache/reliable-kafka (./rk makes it, from constraints.txt, whose markers pick the releases
-# that still support Python 3.10). A version that is not installed fails the stage under CI and is
+# (pyproject: requires-python >= 3.10). Each version gets its own virtual environment in the
+# checkout, .venv-py<version> (./rk makes it, from constraints.txt, whose markers pick the releases
+# that still support Python 3.10; pip's cache keeps the downloads). Not a shared one: the package
+# is installed editable, so a venv made for another checkout would import that checkout's code. A version that is not installed fails the stage under CI and is
 # skipped with a line saying so elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 versions=${RK_CI_PYTHONS:-3.10 3.13}
-cache=${XDG_CACHE_HOME:-$HOME/.cache}/reliable-kafka
 for version in $versions; do
   python=
   # pyenv's interpreters first (its shims answer "command not found" for a version not selected)
@@ -23,5 +23,5 @@ for version in $versions; do
   fi
   echo "== unit tests on Python $version ($python) =="
   # the simulation's 1,000 seeds a mode run on 3.11 in the main suite; 200 here keep the stage short
-  RK_SIM_SEEDS=${RK_SIM_SEEDS:-200} RK_PYTHON=$python RK_VENV=$cache/venv-py$version ./rk test tests/unit -q -p no:cacheprovider
+  RK_SIM_SEEDS=${RK_SIM_SEEDS:-200} RK_PYTHON=$python RK_VENV=$PWD/.venv-py$version ./rk test tests/unit -q -p no:cacheprovider
 done
