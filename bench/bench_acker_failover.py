@@ -37,8 +37,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from reliable_kafka import codec
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.ids import new_id, partition_for_root
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.testing.topics import unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 SETTINGS = {
     "classic-10s": ["session.timeout.ms=10000", "heartbeat.interval.ms=2000"],  # the defaults before

@@ -33,8 +33,9 @@ from reliable_kafka import AckerWorker, codec
 from reliable_kafka.acker.worker import FOLD_GROUP
 from reliable_kafka.core.acker_table import AckerTable
 from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.testing.topics import unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 ENTRIES_PER_RECORD = 2000  # MAX_ENTRIES_PER_RECORD until 2026-11-24 (now 8000): kept, so figures compare
 SPOUT_TASK = 0x5EED  # the INITs' sender (owner)

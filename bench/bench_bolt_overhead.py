@@ -344,8 +344,9 @@ def _prefill(bootstrap: str, topic: str, role: str, tracked: bool, records: int)
 def on_broker(args) -> None:
     import multiprocessing as mp
 
+    from reliable_kafka.kafka.admin import admin_client, ensure_topics
     from reliable_kafka.testing.topics import create_topics, unique_name
-    from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+    from reliable_kafka.topology import TopologyTopics
 
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap_servers

@@ -300,8 +300,9 @@ class Run:
 
 
 def _measure(ctx, bootstrap, config: str, point: Point, source: str, ends: dict[int, int], timeout: float) -> Run:
+    from reliable_kafka.kafka.admin import admin_client, ensure_topics
     from reliable_kafka.testing.topics import create_topics, unique_name
-    from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+    from reliable_kafka.topology import TopologyTopics
 
     records = sum(ends.values())
     first_call = ctx.Value("d", 0.0, lock=False)

@@ -496,8 +496,9 @@ class Pipeline:
     def start(self, ctx, pool: list[str]) -> Pipeline:
         from confluent_kafka import Producer
 
+        from reliable_kafka.kafka.admin import admin_client, ensure_topics
         from reliable_kafka.testing.topics import create_topics, unique_name
-        from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+        from reliable_kafka.topology import TopologyTopics
 
         topology = unique_name(f"bench-{self.config}")
         self.topics = {

@@ -420,7 +420,8 @@ def run_tracked(
     from reliable_kafka.spark.jvm_functions import MODE_ENV
 
     os.environ[MODE_ENV] = {"jar": "on", "sql": "off"}[path]  # read by the writer at each batch
-    from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+    from reliable_kafka.kafka.admin import admin_client, ensure_topics
+    from reliable_kafka.topology import TopologyTopics
 
     topology = unique_name("bench-tracked")
     output = f"{topology}.words"

@@ -19,12 +19,13 @@ from collections import Counter
 
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt import BasicBolt
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.local import LocalCluster
 from reliable_kafka.spark import SparkSpout, spark_session
 from reliable_kafka.spark.demo_job import count_words
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 WORDS = "the quick brown fox jumps over the lazy dog and the cat".split()
 

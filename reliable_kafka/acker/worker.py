@@ -29,6 +29,7 @@ from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.errors import DecodeError, DeliveryError, TopologyError
 from reliable_kafka.ids import new_id, partitions_for_roots
 from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD
+from reliable_kafka.kafka.admin import admin_client, ensure_topics, partition_count, warn_if_create_time
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config, consumer_settings, producer_settings
@@ -45,14 +46,7 @@ from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import release_producer
 from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.polling import consume_batch
-from reliable_kafka.topology import (
-    TopologyTopics,
-    admin_client,
-    check_ack_partitions,
-    ensure_topics,
-    partition_count,
-    warn_if_create_time,
-)
+from reliable_kafka.topology import TopologyTopics, check_ack_partitions
 
 __all__ = ["AckerWorker", "AckerStats"]
 

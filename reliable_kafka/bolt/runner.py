@@ -28,6 +28,7 @@ from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import AuthorizationError, ConfigError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD, AckSender
+from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, SENT_PER_POLL, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.commit_wait import commit_wait
@@ -46,7 +47,7 @@ from reliable_kafka.lifecycle import run_until_stopped
 from reliable_kafka.ops.errors import handler_raised
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.polling import consume_batch
-from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
+from reliable_kafka.topology import TopologyTopics
 
 __all__ = ["Tuple", "TupleBatch", "BoltCollector", "Bolt", "BasicBolt", "BoltStats", "PROCESS_TIMED_RUN"]
 

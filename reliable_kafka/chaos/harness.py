@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING
 
 from reliable_kafka.chaos.checks import ChaosReport, check
 from reliable_kafka.chaos.worker import topic_names
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 if TYPE_CHECKING:
     from reliable_kafka.broker.embedded import EmbeddedCluster, EmbeddedKafka

@@ -95,8 +95,8 @@ def _acls(args: argparse.Namespace) -> int:
         print(acl)
     if args.apply:
         from reliable_kafka.errors import ConfigError
+        from reliable_kafka.kafka.admin import admin_client
         from reliable_kafka.kafka.authorization import apply_acls
-        from reliable_kafka.topology import admin_client
 
         if not args.bootstrap_servers:
             raise ConfigError(
@@ -109,7 +109,8 @@ def _acls(args: argparse.Namespace) -> int:
 
 
 def _topics(args: argparse.Namespace) -> int:
-    from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+    from reliable_kafka.kafka.admin import admin_client, ensure_topics
+    from reliable_kafka.topology import TopologyTopics
 
     topics = TopologyTopics(args.topology, ackers=args.ackers)
     admin = admin_client(args.bootstrap_servers, client_settings(args), component="reliable-kafka topics")

@@ -13,12 +13,13 @@ from reliable_kafka import codec
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError, StateError
+from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import coordinates, new_consumer
 from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.fatal import ClientFailed, Rebuilds, client_failed, fatal_error, is_fatal
 from reliable_kafka.kafka.parking import Quarantine
-from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
+from reliable_kafka.topology import TopologyTopics
 
 # kind value -> member by indexing (OutcomeKind(k) costs ~0.8 us, once per outcome); the decoder
 # returns only the schema's kinds, 0 to 3

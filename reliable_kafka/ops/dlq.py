@@ -302,7 +302,7 @@ def replayed(
 
 def check_target(bootstrap_servers: str, to: str, *, kafka_config: dict | None = None) -> None:
     """Raise at once when topic ``to`` does not exist: a replay to it would send nothing."""
-    from reliable_kafka.topology import admin_client
+    from reliable_kafka.kafka.admin import admin_client
 
     if to not in admin_client(bootstrap_servers, kafka_config).list_topics(timeout=30).topics:
         raise ReliableKafkaError(
@@ -366,8 +366,8 @@ def replay(
     """Send ``letters`` back to their source topic and partition (or to topic ``to``), at most
     ``rate`` records a second, each once ever (see the module doc); ``force`` sends letters
     replayed before once more, on purpose; ``dry_run`` sends nothing."""
+    from reliable_kafka.kafka.admin import admin_client
     from reliable_kafka.kafka.clients import new_producer
-    from reliable_kafka.topology import admin_client
 
     if rate <= 0:
         raise ReliableKafkaError(f"dlq replay: --rate must be > 0, got {rate}")

@@ -88,7 +88,7 @@ def _cluster_check(worker) -> Callable[[float], str | None]:
         nonlocal admin
         try:
             if admin is None:
-                from reliable_kafka.topology import admin_client
+                from reliable_kafka.kafka.admin import admin_client
 
                 admin = admin_client(
                     worker.bootstrap_servers,

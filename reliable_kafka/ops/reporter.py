@@ -201,8 +201,8 @@ class ComponentReporter:
         producer.poll(0)
 
     def _new_producer(self) -> Producer:
+        from reliable_kafka.kafka.admin import admin_client, ensure_status_topic
         from reliable_kafka.kafka.clients import new_producer
-        from reliable_kafka.topology import admin_client, ensure_status_topic
 
         worker = self.view.worker
         config = getattr(worker, "kafka_config", None) or {}

@@ -23,6 +23,7 @@ from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import AuthorizationError, ConfigError, DeliveryError, StateError, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.clients import check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.produce import flush_or_raise, release_producer
@@ -43,7 +44,7 @@ from reliable_kafka.spark.writer import (
     v2_write_session,
     write_in_jvm,
 )
-from reliable_kafka.topology import TopologyTopics, admin_client, partition_count
+from reliable_kafka.topology import TopologyTopics
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer

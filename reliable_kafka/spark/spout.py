@@ -39,6 +39,7 @@ from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker, Redelivery
 from reliable_kafka.errors import StateError
 from reliable_kafka.ids import new_id
+from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.clients import new_consumer
 from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog
 from reliable_kafka.spark.checkpoint import HadoopFiles, read_resume_point
@@ -50,7 +51,6 @@ from reliable_kafka.spout.dead_letters import DEAD_LETTER_RATIO, DEAD_LETTER_WIN
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
 from reliable_kafka.spout.spout import _source_record
-from reliable_kafka.topology import admin_client, partition_count
 
 __all__ = ["SparkSpout"]
 

@@ -19,6 +19,7 @@ from reliable_kafka.core.tracker import Backoff, InFlightTracker
 from reliable_kafka.errors import AuthorizationError, ConfigError, OutputRefused, TopologyError
 from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.ack_sender import AckSender
+from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.clients import SENT_PER_POLL, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
@@ -28,7 +29,7 @@ from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.spout.dead_letters import DEAD_LETTER_RATIO, DEAD_LETTER_WINDOW
 from reliable_kafka.spout.records import SourceRecord, SpoutCollector, SpoutStats, forward_to, source_record_of
 from reliable_kafka.spout.roots import RootOwner
-from reliable_kafka.topology import TopologyTopics, admin_client, check_ack_partitions, partition_count
+from reliable_kafka.topology import TopologyTopics, check_ack_partitions
 from reliable_kafka.validation import (
     refused_outputs,
     require_bool,

@@ -17,9 +17,10 @@ from reliable_kafka import codec
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt import BasicBolt, Bolt, BoltCollector, Tuple
 from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.testing.records import read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

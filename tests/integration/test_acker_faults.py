@@ -16,10 +16,11 @@ from reliable_kafka import AckerWorker, LocalCluster, codec
 from reliable_kafka.acker import worker as worker_module
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.ids import new_id
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets
 from reliable_kafka.testing.records import read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 RECORDS = 40  # one complete tree each; the injected error hits the group holding offset FAIL_AT
 FAIL_AT = 20

@@ -27,10 +27,11 @@ from confluent_kafka import Producer
 from reliable_kafka import AckerWorker, Bolt, BoltCollector, LocalCluster, Spout, Tuple, codec
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.ids import partition_for_root
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 # Long, so that a tree completed through the rebuilt table (seconds) cannot be mistaken for one
 # that timed out and was replayed (a minute): replays are also counted by the spout.

@@ -9,10 +9,11 @@ from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, codec
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.ids import new_id, partition_for_root
 from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, lag
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 
 def _send(bootstrap: str, topic: str, values: list[tuple[int, bytes]], headers=None) -> None:

@@ -16,11 +16,12 @@ from confluent_kafka import Producer
 from reliable_kafka import codec
 from reliable_kafka.cli import main
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.ops import dlq as dlq_module
 from reliable_kafka.ops.trace import RootIndex, last_acks, render, trace
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 _U64 = (1 << 64) - 1
 SPOUT, FIRST_HOP, LATE_HOP = 77, 101, 202

@@ -12,8 +12,9 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 
 from reliable_kafka import AckerWorker
 from reliable_kafka.cli import main
+from reliable_kafka.kafka.admin import admin_client, ensure_topics, partition_count
 from reliable_kafka.testing.topics import unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics, partition_count
+from reliable_kafka.topology import TopologyTopics
 
 pytestmark = pytest.mark.cluster
 

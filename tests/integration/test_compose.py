@@ -21,11 +21,11 @@ import pytest
 
 from examples.word_count import build
 from reliable_kafka import LocalCluster
+from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.offsets import committed_offsets, end_offsets, lag
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.session import _free_port
 from reliable_kafka.testing.topics import create_topics
-from reliable_kafka.topology import admin_client, partition_count
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import ConfigResource
 
+from reliable_kafka.kafka.admin import admin_client
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.session import DEFAULT_KAFKA_IMAGE, kafka_container, session_kafka
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import admin_client
 
 pytestmark = pytest.mark.docker
 

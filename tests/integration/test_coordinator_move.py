@@ -24,10 +24,11 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 pytestmark = pytest.mark.cluster
 

@@ -12,12 +12,13 @@ import pytest
 from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.errors import ConfigError, DeadLetterGuardTripped, OutputRefused
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.ops.status import build_report
 from reliable_kafka.spout.dead_letters import DEAD_LETTER_WINDOW
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 FAST_RETRY = Backoff(initial_ms=20, max_ms=200)
 

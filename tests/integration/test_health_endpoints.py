@@ -12,9 +12,10 @@ import urllib.error
 import urllib.request
 
 from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 
 def _get(port: int, path: str) -> tuple[int, bytes]:

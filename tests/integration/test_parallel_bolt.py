@@ -37,10 +37,11 @@ import pytest
 from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout
 from reliable_kafka.chaos.checks import early_commits
 from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 SCRIPT = Path(__file__).with_name("parallel_bolt_script.py")
 SENTENCES = 1500

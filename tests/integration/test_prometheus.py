@@ -26,9 +26,10 @@ import pytest
 
 from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout
 from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 RULES = Path(__file__).resolve().parents[2] / "deploy/prometheus/reliable-kafka-rules.yml"
 

@@ -8,10 +8,11 @@ from confluent_kafka import Producer
 from reliable_kafka import AckerWorker, LocalCluster, codec
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.ids import new_id
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets
 from reliable_kafka.testing.records import read_topic
 from reliable_kafka.testing.topics import unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 
 def test_keys_are_not_read_empty_batches_are_valid_and_trailing_bytes_are_bad(kafka_bootstrap):

@@ -17,12 +17,13 @@ from spark_helpers import started, topology_bolt, wait_for
 from reliable_kafka import codec
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.ids import new_id
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.ops.failures import decode_failure
 from reliable_kafka.spark import SparkBolt, merge_anchors, spark_session
 from reliable_kafka.spark.writer import V1_SOURCES, write_in_jvm
 from reliable_kafka.testing.records import read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 pytestmark = pytest.mark.spark
 

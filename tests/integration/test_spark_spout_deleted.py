@@ -10,13 +10,13 @@ from spark_helpers import DownstreamLog, acker_running, bolt_running, source_of,
 
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.core.tracker import Backoff
+from reliable_kafka.kafka.admin import admin_client
 from reliable_kafka.offsets import committed_offsets
 from reliable_kafka.ops import dlq
 from reliable_kafka.spark import SparkSpout, spark_session
 from reliable_kafka.spout.roots import GONE_REASON
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import admin_client
 
 pytestmark = pytest.mark.spark
 

@@ -19,13 +19,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from examples.word_count import build
 from reliable_kafka import LocalCluster
 from reliable_kafka.demo import SENTENCES
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets, lag
 from reliable_kafka.ops.metrics import METRICS
 from reliable_kafka.ops.reporter import HISTORY
 from reliable_kafka.ops.status import build_report, read_snapshots, render
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 INTERVAL_S = 1.0
 STALL_BOUND_S = (HISTORY + 1) * INTERVAL_S

@@ -8,11 +8,12 @@ import pytest
 
 from reliable_kafka import BasicBolt, LocalCluster
 from reliable_kafka.acker import AckerWorker
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.ops.status import build_report, read_snapshots
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 pytestmark = pytest.mark.spark
 

@@ -21,12 +21,13 @@ from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout
 from reliable_kafka.cli import main
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.errors import TopologyError
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import lag, true_lag
 from reliable_kafka.ops.failures import decode_failure
 from reliable_kafka.ops.status import build_report, read_snapshots, render
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 INTERVAL_S = 1.0
 FAST_RETRY = Backoff(initial_ms=20, multiplier=2.0, max_ms=200)

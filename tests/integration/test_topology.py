@@ -14,10 +14,11 @@ from examples.word_count import build
 from reliable_kafka import AckerWorker, BasicBolt, Bolt, LocalCluster, Spout, TopologyError, codec
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.demo import SENTENCES
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 FAST_RETRY = Backoff(initial_ms=20, multiplier=2.0, max_ms=200)
 

@@ -7,8 +7,9 @@ import pytest
 from confluent_kafka.admin import ConfigResource, ResourceType
 
 from reliable_kafka import AckerWorker, Spout, TopologyError
+from reliable_kafka.kafka.admin import admin_client, ensure_topics, partition_count
 from reliable_kafka.testing.topics import unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics, partition_count
+from reliable_kafka.topology import TopologyTopics
 
 
 def _replicas_and_min_insync(bootstrap: str, topic: str) -> tuple[set[int], str]:

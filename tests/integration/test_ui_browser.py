@@ -21,10 +21,11 @@ import pytest
 from examples.word_count import build
 from reliable_kafka import LocalCluster
 from reliable_kafka.demo import SENTENCES
+from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.ops.ui import StatusPage
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
-from reliable_kafka.topology import TopologyTopics, admin_client, ensure_topics
+from reliable_kafka.topology import TopologyTopics
 
 pytestmark = pytest.mark.browser
 

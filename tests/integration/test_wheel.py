@@ -155,7 +155,7 @@ def test_installed_wheel_runs_acker_spout_and_bolt(fresh_venv, kafka_bootstrap, 
 def _wait_for_topic(bootstrap: str, topic: str, process: subprocess.Popen, timeout: float = 120) -> None:
     import time
 
-    from reliable_kafka.topology import admin_client, partition_count
+    from reliable_kafka.kafka.admin import admin_client, partition_count
 
     admin = admin_client(bootstrap)
     deadline = time.monotonic() + timeout

@@ -108,8 +108,8 @@ def test_principal_of():
 
 
 def test_clients_made_by_the_library_know_their_principal():
+    from reliable_kafka.kafka.admin import admin_client
     from reliable_kafka.kafka.clients import new_consumer, new_producer
-    from reliable_kafka.topology import admin_client
 
     config = {
         "sasl.username": "bolt",
@@ -128,7 +128,8 @@ def test_clients_made_by_the_library_know_their_principal():
 
 
 def test_acker_without_describe_configs_warns_which_permission_it_lacks(caplog):
-    from reliable_kafka.topology import TopologyTopics, warn_if_create_time
+    from reliable_kafka.kafka.admin import warn_if_create_time
+    from reliable_kafka.topology import TopologyTopics
 
     class RefusingAdmin:
         component, principal = "acker-1", "User:acker"

@@ -76,7 +76,7 @@ _SCRIPT = textwrap.dedent("""
     import logging, sys, time
     logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format="%(levelname)s %(name)s: %(message)s")
     from reliable_kafka.offsets import end_offsets
-    from reliable_kafka.topology import admin_client
+    from reliable_kafka.kafka.admin import admin_client
     from reliable_kafka.kafka.clients import new_consumer, new_producer
     closed = "127.0.0.1:1"
     producer = new_producer(closed)

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from reliable_kafka.errors import ConfigError, TopologyError
-from reliable_kafka.topology import Replication, TopologyTopics, check_ack_partitions, replication_for
+from reliable_kafka.kafka.admin import replication_for
+from reliable_kafka.topology import Replication, TopologyTopics, check_ack_partitions
 
 
 class _Admin:
