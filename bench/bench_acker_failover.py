@@ -35,8 +35,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from reliable_kafka import codec
+from reliable_kafka.core.ids import new_id, partition_for_root
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.ids import new_id, partition_for_root
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.testing.topics import unique_name
 from reliable_kafka.topology import TopologyTopics

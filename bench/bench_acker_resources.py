@@ -28,8 +28,8 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from reliable_kafka import codec
+from reliable_kafka.core.ids import new_id, partition_for_root
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.ids import new_id, partition_for_root
 from reliable_kafka.testing.topics import unique_name
 
 ACKERS = 4

@@ -31,7 +31,7 @@ from typing import Any
 
 from reliable_kafka import codec
 from reliable_kafka.bolt import BasicBolt
-from reliable_kafka.ids import new_id
+from reliable_kafka.core.ids import new_id
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.testing.memory_broker import new_message
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import time
 
-from reliable_kafka.ops.trace import RootIndex
+from reliable_kafka.spout.root_index import RootIndex
 
 
 class _Stub:

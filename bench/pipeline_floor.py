@@ -31,8 +31,8 @@ import numpy as np
 
 from reliable_kafka.codec import decode_outcomes, encode_ack_batch
 from reliable_kafka.codec.anchors import encode_one_anchor
+from reliable_kafka.core.ids import new_id, new_ids
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
-from reliable_kafka.ids import new_id, new_ids
 from reliable_kafka.kafka.clients import SENT_PER_POLL
 from reliable_kafka.kafka.produce import send_polled
 from reliable_kafka.lifecycle import young_collections_per_batch

@@ -24,10 +24,10 @@ from reliable_kafka.kafka.admin import ensure_topics
 from reliable_kafka.local import LocalCluster
 from reliable_kafka.spout import SourceRecord, Spout, SpoutCollector, SpoutStats, TransactionalSpout
 from reliable_kafka.topology import TopologyTopics
-
-__version__ = "0.1.0"
+from reliable_kafka.version import __version__
 
 __all__ = [
+    "__version__",
     "AckerWorker",
     "AckerStats",
     "Spout",

@@ -23,11 +23,11 @@ from reliable_kafka.acker.outcomes import OUTCOME_PRODUCER_DEFAULTS, OutcomePubl
 from reliable_kafka.acker.state import AckerStats, _Partition
 from reliable_kafka.core.acker_table import AckerTable, Outcomes
 from reliable_kafka.core.clock import Clock
+from reliable_kafka.core.ids import new_id, partitions_for_roots
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.root_store import MAX_BUCKETS
 from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.errors import DecodeError, DeliveryError, TopologyError
-from reliable_kafka.ids import new_id, partitions_for_roots
 from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD
 from reliable_kafka.kafka.admin import admin_client, ensure_topics, partition_count, warn_if_create_time
 from reliable_kafka.kafka.authorization import check_consumed

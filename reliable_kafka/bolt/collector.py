@@ -12,9 +12,9 @@ from confluent_kafka import KafkaException
 
 from reliable_kafka import codec
 from reliable_kafka.core.anchors import Anchored, anchor_child, fail_roots
+from reliable_kafka.core.ids import _pool, new_id
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import ArgumentError, OutputRefused
-from reliable_kafka.ids import _pool, new_id
 from reliable_kafka.kafka.produce import produce_headers
 from reliable_kafka.validation import refused_outputs
 

@@ -24,9 +24,9 @@ from reliable_kafka.bolt.executors import CallExecutor
 from reliable_kafka.bolt.parallel import parallel_calls
 from reliable_kafka.bolt.serial import FATAL, PROCESS_TIMED_RUN, handle_batch, handle_serially
 from reliable_kafka.core.clock import Clock
+from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import AuthorizationError, ConfigError, TopologyError
-from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD, AckSender
 from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.authorization import check_consumed

@@ -170,7 +170,7 @@ def _compact_string(text: str) -> bytes:
 
 def api_versions_request(correlation_id: int, client_id: str = "reliable-kafka") -> bytes:
     """An ApiVersions v3 request, size-prefixed (request header v2, then the body)."""
-    from reliable_kafka import __version__
+    from reliable_kafka.version import __version__
 
     client = client_id.encode()
     header = struct.pack(">hhih", _API_VERSIONS, _REQUEST_VERSION, correlation_id, len(client)) + client + b"\x00"

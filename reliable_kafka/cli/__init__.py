@@ -21,11 +21,11 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from reliable_kafka import __version__
 from reliable_kafka.cli import acker, acls, broker, demo, failures, spark, status
 from reliable_kafka.cli.arguments import Subparsers
 from reliable_kafka.cli.arguments import command_config as _command_config  # noqa: F401  (older import path)
 from reliable_kafka.errors import ReliableKafkaError
+from reliable_kafka.version import __version__
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 

@@ -18,13 +18,22 @@ from reliable_kafka.codec.anchors import (
 )
 from reliable_kafka.codec.envelope import FORMAT_VERSION, schema_dir
 from reliable_kafka.codec.outcome_batch import OutcomeBatch, decode_outcomes, encode_outcomes
-from reliable_kafka.codec.parked_record import PARKED_HEADER, ParkedRecord, decode_parked, encode_parked
+from reliable_kafka.codec.parked_record import (
+    ATTEMPTS_HEADER,
+    PARKED_HEADER,
+    REASON_HEADER,
+    ParkedRecord,
+    decode_parked,
+    encode_parked,
+)
 
 __all__ = [
     "FORMAT_VERSION",
     "ANCHORS_HEADER",
     "ANCHORS_VERSION",
     "PARKED_HEADER",
+    "ATTEMPTS_HEADER",
+    "REASON_HEADER",
     "AckBatch",
     "OutcomeBatch",
     "ParkedRecord",

@@ -8,9 +8,12 @@ from dataclasses import dataclass
 from reliable_kafka.codec.envelope import _decode, _encode
 from reliable_kafka.errors import DecodeError
 
-__all__ = ["PARKED_HEADER", "ParkedRecord", "encode_parked", "decode_parked"]
+__all__ = ["PARKED_HEADER", "ATTEMPTS_HEADER", "REASON_HEADER", "ParkedRecord", "encode_parked", "decode_parked"]
 
 PARKED_HEADER = "rk-parked"
+# a dead letter's attempt history (JSON, reliable_kafka.ops.failures.encode_attempts) and its one-line reason
+ATTEMPTS_HEADER = "rk-attempts"
+REASON_HEADER = "rk-reason"
 
 
 @dataclass(frozen=True)

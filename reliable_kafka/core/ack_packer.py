@@ -6,9 +6,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from reliable_kafka.core.ids import partitions_for_roots
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import ArgumentError, ConfigError
-from reliable_kafka.ids import partitions_for_roots
 
 __all__ = ["AckPacker", "PackedEntries"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from reliable_kafka.ids import new_id
+from reliable_kafka.core.ids import new_id
 
 __all__ = ["Anchored", "anchor_child", "anchor_to_pairs", "ack_entries", "fail_roots", "spout_root"]
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from reliable_kafka.core.backoff import Backoff
 from reliable_kafka.core.clock import monotonic_ms
+from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.core.outcome_actions import ActionKind, OutcomeAction, Redelivery, TopicPartition
@@ -52,7 +53,6 @@ from reliable_kafka.core.pending import SEQ_BITS, DoneEntry
 from reliable_kafka.core.pending import PartitionOffsets as _Partition
 from reliable_kafka.core.pending import PendingState as _State
 from reliable_kafka.errors import ArgumentError, ConfigError
-from reliable_kafka.ids import new_id
 
 __all__ = [
     "TopicPartition",

@@ -14,12 +14,11 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from reliable_kafka import codec
-from reliable_kafka.codec import ParkedRecord
+from reliable_kafka.codec import ATTEMPTS_HEADER, ParkedRecord
 from reliable_kafka.errors import DecodeError
 from reliable_kafka.kafka.authorization import check_delivery
 from reliable_kafka.kafka.clients import coordinates, message_coordinates
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_waiting
-from reliable_kafka.ops.failures import ATTEMPTS_HEADER
 
 __all__ = ["Quarantine", "park", "park_reference"]
 

@@ -16,8 +16,8 @@ from typing import Any, cast
 from confluent_kafka import TopicPartition
 
 from reliable_kafka import codec
+from reliable_kafka.codec import REASON_HEADER
 from reliable_kafka.errors import DecodeError
-from reliable_kafka.ops.failures import REASON_HEADER
 from reliable_kafka.ops.reasons import reason_word
 from reliable_kafka.topology import TopologyTopics
 

@@ -21,8 +21,9 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from reliable_kafka import codec
+from reliable_kafka.codec import ATTEMPTS_HEADER, REASON_HEADER
 from reliable_kafka.errors import DecodeError, ReliableKafkaError, TopologyError
-from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER, Attempt, decode_attempts
+from reliable_kafka.ops.failures import Attempt, decode_attempts
 from reliable_kafka.topology import TopologyTopics
 
 __all__ = [

@@ -31,6 +31,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, overload
 
+from reliable_kafka.codec import ATTEMPTS_HEADER, REASON_HEADER
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.errors import AuthorizationError, TopologyError
 from reliable_kafka.ops.errors import frames_of
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FAILURE_FORMAT",
-    "ATTEMPTS_HEADER",
-    "REASON_HEADER",
     "FailureRecord",
     "Attempt",
     "FailureLog",
@@ -57,8 +56,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FAILURE_FORMAT = 1
-ATTEMPTS_HEADER = "rk-attempts"
-REASON_HEADER = "rk-reason"
 _MAX_TEXT = 1000  # a reason or error message longer than this is cut: records and headers stay small
 _MAX_ATTEMPTS_HEADER = 16_000  # bytes; older attempts are dropped first, the count stays in rk-parked
 

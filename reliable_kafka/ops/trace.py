@@ -13,22 +13,18 @@ status snapshots (``task_id``) and the failure records.
 
 from __future__ import annotations
 
-import struct
-import sys
 import time
-from array import array
 from datetime import datetime, timezone
 
 from confluent_kafka import TopicPartition
 
 from reliable_kafka import codec
+from reliable_kafka.codec.root_index import decode_root_index
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import DecodeError, ReliableKafkaError
 from reliable_kafka.topology import TopologyTopics
 
 __all__ = [
-    "RootIndex",
-    "decode_root_index",
     "parse_coordinates",
     "trace",
     "last_ack_before",
@@ -38,84 +34,8 @@ __all__ = [
     "render_failures",
 ]
 
-_FORMAT = 1
 _MARGIN_MS = 60_000  # clocks of producers and the broker differ a little; entries are read this far back
 _U64 = (1 << 64) - 1
-ROOT_INDEX_INTERVAL_S = 1.0  # a poll loop's root index goes about once a second (RootIndex.send_due)
-MAX_PAIRS_PER_RECORD = 16_384  # 256 KB records, well under message.max.bytes (1 MB)
-
-
-class RootIndex:
-    """The spout's side: (offset, root) pairs per source partition, sent by :meth:`send` (the Spark
-    spout: with each batch's INITs) or, from a poll loop, by :meth:`send_due` about once a second."""
-
-    def __init__(self, producer, *, topic: str, spout_id: int, interval_s: float = ROOT_INDEX_INTERVAL_S) -> None:
-        self.producer = producer
-        self.topic = topic
-        self.interval_s = interval_s
-        self._head = bytes([_FORMAT]) + struct.pack(">q", spout_id)
-        self._pending: dict[tuple[str, int], array] = {}
-        self._sent_at: float | None = None
-        self._full = False  # a partition holds MAX_PAIRS_PER_RECORD pairs: send at once
-
-    def add(self, tp: tuple[str, int], offset: int, root: int) -> None:
-        pairs = self._pending.get(tp)
-        if pairs is None:
-            pairs = self._pending[tp] = array("q")
-        pairs.append(offset)
-        pairs.append(root)
-        if len(pairs) >= 2 * MAX_PAIRS_PER_RECORD:
-            self._full = True
-
-    def add_many(self, tp: tuple[str, int], offsets: list[int], roots: list[int]) -> None:
-        """:meth:`add` for each (offset, root) pair of ``tp`` (a consumed batch), with one interleave."""
-        if not len(offsets):
-            return
-        pairs = self._pending.get(tp)
-        if pairs is None:
-            pairs = self._pending[tp] = array("q")
-        interleaved = [0] * (2 * len(offsets))
-        interleaved[0::2] = offsets
-        interleaved[1::2] = roots
-        pairs.extend(interleaved)
-        if len(pairs) >= 2 * MAX_PAIRS_PER_RECORD:
-            self._full = True
-
-    def send_due(self, now: float) -> None:
-        """:meth:`send` if ``interval_s`` passed since the last send (``now``: a monotonic clock's
-        seconds) or a partition's pairs fill a record. A poll round's record was one produce request
-        a round (a tenth of a tracked pipeline's requests at 1,000 sentences/s) for what only
-        ``reliable-kafka trace`` reads, a minute back from the record's time: a second late costs it
-        nothing. A spout killed before the send loses its last second's index, never a tree."""
-        if self._pending and (self._full or self._sent_at is None or now - self._sent_at >= self.interval_s):
-            self._sent_at = now
-            self.send()
-
-    def send(self) -> None:
-        """Produce what was added, one record per source partition (and per MAX_PAIRS_PER_RECORD pairs)."""
-        if not self._pending:
-            return
-        pending, self._pending, self._full = self._pending, {}, False
-        for (topic, partition), pairs in pending.items():
-            if sys.byteorder != "little":
-                pairs.byteswap()
-            raw, key, size = pairs.tobytes(), f"{topic}:{partition}".encode(), 16 * MAX_PAIRS_PER_RECORD
-            for start in range(0, len(raw), size):
-                try:
-                    self.producer.produce(self.topic, self._head + raw[start : start + size], key=key)
-                except BufferError:  # only the trace loses these pairs; never the tree
-                    pass
-
-
-def decode_root_index(raw: bytes) -> tuple[int, list[tuple[int, int]]]:
-    """(spout task id, [(offset, root), ...]) of one index record."""
-    if not raw or raw[0] != _FORMAT or (len(raw) - 9) % 16:
-        raise DecodeError("root index", "not format 1 or not whole (offset, root) pairs", raw)
-    spout = struct.unpack(">q", raw[1:9])[0]
-    values = array("q", raw[9:])
-    if sys.byteorder != "little":
-        values.byteswap()
-    return spout, list(zip(values[0::2], values[1::2]))
 
 
 def parse_coordinates(text: str) -> tuple[str, int, int]:
@@ -227,7 +147,7 @@ def trace(
                         "failures": [],
                     }
         if transactional_group is not None:
-            from reliable_kafka.spout.transactional import derive_root, owner_id
+            from reliable_kafka.core.ids import derive_root, owner_id
 
             owner = owner_id(transactional_group, topic, partition)
             for attempt in range(1, max_attempts + 1):

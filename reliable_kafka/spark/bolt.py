@@ -24,9 +24,9 @@ import numpy as np
 from confluent_kafka import KafkaException, TopicPartition
 
 from reliable_kafka.codec import ParkedRecord
+from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import StateError
-from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.parking import park
 from reliable_kafka.kafka.produce import flush_or_raise
 from reliable_kafka.spark.anchors import anchors_from_headers

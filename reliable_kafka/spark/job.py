@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from reliable_kafka import validation as v
+from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import AuthorizationError, ConfigError, DeliveryError, StateError, TopologyError
-from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.clients import check_ack_sender_config, new_consumer, new_producer

@@ -35,10 +35,10 @@ from dataclasses import asdict
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka import validation as v
+from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker, Redelivery
 from reliable_kafka.errors import StateError
-from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.clients import new_consumer
 from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog

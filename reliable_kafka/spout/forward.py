@@ -10,8 +10,8 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from reliable_kafka.codec import ANCHORS_HEADER as _ANCHORS
 from reliable_kafka.codec import encode_one_anchor
+from reliable_kafka.core.ids import new_id
 from reliable_kafka.errors import AuthorizationError
-from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.fatal import raise_if_fatal, static_member
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple

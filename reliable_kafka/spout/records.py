@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, cast
 from confluent_kafka import Message
 
 from reliable_kafka.core.anchors import Anchored, spout_root
-from reliable_kafka.ids import new_id
+from reliable_kafka.core.ids import new_id
 
 if TYPE_CHECKING:
     from reliable_kafka.spout.shell import SpoutShell

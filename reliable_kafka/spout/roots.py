@@ -32,7 +32,6 @@ from reliable_kafka.errors import ArgumentError, DeadLetterGuardTripped, DecodeE
 from reliable_kafka.kafka.outcomes import OutcomeListener
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.ops.failures import Attempt, FailureIndex, FailureRecord
-from reliable_kafka.ops.trace import RootIndex
 from reliable_kafka.spout.dead_letters import (
     GONE_REASON,
     POISON_PILL,
@@ -42,6 +41,7 @@ from reliable_kafka.spout.dead_letters import (
     _DeadLetterWrite,
     check_guard_config,
 )
+from reliable_kafka.spout.root_index import RootIndex
 from reliable_kafka.topology import TopologyTopics
 
 if TYPE_CHECKING:

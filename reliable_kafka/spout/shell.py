@@ -14,10 +14,10 @@ from confluent_kafka import Consumer, Producer
 from reliable_kafka.codec import ANCHORS_HEADER as _ANCHORS
 from reliable_kafka.codec import encode_one_anchor
 from reliable_kafka.core.clock import Clock, monotonic_ms
+from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker
 from reliable_kafka.errors import AuthorizationError, ConfigError, OutputRefused, TopologyError
-from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.clients import SENT_PER_POLL, check_ack_sender_config, new_consumer, new_producer

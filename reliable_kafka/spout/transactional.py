@@ -19,7 +19,6 @@ fails or times out (then the record is redelivered, at-least-once, as always).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
@@ -27,12 +26,12 @@ from typing import TYPE_CHECKING, cast
 from confluent_kafka import KafkaException, TopicPartition
 
 from reliable_kafka.codec import ParkedRecord
-from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, decode_done_above, encode_done_above
+from reliable_kafka.core.ids import derive_root, owner_id
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.latency import LatencyHistogram
+from reliable_kafka.core.spout_state import decode_spout_state, encode_spout_state
 from reliable_kafka.core.tracker import TrackerStats
-from reliable_kafka.errors import ArgumentError, ConfigError, DecodeError
-from reliable_kafka.ids import to_signed
+from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import coordinates
@@ -41,101 +40,18 @@ from reliable_kafka.kafka.parking import park_reference
 from reliable_kafka.kafka.transactions import StuckCall, Transactions
 from reliable_kafka.spout.records import SpoutStats, with_attempt
 from reliable_kafka.spout.reread import DELETED, RereadFailed, SourceRereader
-from reliable_kafka.spout.reread import clusters as _clusters  # noqa: F401 (its old name)
 from reliable_kafka.spout.roots import GONE_REASON
 from reliable_kafka.spout.spout import SourceRecord, SpoutShell, TopicPartitionKey, _source_record
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
 
-__all__ = ["TransactionalSpout", "encode_spout_state", "decode_spout_state", "owner_id"]
+__all__ = ["TransactionalSpout"]
 
 log = logging.getLogger(__name__)
 
-_STATE_SEPARATOR = "|rkx:"
 # the SpoutStats counters a round counts aside (paused is a state, committed is set after a commit)
 _ROUND_COUNTERS = tuple(f.name for f in dataclasses.fields(SpoutStats) if type(f.default) is int)
-
-
-def owner_id(group_id: str, topic: str, partition: int) -> int:
-    """The stable task id that owns a source partition's roots, whichever process reads it."""
-    digest = hashlib.blake2b(f"{group_id}\x00{topic}\x00{partition}".encode(), digest_size=8).digest()
-    return to_signed(int.from_bytes(digest, "little")) or 1
-
-
-def derive_root(owner: int, offset: int, attempt: int) -> int:
-    digest = hashlib.blake2b(f"{owner}:{offset}:{attempt}".encode(), digest_size=8).digest()
-    return to_signed(int.from_bytes(digest, "little")) or 1
-
-
-def encode_spout_state(
-    commit_point: int,
-    done_above,
-    *,
-    emitted_upto: int,
-    outcome_position: int,
-    attempts: dict[int, int],
-    failed: Iterable[int] = (),
-    max_bytes: int = DEFAULT_MAX_BYTES,
-) -> tuple[str, bool]:
-    """Commit metadata: the done-above set, then ``|rkx:e,o[,offset[+n]:attempt[:f]...]``.
-
-    ``attempts`` gives the attempt of in-flight records past their first; ``failed`` the offsets
-    whose last attempt already failed (their outcome lies before ``o``: a successor must redeliver
-    or dead-letter them itself). Consecutive offsets alike are one run (``offset+n``). What does not
-    fit in half of ``max_bytes`` is left out and reported as truncated: a successor then treats
-    those records as first attempts still in flight, and its backstop redelivers them (duplicates,
-    never loss).
-    """
-    failed = set(failed)
-    extra = f"{_STATE_SEPARATOR}{emitted_upto},{outcome_position}"
-    truncated = False
-    for start, count, attempt, is_failed in _runs(attempts, failed):
-        entry = f",{start}{f'+{count}' if count > 1 else ''}:{attempt}{':f' if is_failed else ''}"
-        if len(extra) + len(entry) > max_bytes // 2:
-            truncated = True
-            break
-        extra += entry
-    done, done_truncated = encode_done_above(commit_point, done_above, max_bytes=max_bytes - len(extra))
-    return done + extra, truncated or done_truncated
-
-
-def _runs(attempts: dict[int, int], failed: set[int]):
-    run = None
-    for offset in sorted(attempts):
-        key = (attempts[offset], offset in failed)
-        if run is not None and offset == run[0] + run[1] and key == tuple(run[2:]):
-            run[1] += 1
-            continue
-        if run is not None:
-            yield tuple(run)
-        run = [offset, 1, *key]
-    if run is not None:
-        yield tuple(run)
-
-
-def decode_spout_state(commit_point: int, metadata: str) -> tuple[list[int], int, int, dict[int, int], set[int]]:
-    """(done_above, emitted_upto, outcome_position, attempts, failed); DecodeError if not ours."""
-    if _STATE_SEPARATOR not in metadata:
-        raise DecodeError("spout state", "no transactional spout state in the commit metadata", metadata.encode())
-    done, extra = metadata.split(_STATE_SEPARATOR, 1)
-    attempts: dict[int, int] = {}
-    failed: set[int] = set()
-    try:
-        fields = extra.split(",")
-        emitted_upto, outcome_position = int(fields[0]), int(fields[1])
-        for field in fields[2:]:
-            parts = field.split(":")
-            if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "f"):
-                raise ArgumentError(f"entry {field!r} is not offset[+n]:attempt[:f]")
-            start, _, count = parts[0].partition("+")
-            for offset in range(int(start), int(start) + (int(count) if count else 1)):
-                attempts[offset] = int(parts[1])
-                if len(parts) == 3:
-                    failed.add(offset)
-    except (ValueError, IndexError) as exc:
-        raise DecodeError("spout state", f"malformed state {extra!r}: {exc}", metadata.encode()) from exc
-    return decode_done_above(commit_point, done), emitted_upto, outcome_position, attempts, failed
 
 
 class TransactionalSpout(SpoutShell):

@@ -44,10 +44,10 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from reliable_kafka import ids
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt.executors import SteppedCalls
 from reliable_kafka.bolt.runner import BasicBolt
+from reliable_kafka.core import ids
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.spout.spout import Spout
 from reliable_kafka.spout.transactional import TransactionalSpout

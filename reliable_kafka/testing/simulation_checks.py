@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from reliable_kafka import codec
+from reliable_kafka.core.ids import partitions_for_roots
 from reliable_kafka.core.kinds import OutcomeKind
-from reliable_kafka.ids import partitions_for_roots
 from reliable_kafka.testing.memory_broker import MemoryKafka
 from reliable_kafka.testing.reference_acker import ReferenceAcker
 from reliable_kafka.testing.simulation_config import MID, SOURCE, SPOUT_GROUP, TOPOLOGY, SimConfig

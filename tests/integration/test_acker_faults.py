@@ -14,8 +14,8 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 
 from reliable_kafka import AckerWorker, LocalCluster, codec
 from reliable_kafka.acker import worker as worker_module
+from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
-from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets
 from reliable_kafka.testing.records import read_topic

@@ -25,8 +25,8 @@ import numpy as np
 from confluent_kafka import Producer
 
 from reliable_kafka import AckerWorker, Bolt, BoltCollector, LocalCluster, Spout, Tuple, codec
+from reliable_kafka.core.ids import partition_for_root
 from reliable_kafka.core.kinds import OutcomeKind
-from reliable_kafka.ids import partition_for_root
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.testing.records import produce_values, read_topic

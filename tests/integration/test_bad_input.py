@@ -6,8 +6,8 @@ import numpy as np
 from confluent_kafka import Producer
 
 from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, codec
+from reliable_kafka.core.ids import new_id, partition_for_root
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
-from reliable_kafka.ids import new_id, partition_for_root
 from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, lag

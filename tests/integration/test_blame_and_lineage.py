@@ -18,7 +18,8 @@ from reliable_kafka.cli import main
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.ops import dlq as dlq_module
-from reliable_kafka.ops.trace import RootIndex, last_acks, render, trace
+from reliable_kafka.ops.trace import last_acks, render, trace
+from reliable_kafka.spout.root_index import RootIndex
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics

@@ -9,12 +9,13 @@ import pytest
 
 from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, codec
 from reliable_kafka.cli import main
+from reliable_kafka.codec import ATTEMPTS_HEADER, REASON_HEADER
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.errors import DeadLetterGuardTripped
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, lag
 from reliable_kafka.ops.dlq import LINEAGE_HEADER
-from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER, decode_attempts, decode_failure
+from reliable_kafka.ops.failures import decode_attempts, decode_failure
 from reliable_kafka.spout import TransactionalSpout
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name

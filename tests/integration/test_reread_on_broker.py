@@ -7,13 +7,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from reliable_kafka import AckerWorker, LocalCluster
 from reliable_kafka.client_log import with_log
+from reliable_kafka.core.spout_state import encode_spout_state
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.ops import dlq
 from reliable_kafka.spout import TransactionalSpout
 from reliable_kafka.spout.reread import NOT_A_RECORD, SourceRereader
-from reliable_kafka.spout.transactional import encode_spout_state
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
 

@@ -28,9 +28,9 @@ from reliable_kafka.acker import AckerWorker
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.cli import main
 from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.core.spout_state import decode_spout_state
 from reliable_kafka.errors import AuthorizationError
 from reliable_kafka.spout import Spout, TransactionalSpout
-from reliable_kafka.spout.transactional import decode_spout_state
 from reliable_kafka.testing.topics import unique_name
 from reliable_kafka.topology import TopologyTopics
 

@@ -15,8 +15,8 @@ from pyspark.sql import functions as F
 from spark_helpers import started, topology_bolt, wait_for
 
 from reliable_kafka import codec
+from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.ids import new_id
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.ops.failures import decode_failure
 from reliable_kafka.spark import SparkBolt, merge_anchors, spark_session

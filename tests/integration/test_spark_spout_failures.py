@@ -13,10 +13,11 @@ from spark_helpers import acked_downstream, acker_running, source_tagged_value, 
 
 from reliable_kafka import codec
 from reliable_kafka.cli import main
+from reliable_kafka.codec import ATTEMPTS_HEADER, REASON_HEADER
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.errors import DeadLetterGuardTripped
 from reliable_kafka.offsets import committed_offsets, lag
-from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER, decode_attempts
+from reliable_kafka.ops.failures import decode_attempts
 from reliable_kafka.spark import spark_session
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.topology import TopologyTopics

@@ -10,12 +10,12 @@ from reliable_kafka import AckerWorker, LocalCluster
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.cli import main
 from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, encode_done_above
+from reliable_kafka.core.spout_state import encode_spout_state
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets, lag
 from reliable_kafka.ops import dlq
 from reliable_kafka.spout import TransactionalSpout, transactional
-from reliable_kafka.spout.transactional import encode_spout_state
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics

@@ -6,8 +6,8 @@ from hypothesis import strategies as st
 
 from reliable_kafka.core.ack_packer import AckPacker
 from reliable_kafka.core.anchors import Anchored, ack_entries, anchor_child, anchor_to_pairs, fail_roots, spout_root
+from reliable_kafka.core.ids import new_id, partition_for_root
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.ids import new_id, partition_for_root
 
 
 def _fold(entries):

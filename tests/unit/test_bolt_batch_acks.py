@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reliable_kafka import codec, ids
+from reliable_kafka import codec
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.bolt.runner import ACK_HOLD_ENTRIES, PROCESS_TIMED_RUN
 from reliable_kafka.codec import anchors as anchors_codec
+from reliable_kafka.core import ids
 from reliable_kafka.core.ack_packer import AckPacker
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.latency import LatencyHistogram

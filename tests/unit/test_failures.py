@@ -9,15 +9,14 @@ from confluent_kafka import KafkaError, KafkaException
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reliable_kafka.codec import ParkedRecord
+from reliable_kafka.codec import ATTEMPTS_HEADER, REASON_HEADER, ParkedRecord
+from reliable_kafka.codec.root_index import MAX_PAIRS_PER_RECORD, decode_root_index
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import ActionKind, Backoff, InFlightTracker
 from reliable_kafka.errors import DecodeError, ReliableKafkaError
 from reliable_kafka.kafka.parking import park, park_reference
 from reliable_kafka.ops.dlq import DeadLetter, parse_time, select
 from reliable_kafka.ops.failures import (
-    ATTEMPTS_HEADER,
-    REASON_HEADER,
     Attempt,
     FailureRecord,
     attempt_headers,
@@ -26,7 +25,8 @@ from reliable_kafka.ops.failures import (
     encode_failure,
     reason_of,
 )
-from reliable_kafka.ops.trace import MAX_PAIRS_PER_RECORD, RootIndex, decode_root_index, parse_coordinates
+from reliable_kafka.ops.trace import parse_coordinates
+from reliable_kafka.spout.root_index import RootIndex
 
 TP = ("orders", 0)
 int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)

@@ -1,11 +1,11 @@
-"""Tuple ids (reliable_kafka.ids): random, non-zero, signed 64-bit, never repeated by a forked child."""
+"""Tuple ids (reliable_kafka.core.ids): random, non-zero, signed 64-bit, never repeated by a forked child."""
 
 import multiprocessing
 import os
 
 import pytest
 
-from reliable_kafka import ids
+from reliable_kafka.core import ids
 
 
 def test_new_id_is_a_non_zero_signed_64_bit_int_across_pool_refills():

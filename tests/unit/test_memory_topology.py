@@ -336,7 +336,7 @@ def test_a_spout_paused_by_max_pending_reads_again_after_its_partitions_come_bac
 
 
 def test_the_root_index_goes_about_once_a_second_and_what_it_held_goes_on_close(kafka):
-    from reliable_kafka.ops.trace import decode_root_index
+    from reliable_kafka.codec.root_index import decode_root_index
 
     clock = kafka.clock
     acker = AckerWorker(topology="wc", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0, clock=clock)

@@ -12,11 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reliable_kafka import codec
+from reliable_kafka.codec import ATTEMPTS_HEADER, REASON_HEADER
 from reliable_kafka.core.commit_metadata import decode_done_above
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker
 from reliable_kafka.errors import ArgumentError, ConfigError, DeadLetterGuardTripped
-from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER, FailureRecord, decode_attempts
+from reliable_kafka.ops.failures import FailureRecord, decode_attempts
 from reliable_kafka.spout.roots import RootOwner
 from reliable_kafka.topology import TopologyTopics
 

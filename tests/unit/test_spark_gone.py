@@ -14,10 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reliable_kafka import codec
+from reliable_kafka.codec import ATTEMPTS_HEADER
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.ops.dlq import DeadLetter
-from reliable_kafka.ops.failures import ATTEMPTS_HEADER, decode_attempts
+from reliable_kafka.ops.failures import decode_attempts
 from reliable_kafka.spark import batch_roots
 from reliable_kafka.spark.spout import SparkSpout
 from reliable_kafka.spout.roots import GONE_REASON

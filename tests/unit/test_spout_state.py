@@ -5,14 +5,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES
+from reliable_kafka.core.ids import derive_root, owner_id
+from reliable_kafka.core.spout_state import decode_spout_state, encode_spout_state
 from reliable_kafka.errors import DecodeError
-from reliable_kafka.spout.transactional import (
-    _clusters,
-    decode_spout_state,
-    derive_root,
-    encode_spout_state,
-    owner_id,
-)
+from reliable_kafka.spout.reread import clusters as _clusters
 
 
 @given(

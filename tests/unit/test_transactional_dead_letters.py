@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt.runner import BasicBolt
+from reliable_kafka.core.spout_state import decode_spout_state
 from reliable_kafka.core.tracker import Backoff
-from reliable_kafka.spout.transactional import TransactionalSpout, decode_spout_state
+from reliable_kafka.spout.transactional import TransactionalSpout
 from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka, TopicSink, step_until
 from reliable_kafka.topology import TopologyTopics
 

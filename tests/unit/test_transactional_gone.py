@@ -8,10 +8,12 @@ from confluent_kafka import TopicPartition
 from reliable_kafka import codec
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt.runner import BasicBolt
+from reliable_kafka.codec import ATTEMPTS_HEADER, REASON_HEADER
+from reliable_kafka.core.spout_state import encode_spout_state
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.ops.dlq import DeadLetter, render_list, render_one
-from reliable_kafka.ops.failures import ATTEMPTS_HEADER, REASON_HEADER, decode_attempts
-from reliable_kafka.spout.transactional import GONE_REASON, TransactionalSpout, encode_spout_state
+from reliable_kafka.ops.failures import decode_attempts
+from reliable_kafka.spout.transactional import GONE_REASON, TransactionalSpout
 from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka, step_until
 from reliable_kafka.topology import TopologyTopics
 

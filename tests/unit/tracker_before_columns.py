@@ -205,7 +205,7 @@ _Partition = PartitionOffsets
 _Entry = PendingOffset
 _State = PendingState
 from reliable_kafka.errors import ArgumentError, ConfigError
-from reliable_kafka.ids import new_id
+from reliable_kafka.core.ids import new_id
 
 __all__ = [
     "TopicPartition",

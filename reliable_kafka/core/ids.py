@@ -8,12 +8,22 @@ repeat their parent's ids.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 
 import numpy as np
 
-__all__ = ["new_id", "new_ids", "to_signed", "to_unsigned", "partition_for_root", "partitions_for_roots"]
+__all__ = [
+    "new_id",
+    "new_ids",
+    "to_signed",
+    "to_unsigned",
+    "partition_for_root",
+    "partitions_for_roots",
+    "owner_id",
+    "derive_root",
+]
 
 _MASK64 = (1 << 64) - 1
 _SIGN = 1 << 63
@@ -74,4 +84,18 @@ def partition_for_root(root: int, partitions: int) -> int:
 
 def partitions_for_roots(roots: np.ndarray, partitions: int) -> np.ndarray:
     """Vectorised :func:`partition_for_root` over an int64 array."""
-    return (roots.view(np.uint64) % np.uint64(partitions)).astype(np.int64)
+    partitions_of: np.ndarray = (roots.view(np.uint64) % np.uint64(partitions)).astype(np.int64)
+    return partitions_of
+
+
+def owner_id(group_id: str, topic: str, partition: int) -> int:
+    """The stable task id that owns a source partition's roots, whichever process reads it."""
+    digest = hashlib.blake2b(f"{group_id}\x00{topic}\x00{partition}".encode(), digest_size=8).digest()
+    return to_signed(int.from_bytes(digest, "little")) or 1
+
+
+def derive_root(owner: int, offset: int, attempt: int) -> int:
+    """The root of a transactional (or Spark) spout's record: a hash of its owner, offset and attempt,
+    so that any process can find a record's roots without having seen them emitted."""
+    digest = hashlib.blake2b(f"{owner}:{offset}:{attempt}".encode(), digest_size=8).digest()
+    return to_signed(int.from_bytes(digest, "little")) or 1
