@@ -4,44 +4,77 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import signal
 import threading
 from collections.abc import Iterator
 from typing import Protocol, TypeVar
 
+from reliable_kafka.errors import ConfigError
 from reliable_kafka.ops import reporter as ops_reporter
 
-__all__ = ["Pollable", "run_until_stopped", "YOUNG_GC_THRESHOLD", "young_collections_per_batch"]
+__all__ = [
+    "Pollable",
+    "run_until_stopped",
+    "YOUNG_GC_ENV",
+    "SUGGESTED_YOUNG_GC_THRESHOLD",
+    "young_gc_threshold",
+    "young_collections_per_batch",
+]
 
 Stats = TypeVar("Stats")
 
-YOUNG_GC_THRESHOLD: int | None = 50_000
-"""CPython's young-generation threshold while a worker loop runs (None: leave the process's own).
+YOUNG_GC_ENV = "RK_GC_YOUNG_THRESHOLD"
+SUGGESTED_YOUNG_GC_THRESHOLD = 50_000
+"""An opt-in for a worker process: ``RK_GC_YOUNG_THRESHOLD=50000`` raises CPython's young-generation
+GC threshold to that while worker loops run (unset, the default: the process's own is left alone).
 
 A loop holds a consumed batch (up to 500 messages, each with its header list, tuple and anchors)
 while it works through it: with the default threshold (700 container objects allocated and not
 freed) young collections run several times per batch, find the batch alive, and promote it to the
 older generations, which full collections then walk again. At 50,000 a collection comes after
 many batches and finds their objects gone (the word count's Python CPU fell by about a sixth:
-the git history of docs/performance.md). Cyclic garbage waits a little longer to be collected; only a threshold
-below this one is raised, and the old one comes back when the last worker loop ends.
+``./rk bench pipeline``, docs/performance.md). Cyclic garbage waits a little longer to be collected.
+It is a setting of the whole process, so the library never changes it unasked: the container image
+sets it for the processes it runs. Only a lower threshold is raised, and the old one comes back
+when the last worker loop ends.
 """
+
+
+def young_gc_threshold() -> int | None:
+    """The threshold ``RK_GC_YOUNG_THRESHOLD`` asks for, or None when it is unset or empty."""
+    raw = os.environ.get(YOUNG_GC_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(
+            f"{YOUNG_GC_ENV}={raw!r}: a whole number of objects >= 1 (e.g. {SUGGESTED_YOUNG_GC_THRESHOLD}) or unset"
+        )
+    return value
+
 
 _gc_lock = threading.Lock()
 _gc_loops = 0  # worker loops running in this process (LocalCluster: several threads)
 _gc_saved: tuple[int, ...] | None = None  # the process's thresholds, restored by the last loop
+_gc_raised_to: int | None = None
 
 
 @contextlib.contextmanager
 def young_collections_per_batch() -> Iterator[None]:
-    """Raise the young-generation GC threshold to :data:`YOUNG_GC_THRESHOLD` while the block runs."""
-    global _gc_loops, _gc_saved
+    """Raise the young-generation GC threshold to :func:`young_gc_threshold`'s while the block runs
+    (nothing when it is unset)."""
+    global _gc_loops, _gc_saved, _gc_raised_to
+    wanted = young_gc_threshold()
     with _gc_lock:
         if _gc_loops == 0:
             current = gc.get_threshold()
-            if YOUNG_GC_THRESHOLD is not None and current[0] < YOUNG_GC_THRESHOLD:
-                _gc_saved = current
-                gc.set_threshold(YOUNG_GC_THRESHOLD, *current[1:])
+            if wanted is not None and current[0] < wanted:
+                _gc_saved, _gc_raised_to = current, wanted
+                gc.set_threshold(wanted, *current[1:])
         _gc_loops += 1
     try:
         yield
@@ -49,7 +82,7 @@ def young_collections_per_batch() -> Iterator[None]:
         with _gc_lock:
             _gc_loops -= 1
             if _gc_loops == 0 and _gc_saved is not None:
-                if gc.get_threshold()[0] == YOUNG_GC_THRESHOLD:  # else someone set their own meanwhile
+                if gc.get_threshold()[0] == _gc_raised_to:  # else someone set their own meanwhile
                     gc.set_threshold(*_gc_saved)
                 _gc_saved = None
 
@@ -69,6 +102,7 @@ def run_until_stopped(worker: Pollable, stop: threading.Event | None, *, handle_
     """Run ``worker`` until ``stop`` is set, or SIGTERM/SIGINT with ``handle_signals`` (main thread
     only); ``close`` always runs, so a stopped worker flushes and commits what it has."""
     stop = stop or threading.Event()
+    young_gc_threshold()  # a malformed RK_GC_YOUNG_THRESHOLD fails here, before anything starts
     if handle_signals:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
