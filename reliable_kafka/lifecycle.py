@@ -13,7 +13,7 @@ from reliable_kafka.ops import reporter as ops_reporter
 
 __all__ = ["Pollable", "run_until_stopped", "YOUNG_GC_THRESHOLD", "young_collections_per_batch"]
 
-Stats = TypeVar("Stats")
+Stats = TypeVar("Stats", covariant=True)
 
 YOUNG_GC_THRESHOLD: int | None = 50_000
 """CPython's young-generation threshold while a worker loop runs (None: leave the process's own).
@@ -54,9 +54,9 @@ def young_collections_per_batch() -> Iterator[None]:
                 _gc_saved = None
 
 
-class Pollable(Protocol):
+class Pollable(Protocol[Stats]):
     @property
-    def stats(self) -> object: ...  # read-only here, so any stats class fits
+    def stats(self) -> Stats: ...  # read-only here, so any stats class fits (Stats is covariant)
 
     def start(self) -> None: ...
 
@@ -65,7 +65,7 @@ class Pollable(Protocol):
     def close(self) -> None: ...
 
 
-def run_until_stopped(worker: Pollable, stop: threading.Event | None, *, handle_signals: bool):
+def run_until_stopped(worker: Pollable[Stats], stop: threading.Event | None, *, handle_signals: bool) -> Stats:
     """Run ``worker`` until ``stop`` is set, or SIGTERM/SIGINT with ``handle_signals`` (main thread
     only); ``close`` always runs, so a stopped worker flushes and commits what it has."""
     stop = stop or threading.Event()
