@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol, TextIO, cast
 
 from reliable_kafka.acker import AckerWorker
 from reliable_kafka.bolt import BasicBolt, BoltCollector, Tuple
@@ -186,7 +186,7 @@ class _PythonJob:
         create_topics(bootstrap, {f"{topology}.sentences": 2})
 
         def split(sentence: Tuple, collector: BoltCollector) -> None:
-            for word in sentence.value.decode().split():
+            for word in cast(bytes, sentence.value).decode().split():  # every sentence has a value
                 collector.emit(words, b"1", key=word.encode())  # (word, count) like the Spark job
 
         self.spout = Spout(
@@ -274,7 +274,7 @@ def _run(
             if coin.random() < fail_rate:
                 raise SimulatedFailure("simulated failure in the count bolt")
             with lock:
-                counted[word.key.decode()] += int(word.value)
+                counted[cast(bytes, word.key).decode()] += int(cast(bytes, word.value))  # split's (word, count)
 
         on: dict[str, Any] = {"topology": topology, "bootstrap_servers": bootstrap}
         ackers = [AckerWorker(**on, ackers=2, name=f"acker-{i}") for i in range(2)]

@@ -16,7 +16,7 @@ import logging
 import random
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 from reliable_kafka.acker import AckerWorker
 from reliable_kafka.bolt import BasicBolt, BoltCollector, Tuple
@@ -72,7 +72,8 @@ def build(
     def split(tuple_: Tuple, collector: BoltCollector) -> None:
         wait()
         for j in range(FANOUT):
-            collector.emit(topics["stage2"], tuple_.value + f":{j}".encode(), key=tuple_.value)
+            # every source record has a value (its id)
+            collector.emit(topics["stage2"], cast(bytes, tuple_.value) + f":{j}".encode(), key=tuple_.value)
 
     def sink(tuple_: Tuple, collector: BoltCollector) -> None:
         wait()
