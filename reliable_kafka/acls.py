@@ -52,7 +52,7 @@ class Row:
     when: str | None = None
 
 
-def _rows(*rows: tuple) -> tuple[Row, ...]:
+def _rows(*rows: tuple[str, ...]) -> tuple[Row, ...]:
     return tuple(Row(*row) for row in rows)
 
 

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["LOGGER_NAME", "LibrdkafkaLog", "with_log"]
 
@@ -49,7 +50,7 @@ class LibrdkafkaLog:
         self._left_out: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
-    def log(self, level: int, msg: str, *args) -> None:
+    def log(self, level: int, msg: str, *args: Any) -> None:
         if len(args) != 3:  # not confluent-kafka's usual call: pass it on unchanged
             self.logger.log(level, msg, *args)
             return
@@ -74,7 +75,7 @@ class LibrdkafkaLog:
         self.logger.log(level, "%s [%s] %s", facility, client, text)
 
 
-def with_log(config: dict) -> dict:
+def with_log(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` (copied) with a :class:`LibrdkafkaLog`, unless it names its own ``logger``."""
     if config.get("logger") is not None:
         return dict(config)

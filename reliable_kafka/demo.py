@@ -20,14 +20,14 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO, cast
 
 from reliable_kafka.acker import AckerWorker
-from reliable_kafka.bolt import BasicBolt
+from reliable_kafka.bolt import BasicBolt, BoltCollector, Tuple
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.errors import MissingExtraError, ReliableKafkaError
-from reliable_kafka.local import LocalCluster
+from reliable_kafka.local import Component, LocalCluster
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.spout import Spout
 from reliable_kafka.testing.records import produce_values, read_topic
@@ -168,9 +168,9 @@ class _Job(Protocol):
     """What the demo needs of a word-count job, whichever engine runs it."""
 
     group_id: str
-    components: list
+    components: list[Component]
 
-    def stats(self) -> dict: ...  # read, completed, replayed, dead_lettered, pending
+    def stats(self) -> dict[str, int]: ...  # read, completed, replayed, dead_lettered, pending
 
     def start(self) -> None: ...
 
@@ -185,8 +185,8 @@ class _PythonJob:
         on: dict[str, Any] = {"topology": topology, "bootstrap_servers": bootstrap}
         create_topics(bootstrap, {f"{topology}.sentences": 2})
 
-        def split(sentence, collector):
-            for word in sentence.value.decode().split():
+        def split(sentence: Tuple, collector: BoltCollector) -> None:
+            for word in cast(bytes, sentence.value).decode().split():  # every sentence has a value
                 collector.emit(words, b"1", key=word.encode())  # (word, count) like the Spark job
 
         self.spout = Spout(
@@ -197,7 +197,7 @@ class _PythonJob:
             max_retries=10,
             backoff=Backoff(initial_ms=50, max_ms=1000),
         )
-        self.components = [
+        self.components: list[Component] = [
             self.spout,
             BasicBolt(**on, source_topics=f"{topology}.sentences", group_id=f"{topology}-split", handler=split),
         ]
@@ -208,7 +208,7 @@ class _PythonJob:
     def stop(self) -> None:
         pass
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         s = self.spout.stats
         return {
             "read": s.read,
@@ -242,7 +242,7 @@ def run(
     engine: str | None = None,
     bootstrap_servers: str | None = None,
     timeout_s: float = 600.0,
-    out=sys.stdout,
+    out: TextIO = sys.stdout,
 ) -> DemoSummary:
     """Run the demo end to end and return its checked summary (also printed to ``out``).
 
@@ -256,7 +256,7 @@ def run(
 
 
 def _run(
-    sentences: int, fail_rate: float, engine: str, bootstrap_servers: str | None, timeout_s: float, out
+    sentences: int, fail_rate: float, engine: str, bootstrap_servers: str | None, timeout_s: float, out: TextIO
 ) -> DemoSummary:
     started = time.monotonic()
     rng = random.Random(7)
@@ -269,11 +269,12 @@ def _run(
         coin = random.Random(11)
         lock = threading.Lock()
 
-        def count(word, collector):  # the downstream bolt: fails a few percent of its tuples
+        # the downstream bolt: fails a few percent of its tuples
+        def count(word: Tuple, collector: BoltCollector) -> None:
             if coin.random() < fail_rate:
                 raise SimulatedFailure("simulated failure in the count bolt")
             with lock:
-                counted[word.key.decode()] += int(word.value)
+                counted[cast(bytes, word.key).decode()] += int(cast(bytes, word.value))  # split's (word, count)
 
         on: dict[str, Any] = {"topology": topology, "bootstrap_servers": bootstrap}
         ackers = [AckerWorker(**on, ackers=2, name=f"acker-{i}") for i in range(2)]
@@ -293,8 +294,8 @@ def _run(
                 else _PythonJob(bootstrap, topology, sentence_topic, word_topic)
             )
             for component in [*job.components, getattr(job, "job", None)]:
-                if component is not None:
-                    component.status_interval_s = STATUS_INTERVAL_S
+                if component is not None:  # the same optional attribute as above
+                    component.status_interval_s = STATUS_INTERVAL_S  # type: ignore[union-attr]
             job_cluster = LocalCluster(*job.components).start() if job.components else None
             try:
                 job.start()
@@ -352,7 +353,7 @@ def _run(
         return summary
 
 
-def _progress(job: _Job, bootstrap: str, topic: str, ends: dict[int, int], out, *, final: bool = False) -> None:
+def _progress(job: _Job, bootstrap: str, topic: str, ends: dict[int, int], out: TextIO, *, final: bool = False) -> None:
     """One progress line: a bar of the committed share of the sentences, then the job's counters.
     On a terminal the line is rewritten in place; otherwise each call prints a line."""
     s = job.stats()
@@ -371,7 +372,7 @@ def _progress(job: _Job, bootstrap: str, topic: str, ends: dict[int, int], out, 
         print(line, file=out, flush=True)
 
 
-def _show_status(bootstrap: str, topology: str, out) -> None:
+def _show_status(bootstrap: str, topology: str, out: TextIO) -> None:
     """What ``reliable-kafka status`` says about the run, while its components still run."""
     from reliable_kafka.ops.status import build_report, render
 
@@ -392,7 +393,7 @@ def _show_status(bootstrap: str, topology: str, out) -> None:
     )
 
 
-def _how_to_watch(topology: str, bootstrap: str | None, out) -> None:
+def _how_to_watch(topology: str, bootstrap: str | None, out: TextIO) -> None:
     if bootstrap:
         print(
             f"\nthis run's components have stopped; their last snapshots stay in {topology}.status:\n"

@@ -22,7 +22,7 @@ __all__ = [
     "young_collections_per_batch",
 ]
 
-Stats = TypeVar("Stats")
+Stats = TypeVar("Stats", covariant=True)
 
 YOUNG_GC_ENV = "RK_GC_YOUNG_THRESHOLD"
 SUGGESTED_YOUNG_GC_THRESHOLD = 50_000
@@ -87,9 +87,9 @@ def young_collections_per_batch() -> Iterator[None]:
                 _gc_saved = None
 
 
-class Pollable(Protocol):
+class Pollable(Protocol[Stats]):
     @property
-    def stats(self) -> object: ...  # read-only here, so any stats class fits
+    def stats(self) -> Stats: ...  # read-only here, so any stats class fits (Stats is covariant)
 
     def start(self) -> None: ...
 
@@ -98,7 +98,7 @@ class Pollable(Protocol):
     def close(self) -> None: ...
 
 
-def run_until_stopped(worker: Pollable, stop: threading.Event | None, *, handle_signals: bool):
+def run_until_stopped(worker: Pollable[Stats], stop: threading.Event | None, *, handle_signals: bool) -> Stats:
     """Run ``worker`` until ``stop`` is set, or SIGTERM/SIGINT with ``handle_signals`` (main thread
     only); ``close`` always runs, so a stopped worker flushes and commits what it has."""
     stop = stop or threading.Event()

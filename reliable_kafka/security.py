@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from reliable_kafka.errors import ConfigError
 
@@ -55,7 +56,7 @@ def _jaas_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def spark_kafka_options(kafka_config: dict | None) -> dict[str, str]:
+def spark_kafka_options(kafka_config: dict[str, Any] | None) -> dict[str, str]:
     """Spark Kafka reader options (``kafka.``-prefixed) for the security settings in a librdkafka
     ``kafka_config``; ``{}`` when it has none. Raises :class:`ConfigError` for a combination the
     Java client cannot be given (e.g. a SASL mechanism without a username)."""

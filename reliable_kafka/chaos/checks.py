@@ -16,18 +16,24 @@ from dataclasses import dataclass, field
 from reliable_kafka import codec
 from reliable_kafka.chaos.worker import FANOUT, topic_names
 from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.kafka.clients import coordinates
 from reliable_kafka.testing.records import read_topic
 from reliable_kafka.topology import TopologyTopics
 
 __all__ = ["ChaosReport", "check", "early_commits"]
 
+Sample = tuple[float, dict[int, int]]
+"""When (epoch seconds) and the spouts' committed offsets then, by partition."""
+EarlyCommit = tuple[float, int, int]
+"""A sample's time, and a partition and committed offset that passed an incomplete record."""
+
 
 @dataclass
 class ChaosReport:
     records: int
-    kills: Counter
+    kills: Counter[str]
     lost: int
-    early_commits: list
+    early_commits: list[EarlyCommit]
     samples: int
     effects: int
     duplicates: int
@@ -38,7 +44,7 @@ class ChaosReport:
     caught_up: bool
     exactly_once: bool | None = None
     crashes: int = 0
-    outcomes: Counter = field(default_factory=Counter)  # OutcomeKind name -> trees decided so
+    outcomes: Counter[str] = field(default_factory=Counter)  # OutcomeKind name -> trees decided so
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -90,11 +96,20 @@ class ChaosReport:
 
 
 def check(
-    bootstrap, topology, *, records: int, transactional: bool, samples, kills, kill_times, caught_up, started
+    bootstrap: str,
+    topology: str,
+    *,
+    records: int,
+    transactional: bool,
+    samples: list[Sample],
+    kills: Counter[str],
+    kill_times: list[tuple[str, float]],
+    caught_up: bool,
+    started: float,
 ) -> ChaosReport:
     """Read the topology's topics and judge the run (the samples are ``(time, committed offsets)``)."""
     topics = topic_names(topology)
-    position = {int(m.value() or b""): (m.partition(), m.offset()) for m in read_topic(bootstrap, topics["source"])}
+    position = {int(m.value() or b""): coordinates(m)[1:] for m in read_topic(bootstrap, topics["source"])}
     first_seen: dict[bytes, float] = {}
     copies: Counter[bytes] = Counter()
     for message in read_topic(bootstrap, topics["sink"]):
@@ -145,21 +160,25 @@ def check(
     return report
 
 
-def early_commits(samples, position, complete_at) -> list:
+def early_commits(
+    samples: list[Sample], position: dict[int, tuple[int, int]], complete_at: dict[int, float]
+) -> list[EarlyCommit]:
     """Samples whose committed offset passed a record that was not complete at the sample's time."""
     by_partition: dict[int, list[tuple[int, float]]] = defaultdict(list)
     for record, (partition, offset) in position.items():
         by_partition[partition].append((offset, complete_at.get(record, float("inf"))))
-    prefix_offsets, prefix_latest = {}, {}
+    prefix_offsets: dict[int, list[int]] = {}
+    prefix_latest: dict[int, list[float]] = {}
     for partition, entries in by_partition.items():
         entries.sort()
         prefix_offsets[partition] = [offset for offset, _ in entries]
-        latest, running = [], 0.0
+        latest: list[float] = []
+        running = 0.0
         for _, when in entries:
             running = max(running, when)
             latest.append(running)
         prefix_latest[partition] = latest
-    early = []
+    early: list[EarlyCommit] = []
     for when, committed in samples:
         for partition, offset in committed.items():
             if offset <= 0 or partition not in prefix_offsets:
@@ -170,7 +189,7 @@ def early_commits(samples, position, complete_at) -> list:
     return early
 
 
-def _recovery_times(samples, kill_times) -> dict[str, list[float]]:
+def _recovery_times(samples: list[Sample], kill_times: list[tuple[str, float]]) -> dict[str, list[float]]:
     """Per kind of kill: seconds until the committed total moved again after the kill."""
     totals = [(when, sum(max(0, c) for c in committed.values())) for when, committed in samples]
     times: dict[str, list[float]] = defaultdict(list)

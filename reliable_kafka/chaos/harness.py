@@ -26,11 +26,12 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
-from reliable_kafka.chaos.checks import ChaosReport, check
+from reliable_kafka.chaos.checks import ChaosReport, Sample, check
 from reliable_kafka.chaos.worker import topic_names
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["ChaosConfig", "ChaosReport", "run"]
 
 PARTITIONS = 4
+
+Log = Callable[[str], None]  # prints a line of the run's progress
 
 
 @dataclass
@@ -76,7 +79,7 @@ class _Process:
     def __init__(self, role: str, name: str, argv: list[str], log_dir: Path) -> None:
         self.role, self.name, self.argv = role, name, argv
         self.log_path = log_dir / f"{name}.log"
-        self.popen: subprocess.Popen | None = None
+        self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         log = open(self.log_path, "ab")
@@ -134,7 +137,7 @@ class _Broker:
         self.kafka = kafka.start()
         return kafka.bootstrap_servers
 
-    def fault(self, rng: random.Random, log) -> None:
+    def fault(self, rng: random.Random, log: Log) -> None:
         """Kill a broker and start it again (the cluster keeps serving through the others)."""
         from reliable_kafka.broker import EmbeddedCluster
 
@@ -159,7 +162,7 @@ class _Broker:
             self.kafka.stop()
 
 
-def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
+def run(config: ChaosConfig | None = None, *, out: TextIO = sys.stdout) -> ChaosReport:
     """One harness run; prints progress and the checked summary to ``out``."""
     config = config or ChaosConfig()
     if threading.current_thread() is threading.main_thread():  # SIGTERM runs the cleanup below
@@ -183,7 +186,7 @@ def run(config: ChaosConfig | None = None, *, out=sys.stdout) -> ChaosReport:
 
 
 def _run_topology(
-    config: ChaosConfig, broker: _Broker, bootstrap: str, rng: random.Random, started: float, log
+    config: ChaosConfig, broker: _Broker, bootstrap: str, rng: random.Random, started: float, log: Log
 ) -> tuple[ChaosReport, Path]:
     topology = unique_name("chaos")
     topics = topic_names(topology)
@@ -204,15 +207,15 @@ def _run_topology(
     for process in processes:
         process.start()
 
-    samples: list[tuple[float, dict[int, int]]] = []
+    samples: list[Sample] = []
     stop_sampling = threading.Event()
     sampler = threading.Thread(target=_sample, args=(bootstrap, topology, samples, stop_sampling), daemon=True)
     sampler.start()
     producer = threading.Thread(target=_produce, args=(bootstrap, topics["source"], config), daemon=True)
     producer.start()
 
-    kills: Counter = Counter()
-    crashes: Counter = Counter()  # processes that died on their own (restarted, as a supervisor would)
+    kills: Counter[str] = Counter()
+    crashes: Counter[str] = Counter()  # processes that died on their own (restarted, as a supervisor would)
     kill_times: list[tuple[str, float]] = []
     broker_faults = sorted(rng.uniform(0.2, 0.8) * config.produce_seconds for _ in range(config.broker_restarts))
     targets = [p for p in processes if config.kill_spouts or p.role != "spout"]
@@ -325,7 +328,7 @@ def _produce(bootstrap: str, topic: str, config: ChaosConfig) -> None:
         time.sleep(max(0.0, 0.5 - (time.monotonic() - began)))
 
 
-def _sample(bootstrap: str, topology: str, samples: list, stop: threading.Event) -> None:
+def _sample(bootstrap: str, topology: str, samples: list[Sample], stop: threading.Event) -> None:
     source = topic_names(topology)["source"]
     while not stop.is_set():
         try:
@@ -336,14 +339,14 @@ def _sample(bootstrap: str, topology: str, samples: list, stop: threading.Event)
         stop.wait(0.5)
 
 
-def _sleep_supervising(seconds: float, processes, crashes: Counter, log) -> None:
+def _sleep_supervising(seconds: float, processes: list[_Process], crashes: Counter[str], log: Log) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         _restart_crashed(processes, crashes, log)
         time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
 
 
-def _restart_crashed(processes, crashes: Counter, log) -> None:
+def _restart_crashed(processes: list[_Process], crashes: Counter[str], log: Log) -> None:
     for process in processes:
         if process.popen is not None and process.popen.poll() is not None:
             crashes[process.name] += 1
@@ -351,7 +354,7 @@ def _restart_crashed(processes, crashes: Counter, log) -> None:
             process.start()
 
 
-def _wait_caught_up(bootstrap: str, topology: str, timeout: float, log, supervise) -> bool:
+def _wait_caught_up(bootstrap: str, topology: str, timeout: float, log: Log, supervise: Callable[[], None]) -> bool:
     source = topic_names(topology)["source"]
     deadline = time.monotonic() + timeout
     last = None

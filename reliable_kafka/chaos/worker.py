@@ -16,10 +16,10 @@ import logging
 import random
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 from reliable_kafka.acker import AckerWorker
-from reliable_kafka.bolt import BasicBolt
+from reliable_kafka.bolt import BasicBolt, BoltCollector, Tuple
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.spout import Spout, TransactionalSpout
 
@@ -44,7 +44,7 @@ def build(
     ackers: int,
     max_pending: int = 10_000,
     parallelism: int = 1,
-):
+) -> AckerWorker | Spout | TransactionalSpout | BasicBolt:
     topics = topic_names(topology)
     on: dict[str, Any] = {
         "topology": topology,
@@ -69,12 +69,13 @@ def build(
             commit_interval_ms=250,
         )
 
-    def split(tuple_, collector):
+    def split(tuple_: Tuple, collector: BoltCollector) -> None:
         wait()
         for j in range(FANOUT):
-            collector.emit(topics["stage2"], tuple_.value + f":{j}".encode(), key=tuple_.value)
+            # every source record has a value (its id)
+            collector.emit(topics["stage2"], cast(bytes, tuple_.value) + f":{j}".encode(), key=tuple_.value)
 
-    def sink(tuple_, collector):
+    def sink(tuple_: Tuple, collector: BoltCollector) -> None:
         wait()
         collector.emit(topics["sink"], tuple_.value, key=tuple_.key, anchors=())  # the effect, untracked
 

@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 __all__ = [
     "Subparsers",
@@ -26,8 +26,12 @@ __all__ = [
     "setup_logging",
 ]
 
-# argparse has no public name for what add_subparsers() returns.
-Subparsers = argparse._SubParsersAction
+# argparse has no public name for what add_subparsers() returns. The class is generic only in
+# typeshed (subscripting it at run time raises TypeError), so mypy reads the subscripted alias.
+if TYPE_CHECKING:
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+else:
+    Subparsers = argparse._SubParsersAction
 
 
 def bootstrap_argument(

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from reliable_kafka.cli.arguments import Subparsers, client_settings, topology_arguments
 from reliable_kafka.errors import ReliableKafkaError
+
+if TYPE_CHECKING:  # the commands import reliable_kafka.ops when they run, not when the parser is built
+    from reliable_kafka.ops.dlq import DeadLetter
 
 __all__ = ["register"]
 
@@ -76,7 +80,7 @@ def _register_dlq(subparsers: Subparsers) -> None:
     again.set_defaults(handler=_dlq_replay)
 
 
-def _dlq_selected(args: argparse.Namespace):
+def _dlq_selected(args: argparse.Namespace) -> list[DeadLetter]:
     from reliable_kafka.ops import dlq
 
     letters = dlq.read_dead_letters(args.bootstrap_servers, args.topology, kafka_config=client_settings(args))

@@ -21,7 +21,7 @@ ROOT_INDEX_FORMAT = 1
 MAX_PAIRS_PER_RECORD = 16_384  # 256 KB records, well under message.max.bytes (1 MB)
 
 
-def encode_root_index(spout_id: int, pairs: array) -> Iterator[bytes]:
+def encode_root_index(spout_id: int, pairs: array[int]) -> Iterator[bytes]:
     """The record values for ``pairs`` (offset, root, offset, root, ... as an ``array("q")``; byte-
     swapped in place on a big-endian machine), MAX_PAIRS_PER_RECORD pairs at most in each."""
     if sys.byteorder != "little":
@@ -32,8 +32,9 @@ def encode_root_index(spout_id: int, pairs: array) -> Iterator[bytes]:
         yield head + raw[start : start + size]
 
 
-def decode_root_index(raw: bytes) -> tuple[int, list[tuple[int, int]]]:
-    """(spout task id, [(offset, root), ...]) of one index record."""
+def decode_root_index(raw: bytes | None) -> tuple[int, list[tuple[int, int]]]:
+    """(spout task id, [(offset, root), ...]) of one index record (None, a record without a value:
+    :class:`DecodeError`)."""
     if not raw or raw[0] != ROOT_INDEX_FORMAT or (len(raw) - 9) % 16:
         raise DecodeError("root index", "not format 1 or not whole (offset, root) pairs", raw)
     spout = struct.unpack(">q", raw[1:9])[0]

@@ -37,7 +37,7 @@ def reason_group(reason: str) -> str:
     return found.group(1) if found else reason[:80]
 
 
-def summarise(partition: int, offset: int, timestamp_ms: int, headers: list[tuple[str, Any]]) -> dict:
+def summarise(partition: int, offset: int, timestamp_ms: int, headers: list[tuple[str, Any]]) -> dict[str, Any]:
     """One letter for the panel, from its coordinates and headers."""
     parked = None
     reason = None
@@ -68,8 +68,13 @@ def summarise(partition: int, offset: int, timestamp_ms: int, headers: list[tupl
 
 
 def recent_dead_letters(
-    bootstrap_servers: str, topology: str, *, kafka_config: dict | None = None, limit: int = 200, timeout: float = 10
-) -> dict:
+    bootstrap_servers: str,
+    topology: str,
+    *,
+    kafka_config: dict[str, Any] | None = None,
+    limit: int = 200,
+    timeout: float = 10,
+) -> dict[str, Any]:
     """``{"topic", "records", "read", "by_reason", "by_kind", "letters"}``: ``records`` held by the
     topic, ``read`` letters read from its tail (up to ``limit`` a partition), counts among them per
     reason (:func:`reason_group`) and per kind (how the last attempt ended), and the newest
@@ -79,7 +84,7 @@ def recent_dead_letters(
     topic = TopologyTopics(topology).dlq
     overrides: dict[str, Any] = {"isolation.level": "read_committed"}  # not a Python name: passed as a dict
     consumer = new_consumer(bootstrap_servers, f"{topology}.dlq-panel", kafka_config, **overrides)
-    letters: list[dict] = []
+    letters: list[dict[str, Any]] = []
     records = 0
     try:
         described = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
@@ -108,7 +113,10 @@ def recent_dead_letters(
                     timestamp = message.timestamp()
                     letters.append(
                         summarise(
-                            partition, offset, timestamp[1] if timestamp else -1, cast(list, message.headers() or [])
+                            partition,
+                            offset,
+                            timestamp[1] if timestamp else -1,
+                            cast("list[tuple[str, Any]]", message.headers() or []),
                         )
                     )
                     if offset + 1 >= ends[partition]:

@@ -16,15 +16,20 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from reliable_kafka import codec
 from reliable_kafka.codec import ATTEMPTS_HEADER, REASON_HEADER
 from reliable_kafka.errors import DecodeError, ReliableKafkaError, TopologyError
+from reliable_kafka.kafka.clients import coordinates
 from reliable_kafka.ops.failures import Attempt, decode_attempts
 from reliable_kafka.topology import TopologyTopics
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Message
+    from confluent_kafka.admin import AdminClient
 
 __all__ = [
     "LINEAGE_HEADER",
@@ -42,6 +47,10 @@ __all__ = [
 ]
 
 LINEAGE_HEADER = "rk-replayed-from"
+
+ReplayMark = dict[str, Any]
+"""What a replay recorded for a dead letter in ``<topology>.dlq-replayed``: ``to``, ``at_ms``,
+``reason`` and ``by`` (JSON, as written; older marks may lack some)."""
 _OURS = {codec.PARKED_HEADER, ATTEMPTS_HEADER, REASON_HEADER, LINEAGE_HEADER, codec.ANCHORS_HEADER}
 
 
@@ -102,7 +111,7 @@ class DeadLetter:
         """The dead letters this record was replayed from, oldest first (empty: never replayed)."""
         return [_text(v) or "" for k, v in self.headers if k == LINEAGE_HEADER and v is not None]
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         parked = self.parked
         return {
             "partition": self.partition,
@@ -140,14 +149,14 @@ def _text(raw: bytes | None) -> str | None:
         return "0x" + raw.hex()
 
 
-def _consumer(bootstrap_servers: str, topology: str, kafka_config: dict | None):
+def _consumer(bootstrap_servers: str, topology: str, kafka_config: dict[str, Any] | None) -> Consumer:
     from reliable_kafka.kafka.clients import new_consumer
 
     overrides: dict[str, Any] = {"isolation.level": "read_committed"}  # not a Python name: passed as a dict
     return new_consumer(bootstrap_servers, f"{topology}.dlq-reader", kafka_config, **overrides)
 
 
-def _read_all(consumer, topic: str, timeout: float) -> list:
+def _read_all(consumer: Consumer, topic: str, timeout: float) -> list[Message]:
     """Every committed record of ``topic``, from the beginning to its end offsets of now."""
     metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
     if metadata is None or metadata.error is not None or not metadata.partitions:
@@ -172,7 +181,8 @@ def _read_all(consumer, topic: str, timeout: float) -> list:
         for message in consumer.consume(num_messages=1000, timeout=0.5):
             if message.error() is not None:
                 continue
-            positions[message.partition()] = message.offset()
+            _, partition, offset = coordinates(message)
+            positions[partition] = offset
             messages.append(message)
         # transaction markers hold the last offsets: the position tells when the end is passed
         for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
@@ -182,7 +192,7 @@ def _read_all(consumer, topic: str, timeout: float) -> list:
 
 
 def read_dead_letters(
-    bootstrap_servers: str, topology: str, *, kafka_config: dict | None = None, timeout: float = 60.0
+    bootstrap_servers: str, topology: str, *, kafka_config: dict[str, Any] | None = None, timeout: float = 60.0
 ) -> list[DeadLetter]:
     """Every dead letter of ``topology``, in partition and offset order."""
     topics = TopologyTopics(topology)
@@ -193,7 +203,8 @@ def read_dead_letters(
         consumer.close()
     letters = []
     for message in messages:
-        headers = list(message.headers() or [])
+        # a consumed record's headers are (name, value) pairs (the stubs also allow a dict)
+        headers = cast("list[tuple[str, bytes]]", list(message.headers() or []))
         parked = None
         raw = [v for k, v in headers if k == codec.PARKED_HEADER]
         if raw:
@@ -203,10 +214,11 @@ def read_dead_letters(
                 parked = None
         attempts = decode_attempts(next((v for k, v in headers if k == ATTEMPTS_HEADER), None))
         timestamp = message.timestamp()
+        _, partition, offset = coordinates(message)
         letters.append(
             DeadLetter(
-                message.partition(),
-                message.offset(),
+                partition,
+                offset,
                 timestamp[1] if timestamp else -1,
                 message.key(),
                 message.value(),
@@ -282,8 +294,8 @@ def parse_time(text: str, *, now_ms: int | None = None) -> int:
 
 
 def replayed(
-    bootstrap_servers: str, topology: str, *, kafka_config: dict | None = None, timeout: float = 60.0
-) -> dict[tuple[int, int], dict]:
+    bootstrap_servers: str, topology: str, *, kafka_config: dict[str, Any] | None = None, timeout: float = 60.0
+) -> dict[tuple[int, int], ReplayMark]:
     """DLQ (partition, offset) -> what its replay recorded, from ``<topology>.dlq-replayed``."""
     topics = TopologyTopics(topology)
     consumer = _consumer(bootstrap_servers, topology, kafka_config)
@@ -291,17 +303,18 @@ def replayed(
         messages = _read_all(consumer, topics.dlq_replayed, timeout)
     finally:
         consumer.close()
-    marks: dict[tuple[int, int], dict] = {}
+    marks: dict[tuple[int, int], ReplayMark] = {}
     for message in messages:
         try:
-            partition, offset = (int(x) for x in message.key().decode().split(":"))
-            marks[(partition, offset)] = json.loads(message.value())
+            # a record without a key or value: AttributeError or TypeError, skipped below
+            partition, offset = (int(x) for x in message.key().decode().split(":"))  # type: ignore[union-attr]
+            marks[(partition, offset)] = json.loads(message.value())  # type: ignore[arg-type]
         except (AttributeError, ValueError, TypeError):
             continue  # not ours: ignored
     return marks
 
 
-def check_target(bootstrap_servers: str, to: str, *, kafka_config: dict | None = None) -> None:
+def check_target(bootstrap_servers: str, to: str, *, kafka_config: dict[str, Any] | None = None) -> None:
     """Raise at once when topic ``to`` does not exist: a replay to it would send nothing."""
     from reliable_kafka.kafka.admin import admin_client
 
@@ -312,7 +325,7 @@ def check_target(bootstrap_servers: str, to: str, *, kafka_config: dict | None =
         )
 
 
-def replay_mark_text(mark: dict) -> str:
+def replay_mark_text(mark: ReplayMark) -> str:
     """A replay mark as a person reads it: where, when (UTC) and by whom."""
     by = f" by {mark['by']}" if mark.get("by") else ""
     return f"replayed to {mark.get('to')} at {_when(mark.get('at_ms'))} UTC{by}"
@@ -331,13 +344,13 @@ def _replayer() -> str:
 
 @dataclass
 class ReplayReport:
-    sent: list[dict] = field(default_factory=list)  # {dlq, to, partition}
-    skipped: list[dict] = field(default_factory=list)  # {dlq, why}
+    sent: list[dict[str, Any]] = field(default_factory=list)  # {dlq, to, partition}
+    skipped: list[dict[str, str]] = field(default_factory=list)  # {dlq, why}
     references: int = 0  # of the skipped: references without the record, nothing to replay
     dry_run: bool = False
 
 
-def _ensure_replayed_topic(admin, topics: TopologyTopics) -> None:
+def _ensure_replayed_topic(admin: AdminClient, topics: TopologyTopics) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -360,7 +373,7 @@ def replay(
     to: str | None = None,
     rate: float = 100.0,
     dry_run: bool = False,
-    kafka_config: dict | None = None,
+    kafka_config: dict[str, Any] | None = None,
     batch: int = 100,
     force: bool = False,
 ) -> ReplayReport:
@@ -462,7 +475,11 @@ def render_list(letters: list[DeadLetter]) -> str:
     return "\n".join(lines)
 
 
-def render_one(letter: DeadLetter, marks: dict | None = None, last_acks: dict | None = None) -> str:
+def render_one(
+    letter: DeadLetter,
+    marks: dict[tuple[int, int], ReplayMark] | None = None,
+    last_acks: dict[int, dict[str, Any] | None] | None = None,
+) -> str:
     """``dlq show``; ``last_acks``: root -> the last ACK of a timed-out attempt's tree (or None)."""
     d = letter.as_json()
     lines = [f"dead letter {d['partition']}@{d['offset']}  reason: {d['reason']}"]

@@ -19,7 +19,9 @@ import threading
 import time
 import traceback
 import weakref
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 __all__ = ["LastError", "ErrorLog", "error_log", "last_error_of", "handler_raised", "FRAMES", "LOG_INTERVAL_S"]
 
@@ -42,7 +44,9 @@ class LastError:
     count: int = 1  # errors of this component so far
 
     @classmethod
-    def of(cls, error: BaseException, *, where: str | None = None, at: float | None = None, count: int = 1):
+    def of(
+        cls, error: BaseException, *, where: str | None = None, at: float | None = None, count: int = 1
+    ) -> LastError:
         return cls(
             type=type(error).__name__,
             message=str(error)[:_MAX_MESSAGE],
@@ -54,7 +58,7 @@ class LastError:
             count=count,
         )
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -69,7 +73,7 @@ def frames_of(error: BaseException, limit: int = FRAMES) -> list[str]:
 class ErrorLog:
     """One component's errors: the last one, a count, and the log's rate limit per error type."""
 
-    def __init__(self, *, interval_s: float = LOG_INTERVAL_S, clock=time.monotonic) -> None:
+    def __init__(self, *, interval_s: float = LOG_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s = interval_s
         self.clock = clock
         self.last: LastError | None = None
@@ -99,11 +103,11 @@ class ErrorLog:
             return False, suppressed + 1, now - started
 
 
-_logs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_logs: weakref.WeakKeyDictionary[object, ErrorLog] = weakref.WeakKeyDictionary()
 _logs_lock = threading.Lock()
 
 
-def error_log(component) -> ErrorLog:
+def error_log(component: object) -> ErrorLog:
     """``component``'s error log (made on first use)."""
     with _logs_lock:
         found = _logs.get(component)
@@ -112,13 +116,20 @@ def error_log(component) -> ErrorLog:
         return found
 
 
-def last_error_of(component) -> LastError | None:
+def last_error_of(component: object) -> LastError | None:
     """The last error ``component`` recorded, or None."""
     found = _logs.get(component)
     return None if found is None else found.last
 
 
-def handler_raised(component, error: BaseException, logger: logging.Logger, message: str, *args, where=None) -> None:
+def handler_raised(
+    component: object,
+    error: BaseException,
+    logger: logging.Logger,
+    message: str,
+    *args: object,
+    where: str | None = None,
+) -> None:
     """Record ``error`` as ``component``'s last error and log it: the first of its type in full
     (``message % args`` with the traceback), then one count line per interval."""
     errors = error_log(component)

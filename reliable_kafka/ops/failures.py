@@ -28,8 +28,9 @@ import os
 import socket
 import time
 from collections import OrderedDict
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, TypedDict, overload
 
 from reliable_kafka.codec import ATTEMPTS_HEADER, REASON_HEADER
 from reliable_kafka.core.clock import Clock
@@ -37,11 +38,14 @@ from reliable_kafka.errors import AuthorizationError, TopologyError
 from reliable_kafka.ops.errors import frames_of
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer
+    from confluent_kafka import Consumer, KafkaError, Message, Producer
+
+    from reliable_kafka.kafka.factory import KafkaClients
 
 __all__ = [
     "FAILURE_FORMAT",
     "FailureRecord",
+    "TupleCoordinates",
     "Attempt",
     "FailureLog",
     "FailureIndex",
@@ -84,6 +88,14 @@ def reason_of(reason: str | None, error: BaseException | None) -> str:
     return "failed"
 
 
+class TupleCoordinates(TypedDict):
+    """Where a failed tuple was read: a failure record's ``tuple``."""
+
+    topic: str
+    partition: int | None
+    offset: int | None
+
+
 @dataclass(frozen=True)
 class FailureRecord:
     """One component's report that it failed a tuple (of one or more trees)."""
@@ -95,7 +107,7 @@ class FailureRecord:
     error_type: str | None = None
     error_message: str | None = None
     retry: bool = True
-    tuple: dict | None = None  # {"topic", "partition", "offset"} of the failed tuple
+    tuple: TupleCoordinates | None = None  # where the failed tuple was read
     at_ms: int = -1
     host: str | None = None
     pid: int | None = None
@@ -105,7 +117,7 @@ class FailureRecord:
     def of(
         cls,
         *,
-        roots,
+        roots: Iterable[int],
         component: str,
         task_id: int = 0,
         reason: str | None = None,
@@ -116,7 +128,9 @@ class FailureRecord:
         offset: int | None = None,
         clock: Clock = time,
     ) -> FailureRecord:
-        coordinates = None if topic is None else {"topic": topic, "partition": partition, "offset": offset}
+        coordinates: TupleCoordinates | None = (
+            None if topic is None else {"topic": topic, "partition": partition, "offset": offset}
+        )
         return cls(
             roots=[int(r) for r in roots],
             component=component,
@@ -174,7 +188,7 @@ class Attempt:
     root: int | None
     outcome: str  # FAILED, TIMED_OUT, backstop timeout, handler error
     at_ms: int
-    failures: list[dict] = field(default_factory=list)  # FailureRecord fields
+    failures: list[dict[str, Any]] = field(default_factory=list)  # FailureRecord fields
 
     def reasons(self) -> list[str]:
         return [f["reason"] for f in self.failures]
@@ -220,7 +234,7 @@ class FailureLog:
     failure itself (the FAIL entry on the ack topic is what replays the tree).
     """
 
-    def __init__(self, producer, *, topic: str, component: str, task_id: int) -> None:
+    def __init__(self, producer: Producer, *, topic: str, component: str, task_id: int) -> None:
         self.producer = producer
         self.topic = topic
         self.component = component
@@ -237,7 +251,7 @@ class FailureLog:
         except BufferError:
             log.warning("%s: failure record for %s dropped: producer queue full", self.component, record.roots)
 
-    def _delivered(self, error, message) -> None:
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
         from reliable_kafka.kafka.authorization import check_delivery
 
         check_delivery(error, message, self.producer)  # refused: a permission is missing; stop
@@ -260,10 +274,10 @@ class FailureIndex:
         bootstrap_servers: str,
         topic: str,
         group_id: str,
-        kafka_config: dict | None = None,
+        kafka_config: dict[str, Any] | None = None,
         since_ms: int | None = None,
         max_roots: int = 50_000,
-        clients=None,
+        clients: KafkaClients | None = None,
         clock: Clock = time,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
@@ -280,7 +294,7 @@ class FailureIndex:
         self._caught_up = float("-inf")
         self._caught_up_round: int | None = None
 
-    def take(self, roots, *, round_: int | None = None) -> dict[int, list[FailureRecord]]:
+    def take(self, roots: Collection[int], *, round_: int | None = None) -> dict[int, list[FailureRecord]]:
         """The failure records of ``roots`` (removed from the index); catches up first when one is
         missing, at most once per ``round_`` (the caller's batch of outcomes: bolts flush a failure
         record before they send its FAIL, so one catch-up after the outcome arrived finds it, and a
@@ -332,7 +346,7 @@ class FailureIndex:
         from reliable_kafka.polling import consume_batch
 
         consumer = self._consumer or self._open()
-        ends = {}
+        ends: dict[int, int] = {}
         for partition in self._next:
             ends[partition] = consumer.get_watermark_offsets(
                 TopicPartition(self.topic, partition), timeout=timeout, cached=False

@@ -32,8 +32,13 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+    from reliable_kafka.ops.snapshot import ComponentView, Partition, Worker
 
 __all__ = [
     "Check",
@@ -69,7 +74,7 @@ class Check:
         ).encode()
 
 
-def _liveness_bound(worker) -> float:
+def _liveness_bound(worker: Worker) -> float:
     """The consumer's ``max.poll.interval.ms`` (what Kafka allows between polls), in seconds."""
     from reliable_kafka.kafka.config import consumer_settings
 
@@ -80,7 +85,7 @@ def _liveness_bound(worker) -> float:
         return DEFAULT_LIVENESS_S  # librdkafka refuses the value itself, with its own message
 
 
-def _cluster_check(worker) -> Callable[[float], str | None]:
+def _cluster_check(worker: Worker) -> Callable[[float], str | None]:
     """A metadata request with the worker's client settings; returns None, or why it failed."""
     admin = None
 
@@ -123,7 +128,7 @@ class Health:
         *,
         kind: str,
         liveness_s: float,
-        partitions: Callable[[], Iterable[dict]],
+        partitions: Callable[[], Iterable[Partition]],
         connected: Callable[[float], str | None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -151,7 +156,7 @@ class Health:
         if self.kind == "acker":
             self._follow_replay(partitions)
 
-    def _follow_replay(self, partitions: list[dict]) -> None:
+    def _follow_replay(self, partitions: list[Partition]) -> None:
         """An acker's partition is rebuilt once its position reached the end offset the partition
         had when this worker first saw it assigned (the replay from the committed low point)."""
         held = set(self.assigned)
@@ -209,7 +214,7 @@ class Health:
             return self._unreachable
 
 
-def _acker_partitions(view) -> list[dict]:
+def _acker_partitions(view: ComponentView) -> list[Partition]:
     """The acker's assigned partitions, positioned where its tables are: after the last record
     folded, else at the committed low point it replays from (the consumer's own position stays
     unknown until a record is consumed, so an empty partition would never look rebuilt), or at
@@ -226,11 +231,11 @@ def _acker_partitions(view) -> list[dict]:
     return out
 
 
-def health_of(view) -> Health:
+def health_of(view: ComponentView) -> Health:
     """The :class:`Health` of a component's view (:mod:`.snapshot`)."""
     worker = view.worker
     if view.kind == "acker":
-        partitions: Callable[[], Iterable[dict]] = lambda: _acker_partitions(view)  # noqa: E731
+        partitions: Callable[[], Iterable[Partition]] = lambda: _acker_partitions(view)  # noqa: E731
     else:
         partitions = lambda: view.consumer_partitions  # noqa: E731
     return Health(
@@ -244,10 +249,10 @@ def health_of(view) -> Health:
 # --- HTTP ---------------------------------------------------------------------------------------
 
 
-def routes(metrics_app: Callable, health: Health) -> Callable:
+def routes(metrics_app: WSGIApplication, health: Health) -> WSGIApplication:
     """A WSGI app: ``/metrics`` (``metrics_app``), ``/healthz``, ``/readyz``; 404 elsewhere."""
 
-    def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
         if path == "/metrics":
             return metrics_app(environ, start_response)
@@ -277,7 +282,7 @@ class _QuietHandler(WSGIRequestHandler):
         pass  # a probe every few seconds would fill the log
 
 
-def serve(app: Callable, *, host: str, port: int) -> WSGIServer:
+def serve(app: WSGIApplication, *, host: str, port: int) -> WSGIServer:
     """Serve ``app`` on ``host:port`` in a daemon thread; ``server.shutdown()`` stops it."""
     server_class = _Server6 if ":" in host else _Server
     server = make_server(host, port, app, server_class=server_class, handler_class=_QuietHandler)

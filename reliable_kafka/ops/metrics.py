@@ -17,14 +17,22 @@ STOPPED components included (:class:`TopologyCollector`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from reliable_kafka.errors import ConfigError
 from reliable_kafka.ops import health
 from reliable_kafka.ops.reasons import OUTCOMES, reason_word
 from reliable_kafka.ops.verdict import Verdict
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from reliable_kafka.ops.reporter import ComponentReporter
 
 __all__ = [
     "ComponentCollector",
@@ -124,6 +132,14 @@ TOPOLOGY_METRICS = {
 
 SPOUT_KINDS = ("spout", "transactional-spout", "spark-spout")
 
+Family = TypeVar("Family", CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily)
+
+
+class _MakeFamily(Protocol):
+    """A metric family of ``cls`` labelled with the component's labels and ``extra``."""
+
+    def __call__(self, cls: type[Family], name: str, help_text: str, extra: Sequence[str] = ...) -> Family: ...
+
 
 def _verdict_family(name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, help_text, labels=[*labels, "verdict"])
@@ -135,7 +151,7 @@ def _add_state_set(family: GaugeMetricFamily, values: list[str], current: str) -
         family.add_metric([*values, verdict.value], 1.0 if verdict.value == current else 0.0)
 
 
-def _judge(snapshot: dict) -> str:
+def _judge(snapshot: dict[str, Any]) -> str:
     """The verdict ``status`` would give this snapshot now (the same function, not a copy)."""
     from reliable_kafka.ops.status import judge_snapshot  # imports confluent_kafka: only when scraped
 
@@ -145,13 +161,13 @@ def _judge(snapshot: dict) -> str:
 class ComponentCollector:
     """A custom collector: builds the metric families from a fresh snapshot at each scrape."""
 
-    def __init__(self, reporter) -> None:
+    def __init__(self, reporter: ComponentReporter) -> None:
         self.reporter = reporter
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []  # families vary by kind; an empty describe() keeps registration lazy
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         reporter = self.reporter
         snap = reporter.snapshot(record=False)
         base = {"topology": snap["topology"], "component": snap["component"]}
@@ -159,7 +175,7 @@ class ComponentCollector:
         kind = snap["kind"]
         counters = snap["counters"]
 
-        def family(cls, name, help_text, extra=()):
+        def family(cls: type[Family], name: str, help_text: str, extra: Sequence[str] = ()) -> Family:
             return cls(name, help_text, labels=[*names, *extra])
 
         info = family(GaugeMetricFamily, "rk_component_info", METRICS["rk_component_info"][1], ("kind", "host"))
@@ -207,7 +223,9 @@ class ComponentCollector:
         elif kind == "acker":
             yield from self._acker(snap, family, values, counters)
 
-    def _spout(self, snap, family, values, counters):
+    def _spout(
+        self, snap: dict[str, Any], family: _MakeFamily, values: list[str], counters: dict[str, Any]
+    ) -> Iterator[Metric]:
         trees = family(CounterMetricFamily, "rk_trees", METRICS["rk_trees_total"][1], ("outcome",))
         for outcome in OUTCOMES:
             trees.add_metric([*values, outcome], counters.get(outcome, counters.get(f"tracker_{outcome}", 0)))
@@ -250,8 +268,10 @@ class ComponentCollector:
             emitted.add_metric(values, counters.get("emitted", 0))
             yield emitted
 
-    def _bolt(self, snap, family, values, counters):
-        def counter(name: str, value) -> CounterMetricFamily:
+    def _bolt(
+        self, snap: dict[str, Any], family: _MakeFamily, values: list[str], counters: dict[str, Any]
+    ) -> Iterator[Metric]:
+        def counter(name: str, value: float) -> CounterMetricFamily:
             metric = family(CounterMetricFamily, name.removesuffix("_total"), METRICS[name][1])
             metric.add_metric(values, value)
             return metric
@@ -281,7 +301,9 @@ class ComponentCollector:
         quarantined.add_metric([*values, "anchors_header"], counters.get("quarantined", 0))
         yield quarantined
 
-    def _acker(self, snap, family, values, counters):
+    def _acker(
+        self, snap: dict[str, Any], family: _MakeFamily, values: list[str], counters: dict[str, Any]
+    ) -> Iterator[Metric]:
         for name, key in (("rk_acker_pending_roots", "pending_roots"), ("rk_acker_table_bytes", "table_bytes")):
             gauge = family(GaugeMetricFamily, name, METRICS[name][1])
             gauge.add_metric(values, snap.get(key, 0))
@@ -306,13 +328,13 @@ class TopologyCollector:
     from the status topic (so a killed or stopped component shows, which its own /metrics cannot).
     ``report`` is a callable returning the ``status --json`` document."""
 
-    def __init__(self, report) -> None:
+    def __init__(self, report: Callable[[], dict[str, Any]]) -> None:
         self.report = report
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         report = self.report()
         topology = report["topology"]
         overall = _verdict_family("rk_topology_verdict", TOPOLOGY_METRICS["rk_topology_verdict"][1], ["topology"])
@@ -337,7 +359,7 @@ class TopologyCollector:
             yield gauge
 
 
-def component_registry(*collectors) -> CollectorRegistry:
+def component_registry(*collectors: Collector) -> CollectorRegistry:
     """A registry with ``collectors`` and prometheus_client's process, platform and GC collectors
     (one registry per component: several components in one process each show the process)."""
     registry = CollectorRegistry(auto_describe=False)
@@ -346,7 +368,9 @@ def component_registry(*collectors) -> CollectorRegistry:
     return registry
 
 
-def serve_metrics(reporter, *, port: int, addr: str = DEFAULT_METRICS_HOST):
+def serve_metrics(
+    reporter: ComponentReporter, *, port: int, addr: str = DEFAULT_METRICS_HOST
+) -> tuple[WSGIServer, int]:
     """Serve ``/metrics``, ``/healthz`` and ``/readyz`` (:mod:`.health`; 404 elsewhere) for
     ``reporter``'s component on ``addr:port``; returns (server, bound port)."""
     registry = component_registry(ComponentCollector(reporter))

@@ -22,9 +22,11 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from reliable_kafka.ops.health import health_of
-from reliable_kafka.ops.snapshot import ComponentView, view_of
+from reliable_kafka.ops.snapshot import ComponentView, Worker, view_of
 
 if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
     from confluent_kafka import Producer
 
 __all__ = ["ComponentReporter", "attach", "SCHEMA", "DEFAULT_INTERVAL_S", "HISTORY", "METRICS_HOST_ENV"]
@@ -57,14 +59,14 @@ class ComponentReporter:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.started_at = time.time()
-        self.history: deque[dict] = deque(maxlen=HISTORY)
-        self.last: dict | None = None
+        self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
+        self.last: dict[str, Any] | None = None
         self.capacity: float | None = None
         self._producer: Producer | None = None
         self._stop = threading.Event()
         self._next_refresh = 0.0
         self._thread: threading.Thread | None = None
-        self._metrics_server = None
+        self._metrics_server: WSGIServer | None = None
         self._lock = threading.Lock()  # one snapshot at a time (thread, scrape, close)
         self.health = health_of(view)  # /healthz and /readyz beside /metrics (ops.health)
 
@@ -125,7 +127,7 @@ class ComponentReporter:
 
     # --- the snapshot ---------------------------------------------------------------------------
 
-    def snapshot(self, *, state: str = "running", record: bool = True) -> dict:
+    def snapshot(self, *, state: str = "running", record: bool = True) -> dict[str, Any]:
         """Sample now and return the whole snapshot (docs/operations.md); ``record`` appends the
         sample to the history (the publishing rounds do; a metrics scrape does not, so the
         verdict's window stays evenly spaced)."""
@@ -186,10 +188,10 @@ class ComponentReporter:
         if elapsed <= 0:
             return None
         slots = getattr(self.view.worker, "parallelism", 1) or 1
-        busy = (last["latency_sum_s"] - first["latency_sum_s"]) / (elapsed * slots)
+        busy: float = (last["latency_sum_s"] - first["latency_sum_s"]) / (elapsed * slots)
         return round(min(1.0, max(0.0, busy)), 4)
 
-    def _publish(self, snapshot: dict) -> None:
+    def _publish(self, snapshot: dict[str, Any]) -> None:
         producer = self._producer
         if producer is None:
             producer = self._producer = self._new_producer()
@@ -214,7 +216,7 @@ class ComponentReporter:
         return new_producer(worker.bootstrap_servers, config, clients=clients, **quick)
 
 
-def attach(worker) -> ComponentReporter | None:
+def attach(worker: Worker) -> ComponentReporter | None:
     """Start reporting for ``worker`` (None for an object of an unknown kind).
 
     Reads optional attributes of the worker: ``metrics_port`` (serve ``/metrics``; 0 picks a free

@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.ops.errors import last_error_of
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
 
 __all__ = ["ComponentView", "BrokerOffsets", "view_of"]
 
@@ -27,8 +32,18 @@ log = logging.getLogger(__name__)
 
 OFFSET_INVALID = -1001
 
+T = TypeVar("T")
+D = TypeVar("D")
 
-def _retry(read, default):
+Worker = Any
+"""A spout, bolt, acker worker or Spark job, read by its public attributes (``getattr`` for the
+optional ones): the workers import this module, so it names none of their classes."""
+
+Partition = dict[str, Any]
+"""A partition's row in a snapshot: topic, partition, position, end, committed, lag and the kind's own."""
+
+
+def _retry(read: Callable[[], T], default: D) -> T | D:
     for _ in range(5):
         try:
             return read()
@@ -37,7 +52,7 @@ def _retry(read, default):
     return default
 
 
-def _consumer_partitions(consumer) -> list[dict]:
+def _consumer_partitions(consumer: Consumer | None) -> list[Partition]:
     """Assigned partitions with the consumer's position and cached end (both local, no I/O)."""
     if consumer is None:
         return []
@@ -63,7 +78,7 @@ def _consumer_partitions(consumer) -> list[dict]:
     return out
 
 
-def _lag(partitions: list[dict], start_at: str = "committed") -> int | None:
+def _lag(partitions: list[Partition], start_at: str = "committed") -> int | None:
     """Records between ``start_at`` (the group's committed offset, or the consumer's position) and
     the end, summed (None: unknown); a partition without a committed offset counts from the position."""
     total, known = 0, False
@@ -82,10 +97,10 @@ class BrokerOffsets:
 
     TIMEOUT_S = 2.0  # a broker that does not answer in time: the figures are unknown this round
 
-    def __init__(self, worker, *, max_age_s: float = 1.0) -> None:
+    def __init__(self, worker: Worker, *, max_age_s: float = 1.0) -> None:
         self.worker = worker
         self.max_age_s = max_age_s
-        self._consumer = None
+        self._consumer: Consumer | None = None
         self._read_at = -1e9
         self._known: dict[tuple[str, int], tuple[int | None, int | None]] = {}
 
@@ -100,7 +115,7 @@ class BrokerOffsets:
             from confluent_kafka import TopicPartition
 
             consumer = self._client()
-            committed = {}
+            committed: dict[tuple[str, int], int | None] = {}
             if getattr(self.worker, "group_id", None):
                 for tp in consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=self.TIMEOUT_S):
                     committed[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
@@ -112,7 +127,7 @@ class BrokerOffsets:
         self._known = known
         return known
 
-    def _client(self):
+    def _client(self) -> Consumer:
         if self._consumer is None:
             from reliable_kafka.kafka.clients import new_consumer
 
@@ -143,9 +158,9 @@ class ComponentView:
 
     broker_committed = True  # the group's committed offsets from the broker (a spout knows its own)
 
-    def __init__(self, worker) -> None:
+    def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        self.consumer_partitions: list[dict] = []  # as of the last refresh()
+        self.consumer_partitions: list[Partition] = []  # as of the last refresh()
         self.broker = BrokerOffsets(worker)
 
     def refresh(self) -> None:
@@ -155,7 +170,7 @@ class ComponentView:
     def close(self) -> None:
         self.broker.close()
 
-    def partitions(self) -> list[dict]:
+    def partitions(self) -> list[Partition]:
         """The assigned partitions (as of the last refresh) with the broker's end offset and, where
         the broker answered, the group's committed offset and ``lag`` (end minus committed)."""
         partitions = [dict(p) for p in self.consumer_partitions]
@@ -170,17 +185,17 @@ class ComponentView:
                 p["committed"] = committed
         return partitions
 
-    def last_error(self) -> dict | None:
+    def last_error(self) -> dict[str, Any] | None:
         found = last_error_of(self.worker)
         return None if found is None else found.as_json()
 
     @property
     def name(self) -> str:
-        return self.worker.name
+        return cast(str, self.worker.name)
 
     @property
     def topology(self) -> str:
-        return self.worker.topics.topology
+        return cast(str, self.worker.topics.topology)
 
     @property
     def group(self) -> str | None:
@@ -198,7 +213,7 @@ class ComponentView:
     def latency(self) -> LatencyHistogram | None:
         return None
 
-    def sample(self) -> dict:
+    def sample(self) -> dict[str, Any]:
         """``counters``, ``progress``, ``backlog``, ``partitions`` and kind-specific gauges."""
         lock = getattr(self.worker, "_lock", None)  # Spark jobs share their tracker between threads
         if lock is not None:
@@ -211,11 +226,11 @@ class ComponentView:
             read["stopped_by"] = stopped_by
         return read
 
-    def _read(self) -> dict:
+    def _read(self) -> dict[str, Any]:
         raise NotImplementedError
 
 
-def _counters(stats) -> dict:
+def _counters(stats: object) -> dict[str, int | float]:
     values = asdict(stats) if is_dataclass(stats) and not isinstance(stats, type) else dict(vars(stats))
     return {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
@@ -226,13 +241,13 @@ class SpoutView(ComponentView):
     broker_committed = False  # its commit point is its own figure, the same as the broker's
 
     def latency(self) -> LatencyHistogram:
-        return self.worker.tracker.complete_latency
+        return cast(LatencyHistogram, self.worker.tracker.complete_latency)
 
     def _tracker_counts(self) -> tuple[object, dict[str, int]]:
         """The tracker's counters (a TrackerStats) and its dead letters by reason."""
         return self.worker.tracker.stats, self.worker.tracker.dead_letters_by_reason
 
-    def _read(self) -> dict:
+    def _read(self) -> dict[str, Any]:
         worker, tracker = self.worker, self.worker.tracker
         counters = _counters(worker.stats)
         tracker_stats, by_reason = self._tracker_counts()
@@ -240,8 +255,9 @@ class SpoutView(ComponentView):
             counters[key] = getattr(tracker_stats, key)
         pending = tracker.pending_roots()
         partitions = self.partitions()
-        committed = _retry(lambda: dict(worker.stats.committed), {})
-        summary = _retry(tracker.pending_summary, {})
+        committed: dict[tuple[str, int], int] = _retry(lambda: dict(worker.stats.committed), {})
+        # (topic, partition) -> (pending, retrying, oldest pending offset, its first emit in ms)
+        summary: dict[tuple[str, int], tuple[int, int, int | None, int | None]] = _retry(tracker.pending_summary, {})
         now_ms = tracker.now_ms()
         for p in partitions:
             tp = (p["topic"], p["partition"])
@@ -270,7 +286,7 @@ class TransactionalSpoutView(SpoutView):
     kind = "transactional-spout"
 
     def latency(self) -> LatencyHistogram:
-        return self.worker.committed_complete_latency
+        return cast(LatencyHistogram, self.worker.committed_complete_latency)
 
     def _tracker_counts(self) -> tuple[object, dict[str, int]]:
         return self.worker.committed_tracker_stats, self.worker.committed_dead_letters_by_reason
@@ -281,9 +297,9 @@ class BoltView(ComponentView):
     latency_name = "process"
 
     def latency(self) -> LatencyHistogram:
-        return self.worker.process_latency
+        return cast(LatencyHistogram, self.worker.process_latency)
 
-    def _read(self) -> dict:
+    def _read(self) -> dict[str, Any]:
         worker = self.worker
         counters = _counters(worker.stats)
         handled = worker.process_latency.count
@@ -304,10 +320,10 @@ class BoltView(ComponentView):
         return read
 
 
-def _calls(worker) -> dict:
+def _calls(worker: Worker) -> dict[str, Any]:
     """The handler calls in flight and the age of the oldest, where the bolt tells them (a bolt
     without these methods reports none); safe from another thread."""
-    found: dict = {}
+    found: dict[str, Any] = {}
     in_flight = getattr(worker, "calls_in_flight", None)
     oldest = getattr(worker, "oldest_call_age", None)
     parallelism = getattr(worker, "parallelism", None)
@@ -321,7 +337,7 @@ def _calls(worker) -> dict:
     return found
 
 
-def _partition_lag(p: dict) -> int | None:
+def _partition_lag(p: Partition) -> int | None:
     start = p.get("committed") if p.get("committed") is not None else p.get("position")
     return None if start is None or p.get("end") is None else max(0, p["end"] - start)
 
@@ -336,7 +352,7 @@ class AckerView(ComponentView):
     def outputs(self) -> list[str]:
         return [self.worker.topics.outcomes]
 
-    def _read(self) -> dict:
+    def _read(self) -> dict[str, Any]:
         worker = self.worker
         counters = _counters(worker.stats)
         partitions = self.partitions()
@@ -359,9 +375,9 @@ class SparkSpoutView(ComponentView):
     latency_name = "complete"
 
     def latency(self) -> LatencyHistogram:
-        return self.worker.tracker.complete_latency
+        return cast(LatencyHistogram, self.worker.tracker.complete_latency)
 
-    def _read(self) -> dict:
+    def _read(self) -> dict[str, Any]:
         worker, tracker = self.worker, self.worker.tracker
         counters = _counters(worker.stats)
         counters.update({f"tracker_{k}": v for k, v in tracker.stats.as_dict().items()})
@@ -400,7 +416,7 @@ class SparkSpoutView(ComponentView):
 class SparkBoltView(ComponentView):
     kind = "spark-bolt"
 
-    def _read(self) -> dict:
+    def _read(self) -> dict[str, Any]:
         worker = self.worker
         counters = _counters(worker.stats)
         for key in ("acked", "failed", "untracked"):
@@ -415,7 +431,7 @@ _VIEWS: dict[str, type[ComponentView]] = {
 }
 
 
-def view_of(worker) -> ComponentView | None:
+def view_of(worker: Worker) -> ComponentView | None:
     """The view for ``worker``'s kind (its ``component``); None for an object this module does not know."""
     view = _VIEWS.get(getattr(worker, "component", ""))
     return None if view is None else view(worker)

@@ -13,6 +13,7 @@ import json
 import logging
 import time
 import uuid
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
@@ -45,6 +46,9 @@ log = logging.getLogger(__name__)
 
 REPORT_SCHEMA = 2  # 2: STOPPED, the topology's reason, lag and last errors per component, no rates when down
 FORGET_AFTER_S = 3600.0  # stopped or silent components older than this are left out (``--all`` keeps them)
+Snapshot = dict[str, Any]
+"""A component's status snapshot as published (JSON; docs/operations.md lists its fields)."""
+
 WINDOW_SAMPLES = 12  # the reporters keep this many samples (reporter.HISTORY): the verdict's window
 SPOUT_KINDS = ("spout", "transactional-spout", "spark-spout")
 RATE_COUNTERS = {
@@ -57,7 +61,7 @@ RATE_COUNTERS = {
 }
 
 
-def _consumer(bootstrap_servers: str, kafka_config: dict | None, group_id: str | None = None) -> Consumer:
+def _consumer(bootstrap_servers: str, kafka_config: dict[str, Any] | None, group_id: str | None = None) -> Consumer:
     config = dict(kafka_config or {})
     config.update(
         {
@@ -71,8 +75,8 @@ def _consumer(bootstrap_servers: str, kafka_config: dict | None, group_id: str |
 
 
 def read_snapshots(
-    bootstrap_servers: str, topology: str, *, kafka_config: dict | None = None, timeout: float = 15.0
-) -> dict[str, dict]:
+    bootstrap_servers: str, topology: str, *, kafka_config: dict[str, Any] | None = None, timeout: float = 15.0
+) -> dict[str, Snapshot]:
     """component name -> its latest snapshot, read from ``<topology>.status`` up to its end."""
     topic = TopologyTopics(topology).status
     consumer = _consumer(bootstrap_servers, kafka_config)
@@ -89,7 +93,7 @@ def read_snapshots(
                 f"status: topic {topic} does not exist; is topology {topology!r} running "
                 f"(its components create it when they start), and is the name right?"
             )
-        snapshots: dict[str, dict] = {}
+        snapshots: dict[str, Snapshot] = {}
         partitions = sorted(described.partitions)
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in partitions}
         todo = {p for p, end in ends.items() if end > 0}
@@ -128,7 +132,7 @@ SETTLED = {
 }
 
 
-def component_samples(snapshot: dict) -> list[Sample]:
+def component_samples(snapshot: Snapshot) -> list[Sample]:
     """The verdict's samples; the last carries the age of the oldest call in flight (if told)."""
     settled_by, given_up_by, _ = SETTLED.get(snapshot.get("kind", ""), ((), "", ""))
     history = snapshot.get("history", [])
@@ -148,7 +152,7 @@ def component_samples(snapshot: dict) -> list[Sample]:
     return samples
 
 
-def judge_snapshot(snapshot: dict, now: float) -> Judgement:
+def judge_snapshot(snapshot: Snapshot, now: float) -> Judgement:
     interval = snapshot.get("interval_s", 5.0)
     judgement = judge_component(
         component_samples(snapshot),
@@ -163,11 +167,11 @@ def judge_snapshot(snapshot: dict, now: float) -> Judgement:
     return judgement
 
 
-def _owned(snapshot: dict) -> set[tuple[str, int]]:
+def _owned(snapshot: Snapshot) -> set[tuple[str, int]]:
     return {(p["topic"], p["partition"]) for p in snapshot.get("partitions", [])}
 
 
-def _taken_over_by(name: str, snapshots: dict[str, dict], judged: dict[str, Judgement]) -> list[str]:
+def _taken_over_by(name: str, snapshots: dict[str, Snapshot], judged: dict[str, Judgement]) -> list[str]:
     """The live members of ``name``'s group that own every partition it last reported (none: its
     work was not taken over, or it had no group)."""
     snap = snapshots[name]
@@ -189,7 +193,7 @@ def _taken_over_by(name: str, snapshots: dict[str, dict], judged: dict[str, Judg
     return sorted(m for m in members if _owned(snapshots[m]) & mine) or sorted(members)
 
 
-def partition_samples(snapshot: dict, topic: str, partition: int) -> list[Sample]:
+def partition_samples(snapshot: Snapshot, topic: str, partition: int) -> list[Sample]:
     """The owner's own record of a partition's (committed, end): progress = committed, backlog = lag."""
     key, samples = f"{topic}:{partition}", []
     for h in snapshot.get("history", []):
@@ -199,7 +203,7 @@ def partition_samples(snapshot: dict, topic: str, partition: int) -> list[Sample
     return samples
 
 
-def _rates(snapshot: dict) -> dict[str, float]:
+def _rates(snapshot: Snapshot) -> dict[str, float]:
     history = snapshot.get("history", [])
     if len(history) < 2:
         return {}
@@ -214,7 +218,7 @@ def _rates(snapshot: dict) -> dict[str, float]:
     }
 
 
-def _latency(snapshot: dict) -> dict | None:
+def _latency(snapshot: Snapshot) -> dict[str, Any] | None:
     """p50/p99 over the window (the history's first to last sample), else since the start."""
     latency = snapshot.get("latency")
     if latency is None:
@@ -237,7 +241,9 @@ def _latency(snapshot: dict) -> dict | None:
     }
 
 
-def _broker_lags(bootstrap, kafka_config, snapshots: dict[str, dict], timeout) -> dict[tuple[str, str, int], int]:
+def _broker_lags(
+    bootstrap: str, kafka_config: dict[str, Any] | None, snapshots: dict[str, Snapshot], timeout: float
+) -> dict[tuple[str, str, int], int]:
     """(group, topic, partition) -> records not yet done, as ``reliable-kafka lag`` computes them
     (the broker's end offset minus the group's commit, minus what a spout's commit metadata
     records as done above it), for every group and input topic the snapshots name."""
@@ -260,7 +266,7 @@ def _broker_lags(bootstrap, kafka_config, snapshots: dict[str, dict], timeout) -
     return lags
 
 
-def _component_lag(snapshot: dict, broker_lag: dict[tuple[str, str, int], int]) -> int | None:
+def _component_lag(snapshot: Snapshot, broker_lag: dict[tuple[str, str, int], int]) -> int | None:
     """Records waiting in the partitions the component owns (as of its last snapshot), from the
     broker; else as the component's own snapshot measured them (None: not known)."""
     group, partitions = snapshot.get("group"), snapshot.get("partitions", [])
@@ -282,12 +288,12 @@ def build_report(
     bootstrap_servers: str,
     topology: str,
     *,
-    kafka_config: dict | None = None,
-    snapshots: dict[str, dict] | None = None,
+    kafka_config: dict[str, Any] | None = None,
+    snapshots: dict[str, Snapshot] | None = None,
     now: float | None = None,
     include_all: bool = False,
     timeout: float = 15.0,
-) -> dict:
+) -> dict[str, Any]:
     """The ``status --json`` document (see docs/operations.md for every field)."""
     now = time.time() if now is None else now
     if snapshots is None:
@@ -376,10 +382,17 @@ def build_report(
     }
 
 
-def _partitions(bootstrap, kafka_config, snapshots, live, now, timeout) -> list[dict]:
+def _partitions(
+    bootstrap: str,
+    kafka_config: dict[str, Any] | None,
+    snapshots: dict[str, Snapshot],
+    live: dict[str, dict[str, Any]],
+    now: float,
+    timeout: float,
+) -> list[dict[str, Any]]:
     """One row per source partition of every spout group that has a live-listed spout."""
     groups: dict[str, set[str]] = {}
-    owners: dict[tuple[str, str, int], dict] = {}
+    owners: dict[tuple[str, str, int], dict[str, Any]] = {}
     running: set[str] = set()  # groups with a spout not stopped on purpose
     for name, snap in snapshots.items():
         if snap.get("kind") not in SPOUT_KINDS or name not in live or not snap.get("group"):
@@ -413,7 +426,16 @@ def _partitions(bootstrap, kafka_config, snapshots, live, now, timeout) -> list[
     return rows
 
 
-def _partition_row(group, tp, end, owner, live, now, *, stopped: bool = False) -> dict:
+def _partition_row(
+    group: str,
+    tp: TopicPartition,
+    end: int,
+    owner: dict[str, Any] | None,
+    live: dict[str, dict[str, Any]],
+    now: float,
+    *,
+    stopped: bool = False,
+) -> dict[str, Any]:
     committed = tp.offset if tp.offset >= 0 else None
     done_above: int | None = 0
     if committed is not None and tp.metadata:
@@ -467,7 +489,9 @@ def _partition_row(group, tp, end, owner, live, now, *, stopped: bool = False) -
     return row
 
 
-def _topic_counts(bootstrap, kafka_config, topics: list[str], timeout) -> dict[str, int]:
+def _topic_counts(
+    bootstrap: str, kafka_config: dict[str, Any] | None, topics: list[str], timeout: float
+) -> dict[str, int]:
     """Records held by each topic (end minus start, summed over partitions)."""
     consumer = _consumer(bootstrap, kafka_config)
     try:
@@ -487,8 +511,13 @@ def _topic_counts(bootstrap, kafka_config, topics: list[str], timeout) -> dict[s
 
 
 def forget(
-    bootstrap_servers: str, topology: str, name: str, *, kafka_config: dict | None = None, timeout: float = 15.0
-) -> dict:
+    bootstrap_servers: str,
+    topology: str,
+    name: str,
+    *,
+    kafka_config: dict[str, Any] | None = None,
+    timeout: float = 15.0,
+) -> dict[str, Any]:
     """Remove component ``name`` from ``<topology>.status`` (a tombstone: compaction drops its
     snapshots). Refused while it runs (it would publish again); returns its last snapshot."""
     from reliable_kafka.kafka.clients import new_producer
@@ -535,7 +564,7 @@ def _ms(seconds: float | None) -> str:
     return f"{seconds * 1000:.0f}ms" if seconds < 10 else f"{seconds:.0f}s"
 
 
-def render(report: dict) -> str:
+def render(report: dict[str, Any]) -> str:
     """The report as text: one line per component, one per source partition, then totals."""
     now = report["generated_at"]
     reason = report.get("reason")
@@ -603,7 +632,7 @@ def render(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _num(value) -> str:
+def _num(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):

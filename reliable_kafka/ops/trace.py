@@ -14,7 +14,9 @@ status snapshots (``task_id``) and the failure records.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import TopicPartition
 
@@ -23,6 +25,9 @@ from reliable_kafka.codec.root_index import decode_root_index
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.errors import DecodeError, ReliableKafkaError
 from reliable_kafka.topology import TopologyTopics
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Message
 
 __all__ = [
     "parse_coordinates",
@@ -53,17 +58,16 @@ def parse_coordinates(text: str) -> tuple[str, int, int]:
         ) from None
 
 
-def _consumer(bootstrap_servers, topology, kafka_config):
+def _consumer(bootstrap_servers: str, topology: str, kafka_config: dict[str, Any] | None) -> Consumer:
     from reliable_kafka.kafka.clients import new_consumer
 
-    return new_consumer(
-        bootstrap_servers, f"{topology}.trace-reader", kafka_config, **{"isolation.level": "read_committed"}
-    )
+    overrides: dict[str, Any] = {"isolation.level": "read_committed"}  # not a Python name: passed as a dict
+    return new_consumer(bootstrap_servers, f"{topology}.trace-reader", kafka_config, **overrides)
 
 
-def _scan(consumer, topic: str, partitions: list[int], since_ms: int, *, timeout: float):
+def _scan(consumer: Consumer, topic: str, partitions: list[int], since_ms: int, *, timeout: float) -> Iterator[Message]:
     """Every committed message of ``partitions`` written at or after ``since_ms``, up to the end of now."""
-    ends = {}
+    ends: dict[int, int] = {}
     starts = consumer.offsets_for_times([TopicPartition(topic, p, max(0, since_ms)) for p in partitions], timeout=10)
     assign = []
     for tp in starts:
@@ -91,7 +95,7 @@ def _scan(consumer, topic: str, partitions: list[int], since_ms: int, *, timeout
         consumer.unassign()
 
 
-def _partitions(consumer, topic: str) -> list[int]:
+def _partitions(consumer: Consumer, topic: str) -> list[int]:
     described = consumer.list_topics(topic, timeout=10).topics.get(topic)
     if described is None or described.error is not None or not described.partitions:
         return []
@@ -105,12 +109,12 @@ def trace(
     partition: int,
     offset: int,
     *,
-    kafka_config: dict | None = None,
+    kafka_config: dict[str, Any] | None = None,
     since_ms: int | None = None,
     timeout: float = 120.0,
     transactional_group: str | None = None,
     max_attempts: int = 20,
-) -> dict:
+) -> dict[str, Any]:
     """The trace document of the source record ``topic[partition]@offset`` (docs/operations.md).
 
     ``transactional_group``: the record was read by a transactional spout of this consumer group,
@@ -128,7 +132,7 @@ def trace(
         record_ms = _record_time(consumer, topic, partition, offset)
         start_ms = since_ms if since_ms is not None else (record_ms - _MARGIN_MS if record_ms is not None else 0)
         key = f"{topic}:{partition}".encode()
-        roots: dict[int, dict] = {}  # root -> attempt document
+        roots: dict[int, dict[str, Any]] = {}  # root -> attempt document
         for message in _scan(consumer, topics.roots, _partitions(consumer, topics.roots), start_ms, timeout=timeout):
             if message.key() != key:
                 continue
@@ -236,7 +240,7 @@ def trace(
     }
 
 
-def last_ack_before(events: list[dict], decided_ms: int | None) -> dict | None:
+def last_ack_before(events: list[dict[str, Any]], decided_ms: int | None) -> dict[str, Any] | None:
     """The last ACK of a tree logged at or before its outcome (``decided_ms``; None: no outcome
     yet, the last ACK). An ACK logged after the outcome came too late to count: the hop that
     sent it is not the one where the tree stopped."""
@@ -249,15 +253,15 @@ def last_acks(
     topology: str,
     roots: dict[int, int],
     *,
-    kafka_config: dict | None = None,
+    kafka_config: dict[str, Any] | None = None,
     timeout: float = 60.0,
-) -> dict[int, dict | None]:
+) -> dict[int, dict[str, Any] | None]:
     """root -> the last ACK entry of its tree logged at or before ``roots[root]`` (ms: when its
     outcome was decided) as {``task_id``, ``from``, ``at_ms``}, or None: where a timed-out tree
     stopped. Reads each root's ack partition from two minutes before."""
     from reliable_kafka.ops.status import read_snapshots
 
-    found: dict[int, dict | None] = {root: None for root in roots}
+    found: dict[int, dict[str, Any] | None] = {root: None for root in roots}
     if not roots:
         return found
     topics = TopologyTopics(topology)
@@ -292,7 +296,7 @@ def last_acks(
     return found
 
 
-def _record_time(consumer, topic: str, partition: int, offset: int) -> int | None:
+def _record_time(consumer: Consumer, topic: str, partition: int, offset: int) -> int | None:
     """The source record's timestamp (None when it is gone or unreadable)."""
     consumer.assign([TopicPartition(topic, partition, offset)])
     try:
@@ -306,13 +310,13 @@ def _record_time(consumer, topic: str, partition: int, offset: int) -> int | Non
         consumer.unassign()
 
 
-def _when(ms) -> str:
+def _when(ms: int | None) -> str:
     if ms is None or ms < 0:
         return "?"
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%M:%S.%f")[:-3]
 
 
-def render(document: dict) -> str:
+def render(document: dict[str, Any]) -> str:
     r = document["record"]
     lines = [f"record {r['topic']}[{r['partition']}]@{r['offset']} (written {_when(r['timestamp_ms'])} UTC)"]
     if not document["attempts"]:
@@ -351,10 +355,10 @@ def recent_failures(
     topology: str,
     *,
     since_ms: int,
-    kafka_config: dict | None = None,
+    kafka_config: dict[str, Any] | None = None,
     component: str | None = None,
     timeout: float = 120.0,
-) -> dict:
+) -> dict[str, Any]:
     """The ``failures`` document: every failure record since ``since_ms`` (``component``: whose
     name contains this), grouped by source record with how each record ended, read back as
     :func:`trace` does: the root index gives each failed root's source record and that record's
@@ -384,7 +388,8 @@ def recent_failures(
             for message in index:
                 try:
                     _, pairs = decode_root_index(message.value())
-                    topic, partition = message.key().decode().rsplit(":", 1)
+                    # a record without a key: AttributeError, skipped below
+                    topic, partition = message.key().decode().rsplit(":", 1)  # type: ignore[union-attr]
                 except (DecodeError, AttributeError, ValueError):
                     continue
                 for offset, root in pairs:
@@ -393,7 +398,7 @@ def recent_failures(
                         source_of[root] = where
                         if root not in attempts.setdefault(where, []):
                             attempts[where].append(root)
-        outcomes: dict[int, dict] = {}
+        outcomes: dict[int, dict[str, Any]] = {}
         wanted = set(source_of) | failed_roots
         if wanted:
             scan = _scan(
@@ -418,13 +423,13 @@ def recent_failures(
         for d in dlq_module.read_dead_letters(bootstrap_servers, topology, kafka_config=kafka_config)
         if d.source in attempts
     }
-    by_root: dict[int, list[dict]] = {}
+    by_root: dict[int, list[dict[str, Any]]] = {}
     for f in failures:
         for root in f.roots:
             by_root.setdefault(root, []).append(f.__dict__)
-    records: list[dict] = []
+    records: list[dict[str, Any]] = []
     for where, roots in attempts.items():
-        tried: list[dict] = [
+        tried: list[dict[str, Any]] = [
             {"root": root, "outcome": outcomes.get(root), "failures": by_root.get(root, [])} for root in roots
         ]
         failed_at = [f["at_ms"] for root in roots for f in by_root.get(root, [])]
@@ -442,7 +447,7 @@ def recent_failures(
     return {"topology": topology, "since_ms": since_ms, "records": records, "unplaced": unplaced}
 
 
-def _result(tried: list[dict], dead_lettered: bool) -> str:
+def _result(tried: list[dict[str, Any]], dead_lettered: bool) -> str:
     """How a source record ended, from its attempts (oldest first)."""
     if dead_lettered:
         return "dead-lettered"
@@ -451,10 +456,11 @@ def _result(tried: list[dict], dead_lettered: bool) -> str:
         return "in flight"
     if last["kind"] == "COMPLETED":
         return "completed after retry" if len(tried) > 1 else "completed"
-    return last["kind"].lower().replace("_", " ")
+    kind: str = last["kind"]  # an OutcomeKind's name
+    return kind.lower().replace("_", " ")
 
 
-def render_failures(document: dict, *, limit: int = 50) -> str:
+def render_failures(document: dict[str, Any], *, limit: int = 50) -> str:
     """``reliable-kafka failures`` as text: one line per source record, newest failure first."""
     records, unplaced = document["records"], document["unplaced"]
     if not records and not unplaced:

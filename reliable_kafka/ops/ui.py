@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -41,7 +42,7 @@ class StatusPage:
         *,
         bootstrap_servers: str,
         topology: str,
-        kafka_config: dict | None = None,
+        kafka_config: dict[str, Any] | None = None,
         host: str = "127.0.0.1",
         port: int = 8080,
     ) -> None:
@@ -87,7 +88,7 @@ class StatusPage:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format, *args) -> None:
+            def log_message(self, format: str, *args: Any) -> None:
                 log.debug("ui: " + format, *args)
 
         self.server = ThreadingHTTPServer((host, port), Handler)

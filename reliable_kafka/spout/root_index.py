@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from array import array
+from typing import Any
 
 from reliable_kafka.codec.root_index import MAX_PAIRS_PER_RECORD, encode_root_index
 
@@ -16,12 +17,14 @@ class RootIndex:
     """The spout's side: (offset, root) pairs per source partition, sent by :meth:`send` (the Spark
     spout: with each batch's INITs) or, from a poll loop, by :meth:`send_due` about once a second."""
 
-    def __init__(self, producer, *, topic: str, spout_id: int, interval_s: float = ROOT_INDEX_INTERVAL_S) -> None:
+    def __init__(self, producer: Any, *, topic: str, spout_id: int, interval_s: float = ROOT_INDEX_INTERVAL_S) -> None:
+        # a confluent-kafka Producer, or anything with its produce(topic, value, key=): the spout
+        # hands its producer over once it has made it (None until then), a bench passes a stub
         self.producer = producer
         self.topic = topic
         self.interval_s = interval_s
         self.spout_id = spout_id
-        self._pending: dict[tuple[str, int], array] = {}
+        self._pending: dict[tuple[str, int], array[int]] = {}
         self._sent_at: float | None = None
         self._full = False  # a partition holds MAX_PAIRS_PER_RECORD pairs: send at once
 

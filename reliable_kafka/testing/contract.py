@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
@@ -32,7 +33,9 @@ __all__ = [
 WAIT_S = 30.0
 
 
-def _topic(clients: KafkaClients, bootstrap: str, name: str, partitions: int = 1, config: dict | None = None) -> str:
+def _topic(
+    clients: KafkaClients, bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None
+) -> str:
     admin = clients.admin({"bootstrap.servers": bootstrap})
     for future in admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {}))]
@@ -52,7 +55,9 @@ def _topic(clients: KafkaClients, bootstrap: str, name: str, partitions: int = 1
         time.sleep(0.1)
 
 
-def _consumer(clients: KafkaClients, bootstrap: str, group: str, **config):
+# The clients' consumers and producers are confluent-kafka's or the in-memory Kafka's stand-ins
+# (KafkaClients returns Any): the checks use what both have.
+def _consumer(clients: KafkaClients, bootstrap: str, group: str, **config: Any) -> Any:
     return clients.consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -64,10 +69,10 @@ def _consumer(clients: KafkaClients, bootstrap: str, group: str, **config):
     )
 
 
-def _read(consumer, topic: str, count: int, *, partition: int = 0) -> list:
+def _read(consumer: Any, topic: str, count: int, *, partition: int = 0) -> list[Any]:
     """Exactly the first ``count`` records of the partition (bounded wait), then any that follow at once."""
     consumer.assign([TopicPartition(topic, partition, 0)])
-    messages: list = []
+    messages: list[Any] = []
     deadline = time.monotonic() + WAIT_S
     while len(messages) < count and time.monotonic() < deadline:
         messages.extend(m for m in consumer.consume(count - len(messages), 0.5) if m.error() is None)
@@ -75,7 +80,7 @@ def _read(consumer, topic: str, count: int, *, partition: int = 0) -> list:
     return messages
 
 
-def _produced(producer) -> None:
+def _produced(producer: Any) -> None:
     assert producer.flush(WAIT_S) == 0, f"records not delivered within {WAIT_S:.0f}s"
 
 
@@ -179,7 +184,7 @@ def check_a_refused_record_fails_its_transaction(clients: KafkaClients, bootstra
     producer = clients.producer({"bootstrap.servers": bootstrap, "transactional.id": f"{name}-refused"})
     producer.init_transactions(WAIT_S)
     producer.begin_transaction()
-    reports: list = []
+    reports: list[KafkaError | None] = []
     producer.produce(topic, b"small", partition=0)
     producer.produce(topic, b"x" * 10_000, partition=0, on_delivery=lambda error, _message: reports.append(error))
     producer.flush(WAIT_S)  # the refusal is known (reported) before the commit
@@ -237,7 +242,7 @@ def check_a_fenced_static_member_fails_fatally(clients: KafkaClients, bootstrap:
     assert old.assignment(), f"the first member got no partition within {WAIT_S:.0f}s"
     new = _consumer(clients, bootstrap, f"{name}-static", **static)
     new.subscribe([topic])
-    errors: list = []
+    errors: list[KafkaError] = []
     while not errors and time.monotonic() < deadline:
         new.consume(1, 0.1)
         errors = [m.error() for m in old.consume(10, 0.2) if m.error() is not None]

@@ -13,16 +13,30 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
-from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaError, KafkaException, Message
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from reliable_kafka.errors import ArgumentError, ConfigError
 from reliable_kafka.testing.memory_groups import Group
 from reliable_kafka.validation import require_bool, require_callable, require_int
 
+if TYPE_CHECKING:
+    from reliable_kafka.testing.memory_clients import MemoryAdmin, MemoryProducer
+    from reliable_kafka.testing.memory_consumer import MemoryConsumer
+
 __all__ = ["MemoryKafka", "ManualClock", "FAULTS", "new_message"]
 
 TopicPartitionKey = tuple[str, int]
+Headers = list[tuple[str, bytes | None]]  # a record's headers as a consumer reads them
+DeliveryCallback = Callable[[KafkaError | None, Message], None]  # a produce's on_delivery
 
 # what fail_next() can make fail, and the error each raises or reports by default
 FAULTS = {
@@ -41,13 +55,13 @@ FENCED_STATIC_MEMBER = KafkaError(
 )
 
 
-def _message_class():
+def _message_class() -> Callable[..., Message]:
     """confluent-kafka's Message where it can be made (2.13 and later), else a stand-in with its getters."""
     try:
         Message(topic="t")
         return Message
     except TypeError:
-        return PlainMessage
+        return cast("Callable[..., Message]", PlainMessage)  # the same getters: used as a Message
 
 
 class PlainMessage:
@@ -56,39 +70,48 @@ class PlainMessage:
     def __init__(
         self,
         *,
-        topic=None,
-        partition=None,
-        offset=None,
-        key=None,
-        value=None,
-        headers=None,
-        timestamp=(0, 0),
-        error=None,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+        key: bytes | None = None,
+        value: bytes | None = None,
+        headers: Headers | None = None,
+        timestamp: tuple[int, int] = (0, 0),
+        error: KafkaError | None = None,
     ) -> None:
-        self._fields = (topic, partition, offset, key, value, headers, timestamp, error)
+        self._fields: tuple[
+            str | None,
+            int | None,
+            int | None,
+            bytes | None,
+            bytes | None,
+            Headers | None,
+            tuple[int, int],
+            KafkaError | None,
+        ] = (topic, partition, offset, key, value, headers, timestamp, error)
 
-    def topic(self):
+    def topic(self) -> str | None:
         return self._fields[0]
 
-    def partition(self):
+    def partition(self) -> int | None:
         return self._fields[1]
 
-    def offset(self):
+    def offset(self) -> int | None:
         return self._fields[2]
 
-    def key(self):
+    def key(self) -> bytes | None:
         return self._fields[3]
 
-    def value(self):
+    def value(self) -> bytes | None:
         return self._fields[4]
 
-    def headers(self):
+    def headers(self) -> Headers | None:
         return self._fields[5]
 
-    def timestamp(self):
+    def timestamp(self) -> tuple[int, int]:
         return self._fields[6]
 
-    def error(self):
+    def error(self) -> KafkaError | None:
         return self._fields[7]
 
     def __len__(self) -> int:
@@ -98,7 +121,7 @@ class PlainMessage:
 MESSAGE = _message_class()
 
 
-def new_message(**fields):
+def new_message(**fields: Any) -> Message:
     return MESSAGE(**fields)
 
 
@@ -135,7 +158,7 @@ class Transaction:
     transactional_id: str
     state: str = "open"  # open | committed | aborted
     first_offsets: dict[TopicPartitionKey, int] = field(default_factory=dict)
-    offsets: dict[str, list] = field(default_factory=dict)  # group -> [TopicPartition with metadata]
+    offsets: dict[str, list[TopicPartition]] = field(default_factory=dict)  # group -> with metadata
     # a record of it that failed delivery: its commit fails, abortable (librdkafka's commit_transaction)
     delivery_error: KafkaError | None = None
 
@@ -145,7 +168,7 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: list | None
+    headers: Headers | None
     timestamp: tuple[int, int]
     transaction: Transaction | None = None
     control: bool = False  # a commit or abort marker: takes an offset, never delivered
@@ -253,24 +276,24 @@ class MemoryKafka:
 
     # --- KafkaClients ---------------------------------------------------------------------------
 
-    def producer(self, config: dict):
+    def producer(self, config: dict[str, Any]) -> MemoryProducer:
         from reliable_kafka.testing.memory_clients import MemoryProducer
 
         return MemoryProducer(self, config)
 
-    def consumer(self, config: dict):
+    def consumer(self, config: dict[str, Any]) -> MemoryConsumer:
         from reliable_kafka.testing.memory_consumer import MemoryConsumer
 
         return MemoryConsumer(self, config)
 
-    def admin(self, config: dict):
+    def admin(self, config: dict[str, Any]) -> MemoryAdmin:
         from reliable_kafka.testing.memory_clients import MemoryAdmin
 
         return MemoryAdmin(self, config)
 
     # --- topics ---------------------------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int = 1, config: dict | None = None) -> None:
+    def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
         """Create ``name`` (raises KafkaException TOPIC_ALREADY_EXISTS if it exists)."""
         if name in self.topics:
             raise KafkaException(KafkaError(KafkaError.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."))
@@ -315,9 +338,9 @@ class MemoryKafka:
         topic: str,
         partition: int,
         *,
-        key,
-        value,
-        headers,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
         timestamp_ms: int | None,
         transaction: Transaction | None,
     ) -> Record:
@@ -351,18 +374,18 @@ class MemoryKafka:
         group = self.groups.get(group_id)
         return None if group is None else group.offsets.get((topic, partition))
 
-    def crash(self, client) -> None:
+    def crash(self, client: MemoryProducer | MemoryConsumer) -> None:
         """``client`` dies. A consumer leaves its group without a revoke callback and commits nothing
         more (its partitions go to the other members at their next poll); a producer loses what it
         had not delivered. Every later call on it raises."""
         client._crash()
 
-    def expire(self, consumer) -> None:
+    def expire(self, consumer: MemoryConsumer) -> None:
         """``consumer``'s session expires while it goes on (a long pause): its next poll calls
         ``on_lost`` (or ``on_revoke``) and it joins its group again; its commits until then fail."""
         consumer._expire()
 
-    def fatal(self, consumer, error: KafkaError | None = None) -> None:
+    def fatal(self, consumer: MemoryConsumer, error: KafkaError | None = None) -> None:
         """``consumer`` gets librdkafka's fatal error (default: fenced as a static member, as after
         a coordinator move): its next consume returns one error event, then nothing; every other
         call but close raises. ``fail_next("consume", error=KafkaError._FATAL)`` does the same to

@@ -8,17 +8,20 @@ in the log at delivery but hidden from ``read_committed`` readers until the tran
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ClusterMetadata, PartitionMetadata, TopicMetadata
 
-from reliable_kafka.testing.memory_broker import new_message
+from reliable_kafka.testing.memory_broker import DeliveryCallback, Headers, new_message
 
 if TYPE_CHECKING:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import ConfigEntry, ConfigResource, NewTopic
+
     from reliable_kafka.testing.memory_broker import MemoryKafka, Transaction
+    from reliable_kafka.testing.memory_groups import Member
 
 __all__ = ["MemoryProducer", "MemoryAdmin", "cluster_metadata"]
 
@@ -46,7 +49,17 @@ def cluster_metadata(kafka: MemoryKafka, topic: str | None = None) -> ClusterMet
 class _Queued:
     __slots__ = ("topic", "partition", "key", "value", "headers", "timestamp_ms", "on_delivery", "transaction")
 
-    def __init__(self, topic, partition, key, value, headers, timestamp_ms, on_delivery, transaction) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        timestamp_ms: int | None,
+        on_delivery: DeliveryCallback | None,
+        transaction: Transaction | None,
+    ) -> None:
         self.topic, self.partition, self.key, self.value = topic, partition, key, value
         self.headers, self.timestamp_ms = headers, timestamp_ms
         self.on_delivery, self.transaction = on_delivery, transaction
@@ -55,10 +68,10 @@ class _Queued:
 class MemoryProducer:
     """confluent-kafka's ``Producer`` on a :class:`MemoryKafka`."""
 
-    def __init__(self, kafka: MemoryKafka, config: dict) -> None:
+    def __init__(self, kafka: MemoryKafka, config: dict[str, Any]) -> None:
         self._kafka = kafka
         self.config = dict(config)
-        self._on_delivery: Callable | None = config.get("on_delivery") or config.get("delivery.report.callback")
+        self._on_delivery: DeliveryCallback | None = config.get("on_delivery") or config.get("delivery.report.callback")
         self._errors_only = str(config.get("delivery.report.only.error", "false")).lower() in ("true", "1")
         self._queue: list[_Queued] = []
         self._counter = 0  # round-robin for keyless records
@@ -75,13 +88,13 @@ class MemoryProducer:
     def produce(
         self,
         topic: str,
-        value=None,
-        key=None,
+        value: str | bytes | None = None,
+        key: str | bytes | None = None,
         partition: int = -1,
-        callback: Callable | None = None,  # confluent-kafka's positional order (on_delivery is its alias)
-        on_delivery: Callable | None = None,
+        callback: DeliveryCallback | None = None,  # confluent-kafka's positional order (on_delivery is its alias)
+        on_delivery: DeliveryCallback | None = None,
         timestamp: int = 0,
-        headers=None,
+        headers: dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None = None,
     ) -> None:
         self._check_usable(contact=False)  # queued locally: a fencing shows at delivery or commit
         if self._transactional_id is not None and self._transaction is None:
@@ -99,14 +112,16 @@ class MemoryProducer:
             self._kafka.log(topic, partition)  # raises for a partition that does not exist
         if isinstance(headers, dict):
             headers = list(headers.items())
-        headers = [(k, v.encode() if isinstance(v, str) else v) for k, v in headers] if headers else None
+        encoded: Headers | None = (
+            [(k, v.encode() if isinstance(v, str) else v) for k, v in headers] if headers else None
+        )
         self._queue.append(
             _Queued(
                 topic,
                 partition if partition is not None else -1,
                 key,
                 value,
-                headers,
+                encoded,
                 timestamp or None,
                 on_delivery or callback,
                 self._transaction,
@@ -191,7 +206,9 @@ class MemoryProducer:
             return None
         return KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, f"Broker: Message size too large ({size} > {limit})")
 
-    def _report(self, queued: _Queued, error: KafkaError | None, partition: int, offset: int, timestamp) -> int:
+    def _report(
+        self, queued: _Queued, error: KafkaError | None, partition: int, offset: int, timestamp: tuple[int, int]
+    ) -> int:
         callback = queued.on_delivery or self._on_delivery
         if callback is None or (error is None and self._errors_only):
             return 0
@@ -228,7 +245,12 @@ class MemoryProducer:
         assert self._transactional_id is not None  # _check_transactional raised otherwise
         self._transaction = self._kafka.begin(self._transactional_id)
 
-    def send_offsets_to_transaction(self, positions, group_metadata, timeout: float | None = None) -> None:
+    def send_offsets_to_transaction(
+        self,
+        positions: list[TopicPartition],
+        group_metadata: tuple[str, Member | None],  # MemoryConsumer.consumer_group_metadata()
+        timeout: float | None = None,
+    ) -> None:
         self._check_in_transaction()
         self._raise_if_a_record_failed()
         fault = self._kafka.take_fault("send_offsets")
@@ -306,7 +328,7 @@ class MemoryProducer:
 class MemoryAdmin:
     """confluent-kafka's ``AdminClient`` on a :class:`MemoryKafka` (topics and their configuration)."""
 
-    def __init__(self, kafka: MemoryKafka, config: dict) -> None:
+    def __init__(self, kafka: MemoryKafka, config: dict[str, Any]) -> None:
         self._kafka = kafka
         self.config = dict(config)
 
@@ -314,11 +336,15 @@ class MemoryAdmin:
         return cluster_metadata(self._kafka, topic)
 
     def create_topics(
-        self, new_topics, operation_timeout: float = 0, request_timeout: float = 0, validate_only: bool = False
-    ) -> dict[str, Future]:
+        self,
+        new_topics: list[NewTopic],
+        operation_timeout: float = 0,
+        request_timeout: float = 0,
+        validate_only: bool = False,
+    ) -> dict[str, Future[None]]:
         futures = {}
         for new in new_topics:
-            future: Future = Future()
+            future: Future[None] = Future()
             try:
                 if not validate_only:
                     self._kafka.create_topic(new.topic, new.num_partitions, dict(new.config or {}))
@@ -328,12 +354,14 @@ class MemoryAdmin:
             futures[new.topic] = future
         return futures
 
-    def describe_configs(self, resources, request_timeout: float = 0) -> dict:
+    def describe_configs(
+        self, resources: list[ConfigResource], request_timeout: float = 0
+    ) -> dict[ConfigResource, Future[dict[str, ConfigEntry]]]:
         from confluent_kafka.admin import ConfigEntry
 
         futures = {}
         for resource in resources:
-            future: Future = Future()
+            future: Future[dict[str, ConfigEntry]] = Future()
             found = self._kafka.topics.get(resource.name)
             if found is None:
                 future.set_exception(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, resource.name)))

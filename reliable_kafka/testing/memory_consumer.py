@@ -9,7 +9,7 @@ start offsets (else the consumer assigns what it was given, resuming at the comm
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, Message, TopicPartition
 
@@ -18,23 +18,29 @@ from reliable_kafka.testing.memory_broker import FENCED_STATIC_MEMBER, new_messa
 from reliable_kafka.testing.memory_clients import cluster_metadata
 
 if TYPE_CHECKING:
+    from confluent_kafka.admin import ClusterMetadata
+
     from reliable_kafka.testing.memory_broker import MemoryKafka
-    from reliable_kafka.testing.memory_groups import Member
+    from reliable_kafka.testing.memory_groups import Group, Member
 
 __all__ = ["MemoryConsumer"]
 
 TopicPartitionKey = tuple[str, int]
 _TRUE = ("true", "1", "t")
 
+RebalanceCallback = Callable[[Any, list[TopicPartition]], None]
+"""on_assign, on_revoke, on_lost: called with the consumer (this one, as confluent-kafka's) and the partitions."""
+CommitCallback = Callable[[KafkaError | None, list[TopicPartition]], None]
 
-def _flag(config: dict, name: str, default: bool) -> bool:
+
+def _flag(config: dict[str, Any], name: str, default: bool) -> bool:
     return str(config.get(name, default)).lower() in _TRUE
 
 
 class MemoryConsumer:
     """confluent-kafka's ``Consumer`` on a :class:`MemoryKafka` (never blocks: timeouts are ignored)."""
 
-    def __init__(self, kafka: MemoryKafka, config: dict) -> None:
+    def __init__(self, kafka: MemoryKafka, config: dict[str, Any]) -> None:
         self._kafka = kafka
         self.config = dict(config)
         self._group_id: str | None = config.get("group.id")
@@ -50,11 +56,11 @@ class MemoryConsumer:
         self._stored: dict[TopicPartitionKey, TopicPartition] = {}
         self._member: Member | None = None
         self._topics: list[str] = []
-        self._callbacks: dict[str, Callable | None] = {}
+        self._callbacks: dict[str, RebalanceCallback | None] = {}
         self._awaiting: list[TopicPartitionKey] | None = None  # partitions given, not yet handed over
         self._assigned_in_callback = False
         self._turn = 0
-        self._on_commit: Callable | None = config.get("on_commit")
+        self._on_commit: CommitCallback | None = config.get("on_commit")
         self._commit_results: list[tuple[KafkaError | None, list[TopicPartition]]] = []  # served by consume()
         self._dead: str | None = None  # why every call now fails (closed, crashed)
         self._fatal: KafkaError | None = None  # librdkafka's fatal error: nothing works any more but close()
@@ -65,9 +71,9 @@ class MemoryConsumer:
     def subscribe(
         self,
         topics: list[str],
-        on_assign: Callable | None = None,
-        on_revoke: Callable | None = None,
-        on_lost: Callable | None = None,
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
     ) -> None:
         self._check()
         if self._group_id is None:
@@ -167,7 +173,7 @@ class MemoryConsumer:
         for key in keys:
             self._stored.pop(key, None)
 
-    def _call(self, kind: str, tps: list[TopicPartition], *, then: Callable) -> None:
+    def _call(self, kind: str, tps: list[TopicPartition], *, then: Callable[[list[TopicPartition]], None]) -> None:
         """The application's callback; if it did not (un)assign itself, the consumer does (as confluent-kafka)."""
         callback = self._callbacks.get(kind)
         self._assigned_in_callback = False
@@ -176,8 +182,10 @@ class MemoryConsumer:
         if not self._assigned_in_callback:
             then(tps)
 
-    def _group(self):
-        return self._kafka.group(self._group_id)
+    def _group(self) -> Group:
+        # None for a consumer without group.id: subscribe and commit refuse it first; committed()
+        # finds no offsets kept under None
+        return self._kafka.group(self._group_id)  # type: ignore[arg-type]
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -278,7 +286,7 @@ class MemoryConsumer:
         high = log.stable_end() if self._read_committed and not cached else log.end
         return log.start, high
 
-    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float | None = None):
+    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
         self._check()
         result = []
         for tp in partitions:
@@ -287,7 +295,7 @@ class MemoryConsumer:
             result.append(TopicPartition(tp.topic, tp.partition, found))
         return result
 
-    def list_topics(self, topic: str | None = None, timeout: float = -1):
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
         self._check()
         return cluster_metadata(self._kafka, topic)
 
@@ -306,7 +314,7 @@ class MemoryConsumer:
 
     def commit(
         self, message: Message | None = None, offsets: list[TopicPartition] | None = None, asynchronous: bool = True
-    ):
+    ) -> list[TopicPartition] | None:
         self._check()
         if message is not None:
             topic, partition, offset = coordinates(message)
@@ -338,7 +346,7 @@ class MemoryConsumer:
             raise KafkaException(fault)
         return self._group().committed(partitions)
 
-    def consumer_group_metadata(self):
+    def consumer_group_metadata(self) -> tuple[str | None, Member | None]:
         self._check()
         return (self._group_id, self._member)
 

@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from reliable_kafka.testing.memory_broker import MemoryKafka
+    from reliable_kafka.testing.memory_consumer import MemoryConsumer
 
 __all__ = ["Group", "Member"]
 
@@ -25,7 +28,7 @@ TopicPartitionKey = tuple[str, int]
 class Member:
     """One consumer's place in a group; ``consumer`` is None once a static member closed."""
 
-    def __init__(self, consumer, topics: list[str], instance_id: str | None) -> None:
+    def __init__(self, consumer: MemoryConsumer | None, topics: list[str], instance_id: str | None) -> None:
         self.consumer = consumer
         self.topics = topics
         self.instance_id = instance_id
@@ -45,7 +48,7 @@ class Group:
 
     # --- membership -----------------------------------------------------------------------------
 
-    def join(self, consumer, topics: list[str], instance_id: str | None) -> Member:
+    def join(self, consumer: MemoryConsumer, topics: list[str], instance_id: str | None) -> Member:
         member = Member(consumer, list(topics), instance_id)
         for i, old in enumerate(self.members):
             if instance_id is not None and old.instance_id == instance_id:
@@ -103,7 +106,7 @@ class Group:
 
     # --- hand-over ------------------------------------------------------------------------------
 
-    def release(self, member: Member, keys) -> None:
+    def release(self, member: Member, keys: Iterable[TopicPartitionKey]) -> None:
         for key in keys:
             if self.owner.get(key) is member:
                 del self.owner[key]

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import Message
 
@@ -96,8 +96,17 @@ class TopicSink:
         return len(self.messages())
 
 
+class Steppable(Protocol):
+    """A spout, bolt or acker worker: one round of its loop per call."""
+
+    def poll_once(self, timeout: float, /) -> None: ...
+
+
 def step_until(
-    condition: Callable[[], bool], *components, max_rounds: int = 1000, between: Callable[[int], None] | None = None
+    condition: Callable[[], bool],
+    *components: Steppable,
+    max_rounds: int = 1000,
+    between: Callable[[int], None] | None = None,
 ) -> int:
     """Call ``poll_once(0)`` on each component in turn until ``condition()`` holds; returns the rounds.
 

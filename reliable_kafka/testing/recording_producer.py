@@ -9,9 +9,14 @@ delivery reports: a test that needs deliveries, transactions or faults of a brok
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from reliable_kafka.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Message
+
+    DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 __all__ = ["Produced", "RecordingProducer"]
 
@@ -23,7 +28,7 @@ class Produced(NamedTuple):
     value: bytes | None
     key: bytes | None
     partition: int  # -1: the configured partitioner picks one
-    headers: list | None
+    headers: list[tuple[str, bytes]] | None
 
 
 class RecordingProducer:
@@ -49,10 +54,10 @@ class RecordingProducer:
         value: bytes | None = None,
         key: bytes | None = None,
         partition: int = -1,
-        callback: Callable | None = None,  # confluent-kafka's positional order (on_delivery is its alias)
-        on_delivery: Callable | None = None,
+        callback: DeliveryCallback | None = None,  # confluent-kafka's positional order (on_delivery is its alias)
+        on_delivery: DeliveryCallback | None = None,
         timestamp: int = 0,
-        headers: list | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
         if value in self.fail_on:
             assert self.fail_with is not None  # checked in __init__

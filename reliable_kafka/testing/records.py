@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from reliable_kafka.client_log import with_log
 from reliable_kafka.errors import DeliveryError, ReliableKafkaError, WaitTimeoutError
+from reliable_kafka.kafka.clients import coordinates
 from reliable_kafka.offsets import end_offsets
 
 __all__ = ["produce_values", "read_topic"]
@@ -27,14 +28,14 @@ def produce_values(
     values = list(values)
     keys = list(keys) if keys is not None else [None] * len(values)
     placed: list[tuple[int, int] | None] = [None] * len(values)
-    errors = []
+    errors: list[KafkaError] = []
 
-    def delivered(index):
-        def callback(error, message):
+    def delivered(index: int) -> Callable[[KafkaError | None, Message], None]:
+        def callback(error: KafkaError | None, message: Message) -> None:
             if error is not None:
                 errors.append(error)
             else:
-                placed[index] = (message.partition(), message.offset())
+                placed[index] = coordinates(message)[1:]
 
         return callback
 

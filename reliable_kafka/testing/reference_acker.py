@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from reliable_kafka.core.acker_table import AckerStats
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
@@ -38,7 +39,7 @@ class ReferenceEntry:
         self.deadline = deadline  # absolute bucket number: expires once the clock's bucket passes it
         self.first_offset = first_offset
 
-    def state(self) -> tuple:
+    def state(self) -> tuple[int, int | None, bool, int]:
         return (self.val, self.owner, self.failed, self.deadline)
 
 
@@ -79,7 +80,9 @@ class ReferenceAcker:
                 decided.append((root, entry.owner, int(OutcomeKind.TIMED_OUT)))
         return decided
 
-    def fold(self, kinds, roots, vals, *, sender: int, event_time_ms: int, offset: int) -> list[Decision]:
+    def fold(
+        self, kinds: ArrayLike, roots: ArrayLike, vals: ArrayLike, *, sender: int, event_time_ms: int, offset: int
+    ) -> list[Decision]:
         """One ack record: expiries first, then its entries, then the decisions."""
         decided = self.advance(event_time_ms)
         assert self.clock is not None  # advance() set it
@@ -119,7 +122,7 @@ class ReferenceAcker:
                 decided.append((root, entry.owner, int(OutcomeKind.RESET_TIMEOUT)))
         return decided
 
-    def fold_records(self, records: Iterable[tuple]) -> list[Decision]:
+    def fold_records(self, records: Iterable[tuple[ArrayLike, ArrayLike, ArrayLike, int, int, int]]) -> list[Decision]:
         """Several records ``(kinds, roots, vals, sender, event_time_ms, offset)``, in order."""
         return [
             decision

@@ -165,7 +165,8 @@ def _start(container: Any) -> str:
             hint=f"{hint}; or set RK_KAFKA=embedded",
             log_tail=log_tail,
         ) from exc
-    return container.rk_bootstrap
+    bootstrap: str = container.rk_bootstrap  # set by the container's maker, above
+    return bootstrap
 
 
 def _log_tail(container: Any, lines: int = 20) -> str:
@@ -181,4 +182,5 @@ def _free_port() -> int:
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port

@@ -40,18 +40,20 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import numpy as np
 
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt.executors import SteppedCalls
-from reliable_kafka.bolt.runner import BasicBolt
+from reliable_kafka.bolt.runner import BasicBolt, BoltCollector, Tuple
 from reliable_kafka.core import ids
 from reliable_kafka.core.tracker import Backoff
-from reliable_kafka.spout.spout import Spout
+from reliable_kafka.spout.spout import SourceRecord, Spout, SpoutCollector
 from reliable_kafka.spout.transactional import TransactionalSpout
 from reliable_kafka.testing.memory_broker import ManualClock, MemoryKafka
+from reliable_kafka.testing.memory_clients import MemoryAdmin, MemoryProducer
+from reliable_kafka.testing.memory_consumer import MemoryConsumer
 from reliable_kafka.testing.simulation_checks import LogChecker
 from reliable_kafka.testing.simulation_config import (
     BOLT_GROUP,
@@ -63,6 +65,9 @@ from reliable_kafka.testing.simulation_config import (
     SimResult,
     SimulationFailed,
 )
+
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["SimConfig", "SimResult", "SimulationFailed", "simulate", "run_seeds"]
 
@@ -83,24 +88,27 @@ def _seeded_ids(seed: int) -> Iterator[None]:
         ids._pool[:] = saved_ids[2]
 
 
+Client = TypeVar("Client", MemoryProducer, MemoryConsumer)
+
+
 class _Clients:
     """One process's Kafka clients, so that a crash can take all of them down at once."""
 
     def __init__(self, kafka: MemoryKafka) -> None:
         self.kafka = kafka
-        self.made: list = []
+        self.made: list[MemoryProducer | MemoryConsumer] = []
 
-    def _keep(self, client):
+    def _keep(self, client: Client) -> Client:
         self.made.append(client)
         return client
 
-    def producer(self, config: dict):
+    def producer(self, config: dict[str, Any]) -> MemoryProducer:
         return self._keep(self.kafka.producer(config))
 
-    def consumer(self, config: dict):
+    def consumer(self, config: dict[str, Any]) -> MemoryConsumer:
         return self._keep(self.kafka.consumer(config))
 
-    def admin(self, config: dict):
+    def admin(self, config: dict[str, Any]) -> MemoryAdmin:
         return self.kafka.admin(config)
 
     def crash(self) -> None:
@@ -108,7 +116,7 @@ class _Clients:
             with contextlib.suppress(RuntimeError):
                 self.kafka.crash(client)
 
-    def group_consumers(self) -> list:
+    def group_consumers(self) -> list[MemoryProducer | MemoryConsumer]:
         return [c for c in self.made if getattr(c, "memberid", lambda: None)() is not None]
 
 
@@ -132,7 +140,7 @@ class _Simulation:
         self.step = 0
         self.crashes = 0
         self.faults = 0
-        self.events: Counter = Counter()
+        self.events: Counter[str] = Counter()
         self.calls: dict[str, SteppedCalls] = {}  # a parallel bolt's handler calls, by process name
         self.checker = LogChecker(config, self.kafka, acked_roots=self.acked_roots, fail=self.fail)
 
@@ -211,7 +219,7 @@ class _Simulation:
         process.component = process.make(process.clients)
         process.component.start()
 
-    def _bolt_handler(self, tuple_, collector) -> None:
+    def _bolt_handler(self, tuple_: Tuple, collector: BoltCollector) -> None:
         if self.rng.random() < self.config.bolt_failure:
             raise RuntimeError("simulated handler failure")
         self.acked_roots.update(tuple_.roots)  # acked when the handler returns (a basic bolt)
@@ -304,7 +312,7 @@ class _Simulation:
         )
 
 
-def _forward_coordinates(record, collector) -> None:
+def _forward_coordinates(record: SourceRecord, collector: SpoutCollector) -> None:
     """The spout's handler: one tuple per record, naming its source (the checker maps roots by it)."""
     collector.emit(MID, f"{record.partition}:{record.offset}".encode())
 
@@ -369,7 +377,7 @@ def _digest(kafka: MemoryKafka) -> str:
     return digest.hexdigest()
 
 
-def run_seeds(seeds: range, *, out=print, **options) -> list[SimulationFailed]:
+def run_seeds(seeds: range, *, out: Callable[[str], object] = print, **options: Any) -> list[SimulationFailed]:
     """Simulate each seed with ``SimConfig(seed=..., **options)``; prints each failure (with its
     replay command) and a summary with the rate; returns the failures."""
     import logging
@@ -394,7 +402,7 @@ def run_seeds(seeds: range, *, out=print, **options) -> list[SimulationFailed]:
     return failures
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``reliable-kafka sim`` (and of ``python -m`` this module)."""
     parser.add_argument("--seeds", default="0:100", help="first:end (end excluded), or one seed [0:100]")
     parser.add_argument(
@@ -411,7 +419,7 @@ def add_arguments(parser) -> None:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     first, _, end = args.seeds.partition(":")
     seeds = range(int(first), int(end) if end else int(first) + 1)
     options = dict(steps=args.steps, records=args.records, transactional=args.transactional)

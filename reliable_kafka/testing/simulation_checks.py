@@ -9,14 +9,18 @@ decision per root, which source offsets completed or went to the DLQ. A broken i
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn, cast
 
 from reliable_kafka import codec
 from reliable_kafka.core.ids import partitions_for_roots
 from reliable_kafka.core.kinds import OutcomeKind
-from reliable_kafka.testing.memory_broker import MemoryKafka
+from reliable_kafka.kafka.clients import coordinates
+from reliable_kafka.testing.memory_broker import Headers, MemoryKafka
 from reliable_kafka.testing.reference_acker import ReferenceAcker
 from reliable_kafka.testing.simulation_config import MID, SOURCE, SPOUT_GROUP, TOPOLOGY, SimConfig
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
 
 __all__ = ["LogChecker"]
 
@@ -40,9 +44,10 @@ class LogChecker:
         self._mid_roots: dict[int, tuple[int, int]] = {}  # root -> source (partition, offset)
 
     def check(self) -> None:
+        # the in-memory log's messages: headers a list of pairs, and every MID record has a value
         for message in self._new(MID):
-            anchors = codec.decode_anchors(dict(message.headers() or []).get(codec.ANCHORS_HEADER))
-            partition, offset = (int(x) for x in message.value().split(b":"))
+            anchors = codec.decode_anchors(dict(cast(Headers, message.headers() or [])).get(codec.ANCHORS_HEADER))
+            partition, offset = (int(x) for x in cast(bytes, message.value()).split(b":"))
             source = (partition, offset)
             for root in anchors:
                 self._mid_roots[root] = source
@@ -72,7 +77,7 @@ class LogChecker:
                 partition, offset = self._mid_roots[root]
                 self.completed[partition].add(offset)
         for message in self._new(TOPOLOGY + ".dlq"):
-            parked = codec.decode_parked(dict(message.headers())[codec.PARKED_HEADER])
+            parked = codec.decode_parked(dict(cast(Headers, message.headers()))[codec.PARKED_HEADER])
             dead = self.dead[parked.source_partition]
             if self.config.transactional and parked.source_offset in dead:  # its effects appear once
                 self.fail(
@@ -93,22 +98,23 @@ class LogChecker:
                         f"{offset} neither completed nor went to the DLQ",
                     )
 
-    def _model_fold(self, message) -> None:
+    def _model_fold(self, message: Message) -> None:
         """Feed one ack record to its partition's reference acker; keep each root's first decision.
 
         The model never times a root out (its timeout is out of reach): a TIMED_OUT depends on the
         worker's clock and is not judged; a COMPLETED or FAILED must be the model's.
         """
-        model = self._reference.setdefault(message.partition(), ReferenceAcker(message_timeout_ms=1 << 60, buckets=1))
+        _, partition, offset = coordinates(message)
+        model = self._reference.setdefault(partition, ReferenceAcker(message_timeout_ms=1 << 60, buckets=1))
         batch = codec.decode_ack_batch(message.value())
-        keep = partitions_for_roots(batch.roots, self.config.ack_partitions) == message.partition()
+        keep = partitions_for_roots(batch.roots, self.config.ack_partitions) == partition
         for root, owner, kind in model.fold(
             batch.kinds[keep],
             batch.roots[keep],
             batch.vals[keep],
             sender=batch.sender,
             event_time_ms=message.timestamp()[1],
-            offset=message.offset(),
+            offset=offset,
         ):
             self._decided.setdefault(root, (kind, owner))
 
@@ -125,7 +131,7 @@ class LogChecker:
                         f"{', dead-lettered' if offset in self.dead[partition] else ''}",
                     )
 
-    def _new(self, topic: str) -> list:
+    def _new(self, topic: str) -> list[Message]:
         """The records of ``topic`` a read_committed consumer sees now and this checker has not seen yet.
 
         Reads on from where it stopped, up to the first open transaction (``MemoryKafka.messages``

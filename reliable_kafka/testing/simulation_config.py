@@ -93,7 +93,9 @@ class SimResult:
     crashes: int
     faults: int
     trace: list[str] = field(default_factory=list)
-    events: Counter = field(default_factory=Counter)  # what the scheduler did, by kind (crash.spout, fault.commit, ...)
+    events: Counter[str] = field(
+        default_factory=Counter
+    )  # what the scheduler did, by kind (crash.spout, fault.commit, ...)
     log_digest: str = ""  # of every record in every topic: equal digests, equal runs
 
 

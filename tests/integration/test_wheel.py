@@ -92,6 +92,7 @@ def fresh_venv(wheel, tmp_path_factory) -> Path:
 def test_wheel_ships_schemas_license_and_no_test_hooks(wheel):
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
+        assert "reliable_kafka/py.typed" in names  # PEP 561: type checkers read the annotations
         schemas = {n.rsplit("/", 1)[-1] for n in names if n.startswith("reliable_kafka/schemas/")}
         assert schemas == {p.name for p in (REPO / "reliable_kafka" / "schemas").glob("*.avsc")}
         assert {"anchors.avsc", "anchors_v2.avsc", "ack_batch.avsc", "outcome_batch.avsc"} <= schemas
