@@ -164,7 +164,8 @@ def test_a_stalled_bolt_shows_stall_and_recovers_to_ok(kafka_bootstrap):
         )
         print(render(last["report"]))
         reason = next(c["reason"] for c in last["report"]["components"] if c["name"] == split.name)
-        assert "no progress" in reason
+        # the blocked handler call is seen by either STALL rule, whichever a slow report reaches first
+        assert "no progress" in reason or "a handler call has been running" in reason, reason
         stalled.clear()
         release.set()
         _wait(lambda: split_is("OK"), timeout=120, what="split bolt back to OK after the stall", detail=detail)
