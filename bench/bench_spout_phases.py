@@ -102,7 +102,8 @@ def _phased_spout_class(hops: bool = False):
         shell._threads_named = True  # type: ignore[attr-defined]
         shell.new_producer = _naming(shell.new_producer, "producer")
         shell.new_consumer = _naming(shell.new_consumer, "source consumer")
-        outcomes.new_consumer = _naming(outcomes.new_consumer, "outcome consumer")
+        # patches the name outcomes.py imported (mypy sees no re-export)
+        outcomes.new_consumer = _naming(outcomes.new_consumer, "outcome consumer")  # type: ignore[attr-defined]
 
     class PhasedSpout(_tracked_spout_class(hops)):  # type: ignore[misc]
         def start(self) -> None:
