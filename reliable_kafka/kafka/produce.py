@@ -15,6 +15,7 @@ from reliable_kafka.errors import DeliveryError, ReliableKafkaError
 
 Header = tuple[str, str | bytes | None]
 Headers = list[Header]  # a record's headers, as confluent-kafka's produce takes them
+ConsumedHeaders = list[tuple[str, bytes | None]]  # a consumed record's headers (values are bytes)
 OnDelivery = Callable[[KafkaError | None, Message], None]  # a delivery report's callback
 
 __all__ = [
