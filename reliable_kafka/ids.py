@@ -74,5 +74,4 @@ def partition_for_root(root: int, partitions: int) -> int:
 
 def partitions_for_roots(roots: np.ndarray, partitions: int) -> np.ndarray:
     """Vectorised :func:`partition_for_root` over an int64 array."""
-    partitions_of: np.ndarray = (roots.view(np.uint64) % np.uint64(partitions)).astype(np.int64)  # NumPy types % as Any
-    return partitions_of
+    return (roots.view(np.uint64) % np.uint64(partitions)).astype(np.int64)  # type: ignore[no-any-return]  # NumPy: % is Any
