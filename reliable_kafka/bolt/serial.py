@@ -39,7 +39,7 @@ PROCESS_TIMED_RUN = 32
 def handle_serially(bolt: Bolt, messages: Sequence[Message], took: list[tuple[float, int]]) -> None:
     """One loop with its lookups hoisted and the handler called inline: this runs once per
     received tuple (counters that need no per-tuple update are added once per batch)."""
-    stats, ends, handler, collector = bolt.stats, bolt._ends, cast(Callable[..., Any], bolt.handler), bolt.collector
+    stats, ends, handler, collector = bolt.stats, bolt._ends, cast("Callable[..., Any]", bolt.handler), bolt.collector
     clock, decode, new_tuple = bolt._clock.monotonic, codec.decode_anchors, object.__new__
     basic, add_pair, add_owed = bolt._acks_on_return, bolt._ack_pairs.append, bolt._ack_owed.append
     took_run = took.append
@@ -199,7 +199,7 @@ def handle_batch(
     clock = bolt._clock.monotonic
     started = bolt._run_started = clock()
     try:
-        cast(Callable[..., Any], bolt.batch_handler)(batch, bolt.collector)
+        cast("Callable[..., Any]", bolt.batch_handler)(batch, bolt.collector)
     except FATAL:
         raise  # not the tuples' fault: the transaction aborts, or the process restarts or stops
     except Exception as exc:
