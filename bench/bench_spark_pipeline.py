@@ -300,8 +300,8 @@ def _jvm_counters() -> tuple[int, float]:
     """(classes Spark's codegen compiled, ms the JIT compiled) since the JVM started."""
     from reliable_kafka.spark.writer import jvm_class
 
-    codegen = jvm_class(SPARK, "org.apache.spark.metrics.source.CodegenMetrics").METRIC_COMPILATION_TIME().getCount()
-    jit = jvm_class(SPARK, "java.lang.management.ManagementFactory").getCompilationMXBean().getTotalCompilationTime()
+    codegen = jvm_class(SPARK, "org.apache.spark.metrics.source.CodegenMetrics").METRIC_COMPILATION_TIME().getCount()  # type: ignore[arg-type]  # main sets SPARK first
+    jit = jvm_class(SPARK, "java.lang.management.ManagementFactory").getCompilationMXBean().getTotalCompilationTime()  # type: ignore[arg-type]
     return codegen, jit
 
 
@@ -510,7 +510,7 @@ def output_path_only(rows: int, rounds: int) -> int:
     os.environ[MODE_ENV] = "on"
     spark = spark_session("rk-bench-spark-output-path", master="local[2]")
     use_jvm_functions(spark)  # registers them (write_in_jvm does it at each batch)
-    jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
+    jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()  # type: ignore[union-attr]  # a live JVM
     sentences = spark.range(0, rows // WORDS_PER_SENTENCE, 1, 2).selectExpr(
         "CAST(id AS STRING) AS s", "array(named_struct('root', xxhash64(id), 'edge', id * 7 + 1)) AS anchors"
     )
@@ -724,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
         java_options = os.environ.get("RK_BENCH_JAVA_OPTIONS")  # e.g. a JFR recording of the run
         java_conf = {"spark.driver.extraJavaOptions": java_options} if java_options else None
         spark = SPARK = spark_session("rk-bench-spark-pipeline", master="local[2]", extra_conf=java_conf)
-        jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
+        jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()  # type: ignore[union-attr]  # a live JVM
         n = args.sentences
         print(
             f"{n} sentences of {WORDS_PER_SENTENCE} words, local[2], batches of {args.batch}, "

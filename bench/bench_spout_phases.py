@@ -100,9 +100,10 @@ def _phased_spout_class(hops: bool = False):
 
     if not getattr(shell, "_threads_named", False):
         shell._threads_named = True  # type: ignore[attr-defined]
-        shell.new_producer = _naming(shell.new_producer, "producer")
-        shell.new_consumer = _naming(shell.new_consumer, "source consumer")
-        outcomes.new_consumer = _naming(outcomes.new_consumer, "outcome consumer")
+        # patches the names shell.py and outcomes.py imported (mypy sees no re-export)
+        shell.new_producer = _naming(shell.new_producer, "producer")  # type: ignore[attr-defined]
+        shell.new_consumer = _naming(shell.new_consumer, "source consumer")  # type: ignore[attr-defined]
+        outcomes.new_consumer = _naming(outcomes.new_consumer, "outcome consumer")  # type: ignore[attr-defined]
 
     class PhasedSpout(_tracked_spout_class(hops)):  # type: ignore[misc]
         def start(self) -> None:

@@ -8,6 +8,7 @@ its commit point (in the commit metadata), which Kafka's own group tool counts a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -87,7 +88,12 @@ class PartitionLag:
 
 
 def true_lag(
-    bootstrap_servers: str, group_id: str, topic: str, *, kafka_config: dict | None = None, timeout: float = 10.0
+    bootstrap_servers: str,
+    group_id: str,
+    topic: str,
+    *,
+    kafka_config: dict[str, Any] | None = None,
+    timeout: float = 10.0,
 ) -> list[PartitionLag]:
     """Per partition of ``topic``: ``group_id``'s commit point, the records done above it (from
     the commit metadata) and what is left. Reads only; joins no group."""

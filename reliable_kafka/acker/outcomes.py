@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka import codec
 from reliable_kafka.acker.state import AckerStats, _Partition
@@ -90,13 +90,14 @@ class OutcomePublisher:
             except BufferError:
                 self._producer.poll(0.05)
 
-    def _outcome_delivered(self, error, message) -> None:
+    def _outcome_delivered(self, error: KafkaError | None, message: Message) -> None:
         check_delivery(error, message, self._producer)  # refused: stop, not retry forever
         if error is not None:  # kept and sent again: a lost outcome would stall its tree
             log.error("%s: outcome to partition %s not delivered (%s); retrying", self.name, message.partition(), error)
-            self._retry_outcomes.append((message.partition(), message.value()))
+            # a produced message's partition and value (confluent-kafka types both as optional)
+            self._retry_outcomes.append((message.partition(), message.value()))  # type: ignore[arg-type]
 
-    def _on_commit(self, error, partitions) -> None:
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition] | None) -> None:
         """An asynchronous commit's result (served by consume): a failed one is committed again, and
         a fenced consumer is made anew once consume returns (:meth:`AckerWorker._rebuild`)."""
         for tp in partitions or []:

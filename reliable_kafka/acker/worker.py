@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -51,6 +51,9 @@ from reliable_kafka.topology import TopologyTopics, check_ack_partitions
 __all__ = ["AckerWorker", "AckerStats"]
 
 log = logging.getLogger(__name__)
+
+# a decoded ack record as AckerTable.fold_records takes it: kinds, roots, vals, sender, event time (ms), offset
+AckRecord = tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int]
 
 # A killed worker's partitions wait for its session to expire: 6 s, the least a broker accepts by
 # default (group.min.session.timeout.ms), not librdkafka's 45 s. KIP-848's protocol is no faster:
@@ -110,9 +113,9 @@ class AckerWorker(OutcomePublisher):
         replication_factor: int | None = None,
         min_insync_replicas: int | None = None,
         max_entries_per_record: int = 100_000,
-        kafka_config: dict | None = None,
-        consumer_config: dict | None = None,
-        producer_config: dict | None = None,
+        kafka_config: dict[str, Any] | None = None,
+        consumer_config: dict[str, Any] | None = None,
+        producer_config: dict[str, Any] | None = None,
         name: str | None = None,
         metrics_port: int | None = None,
         clients: KafkaClients | None = None,
@@ -178,7 +181,8 @@ class AckerWorker(OutcomePublisher):
 
     def run(self, stop: threading.Event | None = None, *, handle_signals: bool = False) -> AckerStats:
         """Consume until ``stop`` is set (or SIGTERM/SIGINT with ``handle_signals``)."""
-        return run_until_stopped(self, stop, handle_signals=handle_signals)
+        stats: AckerStats = run_until_stopped(self, stop, handle_signals=handle_signals)
+        return stats
 
     def start(self) -> None:
         admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name, clients=self.clients)
@@ -229,7 +233,7 @@ class AckerWorker(OutcomePublisher):
         )
         log.info("%s: consuming %s as group %s", self.name, self.topics.acks, self.group_id)
 
-    def producer_config(self) -> dict:
+    def producer_config(self) -> dict[str, Any]:
         """The outcome producer's librdkafka settings: :data:`OUTCOME_PRODUCER_DEFAULTS`, then ``kafka_config``
         (with its ``producer_config``)."""
         return {**OUTCOME_PRODUCER_DEFAULTS, **producer_settings(self.kafka_config)}
@@ -249,7 +253,7 @@ class AckerWorker(OutcomePublisher):
 
     # --- rebalance ------------------------------------------------------------------------------
 
-    def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
         for tp in partitions:
             table = AckerTable(message_timeout_ms=self.message_timeout_ms, buckets=self.timeout_buckets)
@@ -258,7 +262,7 @@ class AckerWorker(OutcomePublisher):
         log.info("%s: assigned %s (replaying from %s)", self.name, [tp.partition for tp in partitions], committed)
         self.ready.set()
 
-    def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {tp.partition for tp in partitions}
         try:
             if not self._failed:  # after an error the next owner replays from the last commit
@@ -271,7 +275,7 @@ class AckerWorker(OutcomePublisher):
             self._partitions.pop(partition, None)
         log.info("%s: revoked %s", self.name, sorted(revoked))
 
-    def _on_lost(self, consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._partitions.pop(tp.partition, None)
         log.warning("%s: lost %s; the new owner replays them", self.name, [tp.partition for tp in partitions])
@@ -331,7 +335,7 @@ class AckerWorker(OutcomePublisher):
         assert self._consumer is not None and self._producer is not None and self._quarantine is not None
         self._retry_failed_outcomes()
         self._quarantine.retry_unsent()
-        by_partition: dict[int, list] = {}
+        by_partition: dict[int, list[tuple[int, AckRecord | None]]] = {}
         for message in consume_batch(self._consumer, self.batch_size, timeout):
             error = message.error()
             if error is not None:
@@ -342,7 +346,8 @@ class AckerWorker(OutcomePublisher):
                 continue
             partition = cast(int, message.partition())  # a consumed record's, never None
             if partition in self._partitions:  # else revoked in this very poll
-                by_partition.setdefault(partition, []).append((message.offset(), self._decode(message)))
+                # a consumed record's offset is never None (confluent-kafka's type allows it for a producer's)
+                by_partition.setdefault(partition, []).append((message.offset(), self._decode(message)))  # type: ignore[arg-type]
         decided: list[Outcomes] = []
         for partition, records in by_partition.items():
             decided.extend(self._fold(self._partitions[partition], records))
@@ -354,7 +359,7 @@ class AckerWorker(OutcomePublisher):
         self.stats.table_bytes = sum(state.table.nbytes for state in self._partitions.values())
         self._commit()
 
-    def _fold(self, state: _Partition, records: list[tuple[int, tuple | None]]) -> list[Outcomes]:
+    def _fold(self, state: _Partition, records: list[tuple[int, AckRecord | None]]) -> list[Outcomes]:
         """Fold one partition's records in order, one vectorised fold per group of records.
 
         ``next_offset`` passes a record only once it is folded (or quarantined, as None), so no
@@ -374,7 +379,7 @@ class AckerWorker(OutcomePublisher):
                 state.next_offset = offset + 1
         return decided
 
-    def _decode(self, message: Message) -> tuple | None:
+    def _decode(self, message: Message) -> AckRecord | None:
         """The record as ``fold_records`` takes it (its valid entries), or None when it is quarantined."""
         assert self._quarantine is not None
         state = self._partitions[cast(int, message.partition())]
@@ -419,7 +424,7 @@ class AckerWorker(OutcomePublisher):
             timestamp = wall_ms
         if state.event_ms is None or timestamp >= state.event_ms:
             state.event_ms, state.event_wall_ms = timestamp, wall_ms
-        return kinds, roots, vals, batch.sender, timestamp, message.offset()
+        return kinds, roots, vals, batch.sender, timestamp, message.offset()  # type: ignore[return-value]  # consumed: an offset
 
     def _advance_clocks(self) -> list[Outcomes]:
         """Let wall time pass on idle partitions, so trees whose acks never come time out.

@@ -10,11 +10,15 @@ one value per tree, made with :func:`pack_pair`.
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from reliable_kafka.codec.anchors import _ANCHORS_V2  # a one-pair header is read inline
 from reliable_kafka.core.kinds import EventKind
+
+if TYPE_CHECKING:
+    from reliable_kafka.kafka.ack_sender import AckSender
 
 __all__ = ["V2", "pack_pair", "unpack_pair", "ack_columns", "pack_acks"]
 
@@ -42,7 +46,7 @@ def ack_columns(pairs: list[bytes], owed: list[int]) -> tuple[np.ndarray, np.nda
     return roots, vals
 
 
-def pack_acks(acks, pairs: list[bytes], owed: list[int]) -> None:
+def pack_acks(acks: AckSender | None, pairs: list[bytes], owed: list[int]) -> None:
     """Add the batch's kept entries to ``acks`` (an AckSender; None: not started) and empty the lists."""
     if pairs and acks is not None:
         acks.extend(_ACK, *ack_columns(pairs, owed))

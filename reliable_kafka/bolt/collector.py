@@ -4,18 +4,18 @@ fails with (DESIGN sections 2 and 6); :mod:`reliable_kafka.bolt.runner` runs the
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Message
 
 from reliable_kafka import codec
 from reliable_kafka.core.anchors import Anchored, anchor_child, fail_roots
 from reliable_kafka.core.ids import _pool, new_id
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import ArgumentError, OutputRefused
-from reliable_kafka.kafka.produce import produce_headers
+from reliable_kafka.kafka.produce import ConsumedHeaders, Header, produce_headers
 from reliable_kafka.validation import refused_outputs
 
 if TYPE_CHECKING:
@@ -69,7 +69,17 @@ class Tuple(Anchored):
     _settled: bool
     _record: Any
 
-    def __init__(self, topic, partition, offset, key, value, headers, timestamp_ms, anchors: dict[int, int] | Anchored):
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: ConsumedHeaders,
+        timestamp_ms: int,
+        anchors: dict[int, int] | Anchored,
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.offset = offset
@@ -141,7 +151,14 @@ class TupleBatch:
 
     __slots__ = ("_messages", "_anchors", "_headers", "_roots", "_pairs", "_tuples")
 
-    def __init__(self, messages: list, anchors: list, headers: list, roots: list, pairs: list | None = None) -> None:
+    def __init__(
+        self,
+        messages: list[Message],
+        anchors: list[dict[int, int] | None],
+        headers: list[ConsumedHeaders],
+        roots: list[int],
+        pairs: list[bytes | None] | None = None,
+    ) -> None:
         self._messages = messages  # consumed messages (key(), value(), topic(), ...)
         # per message: root -> edge, as decoded (None: one tree, its pair in pairs; or, root 0, untracked)
         self._anchors = anchors
@@ -153,10 +170,10 @@ class TupleBatch:
     def __len__(self) -> int:
         return len(self._messages)
 
-    def keys(self) -> list:
+    def keys(self) -> list[bytes | None]:
         return [message.key() for message in self._messages]
 
-    def values(self) -> list:
+    def values(self) -> list[bytes | None]:
         return [message.value() for message in self._messages]
 
     def __getitem__(self, index: int) -> Tuple:
@@ -167,19 +184,20 @@ class TupleBatch:
         if tuple_ is None:
             message = self._messages[index]  # IndexError past the end
             tuple_ = tuples[index] = object.__new__(Tuple)  # as the per-tuple loop fills one
-            tuple_.topic, tuple_.partition, tuple_.offset = message.topic(), message.partition(), message.offset()
+            # a consumed record's coordinates are set (confluent-kafka types them optional for a producer's)
+            tuple_.topic, tuple_.partition, tuple_.offset = message.topic(), message.partition(), message.offset()  # type: ignore[assignment]
             tuple_.key, tuple_.value, tuple_.headers = message.key(), message.value(), self._headers[index]
             anchors, root = self._anchors[index], self._roots[index]
             # one tree: its edge read from its one-pair value (root 0: untracked), the dict made if read
             if anchors is None:
-                tuple_._edge = _unpack_one(self._pairs[index])[3] if root else 0  # type: ignore[index]
+                tuple_._edge = _unpack_one(self._pairs[index])[3] if root else 0  # type: ignore[index, arg-type]  # root: its pair
             else:
                 tuple_._edge = next(iter(anchors.values())) if root else 0
             tuple_._anchors, tuple_.ack_val, tuple_._one_root = anchors, 0, root
             tuple_._record = message
         return tuple_
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tuple]:
         return (self[index] for index in range(len(self._messages)))
 
     def __repr__(self) -> str:
@@ -251,7 +269,7 @@ class BoltCollector:
         *,
         key: bytes | None = None,
         anchors: Tuple | Sequence[Tuple] | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
+        headers: Sequence[Header] | None = None,
         partition: int | None = None,
     ) -> None:
         """Send a record to ``topic``, anchored to ``anchors`` (one tuple or several; None: unanchored)."""
@@ -300,7 +318,16 @@ class BoltCollector:
 class _BasicCollector(BoltCollector):
     """A basic bolt's collector: outputs are anchored to the current input unless told otherwise."""
 
-    def emit(self, topic, value, *, key=None, anchors=None, headers=None, partition=None) -> None:
+    def emit(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        anchors: Tuple | Sequence[Tuple] | None = None,
+        headers: Sequence[Header] | None = None,
+        partition: int | None = None,
+    ) -> None:
         # BoltCollector.emit, inlined: this runs once per output tuple
         if topic not in self._outputs:
             self._first_emit_to(topic)

@@ -19,9 +19,13 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from reliable_kafka.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from reliable_kafka.bolt.collector import Tuple
+    from reliable_kafka.core.input_offsets import InputOffsets
 
 __all__ = [
     "Call",
@@ -46,7 +50,7 @@ class Call:
 
     __slots__ = ("tuple_", "key", "offsets", "started", "error", "state")
 
-    def __init__(self, tuple_, key, offsets) -> None:
+    def __init__(self, tuple_: Tuple, key: object, offsets: InputOffsets) -> None:
         self.tuple_ = tuple_
         self.key = key  # its ordering key (None: none, it may run beside anything)
         self.offsets = offsets  # its partition's InputOffsets when it was received
@@ -80,7 +84,12 @@ class ThreadCalls:
         self._inbox: queue.SimpleQueue[Call | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
 
-    def start(self, run, run_async, begin) -> None:
+    def start(
+        self,
+        run: Callable[[Call], None],
+        run_async: Callable[[Call], Awaitable[None]] | None,
+        begin: Callable[[Call], bool],
+    ) -> None:
         self._run = run
         for i in range(self.size):
             thread = threading.Thread(target=self._work, name=f"{self.name}-call-{i}", daemon=True)
@@ -115,11 +124,17 @@ class AsyncioCalls:
         self.name = name
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._waiting: deque[Call] = deque()  # touched on the loop's thread only
 
-    def start(self, run, run_async, begin) -> None:
-        self._run_async = run_async
+    def start(
+        self,
+        run: Callable[[Call], None],
+        run_async: Callable[[Call], Awaitable[None]] | None,
+        begin: Callable[[Call], bool],
+    ) -> None:
+        # this executor runs async def handlers, for which the bolt gives run_async
+        self._run_async: Callable[[Call], Awaitable[None]] = run_async  # type: ignore[assignment]
         loop = self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=loop.run_forever, name=f"{self.name}-asyncio", daemon=True)
         self._thread.start()
@@ -132,7 +147,7 @@ class AsyncioCalls:
         self._waiting.extend(calls)
         self._start_tasks()
 
-    def _start_tasks(self, _ended: asyncio.Task | None = None) -> None:
+    def _start_tasks(self, _ended: asyncio.Task[None] | None = None) -> None:
         if _ended is not None:
             self._tasks.discard(_ended)
         waiting, tasks = self._waiting, self._tasks
@@ -169,7 +184,12 @@ class SteppedCalls:
         self.size = size
         self.waiting: list[Call] = []
 
-    def start(self, run, run_async, begin) -> None:
+    def start(
+        self,
+        run: Callable[[Call], None],
+        run_async: Callable[[Call], Awaitable[None]] | None,
+        begin: Callable[[Call], bool],
+    ) -> None:
         self._run, self._run_async, self._begin = run, run_async, begin
         self._loop: asyncio.AbstractEventLoop | None = None
 

@@ -19,10 +19,10 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from reliable_kafka.bolt.collector import BoltCollector, Tuple
 from reliable_kafka.bolt.executors import (
@@ -41,6 +41,7 @@ from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_a
 from reliable_kafka.core.input_offsets import InputOffsets
 from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.kafka.clients import coordinates
+from reliable_kafka.kafka.produce import ConsumedHeaders, Header
 
 if TYPE_CHECKING:
     from reliable_kafka.bolt.runner import Bolt
@@ -55,24 +56,37 @@ ORDERINGS = ("key", "partition", "none")
 PAUSE_AFTER_S = 1.0
 # what a call asks the loop for, and how it ended
 _EMIT, _ACK, _FAIL, _RESET, _RETURNED, _RAISED = range(6)
+# a request or an end, as the loop reads it: (kind, call, what: the request's arguments or how it ended)
+Op = tuple[int, Call, Any]
 
 
 class CallCollector(BoltCollector):
     """The collector one handler call of a parallel bolt is given. Safe from any thread or task:
     each method only records the request for the bolt's loop, which applies them in order."""
 
-    def __init__(self, put: Callable[[tuple], None], call: Call) -> None:  # no bolt: nothing applied here
+    def __init__(self, put: Callable[[Op], None], call: Call) -> None:  # no bolt: nothing applied here
         self._put = put
         self._call = call
         self.current = call.tuple_
 
-    def emit(self, topic, value, *, key=None, anchors=None, headers=None, partition=None) -> None:
+    def emit(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        anchors: Tuple | Sequence[Tuple] | None = None,
+        headers: Sequence[Header] | None = None,
+        partition: int | None = None,
+    ) -> None:
         self._put((_EMIT, self._call, (topic, value, key, anchors, headers, partition)))
 
     def ack(self, tuple_: Tuple) -> None:
         self._put((_ACK, self._call, tuple_))
 
-    def fail(self, tuple_: Tuple, reason=None, error=None, retry: bool = True) -> None:
+    def fail(
+        self, tuple_: Tuple, reason: str | None = None, error: BaseException | None = None, retry: bool = True
+    ) -> None:
         self._put((_FAIL, self._call, (tuple_, reason, error, retry)))
 
     def reset_timeout(self, tuple_: Tuple) -> None:
@@ -82,10 +96,12 @@ class CallCollector(BoltCollector):
 def read_tuple(message: Message) -> Tuple:
     """The consumed ``message`` as a :class:`Tuple` (raises DecodeError for a damaged ``rk-anchors``)."""
     raw: bytes | None = None
-    headers = []
-    for name, value in message.headers() or ():  # type: ignore[str-unpack]  # a list of pairs
+    headers: ConsumedHeaders = []
+    # a consumed record's headers: a list of (name, bytes) pairs (confluent-kafka's type also has a dict)
+    received: ConsumedHeaders | tuple[()] = message.headers() or ()  # type: ignore[assignment]
+    for name, value in received:
         if name == ANCHORS_HEADER:
-            raw = value  # type: ignore[assignment]  # header values are bytes
+            raw = value
         else:
             headers.append((name, value))
     anchors = decode_anchors(raw) if raw is not None else {}
@@ -117,7 +133,7 @@ class InFlightCalls:
         self._ordering = ordering
         self._key_of = key_of
         self._is_async = is_async
-        self._ops: queue.SimpleQueue[tuple] = queue.SimpleQueue()  # requests and ends, from any thread
+        self._ops: queue.SimpleQueue[Op] = queue.SimpleQueue()  # requests and ends, from any thread
         self._partitions: dict[tuple[str, int], InputOffsets] = {}
         self._runnable: deque[Call] = deque()  # may start now, in arrival order
         self._blocked: dict[object, deque[Call]] = {}  # key -> calls after the one holding it
@@ -137,7 +153,7 @@ class InFlightCalls:
             self.executor.size = self.parallelism
         self.executor.start(self._run, self._run_async if self._is_async else None, self.begin)
 
-    def assign(self, consumer, partitions: list[TopicPartition]) -> None:
+    def assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Track each partition from its committed offset, skipping what its metadata records as done."""
         try:
             committed = consumer.committed(partitions, timeout=30)
@@ -485,7 +501,13 @@ class InFlightCalls:
 
 
 def parallel_calls(
-    bolt: Bolt, *, parallelism, ordering, key_of, max_in_flight, executor: CallExecutor | None
+    bolt: Bolt,
+    *,
+    parallelism: int,
+    ordering: str,
+    key_of: Callable[[Tuple], object] | None,
+    max_in_flight: int | None,
+    executor: CallExecutor | None,
 ) -> InFlightCalls | None:
     """``bolt``'s calls in flight (None: the serial loop), its parallel options checked (ConfigError)."""
     who = type(bolt).__name__
@@ -532,6 +554,6 @@ def parallel_calls(
     )
 
 
-def _is_async(handler: Callable) -> bool:
+def _is_async(handler: Callable[..., Any]) -> bool:
     """An ``async def`` handler (also a callable object whose ``__call__`` is one)."""
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)

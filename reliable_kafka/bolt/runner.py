@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import cast
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -37,6 +37,7 @@ from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.fatal import raise_if_fatal, static_member
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import (
+    Header,
     flush_or_raise,
     produce_tuple,
     release_producer,
@@ -123,9 +124,9 @@ class Bolt:
         transactional: bool = False,
         batch_size: int = 500,
         commit_interval_ms: int = 1000,
-        kafka_config: dict | None = None,
-        consumer_config: dict | None = None,
-        producer_config: dict | None = None,
+        kafka_config: dict[str, Any] | None = None,
+        consumer_config: dict[str, Any] | None = None,
+        producer_config: dict[str, Any] | None = None,
         name: str | None = None,
         metrics_port: int | None = None,
         clients: KafkaClients | None = None,
@@ -236,7 +237,8 @@ class Bolt:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event | None = None, *, handle_signals: bool = False) -> BoltStats:
-        return run_until_stopped(self, stop, handle_signals=handle_signals)
+        stats: BoltStats = run_until_stopped(self, stop, handle_signals=handle_signals)
+        return stats
 
     def start(self) -> None:
         admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name, clients=self.clients)
@@ -246,7 +248,7 @@ class Bolt:
                 f"{self.name}: ack topic {self.topics.acks} does not exist; start an acker worker for "
                 f"topology {self.topics.topology!r} first"
             )
-        overrides = {}
+        overrides: dict[str, Any] = {}
         if self.transactional:
             overrides = {"transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 60_000}
         self._ack_partitions = ack_partitions
@@ -288,7 +290,7 @@ class Bolt:
             " (transactional)" if self.transactional else "",
         )
 
-    def _new_producer(self):
+    def _new_producer(self) -> Producer:
         return new_producer(
             self.bootstrap_servers,
             self.kafka_config,
@@ -298,7 +300,7 @@ class Bolt:
             **self._producer_overrides,
         )
 
-    def _use_producer(self, producer) -> None:
+    def _use_producer(self, producer: Producer) -> None:
         """``producer`` sends outputs, acks, quarantine copies and failure records (also a replacement)."""
         self._producer = producer
         self._acks = AckSender(
@@ -311,7 +313,7 @@ class Bolt:
             else FailureLog(self._producer, topic=self._failures_topic, component=self.name, task_id=self.task_id)
         )
 
-    def _record_failure(self, tuple_: Tuple, reason, error, retry: bool) -> None:
+    def _record_failure(self, tuple_: Tuple, reason: str | None, error: BaseException | None, retry: bool) -> None:
         if self._failures is None:
             return
         self._failures.write(
@@ -346,12 +348,12 @@ class Bolt:
             release_producer(producer, owner=self.name)
             log.info("%s: stopped; %s", self.name, self.stats)
 
-    def _on_assign(self, consumer, partitions) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._parallel is not None:
             self._parallel.assign(consumer, partitions)
         self.ready.set()
 
-    def _on_revoke(self, consumer, partitions) -> None:
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._parallel is not None:
             self._parallel.revoke(partitions, self.revoke_wait_s)
         if not self.transactional:
@@ -453,7 +455,7 @@ class Bolt:
     def _process(self, message: Message) -> None:
         self._process_batch((message,))
 
-    def _process_batch(self, messages) -> None:
+    def _process_batch(self, messages: Sequence[Message]) -> None:
         """Each message through the handler, in order; ``_ends`` gets each partition's next offset."""
         # counted before the handlers run: the status page finds a stuck handler as received - handled >= 1
         self.stats.received += len(messages)
@@ -480,10 +482,12 @@ class Bolt:
             del noted[:count]  # an append from another thread meanwhile stays for the next batch
             self.stats.emitted += count
 
-    def _handle(self, messages, took) -> None:
+    def _handle(self, messages: Sequence[Message], took: list[tuple[float, int]]) -> None:
         handle_serially(self, messages, took)
 
-    def _handle_batch(self, batch: TupleBatch, roots: list[int], pairs: list, took: list) -> None:
+    def _handle_batch(
+        self, batch: TupleBatch, roots: list[int], pairs: list[bytes | None], took: list[tuple[float, int]]
+    ) -> None:
         handle_batch(self, batch, roots, pairs, took)
 
     def _call_raised(self, tuple_: Tuple, error: BaseException) -> None:
@@ -508,13 +512,21 @@ class Bolt:
         )
         self.collector.fail(tuple_, error=exc)
 
-    def _produce(self, topic, value, key, headers, partition, anchors: dict[int, int]) -> None:
+    def _produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[Header] | None,
+        partition: int | None,
+        anchors: dict[int, int],
+    ) -> None:
         assert self._producer is not None  # made by start()
         produce_tuple(self._producer, topic, value, key=key, headers=headers, partition=partition, anchors=anchors)
         self.stats.emitted += 1
         self.output_topics.add(topic)
 
-    def _delivered(self, error, message) -> None:
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
         """The producer's delivery report, for failed messages only (:data:`ERRORS_ONLY`)."""
         if error is not None:  # the child's edge stays in its tree: it times out and replays
             self.stats.delivery_errors += 1
@@ -597,7 +609,7 @@ class Bolt:
             consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
 
 
-def _no_errors(messages: list) -> bool:
+def _no_errors(messages: list[Message]) -> bool:
     """True if no message of a consumed batch carries an error: each one's ``error()`` called from C
     (about 20 ns a message; a list comprehension testing them costs 50), the batch then used as it is."""
     try:

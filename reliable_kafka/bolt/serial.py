@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from reliable_kafka import codec
 from reliable_kafka.bolt.ack_packing import V2, pack_pair, unpack_pair
 from reliable_kafka.bolt.collector import Tuple, TupleBatch
 from reliable_kafka.errors import AuthorizationError, DecodeError
-from reliable_kafka.kafka.produce import ProducerUnusable
+from reliable_kafka.kafka.produce import ConsumedHeaders, ProducerUnusable
 from reliable_kafka.ops.errors import handler_raised
 
 if TYPE_CHECKING:
+    from confluent_kafka import Message
+
     from reliable_kafka.bolt.runner import Bolt
 
 __all__ = ["FATAL", "PROCESS_TIMED_RUN", "handle_serially", "handle_batch"]
@@ -34,22 +36,28 @@ _ANCHORS = codec.ANCHORS_HEADER
 PROCESS_TIMED_RUN = 32
 
 
-def handle_serially(bolt: Bolt, messages, took) -> None:
+def handle_serially(bolt: Bolt, messages: Sequence[Message], took: list[tuple[float, int]]) -> None:
     """One loop with its lookups hoisted and the handler called inline: this runs once per
     received tuple (counters that need no per-tuple update are added once per batch)."""
-    stats, ends, handler, collector = bolt.stats, bolt._ends, cast(Callable, bolt.handler), bolt.collector
+    stats, ends, handler, collector = bolt.stats, bolt._ends, cast("Callable[..., Any]", bolt.handler), bolt.collector
     clock, decode, new_tuple = bolt._clock.monotonic, codec.decode_anchors, object.__new__
     basic, add_pair, add_owed = bolt._acks_on_return, bolt._ack_pairs.append, bolt._ack_owed.append
     took_run = took.append
     # None: one tree, one-pair v2, or (root 0) untracked: the tuple makes its dict if asked
     anchors: dict[int, int] | None
+    # a consumed record's: coordinates set, headers a list of (name, bytes) pairs (confluent-kafka's
+    # types allow None and a dict, for a message made to produce); read once per tuple, unchecked
+    topic: str
+    partition: int
+    offset: int
+    headers: ConsumedHeaders | None
     # a batch_handler's batch, in columns: messages, anchors, user headers, one-tree root and edge
     batch = bolt.batch_handler is not None
-    kept: list = []
+    kept: list[Message] = []
     kept_anchors: list[dict[int, int] | None] = []  # None: one tree, read from its pair (root 0: untracked)
-    kept_headers: list = []
+    kept_headers: list[ConsumedHeaders] = []
     kept_roots: list[int] = []
-    kept_pairs: list = []  # each record's one-pair v2 value, None when it is not in one tree
+    kept_pairs: list[bytes | None] = []  # each record's one-pair v2 value, None when it is not in one tree
     keep, keep_anchors, keep_headers = kept.append, kept_anchors.append, kept_headers.append
     keep_root, keep_pair = kept_roots.append, kept_pairs.append
     untracked = handled_calls = failed_calls = 0  # a basic bolt's acked: the calls handled that did not raise
@@ -66,13 +74,13 @@ def handle_serially(bolt: Bolt, messages, took) -> None:
             started = bolt._run_started = clock()  # (for oldest_call_age: once per run)
             run = messages if total <= PROCESS_TIMED_RUN else messages[at : at + PROCESS_TIMED_RUN]
             for message in run:
-                topic, partition, offset = message.topic(), message.partition(), message.offset()
+                topic, partition, offset = message.topic(), message.partition(), message.offset()  # type: ignore[assignment]
                 if partition != run_partition or topic != run_topic:
                     if run_topic is not None:
                         ends[(run_topic, run_partition)] = run_end + 1
                     run_topic, run_partition = topic, partition
                 run_end = offset  # its next offset is this + 1, added once per run of the partition
-                headers = message.headers()  # read only: a new list is made when one is removed
+                headers = message.headers()  # type: ignore[assignment]  # read only: a new list is made when one is removed
                 if headers is None and not batch:
                     # untracked (tracking off upstream): the tuple and the handler call below,
                     # without the tree's checks (about 0.04 us a tuple, a tenth of the untracked loop)
@@ -180,7 +188,9 @@ def handle_serially(bolt: Bolt, messages, took) -> None:
             stats.acked += handled_calls - failed_calls
 
 
-def handle_batch(bolt: Bolt, batch: TupleBatch, roots: list[int], pairs: list, took: list) -> None:
+def handle_batch(
+    bolt: Bolt, batch: TupleBatch, roots: list[int], pairs: list[bytes | None], took: list[tuple[float, int]]
+) -> None:
     """``batch_handler`` on one batch: acked when it returns (the entries ``collector.ack`` would
     add for each tuple), every tuple failed when it raises. ``roots``/``pairs``: each record's one
     tree, and its one-pair v2 value (root 0 and None: untracked, or in several trees, read from
@@ -189,7 +199,7 @@ def handle_batch(bolt: Bolt, batch: TupleBatch, roots: list[int], pairs: list, t
     clock = bolt._clock.monotonic
     started = bolt._run_started = clock()
     try:
-        cast(Callable, bolt.batch_handler)(batch, bolt.collector)
+        cast("Callable[..., Any]", bolt.batch_handler)(batch, bolt.collector)
     except FATAL:
         raise  # not the tuples' fault: the transaction aborts, or the process restarts or stops
     except Exception as exc:
@@ -216,14 +226,14 @@ def handle_batch(bolt: Bolt, batch: TupleBatch, roots: list[int], pairs: list, t
             add_pair, add_owed = bolt._ack_pairs.append, bolt._ack_owed.append
             for index, root in enumerate(roots):
                 if root:
-                    add_pair(pairs[index])
+                    add_pair(pairs[index])  # type: ignore[arg-type]  # in one tree: its pair is set
                     add_owed(owed[index])
                 elif anchors := batch._anchors[index]:
                     for root, edge in anchors.items():
                         add_pair(pack_pair(root, edge))
                         add_owed(owed[index])
         else:  # every record in one tree: the columns are the entries
-            bolt._ack_pairs.extend(pairs)
+            bolt._ack_pairs.extend(pairs)  # type: ignore[arg-type]  # all set: every record is in one tree
             bolt._ack_owed.extend(owed)
         bolt.stats.acked += count
     finally:

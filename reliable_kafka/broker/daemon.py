@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from reliable_kafka.broker.embedded import EmbeddedCluster, EmbeddedKafka
 from reliable_kafka.broker.node import probe_broker_ids
@@ -42,7 +43,7 @@ def state_path() -> Path:
 class DaemonStatus:
     """What ``status`` found. ``state`` is the record written by :func:`up` (None if none)."""
 
-    state: dict | None
+    state: dict[str, Any] | None  # the JSON record up() wrote
     alive_pids: tuple[int, ...]
     answering: bool
 
@@ -173,7 +174,7 @@ def _write_client_properties(security: BrokerSecurity, directory: Path) -> dict[
     return paths
 
 
-def _status_of(state: dict | None, *, timeout: float = 3.0) -> DaemonStatus:
+def _status_of(state: dict[str, Any] | None, *, timeout: float = 3.0) -> DaemonStatus:
     if state is None:
         return DaemonStatus(None, (), False)
     alive = tuple(
@@ -223,7 +224,7 @@ def _signal_group(pid: int, signum: int) -> None:
         pass
 
 
-def _cleanup(state: dict) -> None:
+def _cleanup(state: dict[str, Any]) -> None:
     if not state.get("keep_data"):
         data_dir = Path(str(state["data_dir"]))
         if state.get("created_data_dir"):
@@ -234,9 +235,10 @@ def _cleanup(state: dict) -> None:
     state_path().unlink(missing_ok=True)
 
 
-def _read_state() -> dict | None:
+def _read_state() -> dict[str, Any] | None:
     try:
-        return json.loads(state_path().read_text())
+        state: dict[str, Any] = json.loads(state_path().read_text())
+        return state
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
@@ -245,7 +247,7 @@ def _read_state() -> dict | None:
         return None
 
 
-def _write_state(state: dict) -> None:
+def _write_state(state: dict[str, Any]) -> None:
     path = state_path()
     partial = path.with_suffix(".json.partial")
     partial.write_text(json.dumps(state, indent=2) + "\n")

@@ -19,9 +19,13 @@ import sys
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reliable_kafka.errors import BrokerStartError
 from reliable_kafka.jars import KAFKA_VERSION, kafka_jars, parse_kafka_version
+
+if TYPE_CHECKING:
+    from reliable_kafka.broker.secure import BrokerSecurity
 
 __all__ = [
     "HOST",
@@ -345,7 +349,7 @@ def node_properties(
     voters: str,
     nodes: int,
     extra: Mapping[str, str],
-    security=None,
+    security: BrokerSecurity | None = None,
     *,
     version: str = KAFKA_VERSION,
 ) -> dict[str, str]:

@@ -9,6 +9,7 @@ cannot read before it runs). ``admin`` is the only super user; no ACL means no a
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from reliable_kafka.errors import ConfigError
@@ -48,7 +49,7 @@ class BrokerSecurity:
                 )
 
     @classmethod
-    def generate(cls, names=()) -> BrokerSecurity:
+    def generate(cls, names: Iterable[str] = ()) -> BrokerSecurity:
         return cls(users={name: secrets.token_hex(12) for name in (ADMIN, *names)})
 
     def client_config(self, user: str) -> dict[str, str]:

@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from reliable_kafka.codec.envelope import _VERSION_BYTE, _decode, _encode, _zigzag_at
 from reliable_kafka.errors import ArgumentError, DecodeError
@@ -26,7 +27,7 @@ class AckBatch:
         return len(self.kinds)
 
 
-def encode_ack_batch(sender: int, kinds, roots, vals) -> bytes:
+def encode_ack_batch(sender: int, kinds: ArrayLike, roots: ArrayLike, vals: ArrayLike) -> bytes:
     """Pack entries (array-likes of equal length) into one ack-topic record value."""
     kinds = np.ascontiguousarray(kinds, dtype=np.uint8)
     roots = np.ascontiguousarray(roots, dtype="<i8")

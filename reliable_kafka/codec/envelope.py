@@ -9,6 +9,7 @@ import os
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import fastavro
 
@@ -37,7 +38,7 @@ def schema_dir() -> Path:
 
 
 @cache
-def _schema(name: str):
+def _schema(name: str) -> Any:  # a fastavro parsed schema (fastavro has no type information)
     if name == "parked_record_first":  # the header as first written: its first eight fields
         schema = json.loads(_schema_text("parked_record"))
         schema["fields"] = schema["fields"][:_PARKED_FIRST_FIELDS]
@@ -66,14 +67,14 @@ def _schema_text(name: str) -> str:
         ) from exc
 
 
-def _encode(name: str, datum) -> bytes:
+def _encode(name: str, datum: object) -> bytes:
     buffer = io.BytesIO()
     buffer.write(_VERSION_BYTE)
     fastavro.schemaless_writer(buffer, _schema(name), datum)
     return buffer.getvalue()
 
 
-def _decode(name: str, raw: bytes | None, *, schema: str | None = None):
+def _decode(name: str, raw: bytes | None, *, schema: str | None = None) -> tuple[Any, bytes]:
     if raw is None:
         raise DecodeError(name, "no bytes (null value)", raw)
     if not isinstance(raw, (bytes, bytearray, memoryview)):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from reliable_kafka.codec.envelope import _VERSION_BYTE, _decode, _encode, _zigzag_at, _zigzag_varint
 from reliable_kafka.core.kinds import OutcomeKind
@@ -27,7 +29,7 @@ class OutcomeBatch:
         return len(self.roots)
 
 
-def encode_outcomes(spout: int, roots, kinds) -> bytes:
+def encode_outcomes(spout: int, roots: ArrayLike, kinds: ArrayLike) -> bytes:
     """One outcome record for the spout task ``spout``.
 
     The Avro layout is written with NumPy (an acker sends one per poll round: fastavro's
@@ -60,7 +62,7 @@ def encode_outcomes(spout: int, roots, kinds) -> bytes:
     return head + _zigzag_varint(len(roots)) + rows[keep].tobytes() + b"\x00"
 
 
-def _encode_outcomes_fastavro(spout: int, roots, kinds) -> bytes:
+def _encode_outcomes_fastavro(spout: int, roots: Iterable[int], kinds: Iterable[int]) -> bytes:
     """What :func:`encode_outcomes` writes, through fastavro (the reference for tests)."""
     entries = [{"root": int(root), "kind": _OUTCOME_SYMBOLS[int(kind)]} for root, kind in zip(roots, kinds)]
     return _encode("outcome_batch", {"spout": int(spout), "entries": entries})

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterable
 
 import numpy as np
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from reliable_kafka import codec
 from reliable_kafka.core.ack_packer import AckPacker
@@ -108,7 +108,7 @@ class AckSender:
         self.entries_sent += sent
         return sent
 
-    def _delivered(self, error, message) -> None:
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
         check_delivery(error, message, self.producer)  # refused: the component stops (DESIGN 10)
         if error is not None:
             log.error("ack batch to %s[%s] not delivered: %s", self.acks_topic, message.partition(), error)

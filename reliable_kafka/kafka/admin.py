@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from confluent_kafka import KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType, TopicMetadata
 
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.errors import ConfigError, TopologyError
@@ -62,17 +63,18 @@ def _brokers(admin: AdminClient, timeout: float) -> int:
 
 def admin_client(
     bootstrap_servers: str,
-    kafka_config: dict | None = None,
+    kafka_config: dict[str, Any] | None = None,
     *,
     component: str | None = None,
     clients: KafkaClients | None = None,
 ) -> AdminClient:
     admin = clients_or_default(clients).admin({**(kafka_config or {}), "bootstrap.servers": bootstrap_servers})
     admin.component, admin.principal = component, principal_of(kafka_config)
-    return admin
+    # confluent-kafka's, or a MemoryKafka admin: the factory's clients are duck-typed (KafkaClients returns Any)
+    return admin  # type: ignore[no-any-return]
 
 
-def _who(admin: AdminClient) -> dict:
+def _who(admin: AdminClient) -> dict[str, str]:
     return {
         "component": getattr(admin, "component", None) or "admin client",
         "principal": getattr(admin, "principal", None) or principal_of(None),
@@ -170,7 +172,7 @@ def ensure_topics(
     ensure_status_topic(admin, topics, replication_factor=replication.factor, timeout=timeout, replication=replication)
 
 
-def _warn_if_under_replicated(topic: str, described, allowed: int) -> None:
+def _warn_if_under_replicated(topic: str, described: TopicMetadata, allowed: int) -> None:
     """Warn (once per process and topic) when ``topic`` keeps fewer copies than the cluster allows."""
     copies = min((len(p.replicas) for p in described.partitions.values()), default=allowed)
     if copies >= allowed or topic in _warned_replication:

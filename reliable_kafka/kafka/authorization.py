@@ -11,12 +11,19 @@ permissions (``reliable-kafka acls --apply``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from reliable_kafka.errors import AuthorizationError
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+
+    from reliable_kafka.acls import Acl
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 __all__ = [
     "REFUSED",
@@ -38,7 +45,7 @@ REFUSED = {
 """Kafka error code -> the kind of resource whose permission was refused."""
 
 
-def principal_of(kafka_config: dict | None) -> str:
+def principal_of(kafka_config: dict[str, Any] | None) -> str:
     """The principal a client of ``kafka_config`` authenticates as, as far as the config says."""
     config = kafka_config or {}
     username = config.get("sasl.username")
@@ -50,14 +57,14 @@ def principal_of(kafka_config: dict | None) -> str:
     return f"this client's principal (security.protocol={protocol})"
 
 
-def _error_of(failure) -> KafkaError | None:
+def _error_of(failure: object) -> KafkaError | None:
     if isinstance(failure, KafkaException):
         failure = failure.args[0] if failure.args else None
     return failure if isinstance(failure, KafkaError) else None
 
 
 def refusal(
-    failure,
+    failure: object,
     *,
     component: str,
     principal: str,
@@ -101,21 +108,26 @@ def refusal(
     )
 
 
-def raise_if_refused(failure, **what) -> None:
+def raise_if_refused(failure: object, **what: Any) -> None:
     """Raise :func:`refusal` of ``failure`` when it is one (arguments as :func:`refusal`)."""
     refused = refusal(failure, **what)
     if refused is not None:
         raise refused from (failure if isinstance(failure, BaseException) else None)
 
 
-def _who(client) -> dict:
+class _Who(TypedDict):
+    component: str
+    principal: str
+
+
+def _who(client: object) -> _Who:
     return {
         "component": getattr(client, "component", None) or "a Kafka client",
         "principal": getattr(client, "principal", None) or principal_of(None),
     }
 
 
-def check_delivery(error: KafkaError | None, message: Message, producer) -> None:
+def check_delivery(error: KafkaError | None, message: Message, producer: object) -> None:
     """In a delivery report: raise when the write was refused (WRITE on the message's topic).
 
     Raised from a callback, the error leaves the ``poll``/``flush`` that served it.
@@ -130,11 +142,11 @@ def check_delivery(error: KafkaError | None, message: Message, producer) -> None
         )
 
 
-def guard_delivery(callback: Callable, producer_ref: list) -> Callable:
+def guard_delivery(callback: DeliveryCallback, producer_ref: list[Any]) -> DeliveryCallback:
     """A producer-level ``on_delivery`` that first checks for a refusal (``producer_ref[0]`` is the
     producer, set once it exists), then calls ``callback``."""
 
-    def on_delivery(error, message) -> None:
+    def on_delivery(error: KafkaError | None, message: Message) -> None:
         if error is not None:
             check_delivery(error, message, producer_ref[0] if producer_ref else None)
         callback(error, message)
@@ -142,7 +154,7 @@ def guard_delivery(callback: Callable, producer_ref: list) -> Callable:
     return on_delivery
 
 
-def check_consumed(message: Message, consumer, *, component: str | None = None) -> None:
+def check_consumed(message: Message, consumer: object, *, component: str | None = None) -> None:
     """For a consumed error message: raise when it is a refusal (READ on its topic, or on the group it
     subscribed with; DESCRIBE on the group of a consumer that only assigns: it asks for the group's
     coordinator all the same)."""
@@ -158,7 +170,7 @@ def check_consumed(message: Message, consumer, *, component: str | None = None) 
     )
 
 
-def apply_acls(admin, acls, *, timeout: float = 60.0) -> None:
+def apply_acls(admin: AdminClient, acls: Iterable[Acl], *, timeout: float = 60.0) -> None:
     """Create ``acls`` (:class:`reliable_kafka.acls.Acl`) through ``admin`` and wait until the
     broker's authorizer reports them all: it applies them from the metadata log a moment after
     ``create_acls`` returns. Raises :class:`AuthorizationError` when ``admin`` may not ALTER the

@@ -6,7 +6,8 @@ duplicated ACK would break a tree's XOR).
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Callable
+from typing import Any, cast
 
 from confluent_kafka import Consumer, Message, Producer
 
@@ -33,7 +34,7 @@ _PRODUCER_DEFAULTS = {
 }
 
 
-def _merged(kafka_config: dict | None, required: dict, defaults: dict) -> dict:
+def _merged(kafka_config: dict[str, Any] | None, required: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     config = {**defaults, **(kafka_config or {})}  # the user's dict is copied, never changed
     config.update(required)
     return config
@@ -46,13 +47,13 @@ _DUPLICATES_WHY = (
 )
 
 
-def _flat(config: dict) -> dict:
+def _flat(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` as librdkafka sees it: confluent-kafka merges ``default.topic.config`` over it."""
     topic_config = config.get("default.topic.config")
     return {**config, **topic_config} if isinstance(topic_config, dict) else config
 
 
-def check_ack_sender_config(config: dict | None, *, component: str) -> None:
+def check_ack_sender_config(config: dict[str, Any] | None, *, component: str) -> None:
     """Raise :class:`ConfigError` if ``config`` would let an ack sender write a record twice.
 
     Refuses ``enable.idempotence`` set to anything librdkafka does not read as true (it reads
@@ -66,7 +67,7 @@ def check_ack_sender_config(config: dict | None, *, component: str) -> None:
             f"{component}: kafka_config sets enable.idempotence={config['enable.idempotence']!r}; "
             f"{_DUPLICATES_WHY}. Remove enable.idempotence (the library sets it to true)"
         )
-    rules = (
+    rules: tuple[tuple[tuple[str, ...], Callable[[object], bool], str], ...] = (
         (("acks", "request.required.acks"), lambda v: str(v).lower() in ("all", "-1"), "all"),
         (("retries", "message.send.max.retries"), lambda v: (n := _int(v)) is None or n >= 1, ">= 1"),
         (
@@ -85,7 +86,7 @@ def check_ack_sender_config(config: dict | None, *, component: str) -> None:
                 )
 
 
-def _int(value) -> int | None:
+def _int(value: object) -> int | None:
     try:
         return int(str(value))
     except ValueError:
@@ -94,13 +95,13 @@ def _int(value) -> int | None:
 
 def new_producer(
     bootstrap_servers: str,
-    kafka_config: dict | None = None,
+    kafka_config: dict[str, Any] | None = None,
     *,
     ack_sender: str | None = None,
     component: str | None = None,
     clients: KafkaClients | None = None,
-    defaults: dict | None = None,
-    **overrides,
+    defaults: dict[str, Any] | None = None,
+    **overrides: Any,
 ) -> Producer:
     """An idempotent ``acks=all`` producer; ``kafka_config`` passes librdkafka settings through.
 
@@ -127,16 +128,18 @@ def new_producer(
     producer.principal = principal_of(config)
     producer.transactional_id = config.get("transactional.id")
     made.append(producer)
-    return producer
+    return cast(
+        Producer, producer
+    )  # confluent-kafka's, or a MemoryKafka producer (the factory's clients are duck-typed)
 
 
 def new_consumer(
     bootstrap_servers: str,
     group_id: str,
-    kafka_config: dict | None = None,
+    kafka_config: dict[str, Any] | None = None,
     *,
     clients: KafkaClients | None = None,
-    **overrides,
+    **overrides: Any,
 ) -> Consumer:
     """A consumer with manual commits and offset storage (the layer decides what is committed)."""
     defaults = {"auto.offset.reset": "earliest", "enable.partition.eof": False}
@@ -155,7 +158,7 @@ def new_consumer(
     consumer.group_id = group_id
     # a static member (KIP-345) is the one a coordinator move can fence (reliable_kafka.kafka.fatal)
     consumer.instance_id = config.get("group.instance.id")
-    return consumer
+    return cast(Consumer, consumer)  # confluent-kafka's, or a MemoryKafka consumer (as new_producer's)
 
 
 def message_coordinates(message: Message) -> str:

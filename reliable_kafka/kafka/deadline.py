@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from reliable_kafka.errors import ReliableKafkaError
 
@@ -14,14 +15,14 @@ class StuckCall(ReliableKafkaError):
     """A client call did not return within its deadline (the client is abandoned, not reused)."""
 
 
-def with_deadline(call: Callable, *args, seconds: float):
+def with_deadline(call: Callable[..., Any], *args: Any, seconds: float) -> Any:
     """``call(*args)`` with a hard deadline.
 
     librdkafka's ``send_offsets_to_transaction`` can ignore its own timeout and block forever when
     the group coordinator goes away during the call (confluentinc/librdkafka#5456, #5511); the
     caller then abandons that producer and starts a new one, whose ``init_transactions`` fences it.
     """
-    outcome: dict = {}
+    outcome: dict[str, Any] = {}
 
     def target() -> None:
         try:

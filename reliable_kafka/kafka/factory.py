@@ -23,11 +23,11 @@ __all__ = ["KafkaClients", "ConfluentClients", "CONFLUENT", "clients_or_default"
 class KafkaClients(Protocol):
     """Makes Kafka clients from librdkafka configuration dicts (the dicts are not changed)."""
 
-    def producer(self, config: dict) -> Any: ...
+    def producer(self, config: dict[str, Any]) -> Any: ...
 
-    def consumer(self, config: dict) -> Any: ...
+    def consumer(self, config: dict[str, Any]) -> Any: ...
 
-    def admin(self, config: dict) -> Any: ...
+    def admin(self, config: dict[str, Any]) -> Any: ...
 
 
 class _Producer(Producer):
@@ -45,7 +45,7 @@ class _Consumer(Consumer):
     group_id: str | None = None
     subscribed = False  # a member of its group (READ), not only a user of its coordinator (DESCRIBE)
 
-    def subscribe(self, *args, **kwargs):
+    def subscribe(self, *args: Any, **kwargs: Any) -> None:
         self.subscribed = True
         return super().subscribe(*args, **kwargs)
 
@@ -66,15 +66,15 @@ class ConfluentClients:
     refused permission names them (:mod:`reliable_kafka.kafka.authorization`).
     """
 
-    def producer(self, config: dict) -> Producer:
+    def producer(self, config: dict[str, Any]) -> Producer:
         warn_if_unsupported(config)
         return _Producer(with_log(config))
 
-    def consumer(self, config: dict) -> Consumer:
+    def consumer(self, config: dict[str, Any]) -> Consumer:
         warn_if_unsupported(config)
         return _Consumer(with_log(config))
 
-    def admin(self, config: dict) -> AdminClient:
+    def admin(self, config: dict[str, Any]) -> AdminClient:
         warn_if_unsupported(config)
         return _Admin(with_log(config))
 

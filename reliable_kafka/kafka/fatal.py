@@ -76,7 +76,7 @@ class ClientFailed(ReliableKafkaError):
         self.instance_id = instance_id
 
 
-def static_member(consumer) -> str | None:
+def static_member(consumer: object) -> str | None:
     """``consumer``'s ``group.instance.id``, if it is a static member (as :func:`new_consumer` noted it)."""
     return getattr(consumer, "instance_id", None)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -46,7 +46,7 @@ class OutcomeListener:
         bootstrap_servers: str,
         topics: TopologyTopics,
         spout_id: int | None = None,
-        kafka_config: dict | None = None,
+        kafka_config: dict[str, Any] | None = None,
         quarantine: Quarantine | None = None,
         clients: KafkaClients | None = None,
         clock: Clock = time,

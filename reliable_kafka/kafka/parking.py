@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -18,7 +19,7 @@ from reliable_kafka.codec import ATTEMPTS_HEADER, ParkedRecord
 from reliable_kafka.errors import DecodeError
 from reliable_kafka.kafka.authorization import check_delivery
 from reliable_kafka.kafka.clients import coordinates, message_coordinates
-from reliable_kafka.kafka.produce import ProducerUnusable, produce_waiting
+from reliable_kafka.kafka.produce import Header, OnDelivery, ProducerUnusable, produce_waiting
 
 __all__ = ["Quarantine", "park", "park_reference"]
 
@@ -40,7 +41,7 @@ class Quarantine:
         self.topic = topic
         self.component = component
         self.count = 0
-        self.unsent: list[tuple[dict, ParkedRecord]] = []
+        self.unsent: list[tuple[dict[str, Any], ParkedRecord]] = []
 
     def park(self, message: Message, reason: str) -> None:
         self.count += 1
@@ -75,8 +76,8 @@ class Quarantine:
         for record, parked in unsent:
             self._write(record, parked)
 
-    def _write(self, record: dict, parked: ParkedRecord) -> None:
-        def delivered(error, _message) -> None:
+    def _write(self, record: dict[str, Any], parked: ParkedRecord) -> None:
+        def delivered(error: KafkaError | None, _message: Message) -> None:
             if error is not None:
                 log.error(
                     "%s: quarantine copy of %s[%d]@%d not delivered (%s); writing it again",
@@ -119,9 +120,9 @@ def park(
     *,
     key: bytes | None,
     value: bytes | None,
-    headers,
+    headers: Sequence[Header] | None,
     parked: ParkedRecord,
-    on_delivery: Callable | None = None,
+    on_delivery: OnDelivery | None = None,
 ) -> None:
     """Write a record to a dead-letter or quarantine topic with the ``rk-parked`` header.
 
@@ -146,8 +147,8 @@ def park_reference(
     topic: str,
     *,
     parked: ParkedRecord,
-    headers: list[tuple[str, bytes]] | None = None,
-    on_delivery: Callable | None = None,
+    headers: Sequence[Header] | None = None,
+    on_delivery: OnDelivery | None = None,
 ) -> None:
     """Park a reference to a record that cannot be copied because Kafka no longer has it (deleted by
     retention or ``delete_records`` while in flight): no key, no value, the ``rk-parked`` header
@@ -161,11 +162,11 @@ def park_reference(
 def _park(
     producer: Producer,
     topic: str,
-    key,
-    value,
-    headers,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header] | None,
     parked: ParkedRecord,
-    on_delivery: Callable | None,
+    on_delivery: OnDelivery | None,
     *,
     in_callback: bool,
 ) -> None:
@@ -173,7 +174,7 @@ def _park(
         key, value = None, None
         headers = [(k, v) for k, v in headers or [] if k in _HISTORY_HEADERS]
 
-    def delivered(error, message) -> None:
+    def delivered(error: KafkaError | None, message: Message) -> None:
         check_delivery(error, message, producer)  # refused: stop, never write it again and again
         if error is not None and error.code() in _SIZE_ERRORS and not parked.value_omitted:
             _remember_too_large(topic, parked)

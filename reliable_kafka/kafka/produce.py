@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from reliable_kafka import codec
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.errors import DeliveryError, ReliableKafkaError
+
+Header = tuple[str, str | bytes | None]
+Headers = list[Header]  # a record's headers, as confluent-kafka's produce takes them
+ConsumedHeaders = list[tuple[str, bytes | None]]  # a consumed record's headers (values are bytes)
+OnDelivery = Callable[[KafkaError | None, Message], None]  # a delivery report's callback
 
 __all__ = [
     "produce_tuple",
@@ -32,10 +38,10 @@ def produce_tuple(
     value: bytes | None,
     *,
     key: bytes | None,
-    headers,
+    headers: Sequence[Header] | None,
     partition: int | None,
     anchors: dict[int, int],
-    on_delivery: Callable | None = None,
+    on_delivery: OnDelivery | None = None,
 ) -> None:
     """Send a tuple: the user's key, value and headers, plus ``rk-anchors`` when it is tracked.
 
@@ -60,8 +66,8 @@ def produce_headers(
     value: bytes | None,
     key: bytes | None,
     partition: int | None,
-    headers: list | None,
-    on_delivery: Callable | None = None,
+    headers: Headers | None,
+    on_delivery: OnDelivery | None = None,
 ) -> None:
     """:func:`produce_tuple` with the headers already made (``rk-anchors`` included, if tracked)."""
     try:  # once per emitted tuple: all positional (confluent-kafka's order: topic, value, key, partition,
@@ -96,7 +102,7 @@ class ProducerUnusable(KafkaException, ReliableKafkaError):
 _PRODUCER_STATE_ERRORS = (KafkaError._STATE, KafkaError._FENCED, KafkaError._FATAL)
 
 
-def produce_waiting(producer: Producer, topic: str, value: bytes | None, **kwargs) -> None:
+def produce_waiting(producer: Producer, topic: str, value: bytes | None, **kwargs: Any) -> None:
     """produce(), waiting for room when librdkafka's local queue is full instead of failing."""
     while True:
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from reliable_kafka.kafka.authorization import raise_if_refused
 from reliable_kafka.kafka.deadline import StuckCall, with_deadline
@@ -80,7 +80,7 @@ class Transactions:
             log.warning("%s: producer unusable before a transaction (%s); replacing it", self.component, exc.args[0])
             self._replace().begin_transaction()
 
-    def commit(self, offsets, group_metadata) -> None:
+    def commit(self, offsets: list[TopicPartition], group_metadata: object) -> None:
         """Add ``offsets`` (consumer group ``group_metadata``) and commit, each call under a hard
         deadline: raises :class:`KafkaException` or :class:`StuckCall`; then call :meth:`abort`."""
         assert self.producer is not None

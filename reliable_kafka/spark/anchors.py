@@ -9,8 +9,14 @@ the writer draws a child edge per pair, so the output is anchored to every one o
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
 from reliable_kafka import codec
 from reliable_kafka.errors import DecodeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 __all__ = [
     "ANCHORS_COLUMN",
@@ -42,7 +48,7 @@ ANCHORS_TYPE = "array<struct<root:bigint,edge:bigint>>"
 _DECODED_TYPE = f"struct<anchors:{ANCHORS_TYPE},error:string>"
 
 
-def merge_anchors(column: str = ANCHORS_COLUMN):
+def merge_anchors(column: str = ANCHORS_COLUMN) -> Column:
     """Aggregate expression: the distinct anchor pairs of every input row of a group.
 
     ``df.groupBy("word").agg(F.count("*").alias("n"), merge_anchors().alias("anchors"))``
@@ -52,14 +58,16 @@ def merge_anchors(column: str = ANCHORS_COLUMN):
     return F.array_distinct(F.flatten(F.collect_list(F.col(column))))
 
 
-def concat_anchors(*columns: str):
+def concat_anchors(*columns: str) -> Column:
     """Row expression: the pairs of several anchor columns (e.g. both sides of a join)."""
     from pyspark.sql import functions as F
 
     return F.array_distinct(F.flatten(F.array(*[F.coalesce(F.col(c), F.array().cast(ANCHORS_TYPE)) for c in columns])))
 
 
-def decode_anchors_header(headers) -> tuple[list[tuple[int, int]] | None, str | None]:
+def decode_anchors_header(
+    headers: Iterable[Sequence[Any]] | None,
+) -> tuple[list[tuple[int, int]] | None, str | None]:
     """(pairs, error) from a Kafka record's headers (list of (key, value)).
 
     No ``rk-anchors`` header: ``(None, None)``, the record is untracked. A header that does not
@@ -79,12 +87,12 @@ def decode_anchors_header(headers) -> tuple[list[tuple[int, int]] | None, str | 
     return list(anchors.items()), None
 
 
-def _decode_row(headers):
+def _decode_row(headers: Iterable[Sequence[Any]] | None) -> tuple[list[tuple[int, int]] | None, str | None]:
     pairs, error = decode_anchors_header(headers)
     return (pairs, error)
 
 
-def anchors_from_headers(headers_column: str = "headers"):
+def anchors_from_headers(headers_column: str = "headers") -> Column:
     """Column ``struct<anchors, error>`` decoded from the ``rk-anchors`` header (a Python UDF)."""
     from pyspark.sql import functions as F
 

@@ -22,9 +22,12 @@ from __future__ import annotations
 import logging
 import struct
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reliable_kafka.spark.writer import jvm_class
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Observation, SparkSession
 
 __all__ = ["BatchPlans"]
 
@@ -51,9 +54,9 @@ class BatchPlans:
         self._template: Any = None  # the JVM LogicalPlan
         self._salt = bytearray()
         self._salts = 0
-        self._observation = ""  # the template's observation's name
+        self._observation: str | None = ""  # the template's observation's name (pyspark types it optional)
 
-    def rows(self, batch, salt: int, session):
+    def rows(self, batch: DataFrame, salt: int, session: SparkSession) -> tuple[DataFrame, Observation] | None:
         """The observed sink rows of ``batch`` (the DataFrame ``foreachBatch`` got) with ``salt``,
         as (DataFrame of ``session``, its new ``Observation``), from the template; None without
         one (the caller builds them)."""
@@ -83,7 +86,7 @@ class BatchPlans:
         self.rebound += 1
         return DataFrame(jdf, session), observation
 
-    def remember(self, rows, observation, batch, salt: int) -> None:
+    def remember(self, rows: DataFrame, observation: Observation, batch: DataFrame, salt: int) -> None:
         """Keep ``rows`` (built over ``batch`` with ``salt``, observed by ``observation``) as the
         template, when it reads nothing but the batch."""
         self.built += 1

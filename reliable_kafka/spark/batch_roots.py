@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +34,9 @@ from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.spark.checkpoint import CheckpointFiles, parse_kafka_offsets, read_log_entry
 from reliable_kafka.spark.derive import derive_ids
 from reliable_kafka.spout.roots import RootOwner
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 __all__ = ["BatchRoots", "OffsetLog", "register_ranges", "register_collected", "record_columns", "RANGE_LIMIT"]
 
@@ -100,7 +105,15 @@ def register_ranges(owner: RootOwner, ranges: Ranges, salt: int) -> tuple[list[t
     return entries, skipped
 
 
-def _track_first_attempts(owner: RootOwner, tp: TP, offsets, roots, edges, entries: list, skipped: list) -> None:
+def _track_first_attempts(
+    owner: RootOwner,
+    tp: TP,
+    offsets: np.ndarray,
+    roots: np.ndarray,
+    edges: np.ndarray,
+    entries: list[tuple[int, int]],
+    skipped: list[int],
+) -> None:
     """Register first attempts of ``tp`` (ascending NumPy columns) that the tracker does not say
     are done, in one call; their (root, edge) pairs go to ``entries``, skipped roots to ``skipped``."""
     skip = owner.tracker.skip_mask(tp, offsets)
@@ -116,7 +129,7 @@ def _track_first_attempts(owner: RootOwner, tp: TP, offsets, roots, edges, entri
 RECORD_COLUMNS = ("topic", "partition", "offset", "attempt", "root", "edge")
 
 
-def record_columns(batch) -> dict[str, list]:
+def record_columns(batch: DataFrame) -> dict[str, list[Any]]:
     """The batch's record coordinates and ids as one list per column: packed into one row of
     arrays in the JVM, so the driver unpickles a few lists instead of building a Row per record."""
     packed = batch.selectExpr(f"collect_list(struct({', '.join(RECORD_COLUMNS)})) AS r")
@@ -125,7 +138,7 @@ def record_columns(batch) -> dict[str, list]:
 
 
 def register_collected(
-    owner: RootOwner, columns: dict[str, list], redeliveries: list[Redelivery]
+    owner: RootOwner, columns: dict[str, list[Any]], redeliveries: list[Redelivery]
 ) -> tuple[list[tuple[int, int]], list[int], list[Redelivery]]:
     """Register the collected records (:func:`record_columns`): first attempts not done yet, and
     the redeliveries asked for; returns ((root, edge) entries, skipped roots, redeliveries Kafka
@@ -153,8 +166,8 @@ def register_collected(
 
 
 def _first_attempts_in_bulk(
-    columns: dict[str, list],
-) -> tuple[dict[TP, tuple[np.ndarray, np.ndarray, np.ndarray]], dict[str, list]] | None:
+    columns: dict[str, list[Any]],
+) -> tuple[dict[TP, tuple[np.ndarray, np.ndarray, np.ndarray]], dict[str, list[Any]]] | None:
     """``({tp: (offsets, roots, edges)} of first attempts, the other rows' columns)``, or None when
     a partition's first attempts are not strictly ascending or share an offset with a later
     attempt: registering one record can change whether a later one is skipped (it moves a commit
@@ -183,7 +196,7 @@ def _first_attempts_in_bulk(
 
 
 def _register_one_by_one(
-    owner: RootOwner, columns: dict[str, list], redeliveries: list[Redelivery]
+    owner: RootOwner, columns: dict[str, list[Any]], redeliveries: list[Redelivery]
 ) -> tuple[list[tuple[int, int]], list[int], list[Redelivery]]:
     tracker = owner.tracker
     wanted = {(r.tp, r.offset): r for r in redeliveries}
@@ -224,7 +237,7 @@ class BatchRoots:
         offset_log: OffsetLog | None,
         low_watermark: Callable[[TP], int],
         max_offsets_per_trigger: int | None = None,
-        lock=None,
+        lock: AbstractContextManager[object] | None = None,
     ) -> None:
         self.component = component
         self.owner = owner
@@ -246,7 +259,9 @@ class BatchRoots:
             return None
         return ranges
 
-    def register(self, batch, ranges: Ranges | None, salt: int, redeliveries: list[Redelivery]):
+    def register(
+        self, batch: DataFrame, ranges: Ranges | None, salt: int, redeliveries: list[Redelivery]
+    ) -> tuple[list[tuple[int, int]], list[int]]:
         """Register the batch's records (from ``ranges``, else collected: a Spark job over ``batch``);
         returns ((root, edge) entries, skipped roots)."""
         columns = record_columns(batch) if ranges is None else None  # outside the lock

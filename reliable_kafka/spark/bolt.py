@@ -18,10 +18,12 @@ does not depend on it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.ids import new_id
@@ -32,6 +34,9 @@ from reliable_kafka.kafka.produce import flush_or_raise
 from reliable_kafka.spark.anchors import anchors_from_headers
 from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, final_acks
 from reliable_kafka.spark.writer import fold_by_root, pairs_bytes_sql
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row, SparkSession
 
 __all__ = ["BatchInputs", "SparkBolt", "batch_inputs", "input_summary"]
 
@@ -56,7 +61,7 @@ class SparkBolt(SparkJob):
 
     def __init__(
         self,
-        spark,
+        spark: SparkSession,
         *,
         topology: str,
         bootstrap_servers: str,
@@ -69,11 +74,11 @@ class SparkBolt(SparkJob):
         available_now: bool = False,
         max_offsets_per_trigger: int | None = None,
         on_batch_error: BatchErrorPolicy = "fail_roots",
-        kafka_config: dict | None = None,
+        kafka_config: dict[str, Any] | None = None,
         spark_kafka_options: dict[str, str] | None = None,
         name: str | None = None,
-        consumer_config: dict | None = None,
-        producer_config: dict | None = None,
+        consumer_config: dict[str, Any] | None = None,
+        producer_config: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             spark,
@@ -97,12 +102,12 @@ class SparkBolt(SparkJob):
         self.acked = 0  # input (root, edge) pairs acked
         self.failed = 0  # roots failed because their batch failed
         self.untracked = 0
-        self._group = None
+        self._group: Consumer | None = None
 
     def _prepare(self) -> None:
         self._group = self._new_group_consumer()
 
-    def _on_stream_batch(self, df, batch_id: int) -> None:
+    def _on_stream_batch(self, df: DataFrame, batch_id: int) -> None:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
@@ -140,7 +145,7 @@ class SparkBolt(SparkJob):
             finally:
                 batch.unpersist()
 
-    def _quarantine(self, rows) -> None:
+    def _quarantine(self, rows: list[Row]) -> None:
         """Copy records whose ``rk-anchors`` header does not decode to the quarantine topic."""
         if not rows:
             return
@@ -177,7 +182,8 @@ class SparkBolt(SparkJob):
 
     def _commit_ends(self, ends: dict[tuple[str, int], int]) -> None:
         try:
-            self._commit_group(self._group, [TopicPartition(t, p, o) for (t, p), o in ends.items()])
+            # made by _prepare(), before the query starts
+            self._commit_group(self._group, [TopicPartition(t, p, o) for (t, p), o in ends.items()])  # type: ignore[arg-type]
         except KafkaException as exc:
             log.warning("%s: group commit skipped: %s", self.name, exc)
 
@@ -201,7 +207,7 @@ class BatchInputs:
     ends: dict[tuple[str, int], int]  # (topic, partition) -> last offset + 1
 
 
-def input_summary(inputs):
+def input_summary(inputs: DataFrame) -> DataFrame:
     """One row (DataFrame) summing up a batch's ``inputs`` (with ``anchors``) in Spark, for
     :func:`batch_inputs`: ``pairs``, every input (root, edge) pair as 16 big-endian bytes
     (``listagg``, as the output path observes its children); ``ends``, ``inputs`` and
@@ -224,7 +230,7 @@ def input_summary(inputs):
     )
 
 
-def batch_inputs(row) -> BatchInputs:
+def batch_inputs(row: Row | Mapping[str, Any]) -> BatchInputs:
     """The row of :func:`input_summary` (a ``Row`` or mapping) as arrays and counts, the pairs
     folded per root (the fold :func:`final_acks` does: any XOR split of an ack is the same ack).
     A sum over no rows is null, as is ``listagg``: read as 0 and no pairs."""

@@ -8,15 +8,20 @@ checkpoint.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from reliable_kafka.spark.bolt import SparkBolt
 from reliable_kafka.spark.session import spark_session
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 __all__ = ["run_spark_split"]
 
 
-def fan_out(fanout: int):
-    def transform(records):
+def fan_out(fanout: int) -> Callable[[DataFrame], DataFrame]:
+    def transform(records: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F
 
         children = records.select("value", "anchors", F.explode(F.sequence(F.lit(0), F.lit(fanout - 1))).alias("j"))
@@ -36,7 +41,7 @@ def run_spark_split(
     name: str,
     checkpoint_dir: str,
     fanout: int,
-    kafka_config: dict,
+    kafka_config: dict[str, Any],
     stop: threading.Event,
 ) -> None:
     spark = spark_session(f"chaos-{name}", master="local[1]")

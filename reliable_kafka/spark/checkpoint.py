@@ -20,9 +20,12 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from reliable_kafka.errors import DecodeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "KafkaOffsets",
@@ -122,14 +125,15 @@ class HadoopFiles:
     file-system implementations that Spark uses for the checkpoint apply here too.
     """
 
-    def __init__(self, spark) -> None:
+    def __init__(self, spark: SparkSession) -> None:
         from py4j.java_gateway import JavaClass
 
         # the class itself: reaching it as _jvm.org.apache... costs a py4j round trip a dotted step
-        self._path_class = JavaClass("org.apache.hadoop.fs.Path", spark.sparkContext._gateway._gateway_client)
+        gateway = spark.sparkContext._gateway  # typed optional: set for a running session's context
+        self._path_class = JavaClass("org.apache.hadoop.fs.Path", gateway._gateway_client)  # type: ignore[union-attr]
         self._conf = spark._jsparkSession.sessionState().newHadoopConf()
 
-    def _fs_path(self, path: str):
+    def _fs_path(self, path: str) -> tuple[Any, Any]:  # Hadoop's FileSystem and Path, through py4j
         jpath = self._path_class(path)
         return jpath.getFileSystem(self._conf), jpath
 
@@ -190,7 +194,11 @@ def _offsets_in_offset_log(path: str, source_index: int, files: CheckpointFiles)
 
 
 def read_resume_point(
-    checkpoint_dir: str | Path, *, source_index: int = 0, spark=None, files: CheckpointFiles | None = None
+    checkpoint_dir: str | Path,
+    *,
+    source_index: int = 0,
+    spark: SparkSession | None = None,
+    files: CheckpointFiles | None = None,
 ) -> ResumePoint:
     """Read ``offsets/``, ``commits/`` and ``sources/<i>/0`` of a checkpoint.
 

@@ -8,16 +8,22 @@ downstream bolt has acked every count it went into.
 from __future__ import annotations
 
 import tempfile
+from typing import TYPE_CHECKING, Any
 
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.spark.anchors import merge_anchors
 from reliable_kafka.spark.session import spark_session
 from reliable_kafka.spark.spout import SparkSpout
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from reliable_kafka.local import Component
+
 __all__ = ["count_words", "SparkWordCount"]
 
 
-def count_words(sentences):
+def count_words(sentences: DataFrame) -> DataFrame:
     """Per micro-batch: (word, count) rows, each anchored to every sentence it counted."""
     from pyspark.sql import functions as F
 
@@ -32,7 +38,7 @@ def count_words(sentences):
 class SparkWordCount:
     """A :class:`SparkSpout` running :func:`count_words` from ``sentences`` into ``words``."""
 
-    components: list = []  # the job runs in Spark, not as LocalCluster threads
+    components: list[Component] = []  # the job runs in Spark, not as LocalCluster threads
 
     def __init__(self, bootstrap: str, topology: str, sentences: str, words: str) -> None:
         self.group_id = f"{topology}-spark"
@@ -65,7 +71,7 @@ class SparkWordCount:
             self.spark.stop()
             self._checkpoint.cleanup()
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         progress = self.job.progress()
         tracker = progress["tracker"]
         return {

@@ -16,10 +16,15 @@ NumPy: the Spark spout's driver derives a batch's ids from its offset ranges, co
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from reliable_kafka.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 __all__ = [
     "ROOT_TAG",
@@ -149,11 +154,12 @@ def derive_child_edge(salt: int, row_id: int, root: int) -> int:
 _U = np.uint64
 
 
-def _rotl_vec(x, r: int):
-    return (x << _U(r)) | (x >> _U(64 - r))
+def _rotl_vec(x: np.ndarray, r: int) -> np.ndarray:
+    rotated: np.ndarray = (x << _U(r)) | (x >> _U(64 - r))  # NumPy types shifts of uint64 arrays as Any
+    return rotated
 
 
-def _fmix_vec(h):
+def _fmix_vec(h: np.ndarray) -> np.ndarray:
     h ^= h >> _U(33)
     h *= _U(_P2)
     h ^= h >> _U(29)
@@ -162,27 +168,29 @@ def _fmix_vec(h):
     return h
 
 
-def _hash_long_vec(values, seeds):
+def _hash_long_vec(values: np.ndarray, seeds: np.ndarray) -> np.ndarray:
     """Spark's ``XXH64.hashLong`` of int64 ``values`` under uint64 ``seeds`` (arrays; wrapping arithmetic)."""
     h = seeds + _U((_P5 + 8) & _M)
     h ^= _rotl_vec(values.astype(np.uint64) * _U(_P2), 31) * _U(_P1)
     return _fmix_vec(_rotl_vec(h, 27) * _U(_P1) + _U(_P4))
 
 
-def _hash_int_vec(value: int, seeds):
+def _hash_int_vec(value: int, seeds: np.ndarray) -> np.ndarray:
     """Spark's ``XXH64.hashInt`` of one int under uint64 ``seeds``."""
     h = seeds + _U((_P5 + 4) & _M)
     h ^= _U(((value & 0xFFFFFFFF) * _P1) & _M)
     return _fmix_vec(_rotl_vec(h, 23) * _U(_P2) + _U(_P3))
 
 
-def _signed_nonzero(h):
+def _signed_nonzero(h: np.ndarray) -> np.ndarray:
     ids = h.view(np.int64)
     ids[ids == 0] = _signed(ZERO_REPLACEMENT)
     return ids
 
 
-def derive_ids(salt: int, topic: str, partition: int, offsets, attempt: int = 1):
+def derive_ids(
+    salt: int, topic: str, partition: int, offsets: Sequence[int] | np.ndarray, attempt: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """(roots, edges) as int64 arrays for the records at ``offsets`` of ``topic[partition]``: the
     values :func:`derive_root` and :func:`derive_edge` give one by one (and Spark's
     :func:`root_column`/:func:`edge_column`), the offsets vectorised. Spark chains xxHash64 over the
@@ -215,18 +223,18 @@ def id_sql(salt: int, tag: int, attempt: str = "`attempt`") -> str:
     return f"coalesce(nullif({h}, 0), CAST({ZERO_REPLACEMENT} AS BIGINT))"
 
 
-def _column(salt: int, tag: int):
+def _column(salt: int, tag: int) -> Column:
     from pyspark.sql import functions as F
 
     # SQL text: one py4j call, where a Column tree costs dozens (each slow on a busy driver).
     return F.expr(id_sql(salt, tag))
 
 
-def root_column(salt: int):
+def root_column(salt: int) -> Column:
     """Spark column of root ids over a DataFrame with topic, partition, offset, attempt."""
     return _column(salt, ROOT_TAG)
 
 
-def edge_column(salt: int):
+def edge_column(salt: int) -> Column:
     """Spark column of spout edge ids (see :func:`root_column`)."""
     return _column(salt, EDGE_TAG)

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from reliable_kafka.errors import StateError
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN, FAIL_REASON_COLUMN, FAIL_RETRY_COLUMN
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Observation
 
 __all__ = ["FailedRow", "failed_from_metrics", "observe_failed"]
 
@@ -29,7 +33,7 @@ class FailedRow:
     retry: bool
 
 
-def observe_failed(outputs):
+def observe_failed(outputs: DataFrame) -> tuple[DataFrame, Observation]:
     """(``outputs`` without the rows that have ``rk_fail`` true and without the ``rk_fail*`` columns,
     the ``Observation`` whose metrics after the write are ``failed``: the failed rows' count, and
     ``rows``: their roots, reasons and retry flags)."""
@@ -55,7 +59,7 @@ def observe_failed(outputs):
     return kept, observation
 
 
-def failed_from_metrics(metrics: dict, *, what: str) -> tuple[int, list[FailedRow]]:
+def failed_from_metrics(metrics: dict[str, Any], *, what: str) -> tuple[int, list[FailedRow]]:
     """(failed rows, each with its roots) from :func:`observe_failed`'s metrics. Metrics without them
     raise :class:`StateError`: acking the inputs without failing those roots would complete them."""
     if "failed" not in metrics or "rows" not in metrics:

@@ -47,7 +47,9 @@ from reliable_kafka.spark.writer import (
 from reliable_kafka.topology import TopologyTopics
 
 if TYPE_CHECKING:
-    from confluent_kafka import Producer
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from pyspark.sql import DataFrame, Observation, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
     from reliable_kafka.ops.reporter import ComponentReporter
 
@@ -96,7 +98,7 @@ class SparkJob:
 
     def __init__(
         self,
-        spark,
+        spark: SparkSession,
         *,
         topology: str,
         bootstrap_servers: str,
@@ -109,11 +111,11 @@ class SparkJob:
         available_now: bool = False,
         max_offsets_per_trigger: int | None = None,
         on_batch_error: BatchErrorPolicy = "fail_roots",
-        kafka_config: dict | None = None,
+        kafka_config: dict[str, Any] | None = None,
         spark_kafka_options: dict[str, str] | None = None,
         name: str | None = None,
-        consumer_config: dict | None = None,
-        producer_config: dict | None = None,
+        consumer_config: dict[str, Any] | None = None,
+        producer_config: dict[str, Any] | None = None,
     ) -> None:
         where = type(self).__name__  # the arguments' checks (reliable_kafka.validation)
         v.require_topology(where, "topology", topology)
@@ -212,7 +214,7 @@ class SparkJob:
         """Subclass hook: Spark's ``startingOffsets`` for a new checkpoint (None: earliest)."""
         return None
 
-    def _start_query(self):
+    def _start_query(self) -> StreamingQuery:
         self._batch_plans = BatchPlans(self.name) if self.reuse_batch_plans else None  # a template per query
         reader = (
             self.spark.readStream.format("kafka")
@@ -297,7 +299,8 @@ class SparkJob:
         if not progress or not progress.get("sources"):
             return False
         source = progress["sources"][0]
-        return progress.get("numInputRows") == 0 or source.get("endOffset") == source.get("latestOffset")
+        drained: bool = progress.get("numInputRows") == 0 or source.get("endOffset") == source.get("latestOffset")
+        return drained
 
     def raise_if_failed(self) -> None:
         """Raise the error that stopped the streaming query, if any (not after ``stop()``)."""
@@ -308,7 +311,7 @@ class SparkJob:
 
     # --- one batch ------------------------------------------------------------------------------
 
-    def _on_batch(self, df, batch_id: int) -> None:
+    def _on_batch(self, df: DataFrame, batch_id: int) -> None:
         """``foreachBatch``: the subclass's batch, then the figures a Python StreamingQueryListener
         gave (it cost the JVM and the driver dozens of py4j calls per progress event)."""
         started, inputs = time.monotonic(), self.stats.inputs
@@ -320,10 +323,12 @@ class SparkJob:
             if previous is not None and started > previous:
                 self.stats.last_input_rows_per_second = (self.stats.inputs - inputs) / (started - previous)
 
-    def _on_stream_batch(self, df, batch_id: int) -> None:
+    def _on_stream_batch(self, df: DataFrame, batch_id: int) -> None:
         raise NotImplementedError
 
-    def _write(self, inputs, salt: int, *, batch=None) -> tuple[int, int, tuple[Any, Any]]:
+    def _write(
+        self, inputs: DataFrame | Callable[[], DataFrame], salt: int, *, batch: DataFrame | None = None
+    ) -> tuple[int, int, tuple[Any, Any]]:
         """Run the transform and write its outputs through Spark's Kafka sink (``writer.write_in_jvm``,
         DESIGN 7.2); (outputs written, rows failed with ``rk_fail``, children). ``children`` is (roots,
         XOR of their child edges) as int64 arrays, observed during the write, which the caller must
@@ -335,7 +340,8 @@ class SparkJob:
         (``batch_plans``; with the Java functions and ``reuse_batch_plans``)."""
         session = self._sink_session
         plans = self._batch_plans if batch is not None and session is not None and use_jvm_functions(session) else None
-        observed = plans.rows(batch, salt, session) if plans is not None else None
+        # plans only with a batch
+        observed = plans.rows(batch, salt, session) if plans is not None else None  # type: ignore[arg-type]
         if observed is not None:
             self.stats.plans_reused += 1
             return self._write_rows(None, salt, session, observed=observed)
@@ -358,18 +364,24 @@ class SparkJob:
         outputs = in_session(outputs, session)
         if FAIL_COLUMN not in columns and plans is not None:
             observed = writer.output_rows_jvm(outputs, salt)
-            plans.remember(observed[0], observed[1], batch, salt)
+            plans.remember(observed[0], observed[1], batch, salt)  # type: ignore[arg-type]  # (as above)
             return self._write_rows(outputs, salt, session, observed=observed)
         return self._write_rows(outputs, salt, session, observe_fail=FAIL_COLUMN in columns)
 
     def _write_rows(
-        self, outputs, salt: int, session, *, observed=None, observe_fail: bool = False
+        self,
+        outputs: DataFrame | None,
+        salt: int,
+        session: SparkSession,
+        *,
+        observed: tuple[DataFrame, Observation] | None = None,
+        observe_fail: bool = False,
     ) -> tuple[int, int, tuple[Any, Any]]:
         """:meth:`_write` of the transform's ``outputs`` (in ``session``), or of their observed sink
         rows ``observed`` (``writer.output_rows_jvm``); ``observe_fail``: observe rows failed with ``rk_fail``."""
         failed_observation = None
         if observe_fail:
-            outputs, failed_observation = observe_failed(outputs)
+            outputs, failed_observation = observe_failed(outputs)  # type: ignore[arg-type]  # with outputs
         what = f"outputs to {self.output_topic}"
         try:
             written, roots, xors = write_in_jvm(
@@ -387,7 +399,7 @@ class SparkJob:
                 failed, failed_rows = failed_from_metrics(metrics, what=what)
         except BaseException:
             if failed_observation is not None:
-                release_observations(outputs)
+                release_observations(outputs)  # type: ignore[arg-type]  # observed: outputs were given
             raise
         self._fail_rows(failed_rows)
         self.stats.outputs += written
@@ -466,12 +478,12 @@ class SparkJob:
             raise exc
         log.error("%s: %s failed; its roots were failed and will be redelivered", self.name, what, exc_info=exc)
 
-    def _commit_group(self, consumer, offsets) -> None:
+    def _commit_group(self, consumer: Consumer, offsets: list[TopicPartition]) -> None:
         """Commit explicit offsets (``TopicPartition`` list) synchronously."""
         if offsets:
             consumer.commit(offsets=offsets, asynchronous=False)
 
-    def _source_partitions(self, consumer, timeout: float = 30.0) -> list[tuple[str, int]]:
+    def _source_partitions(self, consumer: Consumer, timeout: float = 30.0) -> list[tuple[str, int]]:
         partitions: list[tuple[str, int]] = []
         for topic in self.source_topics:
             described = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
@@ -480,7 +492,7 @@ class SparkJob:
             partitions.extend((topic, p) for p in sorted(described.partitions))
         return partitions
 
-    def _new_group_consumer(self):
+    def _new_group_consumer(self) -> Consumer:
         return new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config)
 
 
@@ -500,7 +512,9 @@ def final_acks(inputs: list[tuple[int, int]] | np.ndarray, children: tuple[Any, 
     return list(zip(roots, vals))
 
 
-def final_ack_columns(inputs: list[tuple[int, int]] | np.ndarray, children: tuple[Any, Any]) -> tuple[list, list]:
+def final_ack_columns(
+    inputs: list[tuple[int, int]] | np.ndarray, children: tuple[Any, Any]
+) -> tuple[list[int], list[int]]:
     """:func:`final_acks` as (roots, vals) lists, for :meth:`SparkJob._send_columns`."""
     if isinstance(inputs, np.ndarray):
         pairs = inputs.astype(np.int64, copy=False).reshape(-1, 2)

@@ -31,10 +31,13 @@ import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from reliable_kafka.errors import ConfigError, JarResolutionError
 from reliable_kafka.jars import cache_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["MODE_ENV", "functions_mode", "functions_jar", "functions_jar_or_none", "use_jvm_functions"]
 
@@ -161,7 +164,7 @@ def functions_jar_or_none(*, cache: Path | None = None) -> Path | None:
         return None
 
 
-def use_jvm_functions(session) -> bool:
+def use_jvm_functions(session: SparkSession) -> bool:
     """True when ``session`` has the functions registered (registering them on first use); False
     when they are off, or not on the JVM's classpath (a warning once; with ``on``, ConfigError)."""
     mode = functions_mode()

@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from reliable_kafka.core.tracker import Redelivery
 from reliable_kafka.spark.job import SOURCE_COLUMNS, offsets_json
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["read_offsets", "read_ranges", "read_redeliveries", "chunks"]
 
 TP = tuple[str, int]
 
 
-def read_offsets(spark, starts: dict[TP, int], ends: dict[TP, int], *, bootstrap_servers: str, options: dict[str, str]):
+def read_offsets(
+    spark: SparkSession, starts: dict[TP, int], ends: dict[TP, int], *, bootstrap_servers: str, options: dict[str, str]
+) -> DataFrame:
     """A batch read of ``[starts[tp], ends[tp])`` per partition; ``options`` for Spark's Kafka reader."""
     assign: dict[str, list[int]] = {}
     for topic, partition in starts:
@@ -34,14 +40,14 @@ def read_offsets(spark, starts: dict[TP, int], ends: dict[TP, int], *, bootstrap
     return reader.load()
 
 
-def read_ranges(spark, ranges: dict[TP, tuple[int, int]], **connection):
+def read_ranges(spark: SparkSession, ranges: dict[TP, tuple[int, int]], **connection: Any) -> DataFrame:
     """Batch read of ``[start, end)`` per partition (recovery)."""
     starts = {tp: start for tp, (start, _) in ranges.items()}
     ends = {tp: end for tp, (_, end) in ranges.items()}
     return read_offsets(spark, starts, ends, **connection)
 
 
-def read_redeliveries(spark, redeliveries: list[Redelivery], **connection):
+def read_redeliveries(spark: SparkSession, redeliveries: list[Redelivery], **connection: Any) -> DataFrame:
     """The exact records to redeliver, with their attempt numbers."""
     from pyspark.sql import functions as F
 

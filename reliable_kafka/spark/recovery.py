@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from reliable_kafka.errors import WaitTimeoutError
 from reliable_kafka.spark.checkpoint import ResumePoint
@@ -39,7 +39,7 @@ RETRIABLE_GROUP_ERRORS = frozenset(
 
 
 def committed_offsets(
-    consumer,
+    consumer: Consumer,
     partitions: list[TP],
     *,
     component: str,

@@ -25,11 +25,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reliable_kafka.errors import ConfigError, JarResolutionError
 from reliable_kafka.jars import SPARK_KAFKA_ARTIFACT, artifacts_digest, cache_dir, is_resolved, resolve_jars
 from reliable_kafka.spark.jvm_functions import functions_jar_or_none
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "SPARK_KAFKA_DEPENDENCIES",
@@ -198,7 +203,7 @@ def _submit_options(args: list[str]) -> dict[str, str]:
     return found
 
 
-def _properties_files(env, explicit: str | None) -> list[Path]:
+def _properties_files(env: Mapping[str, str], explicit: str | None) -> list[Path]:
     if explicit:
         return [Path(explicit)]  # spark-submit then ignores spark-defaults.conf
     conf_dir = env.get("SPARK_CONF_DIR") or (Path(env["SPARK_HOME"]) / "conf" if env.get("SPARK_HOME") else None)
@@ -286,7 +291,7 @@ def spark_session(
     master: str | None = None,
     extra_conf: dict[str, str] | None = None,
     log_level: str = "WARN",
-):
+) -> SparkSession:
     """A SparkSession with the Kafka connector, small memory settings and the UI off.
 
     ``master``: None (the default) takes the master spark-submit or the environment gives

@@ -30,7 +30,9 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -52,6 +54,9 @@ from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
 from reliable_kafka.spout.spout import _source_record
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 __all__ = ["SparkSpout"]
 
 log = logging.getLogger(__name__)
@@ -61,6 +66,13 @@ TP = tuple[str, int]
 
 class _BeforeEmit(Exception):
     """A batch failed before its records were registered: nothing of it is tracked yet."""
+
+
+class _Connection(TypedDict):
+    """How the batch reads of source records connect (``offset_reads``)."""
+
+    bootstrap_servers: str
+    options: dict[str, str]
 
 
 class SparkSpout(SparkJob):
@@ -97,7 +109,7 @@ class SparkSpout(SparkJob):
 
     def __init__(
         self,
-        spark,
+        spark: SparkSession,
         *,
         topology: str,
         bootstrap_servers: str,
@@ -116,11 +128,11 @@ class SparkSpout(SparkJob):
         backoff: Backoff | None = None,
         commit_interval_ms: int = 1000,
         on_batch_error: BatchErrorPolicy = "fail_roots",
-        kafka_config: dict | None = None,
+        kafka_config: dict[str, Any] | None = None,
         spark_kafka_options: dict[str, str] | None = None,
         name: str | None = None,
-        consumer_config: dict | None = None,
-        producer_config: dict | None = None,
+        consumer_config: dict[str, Any] | None = None,
+        producer_config: dict[str, Any] | None = None,
         max_dead_letter_ratio: float | None = DEAD_LETTER_RATIO,
         dead_letter_window: int = DEAD_LETTER_WINDOW,
         reuse_batch_plans: bool = True,
@@ -261,7 +273,7 @@ class SparkSpout(SparkJob):
                     read_ranges(self.spark, chunk, **self._connection()), [], what="recovery batch", recovery=True
                 )
 
-    def _connection(self) -> dict:
+    def _connection(self) -> _Connection:
         return {"bootstrap_servers": self.bootstrap_servers, "options": self.spark_kafka_options}
 
     def _starting_offsets(self) -> str | None:
@@ -269,7 +281,7 @@ class SparkSpout(SparkJob):
 
     # --- batches --------------------------------------------------------------------------------
 
-    def _on_stream_batch(self, df, batch_id: int) -> None:
+    def _on_stream_batch(self, df: DataFrame, batch_id: int) -> None:
         self._roots.raise_if_guard_tripped()  # fails the query: a bad deploy must not divert the stream
         self._wait_below_max_pending()
         if self._stopping.is_set():
@@ -292,7 +304,13 @@ class SparkSpout(SparkJob):
         self.throttled += waited
 
     def _run_batch(
-        self, fresh, redeliveries: list[Redelivery], *, what: str, recovery: bool = False, batch_id: int | None = None
+        self,
+        fresh: DataFrame | None,
+        redeliveries: list[Redelivery],
+        *,
+        what: str,
+        recovery: bool = False,
+        batch_id: int | None = None,
     ) -> None:
         """Track, transform, write and ack one batch (fresh records and/or redeliveries); a stream
         batch (``batch_id``) without redeliveries is registered from its offset ranges."""
@@ -301,12 +319,15 @@ class SparkSpout(SparkJob):
 
         salt = new_id()
 
-        def with_ids(frame):
+        def with_ids(frame: DataFrame) -> DataFrame:
             return frame.select("*", root_column(salt).alias("root"), edge_column(salt).alias("edge"))
 
         ranges = self._batches.stream_ranges(batch_id) if fresh is not None and not redeliveries else None
+        # (ranges come only with a fresh batch: fresh is not None where they are used below)
+        batch: DataFrame
+        inputs: DataFrame | Callable[[], DataFrame]
         if ranges is not None:  # registered from its offset ranges: only the write reads the batch
-            batch = fresh
+            batch = fresh  # type: ignore[assignment]
         else:
             frames = []
             if fresh is not None:
@@ -335,9 +356,9 @@ class SparkSpout(SparkJob):
             self._send_columns(EventKind.INIT, roots, edges, what=f"INIT of {what}")  # (1)
             stream = None  # a stream batch whose inputs are one projection of it: its plan may be reused
             if ranges is not None and not skipped:  # one projection: each DataFrame step is analysed anew
-                inputs, stream = functools.partial(_stream_inputs, fresh, salt), fresh
+                inputs, stream = functools.partial(_stream_inputs, fresh, salt), fresh  # type: ignore[arg-type]
             else:
-                inputs = batch if ranges is None else with_ids(fresh.select(*SOURCE_COLUMNS, F.lit(1).alias("attempt")))
+                inputs = batch if ranges is None else with_ids(fresh.select(*SOURCE_COLUMNS, F.lit(1).alias("attempt")))  # type: ignore[union-attr]
                 if skipped:
                     spark = inputs.sparkSession
                     done = spark.createDataFrame([(root,) for root in skipped], "root long")
@@ -416,7 +437,7 @@ class SparkSpout(SparkJob):
         if not offsets:
             return
         try:
-            self._commit_group(self._group, offsets)
+            self._commit_group(self._group, offsets)  # type: ignore[arg-type]  # made by start()
         except KafkaException as exc:
             log.warning("%s: commit postponed: %s", self.name, exc)
             return
@@ -502,7 +523,7 @@ class SparkSpout(SparkJob):
             super()._close()
         log.info("%s: stopped; %s", self.name, self.progress())
 
-    def progress(self) -> dict:
+    def progress(self) -> dict[str, Any]:
         """A snapshot of the job's counters, the tracker's and the commit points."""
         with self._lock:
             return {
@@ -520,7 +541,7 @@ class SparkSpout(SparkJob):
             }
 
 
-def _stream_inputs(fresh, salt: int):
+def _stream_inputs(fresh: DataFrame, salt: int) -> DataFrame:
     """The transform's input of a stream batch registered from its offset ranges: its source
     columns, attempt 1 and each record's anchors, in one projection."""
     root, edge = id_sql(salt, ROOT_TAG, attempt="1"), id_sql(salt, EDGE_TAG, attempt="1")

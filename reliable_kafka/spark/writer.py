@@ -8,13 +8,16 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from reliable_kafka import codec
 from reliable_kafka.errors import StateError, WaitTimeoutError
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, Observation, SparkSession
 
 __all__ = ["in_session", "release_observations", "v2_write_session", "write_in_jvm"]
 
@@ -104,7 +107,7 @@ def anchors_header_v2_sql(pairs: str, body: str | None = None) -> str:
     return f"concat(IF(size({pairs}) = 1, X'0220', unhex(concat('02', {_varint_hex(zigzag, 5)}))), {body})"
 
 
-def anchors_header_v2(pairs: str):
+def anchors_header_v2(pairs: str) -> Column:
     """Column of :func:`anchors_header_v2_sql` over the column named ``pairs``."""
     from pyspark.sql import functions as F
 
@@ -144,14 +147,14 @@ def _their_headers_sql() -> str:
     )
 
 
-def _lateral_aliases(df) -> bool:
+def _lateral_aliases(df: DataFrame) -> bool:
     """True when a projection may refer to aliases it defines (Spark's lateral column aliases, on
     by default): one ``selectExpr`` then does what took three, each analysed on its own."""
     conf = df.sparkSession.conf.get("spark.sql.lateralColumnAlias.enableImplicitResolution", "true")
     return str(conf).lower() == "true"
 
 
-def with_children(outputs, salt: int):
+def with_children(outputs: DataFrame, salt: int) -> DataFrame:
     """Outputs plus ``rk_row``, ``rk_children``, ``rk_pairs`` (the children as bytes) and
     ``rk_headers`` (the user's headers minus any ``rk-anchors``, plus ours when the row has roots),
     as Spark's Kafka sink wants them."""
@@ -175,7 +178,7 @@ def with_children(outputs, salt: int):
     )
 
 
-def _headers_jvm_sql(outputs, salt: int, anchors: str) -> tuple[str, str, str]:
+def _headers_jvm_sql(outputs: DataFrame, salt: int, anchors: str) -> tuple[str, str, str]:
     """SQL of :func:`with_headers_jvm`'s columns over the anchors expression ``anchors``: (row id,
     ``rk_header``, ``rk_headers``), each with its alias."""
     from reliable_kafka.spark.derive import salt_sql
@@ -198,7 +201,9 @@ def _our_headers_sql(theirs: bool) -> str:
     return f"concat({_their_headers_sql()}, {ours})" if theirs else ours
 
 
-def with_headers_jvm(outputs, salt: int, *, empty_anchors_as_null: bool = False, headers_column: bool = True):
+def with_headers_jvm(
+    outputs: DataFrame, salt: int, *, empty_anchors_as_null: bool = False, headers_column: bool = True
+) -> DataFrame:
     """:func:`with_children`'s ``rk_headers`` through reliable-kafka's Java functions
     (``jvm_functions``, registered on the session), with the same bytes: every row's child edges
     and header from ``rk_output_header``, a static call in Spark's generated code. Adds ``rk_row``
@@ -220,7 +225,7 @@ def with_headers_jvm(outputs, salt: int, *, empty_anchors_as_null: bool = False,
     return rows.selectExpr("*", f"{ours} AS rk_headers") if headers_column else rows
 
 
-def observe_headers_jvm(rows):
+def observe_headers_jvm(rows: DataFrame) -> tuple[DataFrame, Observation]:
     """:func:`observe_children` of :func:`with_headers_jvm`'s rows: ``pairs`` comes from the
     ``rk_child_xor`` aggregate, one (root, XOR) pair per root, folded in the tasks and merged by
     Spark, instead of every row's pairs."""
@@ -236,7 +241,7 @@ def observe_headers_jvm(rows):
     return observed, observation
 
 
-def observe_children(rows):
+def observe_children(rows: DataFrame) -> tuple[DataFrame, Observation]:
     """``rows`` (:func:`with_children`) observed: (observed DataFrame, its ``Observation``), whose
     metrics after the first action are ``rows`` (the row count) and ``pairs`` (every row's
     ``rk_pairs``, concatenated)."""
@@ -248,20 +253,22 @@ def observe_children(rows):
     return observed, observation
 
 
-def jvm_class(session, name: str):
+def jvm_class(session: SparkSession, name: str) -> Any:  # a py4j JavaClass: the JVM's, untyped
     """The JVM class ``name`` (fully qualified) as a py4j proxy, without a round trip: reaching it
     as ``_jvm.org.apache...`` costs one per dotted step, in each of which the JVM tries the prefix
     as a class in every jar on its classpath (measured: 13% of a tracked job's JVM samples)."""
     from py4j.java_gateway import JavaClass
 
-    return JavaClass(name, session.sparkContext._gateway._gateway_client)
+    gateway = session.sparkContext._gateway  # typed optional: set for a running session's context
+    return JavaClass(name, gateway._gateway_client)  # type: ignore[union-attr]
 
 
-def observed_metrics(observation, session, *, timeout: float, what: str) -> dict[str, Any]:
+def observed_metrics(observation: Observation, session: SparkSession, *, timeout: float, what: str) -> dict[str, Any]:
     """The observation's metrics once Spark's listener set them (asynchronously, after the action
     returned); a :class:`WaitTimeoutError` after ``timeout`` seconds instead of blocking forever,
     as ``Observation.get`` would for an action that reports no metrics."""
-    future = observation._jo.future()  # the JVM Observation (pyspark.sql.Observation keeps it)
+    # the JVM Observation (pyspark.sql.Observation keeps it; typed optional, set once it observes)
+    future = observation._jo.future()  # type: ignore[union-attr]
     deadline = time.monotonic() + timeout
     delay = 0.001
     while not future.isCompleted():
@@ -272,10 +279,10 @@ def observed_metrics(observation, session, *, timeout: float, what: str) -> dict
             )
         time.sleep(delay)
         delay = min(2 * delay, 0.05)
-    return _collected(observation._jo.getRow(), session)
+    return _collected(observation._jo.getRow(), session)  # type: ignore[union-attr]
 
 
-def _collected(jrow, session) -> dict[str, Any]:
+def _collected(jrow: Any, session: SparkSession) -> dict[str, Any]:  # jrow: a JVM Row, through py4j
     """A JVM Row as a dict, read through ``collect()``'s socket: ``Observation.get`` moves it
     through py4j, which decodes a byte array byte by byte in Python (measured: about 1.2 s for a
     batch's 2.5 MB of pairs, against 0.03 s this way)."""
@@ -303,7 +310,7 @@ def children_from_metrics(metrics: dict[str, Any], *, what: str) -> tuple[int, n
     return int(metrics["rows"]), roots, xors
 
 
-def fold_by_root(roots, vals):
+def fold_by_root(roots: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One entry per distinct root, its vals XORed together (an ack's val may be any XOR split)."""
     if len(roots) == 0:
         return roots, vals
@@ -323,7 +330,7 @@ def _key_value_sql(types: dict[str, str]) -> list[str]:
     ]
 
 
-def sink_rows(rows):
+def sink_rows(rows: DataFrame) -> DataFrame:
     """The rows as Spark's Kafka sink takes them: key, value and headers (``rk_headers``, else built
     from ``rk_header`` and the user's ``headers``, as :func:`with_headers_jvm`), plus what the observation
     reads (``rk_header`` or ``rk_pairs``, which the sink ignores: its table accepts any schema). Kafka
@@ -337,13 +344,13 @@ def sink_rows(rows):
     return rows.selectExpr(*plain, f"{headers} AS headers", *observed)
 
 
-def output_rows_jvm(outputs, salt: int):
+def output_rows_jvm(outputs: DataFrame, salt: int) -> tuple[DataFrame, Observation]:
     """``write_in_jvm``'s rows through the Java functions, observed (:func:`observe_headers_jvm`):
     :func:`sink_rows_jvm`, observed."""
     return observe_headers_jvm(sink_rows_jvm(outputs, salt))
 
 
-def sink_rows_jvm(outputs, salt: int):
+def sink_rows_jvm(outputs: DataFrame, salt: int) -> DataFrame:
     """The rows of ``sink_rows(with_headers_jvm(outputs, salt, headers_column=False))``, the same
     bytes, in two DataFrame steps where that takes three. Each step is a new Dataset, which Spark
     analyses over the whole plan (about 10 ms to 0.1 s a step on this busy machine, 25,000
@@ -368,13 +375,13 @@ def without_kafka(sources: str) -> str:
     return sources if len(kept) == len(names) else ",".join(kept)
 
 
-def v2_write_session(session):
+def v2_write_session(session: SparkSession) -> SparkSession:
     """A session whose batch writes to ``format("kafka")`` take Spark's DataSource V2 path: ``session``
     itself when ``kafka`` is off its :data:`V1_SOURCES` already, otherwise a clone (its conf, temp
     views and UDFs as they are now) with ``kafka`` left out. The setting is made once, on a session
     no other code holds: switching it on a shared session while ``save()`` runs would also switch
     any other thread's Kafka writes, and two writers restoring it would race."""
-    sources = session.conf.get(V1_SOURCES)
+    sources: str = session.conf.get(V1_SOURCES)  # type: ignore[assignment]  # a setting with a default: set
     if without_kafka(sources) == sources:
         return session
     from pyspark.sql import SparkSession
@@ -384,7 +391,7 @@ def v2_write_session(session):
     return clone
 
 
-def in_session(df, session):
+def in_session(df: DataFrame, session: SparkSession) -> DataFrame:
     """``df``'s (analysed) plan as a DataFrame of ``session``: its data, caches and UDFs are shared
     by every session of the SparkContext, so only the conf its writes are planned with changes."""
     if df.sparkSession._jsparkSession.equals(session._jsparkSession):
@@ -395,7 +402,7 @@ def in_session(df, session):
     return DataFrame(datasets.ofRows(session._jsparkSession, df._jdf.logicalPlan()), session)
 
 
-def release_observations(observed) -> None:
+def release_observations(observed: DataFrame) -> None:
     """Unregister the ``Observation`` s in ``observed``'s plan after a write that failed.
 
     Spark drops an observation only when a query over its plan ends; a write that fails before its
@@ -409,21 +416,22 @@ def release_observations(observed) -> None:
 
 
 def write_in_jvm(
-    outputs,
+    outputs: DataFrame | None,
     *,
     salt: int,
     bootstrap_servers: str,
     topic: str,
     options: dict[str, str],
     metrics_timeout: float = 120.0,
-    session=None,
-    observed=None,
-):
+    session: SparkSession | None = None,
+    observed: tuple[DataFrame, Observation] | None = None,
+) -> tuple[int, np.ndarray, np.ndarray]:
     """Steps 1-4 above; returns (written rows, roots, XOR of their child edges) after the sink's
     write succeeded (it raises otherwise, and the caller fails the batch's roots). ``session``: a
     :func:`v2_write_session` to write in (default: one made from the outputs' session).
     ``observed``: the outputs' :func:`output_rows_jvm` already (``outputs`` is then not read)."""
-    rows, observation = observed if observed is not None else _observed_rows(outputs, salt, session)
+    # outputs is None only with observed given
+    rows, observation = observed if observed is not None else _observed_rows(outputs, salt, session)  # type: ignore[arg-type]
     try:
         writer = (
             rows.write.format("kafka")
@@ -442,7 +450,7 @@ def write_in_jvm(
     return children_from_metrics(metrics, what=what)
 
 
-def _observed_rows(outputs, salt: int, session):
+def _observed_rows(outputs: DataFrame, salt: int, session: SparkSession | None) -> tuple[DataFrame, Observation]:
     """``write_in_jvm``'s observed rows of ``outputs``: (DataFrame, its ``Observation``)."""
     from pyspark.sql import functions as F
 

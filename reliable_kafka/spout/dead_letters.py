@@ -29,7 +29,9 @@ from reliable_kafka.topology import TopologyTopics
 from reliable_kafka.validation import require_int, require_number
 
 if TYPE_CHECKING:
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaError, Message, Producer
+
+    from reliable_kafka.spout.records import SourceRecord
 
 __all__ = [
     "DeadLetters",
@@ -145,7 +147,7 @@ class DeadLetters:
             for action in bound:
                 record = self.records.get((action.tp, action.offset))
                 if record is not None:
-                    self._park(record, action)
+                    self._park(cast("SourceRecord", record), action)  # held records are source records
                 elif (action.tp, action.offset) in self._gone:
                     self._park_reference(action)
                 else:  # revoked meanwhile, or no record at that offset (a transaction marker: done)
@@ -181,7 +183,7 @@ class DeadLetters:
         """Park a reference to a record Kafka deleted while in flight (:func:`park_reference`)."""
         write = _DeadLetterWrite(None, action)
 
-        def failed(error, message, write=write):
+        def failed(error: KafkaError | None, message: Message, write: _DeadLetterWrite = write) -> None:
             if error is not None:
                 log.error("%s: reference to %s[%s]@%s not written (%s); retrying", self.component, *write.key, error)
                 write.failed = True
@@ -214,10 +216,10 @@ class DeadLetters:
         """``rk-attempts`` and ``rk-reason`` of the record at ``key``@``offset``: its attempts seen here."""
         return attempt_headers(self._attempts.get((key, offset), []))
 
-    def _park(self, record, action: OutcomeAction) -> None:
+    def _park(self, record: SourceRecord, action: OutcomeAction) -> None:
         write = _DeadLetterWrite(record, action)
 
-        def failed(error, message, write=write):
+        def failed(error: KafkaError | None, message: Message, write: _DeadLetterWrite = write) -> None:
             if error is not None:
                 log.error(
                     "%s: dead letter for %s[%s]@%s not written (%s); retrying",
@@ -314,7 +316,7 @@ class DeadLetters:
 class _DeadLetterWrite:
     __slots__ = ("record", "action", "failed")
 
-    def __init__(self, record, action: OutcomeAction) -> None:
+    def __init__(self, record: SourceRecord | None, action: OutcomeAction) -> None:
         self.record, self.action, self.failed = record, action, False  # record None: a reference
 
     @property

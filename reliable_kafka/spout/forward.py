@@ -94,7 +94,7 @@ class ForwardingShell(SpoutShell):
                             topic,
                             value,
                             key=record_key,
-                            headers=record_headers,
+                            headers=record_headers,  # type: ignore[arg-type]  # consumed: a list, never a dict
                             partition=None,
                             anchors={root: edge},
                         )
@@ -145,7 +145,13 @@ class ForwardingShell(SpoutShell):
             try:
                 if headers:
                     produce_tuple(
-                        producer, topic, message.value(), key=message.key(), headers=headers, partition=None, anchors={}
+                        producer,
+                        topic,
+                        message.value(),
+                        key=message.key(),
+                        headers=headers,  # type: ignore[arg-type]  # consumed: a list, never a dict
+                        partition=None,
+                        anchors={},
                     )
                 else:
                     try:  # once per record: produce_headers inlined, its queue-full and error paths left to it

@@ -6,14 +6,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, MutableMapping
-from typing import cast
+from typing import Any, cast
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.errors import ReliableKafkaError
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import new_consumer
+from reliable_kafka.kafka.factory import KafkaClients
 
 __all__ = ["SourceRereader", "RereadFailed", "clusters", "DELETED", "NOT_A_RECORD"]
 
@@ -49,10 +50,10 @@ class SourceRereader:
         component: str,
         bootstrap_servers: str,
         group_id: str,
-        kafka_config: dict,
-        clients=None,
-        records: MutableMapping,
-        to_record: Callable,
+        kafka_config: dict[str, Any],
+        clients: KafkaClients | None = None,
+        records: MutableMapping[tuple[TopicPartitionKey, int], object],
+        to_record: Callable[[Message], object],
         gone: Callable[[TopicPartitionKey, int, str], None],
         batch_size: int = 500,
         timeout_s: float = REREAD_TIMEOUT_S,

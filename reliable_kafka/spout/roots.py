@@ -18,16 +18,17 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from confluent_kafka import TopicPartition
 
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import OutcomeKind
-from reliable_kafka.core.tracker import ActionKind, InFlightTracker, OutcomeAction
+from reliable_kafka.core.tracker import ActionKind, InFlightTracker, OutcomeAction, Run
 from reliable_kafka.errors import ArgumentError, DeadLetterGuardTripped, DecodeError
 from reliable_kafka.kafka.outcomes import OutcomeListener
 from reliable_kafka.kafka.parking import Quarantine
@@ -46,6 +47,8 @@ from reliable_kafka.topology import TopologyTopics
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
+
+    from reliable_kafka.kafka.factory import KafkaClients
 
 __all__ = ["RootOwner", "HeldRecords", "RootStats", "POISON_PILL", "GONE_REASON", "check_guard_config"]
 
@@ -67,6 +70,16 @@ class RootStats:
     metadata_truncated: int = 0
     expired_in_flight: int = 0  # deleted by Kafka before it could be read again (a reference was parked)
     committed: dict[TopicPartitionKey, int] = field(default_factory=dict)
+
+
+class RootCounters(Protocol):
+    """What :class:`RootOwner` counts into: a :class:`RootStats`, or a spout's own stats with its fields."""
+
+    completed: int
+    dead_lettered: int
+    metadata_truncated: int
+    expired_in_flight: int
+    committed: dict[TopicPartitionKey, int]
 
 
 class HeldRecords(MutableMapping[RecordKey, object]):
@@ -136,18 +149,18 @@ class RootOwner(DeadLetters):
         topics: TopologyTopics,
         tracker: InFlightTracker,
         bootstrap_servers: str,
-        kafka_config: dict,
-        clients=None,
-        stats=None,
+        kafka_config: dict[str, Any],
+        clients: KafkaClients | None = None,
+        stats: RootCounters | None = None,
         reread: Callable[[list[RecordKey]], None] | None = None,
         encode_metadata: Callable[[TopicPartitionKey, int], tuple[str, bool]] | None = None,
         max_dead_letter_ratio: float | None = None,
         dead_letter_window: int = 1000,
         reason_with_attempts: bool = True,
         read_failure_reasons: bool = True,
-        on_completed: Callable[[list], None] | None = None,
+        on_completed: Callable[[list[Any]], None] | None = None,  # the records as to_record made them
         to_record: Callable[[object], object] | None = None,
-        lock=None,
+        lock: AbstractContextManager[object] | None = None,
         clock: Clock = time,
     ) -> None:
         check_guard_config(component, max_dead_letter_ratio, dead_letter_window)
@@ -158,7 +171,7 @@ class RootOwner(DeadLetters):
         self.kafka_config = kafka_config
         self.clients = clients  # the component's client factory (None: confluent-kafka)
         self._clock = clock
-        self.stats = stats if stats is not None else RootStats()
+        self.stats: RootCounters = stats if stats is not None else RootStats()
         self.records: HeldRecords = HeldRecords(tracker, to_record)
         self.producer: Producer | None = None  # set by use_producer before anything is written
         self.listener: OutcomeListener | None = None
@@ -225,14 +238,19 @@ class RootOwner(DeadLetters):
 
     # --- emission -------------------------------------------------------------------------------
 
-    def track(self, key: TopicPartitionKey, offset: int, root: int, attempt: int, record=None) -> None:
+    def track(self, key: TopicPartitionKey, offset: int, root: int, attempt: int, record: object = None) -> None:
         """``root`` now stands for the record at ``key``@``offset`` (its INIT is the spout's)."""
         self.tracker.emitted(key, offset, root=root, attempt=attempt, record=record)
         if self.root_index is not None:
             self.root_index.add(key, offset, root)
 
     def track_many(
-        self, key: TopicPartitionKey, offsets: list[int], roots: list[int], attempt: int, records: list | None = None
+        self,
+        key: TopicPartitionKey,
+        offsets: list[int],
+        roots: list[int],
+        attempt: int,
+        records: Sequence[object] | None = None,
     ) -> None:
         """:meth:`track` for a batch of records of ``key``; ``records`` (one an offset, or None: none
         kept) are kept by the tracker with their offsets, in its columns."""
@@ -308,13 +326,13 @@ class RootOwner(DeadLetters):
         ):
             self._bound.append(action)
 
-    def _done_runs(self, runs) -> None:
+    def _done_runs(self, runs: list[Run]) -> None:
         """The records of the tracker's ``complete_runs`` (one outcome batch) are done (their trees
         completed): counted, their records handed to ``on_completed`` and forgotten, and their
         attempt histories dropped. Per partition: the offsets done, their attempts and the records
         kept with them, in columns."""
         read_again, attempts_held, hooked = self.records.read_again, self._attempts, self._on_completed is not None
-        kept: list = []
+        kept: list[object] = []
         for tp, offsets, attempts, records in runs:
             self.stats.completed += len(offsets)
             if hooked:

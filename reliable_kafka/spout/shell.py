@@ -6,10 +6,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Literal, cast
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, cast
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient
 
 from reliable_kafka.codec import ANCHORS_HEADER as _ANCHORS
 from reliable_kafka.codec import encode_one_anchor
@@ -23,7 +24,7 @@ from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.clients import SENT_PER_POLL, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.factory import KafkaClients
-from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple
+from reliable_kafka.kafka.produce import Header, ProducerUnusable, produce_headers, produce_tuple
 from reliable_kafka.lifecycle import Pollable, run_until_stopped
 from reliable_kafka.ops.failures import FailureRecord
 from reliable_kafka.spout.dead_letters import DEAD_LETTER_RATIO, DEAD_LETTER_WINDOW
@@ -90,9 +91,9 @@ class SpoutShell:
         backstop_grace_ms: int = 10_000,
         commit_interval_ms: int = 1000,
         batch_size: int = 500,
-        kafka_config: dict | None = None,
-        consumer_config: dict | None = None,
-        producer_config: dict | None = None,
+        kafka_config: dict[str, Any] | None = None,
+        consumer_config: dict[str, Any] | None = None,
+        producer_config: dict[str, Any] | None = None,
         name: str | None = None,
         metrics_port: int | None = None,
         max_dead_letter_ratio: float | None = DEAD_LETTER_RATIO,
@@ -214,11 +215,13 @@ class SpoutShell:
 
     def run(self, stop: threading.Event | None = None, *, handle_signals: bool = False) -> SpoutStats:
         """Read, emit and commit until ``stop`` is set (or SIGTERM/SIGINT with ``handle_signals``)."""
-        return run_until_stopped(cast(Pollable, self), stop, handle_signals=handle_signals)  # subclasses add start etc.
+        # a Pollable: subclasses add start etc.
+        stats: SpoutStats = run_until_stopped(cast("Pollable[SpoutStats]", self), stop, handle_signals=handle_signals)
+        return stats
 
     # --- clients (made here only) ---------------------------------------------------------------
 
-    def _new_producer(self, **overrides):
+    def _new_producer(self, **overrides: Any) -> Producer:
         return new_producer(
             self.bootstrap_servers,
             self.kafka_config,
@@ -228,17 +231,17 @@ class SpoutShell:
             **overrides,
         )
 
-    def _new_consumer(self, **overrides):
+    def _new_consumer(self, **overrides: Any) -> Consumer:
         return new_consumer(self.bootstrap_servers, self.group_id, self.kafka_config, clients=self.clients, **overrides)
 
-    def _use_producer(self, producer) -> None:
+    def _use_producer(self, producer: Producer) -> None:
         """``producer`` sends tuples, INITs, dead letters and quarantine copies (also a replacement)."""
         self._producer = producer
         self._roots.use_producer(producer)
         if self._acks is not None:
             self._acks.producer = producer
 
-    def _connect(self, producer, *, spout_id: int | None, index_roots: bool) -> int:
+    def _connect(self, producer: Producer, *, spout_id: int | None, index_roots: bool) -> int:
         """The producer, the ack topic's partitions, the outcome listener (before any INIT) and the
         root index; returns the ack partitions (0: nothing tracked)."""
         self._use_producer(producer)
@@ -270,7 +273,7 @@ class SpoutShell:
             self._roots.index_roots(self.task_id)
         return ack_partitions
 
-    def _check_emit_to(self, admin, topic: str) -> None:
+    def _check_emit_to(self, admin: AdminClient, topic: str) -> None:
         """Say at start that ``emit_to`` does not exist: a broker that creates topics on first use
         (``auto.create.topics.enable``, Kafka's default) takes a typo without a word, and then no
         bolt reads what the spout sends: every tree times out and is dead-lettered."""
@@ -350,7 +353,15 @@ class SpoutShell:
         if why is not None:
             raise OutputRefused(component=self.name, topic=topic, why=why)
 
-    def _produce_output(self, topic, value, key, headers, partition, anchors) -> None:
+    def _produce_output(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[Header] | None,
+        partition: int | None,
+        anchors: dict[int, int],
+    ) -> None:
         assert self._producer is not None  # made by start()
         if topic not in self.output_topics:
             self._new_output(topic)
@@ -362,7 +373,16 @@ class SpoutShell:
             self._counts.emitted += 1
         self.output_topics.add(topic)
 
-    def _produce_in_tree(self, topic, value, key, headers, partition, root: int, edge: int) -> None:
+    def _produce_in_tree(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[Header] | None,
+        partition: int | None,
+        root: int,
+        edge: int,
+    ) -> None:
         """:meth:`_produce_output` of a tuple of one tree (``{root: edge}``): once per emit."""
         if topic not in self.output_topics:
             self._new_output(topic)
@@ -374,7 +394,7 @@ class SpoutShell:
         self._counts.emitted += 1
         self.output_topics.add(topic)
 
-    def _output_failed(self, error, message) -> None:
+    def _output_failed(self, error: KafkaError | None, message: Message) -> None:
         """The producer's delivery report, for failed messages only (:data:`ERRORS_ONLY`).
 
         A tuple that was not delivered keeps its edge in its tree's XOR: the acker times the tree
@@ -393,7 +413,7 @@ class SpoutShell:
     def _completed(self, record: SourceRecord) -> None:
         """Hook: ``record``'s tree completed (called by :meth:`_completed_many`)."""
 
-    def _completed_many(self, records: list) -> None:
+    def _completed_many(self, records: list[SourceRecord]) -> None:
         """Hook: these records' trees completed, one call per outcome batch (bench/bench_pipeline.py
         times completions here); by default :meth:`_completed` for each."""
         completed = self._completed

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import cast
 
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from reliable_kafka.kafka.clients import ERRORS_ONLY, coordinates
 from reliable_kafka.kafka.produce import release_producer, send_polled
@@ -111,20 +111,20 @@ class Spout(ForwardingShell):
 
     # --- rebalance ------------------------------------------------------------------------------
 
-    def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in consumer.committed(partitions, timeout=30):
             self._roots.restore((tp.topic, tp.partition), tp.offset if tp.offset >= 0 else None, tp.metadata)
         self._assignment_moved = True
         log.info("%s: assigned %s", self.name, [(tp.topic, tp.partition) for tp in partitions])
         self.ready.set()
 
-    def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._commit(force=True, only={(tp.topic, tp.partition) for tp in partitions})
         for tp in partitions:
             self._roots.forget((tp.topic, tp.partition))
         self._assignment_moved = True
 
-    def _on_lost(self, consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._roots.forget((tp.topic, tp.partition))
         self._assignment_moved = True
@@ -197,7 +197,7 @@ class Spout(ForwardingShell):
             return
         self._roots.committed(offsets)
 
-    def _on_commit(self, error, partitions: list[TopicPartition]) -> None:
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition] | None) -> None:
         """An asynchronous commit's result (served by consume): a failed one is committed again."""
         for tp in partitions or []:
             if error is not None or tp.error is not None:

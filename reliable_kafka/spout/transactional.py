@@ -21,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka.codec import ParkedRecord
 from reliable_kafka.core.ids import derive_root, owner_id
@@ -41,7 +41,8 @@ from reliable_kafka.kafka.transactions import StuckCall, Transactions
 from reliable_kafka.spout.records import SpoutStats, with_attempt
 from reliable_kafka.spout.reread import DELETED, RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import GONE_REASON
-from reliable_kafka.spout.spout import SourceRecord, SpoutShell, TopicPartitionKey, _source_record
+from reliable_kafka.spout.shell import TopicPartitionKey
+from reliable_kafka.spout.spout import SourceRecord, SpoutShell, _source_record
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
@@ -68,7 +69,7 @@ class TransactionalSpout(SpoutShell):
 
     component = "transactional-spout"  # its kind in status reports and metrics (reliable_kafka.ops.snapshot)
 
-    def __init__(self, *, name: str, **options) -> None:
+    def __init__(self, *, name: str, **options: Any) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigError(
                 f"TransactionalSpout: name must be a non-empty str (a stable name: its transactional.id), got {name!r}"
@@ -117,7 +118,7 @@ class TransactionalSpout(SpoutShell):
 
     # --- lifecycle ------------------------------------------------------------------------------
 
-    def _new_transactional_producer(self):
+    def _new_transactional_producer(self) -> Producer:
         return self._new_producer(
             **{"transactional.id": f"{self.group_id}.{self.name}", "transaction.timeout.ms": 60_000}
         )
@@ -149,7 +150,7 @@ class TransactionalSpout(SpoutShell):
 
     # --- adoption of partitions -----------------------------------------------------------------
 
-    def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         starts = []
         for tp in consumer.committed(partitions, timeout=30):
             key = (tp.topic, tp.partition)
@@ -197,7 +198,7 @@ class TransactionalSpout(SpoutShell):
         self._emitted_upto[key] = emitted_upto if emitted_upto is not None else (committed or 0)
         return emitted_upto if emitted_upto is not None else (committed if committed is not None else -2)
 
-    def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # the last transaction holds the partition's state: nothing to commit
             self._forget((tp.topic, tp.partition))
         self._assignment_moved = True
@@ -242,7 +243,7 @@ class TransactionalSpout(SpoutShell):
             self.topics.dlq,
         )
 
-        def failed(error, _message) -> None:
+        def failed(error: KafkaError | None, _message: Message) -> None:
             if error is not None:  # the transaction's commit fails too: it aborts and this is parked again
                 log.error("%s: reference to %s[%s]@%s not written: %s", self.name, *key, offset, error)
 
