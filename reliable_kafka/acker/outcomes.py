@@ -10,7 +10,7 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reliable_kafka import codec
-from reliable_kafka.acker.state import AckerStats, _Partition
+from reliable_kafka.acker.state import AckerPartition, AckerStats
 from reliable_kafka.core.acker_table import Outcomes
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.kinds import OutcomeKind
@@ -45,7 +45,7 @@ class OutcomePublisher:
     topics: TopologyTopics
     stats: AckerStats
     commit_interval_ms: int
-    _partitions: dict[int, _Partition]
+    _partitions: dict[int, AckerPartition]
     _outcome_partitions: int
     _retry_outcomes: list[tuple[int, bytes]]
     _consumer: Consumer | None

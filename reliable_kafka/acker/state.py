@@ -28,7 +28,7 @@ class AckerStats:
     committed: dict[int, int] = field(default_factory=dict)
 
 
-class _Partition:
+class AckerPartition:
     """What the worker holds for one assigned ack partition."""
 
     __slots__ = ("table", "next_offset", "event_ms", "event_wall_ms", "committed", "ownerless")

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from reliable_kafka import codec
 from reliable_kafka import validation as v
 from reliable_kafka.acker.outcomes import OUTCOME_PRODUCER_DEFAULTS, OutcomePublisher
-from reliable_kafka.acker.state import AckerStats, _Partition
+from reliable_kafka.acker.state import AckerPartition, AckerStats
 from reliable_kafka.core.acker_table import AckerTable, Outcomes
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.ids import new_id, partitions_for_roots
@@ -161,7 +161,7 @@ class AckerWorker(OutcomePublisher):
         self.stats = AckerStats()
         self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
         self.metrics_host: str | None = None  # where /metrics listens (None: $RK_METRICS_HOST, else 127.0.0.1)
-        self._partitions: dict[int, _Partition] = {}
+        self._partitions: dict[int, AckerPartition] = {}
         self._outcome_partitions = 0
         self._retry_outcomes: list[tuple[int, bytes]] = []
         self._consumer: Consumer | None = None  # these three are made by start()
@@ -258,7 +258,9 @@ class AckerWorker(OutcomePublisher):
         for tp in partitions:
             table = AckerTable(message_timeout_ms=self.message_timeout_ms, buckets=self.timeout_buckets)
             offset = committed.get(tp.partition)
-            self._partitions[tp.partition] = _Partition(table, offset if offset is not None and offset >= 0 else None)
+            self._partitions[tp.partition] = AckerPartition(
+                table, offset if offset is not None and offset >= 0 else None
+            )
         log.info("%s: assigned %s (replaying from %s)", self.name, [tp.partition for tp in partitions], committed)
         self.ready.set()
 
@@ -359,7 +361,7 @@ class AckerWorker(OutcomePublisher):
         self.stats.table_bytes = sum(state.table.nbytes for state in self._partitions.values())
         self._commit()
 
-    def _fold(self, state: _Partition, records: list[tuple[int, AckRecord | None]]) -> list[Outcomes]:
+    def _fold(self, state: AckerPartition, records: list[tuple[int, AckRecord | None]]) -> list[Outcomes]:
         """Fold one partition's records in order, one vectorised fold per group of records.
 
         ``next_offset`` passes a record only once it is folded (or quarantined, as None), so no

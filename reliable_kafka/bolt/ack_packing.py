@@ -14,21 +14,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from reliable_kafka.codec.anchors import _ANCHORS_V2  # a one-pair header is read inline
-from reliable_kafka.core.kinds import EventKind
+from reliable_kafka.codec.anchors import ANCHORS_VERSION  # a one-pair header is read inline
+from reliable_kafka.core.kinds import ACK
 
 if TYPE_CHECKING:
     from reliable_kafka.kafka.ack_sender import AckSender
 
 __all__ = ["V2", "pack_pair", "unpack_pair", "ack_columns", "pack_acks"]
 
-V2 = _ANCHORS_V2  # with length byte 32 (one pair) and 16 bytes: one v2 pair, decoded inline
+V2 = ANCHORS_VERSION  # with length byte 32 (one pair) and 16 bytes: one v2 pair, decoded inline
 # a whole one-pair v2 value (version, length byte, root, edge) in one struct call; other lengths raise struct.error
 _ONE_V2_PAIR = struct.Struct(">BBqq")
 unpack_pair, _pack = _ONE_V2_PAIR.unpack, _ONE_V2_PAIR.pack
 # the same layout as a NumPy record: a batch's one-pair values, joined, read as columns at once
 _PAIR_RECORD = np.dtype([("version", "u1"), ("length", "u1"), ("root", ">i8"), ("edge", ">i8")])
-_ACK = EventKind.ACK  # read once per module: an enum member read through its class costs more
 
 
 def pack_pair(root: int, edge: int) -> bytes:
@@ -49,6 +48,6 @@ def ack_columns(pairs: list[bytes], owed: list[int]) -> tuple[np.ndarray, np.nda
 def pack_acks(acks: AckSender | None, pairs: list[bytes], owed: list[int]) -> None:
     """Add the batch's kept entries to ``acks`` (an AckSender; None: not started) and empty the lists."""
     if pairs and acks is not None:
-        acks.extend(_ACK, *ack_columns(pairs, owed))
+        acks.extend(ACK, *ack_columns(pairs, owed))
     pairs.clear()
     owed.clear()

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from reliable_kafka import validation as v
 from reliable_kafka.bolt.ack_packing import pack_acks
-from reliable_kafka.bolt.collector import BoltCollector, BoltStats, Tuple, TupleBatch, _BasicCollector
+from reliable_kafka.bolt.collector import BasicCollector, BoltCollector, BoltStats, Tuple, TupleBatch
 from reliable_kafka.bolt.executors import CallExecutor
 from reliable_kafka.bolt.parallel import parallel_calls
 from reliable_kafka.bolt.serial import FATAL, PROCESS_TIMED_RUN, handle_batch, handle_serially
@@ -624,6 +624,6 @@ _message_error = Message.error
 class BasicBolt(Bolt):
     """Storm's basic bolt: outputs are anchored to the input; ack on return, fail on raise."""
 
-    _collector_class = _BasicCollector
+    _collector_class = BasicCollector
     _acks_on_return = True
-    collector: _BasicCollector
+    collector: BasicCollector

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from reliable_kafka.codec.envelope import _VERSION_BYTE, _decode, _encode, _zigzag_at
+from reliable_kafka.codec.envelope import VERSION_BYTE, decode_datum, encode_datum, zigzag_at
 from reliable_kafka.errors import ArgumentError, DecodeError
 
 __all__ = ["AckBatch", "encode_ack_batch", "decode_ack_batch"]
@@ -41,7 +41,7 @@ def encode_ack_batch(sender: int, kinds: ArrayLike, roots: ArrayLike, vals: Arra
         "roots": roots.tobytes(),
         "vals": vals.tobytes(),
     }
-    return _encode("ack_batch", datum)
+    return encode_datum("ack_batch", datum)
 
 
 def decode_ack_batch(raw: bytes | None) -> AckBatch:
@@ -50,12 +50,12 @@ def decode_ack_batch(raw: bytes | None) -> AckBatch:
     Entry values (root 0, unknown kinds) are not judged here: the acker table counts and skips
     them, so one bad entry does not cost the good ones beside it.
     """
-    if type(raw) is bytes and raw[:1] == _VERSION_BYTE:
+    if type(raw) is bytes and raw[:1] == VERSION_BYTE:
         try:  # the layout read directly: 3 varints and 3 byte strings, columns as NumPy views
             return _ack_batch_in_place(raw)
         except (IndexError, ValueError):
             pass  # not well formed: fastavro's reading below names the fault
-    datum, raw = _decode("ack_batch", raw)
+    datum, raw = decode_datum("ack_batch", raw)
     count = datum["count"]
     if count < 0:
         raise DecodeError("ack_batch", f"negative count {count}", raw)
@@ -79,13 +79,13 @@ def _ack_batch_in_place(raw: bytes) -> AckBatch:
     """The Avro body of schemas/ack_batch.avsc read field by field (long sender, int count, then
     three ``bytes``: a zigzag varint length and the bytes), the columns as views of ``raw``.
     Raises ValueError (or IndexError, cut short) for anything but a well-formed record."""
-    sender, pos = _zigzag_at(raw, 1)
-    count, pos = _zigzag_at(raw, pos)
+    sender, pos = zigzag_at(raw, 1)
+    count, pos = zigzag_at(raw, pos)
     if not 0 <= count < 2**31:
         raise ArgumentError("count")
     starts = []
     for width in (1, 8, 8):
-        length, pos = _zigzag_at(raw, pos)
+        length, pos = zigzag_at(raw, pos)
         if length != width * count:
             raise ArgumentError("column length")
         starts.append(pos)

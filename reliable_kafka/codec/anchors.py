@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from reliable_kafka.codec.envelope import _decode, _encode, _zigzag_varint
+from reliable_kafka.codec.envelope import decode_datum, encode_datum, zigzag_varint
 from reliable_kafka.errors import ArgumentError, DecodeError
 
 __all__ = ["ANCHORS_HEADER", "ANCHORS_VERSION", "encode_anchors", "encode_one_anchor", "decode_anchors"]
@@ -22,9 +22,8 @@ ANCHORS_HEADER = "rk-anchors"
 # Version 1 (still read): byte 0 = 1, then the Avro array of schemas/anchors.avsc.
 
 ANCHORS_VERSION = 2
-_ANCHORS_V2 = 2
 _PAIR = struct.Struct(">qq")
-_ONE_PAIR_PREFIX = bytes([_ANCHORS_V2, 32])  # 32 = zigzag(16): the length of one pair
+_ONE_PAIR_PREFIX = bytes([ANCHORS_VERSION, 32])  # 32 = zigzag(16): the length of one pair
 _MAX_VARINT_BYTES = 10
 _NUMPY_PAIRS = 64  # from this many pairs on, NumPy slices faster than struct
 _PAIRS = [struct.Struct(f">{2 * n}q") for n in range(_NUMPY_PAIRS)]
@@ -45,7 +44,7 @@ def encode_anchors(anchors: Mapping[int, int] | Iterable[tuple[int, int]]) -> by
         body = struct.pack(f">{2 * n}q", *values)
     except struct.error as exc:
         raise ArgumentError(f"rk-anchors: root and edge ids must be 64-bit signed ints: {exc}") from exc
-    return bytes([_ANCHORS_V2]) + _zigzag_varint(len(body)) + body
+    return bytes([ANCHORS_VERSION]) + zigzag_varint(len(body)) + body
 
 
 def encode_one_anchor(root: int, edge: int) -> bytes:
@@ -59,10 +58,10 @@ def encode_one_anchor(root: int, edge: int) -> bytes:
 def _encode_anchors_v1(anchors: Mapping[int, int] | Iterable[tuple[int, int]]) -> bytes:
     """The version-1 header value (what earlier releases wrote; for tests and benchmarks)."""
     pairs = anchors.items() if isinstance(anchors, Mapping) else anchors
-    return _encode("anchors", [{"root": root, "edge": edge} for root, edge in pairs])
+    return encode_datum("anchors", [{"root": root, "edge": edge} for root, edge in pairs])
 
 
-_PREFIXES.extend(bytes([_ANCHORS_V2]) + _zigzag_varint(16 * n) for n in range(_NUMPY_PAIRS))
+_PREFIXES.extend(bytes([ANCHORS_VERSION]) + zigzag_varint(16 * n) for n in range(_NUMPY_PAIRS))
 
 
 def decode_anchors(raw: bytes | None) -> dict[int, int]:
@@ -71,12 +70,12 @@ def decode_anchors(raw: bytes | None) -> dict[int, int]:
     A root 0, a repeated root, a length that is not whole pairs, a short body or trailing bytes
     raise :class:`DecodeError`.
     """
-    if type(raw) is bytes and len(raw) == 18 and raw[1] == 32 and raw[0] == _ANCHORS_V2:
+    if type(raw) is bytes and len(raw) == 18 and raw[1] == 32 and raw[0] == ANCHORS_VERSION:
         # one pair in plain bytes, as consumed (once per received tuple): no conversions, one struct call
         root, edge = _PAIR.unpack_from(raw, 2)
         if root:
             return {root: edge}
-    if isinstance(raw, (bytes, bytearray, memoryview)) and len(raw) and raw[0] == _ANCHORS_V2:
+    if isinstance(raw, (bytes, bytearray, memoryview)) and len(raw) and raw[0] == ANCHORS_VERSION:
         raw = bytes(raw)
         if len(raw) == 18 and raw[1] == 32:  # one pair: the common case, one struct call
             root, edge = _PAIR.unpack_from(raw, 2)
@@ -84,7 +83,7 @@ def decode_anchors(raw: bytes | None) -> dict[int, int]:
                 raise DecodeError("anchors", "root id 0 is not a valid id", raw)
             return {root: edge}
         return _decode_anchors_v2(raw)
-    entries, raw = _decode("anchors", raw)
+    entries, raw = decode_datum("anchors", raw)
     return _anchor_map(((entry["root"], entry["edge"]) for entry in entries), raw)
 
 

@@ -19,7 +19,7 @@ __all__ = ["FORMAT_VERSION", "schema_dir"]
 
 FORMAT_VERSION = 1
 
-_VERSION_BYTE = bytes([FORMAT_VERSION])
+VERSION_BYTE = bytes([FORMAT_VERSION])
 _SCHEMA_FILES = {
     "anchors": "anchors.avsc",
     "ack_batch": "ack_batch.avsc",
@@ -67,14 +67,14 @@ def _schema_text(name: str) -> str:
         ) from exc
 
 
-def _encode(name: str, datum: object) -> bytes:
+def encode_datum(name: str, datum: object) -> bytes:
     buffer = io.BytesIO()
-    buffer.write(_VERSION_BYTE)
+    buffer.write(VERSION_BYTE)
     fastavro.schemaless_writer(buffer, _schema(name), datum)
     return buffer.getvalue()
 
 
-def _decode(name: str, raw: bytes | None, *, schema: str | None = None) -> tuple[Any, bytes]:
+def decode_datum(name: str, raw: bytes | None, *, schema: str | None = None) -> tuple[Any, bytes]:
     if raw is None:
         raise DecodeError(name, "no bytes (null value)", raw)
     if not isinstance(raw, (bytes, bytearray, memoryview)):
@@ -95,7 +95,7 @@ def _decode(name: str, raw: bytes | None, *, schema: str | None = None) -> tuple
     return datum, raw
 
 
-def _zigzag_varint(value: int) -> bytes:
+def zigzag_varint(value: int) -> bytes:
     """Avro's encoding of a ``long`` (the length prefix of ``bytes``)."""
     value = (value << 1) ^ (value >> 63)
     out = bytearray()
@@ -106,7 +106,7 @@ def _zigzag_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _zigzag_at(raw: bytes, pos: int) -> tuple[int, int]:
+def zigzag_at(raw: bytes, pos: int) -> tuple[int, int]:
     """The Avro ``long`` (zigzag varint) at ``pos`` and the position after it."""
     byte = raw[pos]
     value, shift = byte & 0x7F, 7

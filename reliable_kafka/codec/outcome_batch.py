@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from reliable_kafka.codec.envelope import _VERSION_BYTE, _decode, _encode, _zigzag_at, _zigzag_varint
+from reliable_kafka.codec.envelope import VERSION_BYTE, decode_datum, encode_datum, zigzag_at, zigzag_varint
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ArgumentError, DecodeError
 
@@ -41,7 +41,7 @@ def encode_outcomes(spout: int, roots: ArrayLike, kinds: ArrayLike) -> bytes:
         raise ArgumentError(f"columns differ in length: {len(roots)} roots, {len(kinds)} kinds")
     if len(kinds) and (kinds.min() < 0 or kinds.max() >= len(_OUTCOME_SYMBOLS)):
         raise ArgumentError(f"outcome kinds must be 0..{len(_OUTCOME_SYMBOLS) - 1}, got {kinds.min()}..{kinds.max()}")
-    head = _VERSION_BYTE + _zigzag_varint(int(spout))
+    head = VERSION_BYTE + zigzag_varint(int(spout))
     if not len(roots):
         return head + b"\x00"  # an empty array: its end marker alone
     zigzag = (roots << 1 ^ roots >> 63).view(np.uint64)
@@ -59,19 +59,19 @@ def encode_outcomes(spout: int, roots: ArrayLike, kinds: ArrayLike) -> bytes:
     rows[:, 10] = kinds.astype(np.uint8) << 1
     keep = np.ones((len(roots), 11), dtype=bool)
     keep[:, :10] = columns < used[:, None]
-    return head + _zigzag_varint(len(roots)) + rows[keep].tobytes() + b"\x00"
+    return head + zigzag_varint(len(roots)) + rows[keep].tobytes() + b"\x00"
 
 
 def _encode_outcomes_fastavro(spout: int, roots: Iterable[int], kinds: Iterable[int]) -> bytes:
     """What :func:`encode_outcomes` writes, through fastavro (the reference for tests)."""
     entries = [{"root": int(root), "kind": _OUTCOME_SYMBOLS[int(kind)]} for root, kind in zip(roots, kinds)]
-    return _encode("outcome_batch", {"spout": int(spout), "entries": entries})
+    return encode_datum("outcome_batch", {"spout": int(spout), "entries": entries})
 
 
 def decode_outcomes(raw: bytes | None) -> OutcomeBatch:
     """Decode an outcome record: read with NumPy when it has the layout :func:`encode_outcomes`
     writes (one block of entries), else by fastavro (any valid Avro, and the error for bad bytes)."""
-    if type(raw) is bytes and raw[:1] == _VERSION_BYTE:
+    if type(raw) is bytes and raw[:1] == VERSION_BYTE:
         try:  # fastavro's per-entry dicts cost ~1.7 us an outcome, once per root in every spout
             batch = _outcomes_in_place(raw)
         except (IndexError, ValueError):
@@ -80,7 +80,7 @@ def decode_outcomes(raw: bytes | None) -> OutcomeBatch:
             return batch
     # Kinds are read as enum indexes: fastavro would read index -1 (a negative index is not Avro)
     # as the last symbol, RESET_TIMEOUT, by Python's list indexing.
-    datum, raw = _decode("outcome_batch", raw, schema="outcome_batch_indexed")
+    datum, raw = decode_datum("outcome_batch", raw, schema="outcome_batch_indexed")
     entries = datum["entries"]
     kinds = np.fromiter((e["kind"] for e in entries), dtype=np.int64, count=len(entries))
     bad = np.flatnonzero((kinds < 0) | (kinds >= len(_OUTCOME_SYMBOLS)))
@@ -112,8 +112,8 @@ def _outcomes_in_place(raw: bytes) -> OutcomeBatch | None:
     records of fewer than :data:`_NUMPY_OUTCOMES` entries.
     Raises ValueError or IndexError for bytes cut short.
     """
-    spout, pos = _zigzag_at(raw, 1)
-    count, pos = _zigzag_at(raw, pos)
+    spout, pos = zigzag_at(raw, 1)
+    count, pos = zigzag_at(raw, pos)
     if count < _NUMPY_OUTCOMES or raw[-1] != 0:
         return None  # NumPy's fixed cost (~30 us) is more than fastavro's below this many
     body = np.frombuffer(raw, np.uint8, len(raw) - 1 - pos, pos)  # the entries, without the end marker

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from reliable_kafka.codec.envelope import _decode, _encode
+from reliable_kafka.codec.envelope import decode_datum, encode_datum
 from reliable_kafka.errors import DecodeError
 
 __all__ = ["PARKED_HEADER", "ATTEMPTS_HEADER", "REASON_HEADER", "ParkedRecord", "encode_parked", "decode_parked"]
@@ -36,16 +36,16 @@ def encode_parked(parked: ParkedRecord) -> bytes:
     datum = dict(parked.__dict__)
     if datum["parked_at_ms"] < 0:
         datum["parked_at_ms"] = int(time.time() * 1000)
-    return _encode("parked_record", datum)
+    return encode_datum("parked_record", datum)
 
 
 def decode_parked(raw: bytes | None) -> ParkedRecord:
     """The ``rk-parked`` header; headers written before the added fields read with their defaults."""
     try:
-        datum, _ = _decode("parked_record", raw)
+        datum, _ = decode_datum("parked_record", raw)
     except DecodeError as error:
         try:
-            datum, _ = _decode("parked_record_first", raw)
+            datum, _ = decode_datum("parked_record_first", raw)
         except DecodeError:
             raise error from None
     return ParkedRecord(**datum)

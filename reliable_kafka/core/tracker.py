@@ -44,7 +44,7 @@ import numpy as np
 from reliable_kafka.core.backoff import Backoff
 from reliable_kafka.core.clock import monotonic_ms
 from reliable_kafka.core.ids import new_id
-from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.core.kinds import COMPLETED, RESET_TIMEOUT, OutcomeKind
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.core.outcome_actions import ActionKind, OutcomeAction, Redelivery, TopicPartition
 
@@ -97,14 +97,12 @@ class TrackerStats:
         return dataclasses.asdict(self)
 
 
-# Enum members read through their class cost ~0.17 us each on Python 3.11, and ``OutcomeKind(kind)``
-# ~0.8 us: these run once or more per root, so the hot paths read module constants.
+# Read as module globals once or more per root (as core/kinds.py says, HOT_KINDS; ``OutcomeKind(kind)``
+# costs ~0.8 us more than a read of this tuple: bench/bench_spout_phases.py).
 _IN_FLIGHT = int(_State.IN_FLIGHT)  # the states column's bytes
 _RETRY = int(_State.RETRY)
 _REDELIVERING = int(_State.REDELIVERING)
 _DEAD_LETTER_STATE = int(_State.DEAD_LETTER)
-_COMPLETED = OutcomeKind.COMPLETED
-_RESET_TIMEOUT = OutcomeKind.RESET_TIMEOUT
 _DONE = ActionKind.DONE
 _SET_KIND, _SET_TP, _SET_OFFSET, _SET_ATTEMPT, _SET_REASON, _SET_DUE_MS, _SET_ROOT = (
     OutcomeAction.__dict__[f.name].__set__ for f in dataclasses.fields(OutcomeAction)
@@ -493,11 +491,11 @@ class InFlightTracker:
         """
         if type(kind) is not OutcomeKind:
             kind = OutcomeKind(kind)
-        if kind is _RESET_TIMEOUT:
+        if kind is RESET_TIMEOUT:
             if not self.reset_timeout(root):
                 self.stats.ignored_outcomes += 1
             return None
-        if kind is _COMPLETED:
+        if kind is COMPLETED:
             entry = self.complete(root)
             return None if entry is None else _done_action(entry.tp, entry.offset, entry.attempt)
         code = self._roots.pop(root, None)

@@ -52,7 +52,7 @@ from reliable_kafka.spark.recovery import committed_offsets, plan_recovery
 from reliable_kafka.spout.dead_letters import DEAD_LETTER_RATIO, DEAD_LETTER_WINDOW
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
-from reliable_kafka.spout.spout import _source_record
+from reliable_kafka.spout.spout import source_record
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -206,7 +206,7 @@ class SparkSpout(SparkJob):
             group_id=f"{self.group_id}.rk-fetch",
             kafka_config=self.kafka_config,
             records=self._roots.records,
-            to_record=_source_record,
+            to_record=source_record,
             gone=self._roots.gone,  # a deleted record leaves a reference in the DLQ; a marker is done
         )
         self._roots.reread = self._rereader

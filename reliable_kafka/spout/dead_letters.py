@@ -83,7 +83,7 @@ class DeadLetters:
     _reason_with_attempts: bool
     _attempts: dict[RecordKey, list[Attempt]]
     _bound: list[OutcomeAction]
-    _unconfirmed: list[_DeadLetterWrite]
+    _unconfirmed: list[DeadLetterWrite]
     _gone: set[RecordKey]
     _dead_letter_marks: deque[int]
     _dead_letters_bound: int
@@ -181,9 +181,9 @@ class DeadLetters:
 
     def _park_reference(self, action: OutcomeAction) -> None:
         """Park a reference to a record Kafka deleted while in flight (:func:`park_reference`)."""
-        write = _DeadLetterWrite(None, action)
+        write = DeadLetterWrite(None, action)
 
-        def failed(error: KafkaError | None, message: Message, write: _DeadLetterWrite = write) -> None:
+        def failed(error: KafkaError | None, message: Message, write: DeadLetterWrite = write) -> None:
             if error is not None:
                 log.error("%s: reference to %s[%s]@%s not written (%s); retrying", self.component, *write.key, error)
                 write.failed = True
@@ -217,9 +217,9 @@ class DeadLetters:
         return attempt_headers(self._attempts.get((key, offset), []))
 
     def _park(self, record: SourceRecord, action: OutcomeAction) -> None:
-        write = _DeadLetterWrite(record, action)
+        write = DeadLetterWrite(record, action)
 
-        def failed(error: KafkaError | None, message: Message, write: _DeadLetterWrite = write) -> None:
+        def failed(error: KafkaError | None, message: Message, write: DeadLetterWrite = write) -> None:
             if error is not None:
                 log.error(
                     "%s: dead letter for %s[%s]@%s not written (%s); retrying",
@@ -313,7 +313,7 @@ class DeadLetters:
             self._gone.clear()
 
 
-class _DeadLetterWrite:
+class DeadLetterWrite:
     __slots__ = ("record", "action", "failed")
 
     def __init__(self, record: SourceRecord | None, action: OutcomeAction) -> None:

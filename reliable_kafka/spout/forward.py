@@ -11,12 +11,13 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from reliable_kafka.codec import ANCHORS_HEADER as _ANCHORS
 from reliable_kafka.codec import encode_one_anchor
 from reliable_kafka.core.ids import new_id
+from reliable_kafka.core.kinds import INIT
 from reliable_kafka.errors import AuthorizationError
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.fatal import raise_if_fatal, static_member
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple
-from reliable_kafka.spout.records import _source_record
-from reliable_kafka.spout.shell import _INIT, SpoutShell, TopicPartitionKey
+from reliable_kafka.spout.records import source_record
+from reliable_kafka.spout.shell import SpoutShell, TopicPartitionKey
 
 __all__ = ["ForwardingShell"]
 
@@ -45,7 +46,7 @@ class ForwardingShell(SpoutShell):
                 self._consumer_error(message)
                 continue
             self.stats.read += 1
-            self._process(_source_record(message))
+            self._process(source_record(message))
 
     def _consumer_error(self, message: Message) -> None:
         check_consumed(message, self._consumer, component=self.name)  # refused: stop
@@ -110,7 +111,7 @@ class ForwardingShell(SpoutShell):
                     earlier = tracked.pop(key, None)
                     if earlier is not None:  # registered first: the tracker takes a partition's offsets in order
                         self._roots.track_many(key, earlier[0], earlier[1], 1, earlier[2])
-                    self._process(_source_record(message))
+                    self._process(source_record(message))
                     continue
                 emitted += 1
                 batch = tracked.get(key)
@@ -126,7 +127,7 @@ class ForwardingShell(SpoutShell):
             stats.emitted += emitted
             for key, (offsets, key_roots, kept) in tracked.items():
                 self._roots.track_many(key, offsets, key_roots, 1, kept)
-            self._acks.extend(_INIT, roots, edges)
+            self._acks.extend(INIT, roots, edges)
             if roots:
                 self.output_topics.add(topic)
 
@@ -161,7 +162,7 @@ class ForwardingShell(SpoutShell):
             except (ProducerUnusable, AuthorizationError):
                 raise
             except Exception:  # the handler's error path decides (logs it)
-                self._process(_source_record(message))
+                self._process(source_record(message))
                 continue
             emitted = True
         if emitted:

@@ -27,7 +27,7 @@ from confluent_kafka import TopicPartition
 
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
-from reliable_kafka.core.kinds import OutcomeKind
+from reliable_kafka.core.kinds import COMPLETED, FAILED, OutcomeKind
 from reliable_kafka.core.tracker import ActionKind, InFlightTracker, OutcomeAction, Run
 from reliable_kafka.errors import ArgumentError, DeadLetterGuardTripped, DecodeError
 from reliable_kafka.kafka.outcomes import OutcomeListener
@@ -37,9 +37,9 @@ from reliable_kafka.spout.dead_letters import (
     GONE_REASON,
     POISON_PILL,
     DeadLetters,
+    DeadLetterWrite,
     RecordKey,
     TopicPartitionKey,
-    _DeadLetterWrite,
     check_guard_config,
 )
 from reliable_kafka.spout.root_index import RootIndex
@@ -53,9 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["RootOwner", "HeldRecords", "RootStats", "POISON_PILL", "GONE_REASON", "check_guard_config"]
 
 log = logging.getLogger(__name__)
-_DONE = ActionKind.DONE  # an enum member read through its class is ~0.17 us on 3.11: once per root
-_COMPLETED = OutcomeKind.COMPLETED
-_FAILED = OutcomeKind.FAILED
+_DONE = ActionKind.DONE  # read as a module global, as core/kinds.py says (HOT_KINDS)
 _COMPLETED_VALUE = int(OutcomeKind.COMPLETED)
 _OUTCOME_KIND = tuple(OutcomeKind).__getitem__  # kind value -> member (OutcomeKind(k) costs ~0.8 us)
 
@@ -193,7 +191,7 @@ class RootOwner(DeadLetters):
         self._failure_index: FailureIndex | None = None
         self._started_ms = int(clock.time() * 1000)
         self._bound: list[OutcomeAction] = []  # bound for the DLQ, not written yet
-        self._unconfirmed: list[_DeadLetterWrite] = []  # written, delivery not known yet
+        self._unconfirmed: list[DeadLetterWrite] = []  # written, delivery not known yet
         self._gone: set[RecordKey] = set()  # bound for the DLQ, but Kafka deleted the record: a reference
         self._dead_letter_marks: deque[int] = deque()  # settled count when each dead letter was bound
         self._dead_letters_bound = 0
@@ -263,7 +261,7 @@ class RootOwner(DeadLetters):
         with self._lock:
             if failure is not None:
                 self._local_reasons[root] = failure
-            self.act(self.tracker.on_outcome(root, _FAILED))
+            self.act(self.tracker.on_outcome(root, FAILED))
 
     # --- outcomes -------------------------------------------------------------------------------
 
@@ -279,7 +277,7 @@ class RootOwner(DeadLetters):
                     continue
                 completed: list[int] = []  # a run of COMPLETED roots, done together (in order with the rest)
                 for root, kind in zip(roots, map(_OUTCOME_KIND, kinds.tolist())):
-                    if kind is _COMPLETED:
+                    if kind is COMPLETED:
                         completed.append(root)
                         continue
                     if completed:

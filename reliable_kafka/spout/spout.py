@@ -18,7 +18,7 @@ from reliable_kafka.kafka.produce import release_producer, send_polled
 from reliable_kafka.polling import consume_batch
 from reliable_kafka.spout.forward import ForwardingShell
 from reliable_kafka.spout.records import SourceRecord, SpoutCollector, SpoutStats, forward_to, with_attempt
-from reliable_kafka.spout.records import _source_record as _source_record  # the other spouts import it here
+from reliable_kafka.spout.records import source_record as source_record  # the other spouts import it here
 from reliable_kafka.spout.roots import POISON_PILL
 from reliable_kafka.spout.shell import Guarantee, SpoutShell, TopicPartitionKey
 

@@ -42,7 +42,7 @@ from reliable_kafka.spout.records import SpoutStats, with_attempt
 from reliable_kafka.spout.reread import DELETED, RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import GONE_REASON
 from reliable_kafka.spout.shell import TopicPartitionKey
-from reliable_kafka.spout.spout import SourceRecord, SpoutShell, _source_record
+from reliable_kafka.spout.spout import SourceRecord, SpoutShell, source_record
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
@@ -105,7 +105,7 @@ class TransactionalSpout(SpoutShell):
             kafka_config=self.kafka_config,
             clients=self.clients,
             records=self._roots.records,
-            to_record=_source_record,
+            to_record=source_record,
             gone=self._gone,
             batch_size=self.batch_size,
             clock=self._clock,
@@ -302,7 +302,7 @@ class TransactionalSpout(SpoutShell):
                     self._process(with_attempt(cast(SourceRecord, record), redelivery.attempt))
             for message in messages:
                 round_.read += 1
-                self._process(_source_record(message))
+                self._process(source_record(message))
                 topic, partition, offset = coordinates(message)
                 self._emitted_upto[(topic, partition)] = max(self._emitted_upto.get((topic, partition), 0), offset + 1)
             roots.write_dead_letters()

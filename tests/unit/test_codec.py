@@ -292,7 +292,7 @@ def test_decode_error_can_be_placed_at_coordinates():
 
 def _ack_batch_by_fastavro(raw):
     """The ack batch as fastavro reads it (what decode_ack_batch did before reading in place)."""
-    datum, _ = envelope._decode("ack_batch", raw)
+    datum, _ = envelope.decode_datum("ack_batch", raw)
     return datum
 
 
@@ -332,8 +332,8 @@ def test_ack_batch_read_in_place_agrees_with_fastavro_on_good_and_damaged_bytes(
 def _outcomes_by_fastavro(raw):
     """The outcome batch as fastavro reads it (what decode_outcomes did before reading with NumPy),
     except that a negative enum index is refused: fastavro reads index -1 as the last symbol."""
-    datum, _ = envelope._decode("outcome_batch", raw)
-    indexes, _ = envelope._decode("outcome_batch", raw, schema="outcome_batch_indexed")
+    datum, _ = envelope.decode_datum("outcome_batch", raw)
+    indexes, _ = envelope.decode_datum("outcome_batch", raw, schema="outcome_batch_indexed")
     if any(e["kind"] < 0 for e in indexes["entries"]):
         raise DecodeError("outcome_batch", "negative kind index", raw)
     entries = datum["entries"]
@@ -393,7 +393,7 @@ def test_outcomes_in_other_valid_layouts_go_to_fastavro():
     head = raw[:2]  # version byte, spout 7
     body = raw[3:-1]  # after the block count (one byte: zigzag 80), before the end marker
     half = 2 * (count // 2)  # the roots 1..count are one byte each: two bytes an entry
-    split = head + envelope._zigzag_varint(count // 2) + body[:half] + envelope._zigzag_varint(count - count // 2)
+    split = head + envelope.zigzag_varint(count // 2) + body[:half] + envelope.zigzag_varint(count - count // 2)
     split += body[half:] + b"\x00"
     assert outcome_batch._outcomes_in_place(split) is None
     assert codec.decode_outcomes(split).roots.tolist() == list(range(1, count + 1))

@@ -188,7 +188,7 @@ def test_the_tracker_keeps_the_messages_and_a_redelivery_or_dead_letter_gets_the
     letter gets the record it would have got from the record-by-record path. Done or revoked,
     nothing is kept."""
     from reliable_kafka.core.kinds import OutcomeKind
-    from reliable_kafka.spout.records import SourceRecord, _source_record
+    from reliable_kafka.spout.records import SourceRecord, source_record
 
     producer = RecordingProducer()
     spout = _spout(producer)
@@ -197,14 +197,14 @@ def test_the_tracker_keeps_the_messages_and_a_redelivery_or_dead_letter_gets_the
     roots = list(_init_entries(spout))
     tp = ("src", 0)
     assert [spout.tracker.record(tp, o) for o in range(3)] == messages  # the messages themselves
-    assert spout._roots.records[(tp, 1)] == _source_record(messages[1])
+    assert spout._roots.records[(tp, 1)] == source_record(messages[1])
     assert type(spout._roots.records[(tp, 1)]) is SourceRecord
     spout._roots.on_outcome(roots[1], OutcomeKind.FAILED)
     spout.tracker._clock = lambda: 10**12  # the backoff elapsed
     spout._redeliver_due()
     assert spout.stats.replayed == 1 and len(producer.sent) == 4
     redelivered = spout._roots.records[(tp, 1)]
-    assert redelivered == dataclasses.replace(_source_record(messages[1]), attempt=2)
+    assert redelivered == dataclasses.replace(source_record(messages[1]), attempt=2)
     spout._roots._done_runs(spout.tracker.complete_runs([roots[0]]))
     assert (tp, 0) not in spout._roots.records and sorted(spout._roots.records) == [(tp, 1), (tp, 2)]
     spout._roots.forget(tp)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reliable_kafka.spout.spout import SourceRecord, _source_record
+from reliable_kafka.spout.spout import SourceRecord, source_record
 from reliable_kafka.testing.memory_broker import new_message
 
 
@@ -23,10 +23,10 @@ def test_source_record_matches_the_dataclass(offset, key, value, headers, timest
     message = new_message(
         topic="t", partition=3, offset=offset, key=key, value=value, headers=headers, timestamp=timestamp
     )
-    record = _source_record(message)
+    record = source_record(message)
     expected = SourceRecord("t", 3, offset, key, value, list(headers or []), timestamp[1])
     assert record == expected
-    # every field is set (a field added to SourceRecord must be added to _source_record too)
+    # every field is set (a field added to SourceRecord must be added to source_record too)
     assert {f.name for f in dataclasses.fields(SourceRecord)} == set(vars(record))
     with pytest.raises(dataclasses.FrozenInstanceError):
         record.offset = 1  # still frozen
