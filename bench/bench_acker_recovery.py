@@ -1,7 +1,7 @@
 """Acker rebuild from its own log: how long a fresh acker worker takes to hold M pending roots.
 
 An acker's table is never saved: a restarted or rebalanced worker replays its ack partition from
-the committed low point and folds it again (DESIGN section 4). This bench writes INIT entries for
+the committed low point and folds it again (docs/design.md section 4). This bench writes INIT entries for
 ``--roots`` distinct roots into a one-partition ack topic (records of 2000 packed entries, as
 spouts send them; writing is not timed), then times fresh :class:`AckerWorker` s, each in its own
 consumer group (so it replays from the start), from ``run()`` until all M roots are pending:

@@ -1,7 +1,7 @@
 """The ``floor`` configuration of bench_pipeline: the tracking protocol's own work, written as plain
 confluent-kafka loops, with no library around it.
 
-What every tracked pipeline must do on this client API, whatever library runs it (DESIGN 3 and 4):
+What every tracked pipeline must do on this client API, whatever library runs it (docs/design.md section 3 and 4):
 the spout gives each source record a root and an edge and writes them in the ``rk-anchors`` header
 (v2), sends one INIT record a round, reads its outcome partition and commits a source offset only
 once its tree completed; the split reads each sentence's header and writes each word with a new

@@ -1,4 +1,4 @@
-"""The Kafka ACLs each role of a topology needs, and no more (DESIGN 10).
+"""The Kafka ACLs each role of a topology needs, and no more (docs/design.md section 10).
 
 :data:`TABLE` is the one statement of what a spout, a bolt, a Spark job and an acker do on the
 broker: one row per permission, with the reason. :func:`role_acls` resolves it for a topology,

@@ -1,4 +1,4 @@
-"""One security configuration for every Kafka client, Spark's included (DESIGN 10).
+"""One security configuration for every Kafka client, Spark's included (docs/design.md section 10).
 
 Python clients take librdkafka's settings (``security.protocol``, ``sasl.mechanism``,
 ``sasl.username``, ``sasl.password``, ``ssl.*``) in ``kafka_config``. Spark's Kafka source runs the

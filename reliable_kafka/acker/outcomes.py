@@ -1,6 +1,6 @@
 """How an acker worker's decisions leave it: outcome records to the owning spouts on
 ``<topology>.outcomes``, and commits of the ack partitions that wait for those outcomes to be
-delivered (DESIGN section 4: the committed offset is a snapshot point)."""
+delivered (docs/design.md section 4: the committed offset is a snapshot point)."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ class OutcomePublisher:
         if not offsets:
             return
         try:
-            # outcomes decided below the new low points must be delivered first (DESIGN section 4)
+            # outcomes decided below the new low points must be delivered first (docs/design.md section 4)
             flush_or_raise(self._producer, what=f"{self.name} outcomes", clock=self._clock)
             if self._retry_outcomes or self._quarantine.unsent:  # written again on the next poll
                 return

@@ -1,4 +1,4 @@
-"""The acker worker: a consumer-group member over ``<topology>.acks`` (DESIGN section 4).
+"""The acker worker: a consumer-group member over ``<topology>.acks`` (docs/design.md section 4).
 
 Per assigned partition it folds decoded ack batches into an :class:`AckerTable`, publishes the
 decisions to the owning spouts on ``<topology>.outcomes``, and commits the partition only up to the
@@ -293,7 +293,7 @@ class AckerWorker(OutcomePublisher):
             self._rebuild(failed)
         except KafkaException as exc:
             if fatal_error(exc) is None:
-                self._failed = True  # close() then commits nothing more (DESIGN section 4)
+                self._failed = True  # close() then commits nothing more (docs/design.md section 4)
                 raise
             self._rebuild(client_failed(fatal_error(exc), component=self.name, client="client"))
         except BaseException:
@@ -307,7 +307,7 @@ class AckerWorker(OutcomePublisher):
             raise fenced
 
     def _rebuild(self, failed: ClientFailed) -> None:
-        """New clients after a fatal error (DESIGN section 7.5), as a restarted worker would have.
+        """New clients after a fatal error (docs/design.md section 7.5), as a restarted worker would have.
 
         The tables go and the new consumer replays each ack partition from its committed offset
         (event sourcing): nothing is committed on the way (the old consumer cannot, and what was

@@ -1,4 +1,4 @@
-"""Bolts and the collector API for plain Python consumers (DESIGN section 6)."""
+"""Bolts and the collector API for plain Python consumers (docs/design.md section 6)."""
 
 from reliable_kafka.bolt.runner import BasicBolt, Bolt, BoltCollector, BoltStats, Tuple, TupleBatch
 

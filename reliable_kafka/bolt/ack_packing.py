@@ -3,7 +3,7 @@
 The serial loop keeps, for each tuple it acks, the tuple's one-pair v2 ``rk-anchors`` value (18
 bytes: version 2, length byte 32, root, edge, big-endian) and the tuple's ack val; after the batch
 they are read as NumPy columns at once and added to the ack sender: ``ACK(root, edge ^ ack_val)``,
-exactly the entries ``collector.ack`` would add (DESIGN section 2). A tuple in several trees gets
+exactly the entries ``collector.ack`` would add (docs/design.md section 2). A tuple in several trees gets
 one value per tree, made with :func:`pack_pair`.
 """
 

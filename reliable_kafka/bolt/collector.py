@@ -1,5 +1,5 @@
 """What a bolt's handler sees: the :class:`Tuple` it is given and the collector it emits, acks and
-fails with (DESIGN sections 2 and 6); :mod:`reliable_kafka.bolt.runner` runs them."""
+fails with (docs/design.md sections 2 and 6); :mod:`reliable_kafka.bolt.runner` runs them."""
 
 from __future__ import annotations
 

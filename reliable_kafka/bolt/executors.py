@@ -1,5 +1,5 @@
 """Where a parallel bolt's handler calls run: a pool of threads, one asyncio loop, or a stepped
-queue that a test or the simulation runs one call at a time (DESIGN section 6.1).
+queue that a test or the simulation runs one call at a time (docs/design.md section 6.1).
 
 An executor only runs calls. Each :class:`Call` is run by ``run(call)`` (a plain handler) or
 awaited as ``run_async(call)`` (an ``async def`` handler), both given by the bolt at

@@ -6,7 +6,7 @@ ordering key), the per-partition done offsets (:class:`~reliable_kafka.core.inpu
 and every effect on Kafka. A call never touches the producer or a tuple's ack val: its collector
 (:class:`CallCollector`) records what it asks for (emit, ack, fail, reset_timeout) on one queue,
 and the loop applies those requests in the order each call made them, through the bolt's own
-collector: the ack logic and the exception policy exist once (DESIGN section 6.1). An emit
+collector: the ack logic and the exception policy exist once (docs/design.md section 6.1). An emit
 anchored to a tuple is applied before that tuple's ack, since the call asked for it first.
 """
 

@@ -1,4 +1,4 @@
-"""A secured embedded broker: SASL/SCRAM-SHA-256 for clients, the StandardAuthorizer (DESIGN 10).
+"""A secured embedded broker: SASL/SCRAM-SHA-256 for clients, the StandardAuthorizer (docs/design.md section 10).
 
 Clients connect over SASL_PLAINTEXT (loopback only) with SCRAM-SHA-256 users created when the
 storage is formatted (``StorageTool format --add-scram``); the controller listener uses SASL/PLAIN

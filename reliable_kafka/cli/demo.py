@@ -22,7 +22,7 @@ def _register_sim(subparsers: Subparsers) -> None:
         "sim",
         help="run the seeded simulation of the shipped classes over many seeds (no broker)",
         description="The shipped Spout, BasicBolt and AckerWorker on the in-memory Kafka under a seeded "
-        "scheduler with faults, crashes and rebalances; DESIGN section 8 checked after every step "
+        "scheduler with faults, crashes and rebalances; docs/design.md section 8 checked after every step "
         "(docs/testing.md). Prints each failing seed with its replay command; exits 1 if one failed.",
     )
     shipped_simulation.add_arguments(sim)

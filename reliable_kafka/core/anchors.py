@@ -1,4 +1,4 @@
-"""The XOR edge rule (DESIGN section 2): how emits and acks move a tree's ack val.
+"""The XOR edge rule (docs/design.md section 2): how emits and acks move a tree's ack val.
 
 A tuple being processed is an :class:`Anchored`: the trees it belongs to (root -> its edge id) and
 its ``ack_val``, the XOR of the edges drawn for the children it emitted. Emitting a child anchored

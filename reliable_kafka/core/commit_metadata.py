@@ -2,7 +2,7 @@
 
 A spout commits its commit point (every offset below it is done) with
 ``OffsetAndMetadata.metadata`` naming the offsets already done *above* it, so that a restarted or
-rebalanced spout skips them instead of replaying them (DESIGN section 5).
+rebalanced spout skips them instead of replaying them (docs/design.md section 5).
 
 Layout: ``"rk1:" + urlsafe_base64_without_padding(payload)``, where ``payload`` is a sequence of
 unsigned LEB128 varints::

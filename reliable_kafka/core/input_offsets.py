@@ -3,7 +3,7 @@
 A bolt with many handler calls in flight finishes its records out of order. Its commit point on a
 partition is the smallest offset received and not yet done, or, with nothing pending, the next
 offset after everything seen; offsets never seen (compaction, transaction markers) never block.
-Every offset below the commit point is done (DESIGN section 6.1); the offsets done above it go in
+Every offset below the commit point is done (docs/design.md section 6.1); the offsets done above it go in
 the commit metadata (:mod:`reliable_kafka.core.commit_metadata`) so that a restarted bolt skips
 them, and are read back on assign as ``done_above``.
 

@@ -8,7 +8,7 @@ facts per Kafka partition, in columns (``reliable_kafka.core.pending``) instead 
   the shell declared it done at once (untracked, no tuples, at-most-once);
 * the **commit point** of a partition is its smallest pending offset, or, when nothing is pending,
   the consumer's position (highest offset seen + 1). Offsets never seen (compaction, transaction
-  markers) never block. Hence invariant 1 of DESIGN section 8: every offset below a commit point
+  markers) never block. Hence invariant 1 of docs/design.md section 8: every offset below a commit point
   is done;
 * FAILED and TIMED_OUT trees are redelivered after a backoff with a new root, up to
   ``max_retries`` times, then dead-lettered;
@@ -127,7 +127,7 @@ def _out_of_order(tp: TopicPartition, offset: int, position: int) -> ArgumentErr
     return ArgumentError(
         f"emitted {tp}@{offset}: offset {offset} is not pending and lies below {position}, the next offset after "
         "every one registered or done: registered out of offset order, it could be one the commit point has "
-        "already passed (committing it as done, DESIGN invariant 1). Register a partition's records in the "
+        "already passed (committing it as done, docs/design.md, invariant 1). Register a partition's records in the "
         "order they were consumed (only redeliveries of pending offsets may come later), or assign() the "
         "partition again from a committed offset at or below it to read it again."
     )

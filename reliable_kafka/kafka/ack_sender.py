@@ -109,7 +109,7 @@ class AckSender:
         return sent
 
     def _delivered(self, error: KafkaError | None, message: Message) -> None:
-        check_delivery(error, message, self.producer)  # refused: the component stops (DESIGN 10)
+        check_delivery(error, message, self.producer)  # refused: the component stops (docs/design.md section 10)
         if error is not None:
             log.error("ack batch to %s[%s] not delivered: %s", self.acks_topic, message.partition(), error)
             self.delivery_errors.append(error)

@@ -40,7 +40,7 @@ def replication_for(
     *,
     timeout: float = 30.0,
 ) -> Replication:
-    """The replication of new topology topics (DESIGN section 7.5): ``replication_factor``, else
+    """The replication of new topology topics (docs/design.md section 7.5): ``replication_factor``, else
     min(3, brokers); ``min_insync_replicas``, else min(2, factor). Three copies with two in sync
     survive one broker down without refusing an ``acks=all`` write, as Kafka's own internal topics
     are set up on a production cluster; a single-broker cluster gets one copy."""

@@ -3,7 +3,7 @@
 A refusal is not a transient fault: retrying it forever hides it, and treating it as a failed
 tuple diverts the stream to the dead-letter topic. So delivery reports, consumer errors and admin
 answers are checked here, and a refusal stops the component with the permission, the resource and
-the principal named (DESIGN 10). Clients made by :mod:`~reliable_kafka.kafka.clients` and
+the principal named (docs/design.md section 10). Clients made by :mod:`~reliable_kafka.kafka.clients` and
 :func:`~reliable_kafka.kafka.admin.admin_client` carry ``principal`` and ``component`` attributes
 for these messages; other clients get a generic wording. :func:`apply_acls` grants a role's
 permissions (``reliable-kafka acls --apply``).

@@ -7,7 +7,7 @@ hands out one error event (``_FATAL``) and fails every later commit, subscribe o
 else happens. A lone static member gets fenced this way when its group coordinator moves: its
 session times out while the coordinator is away, and its own rejoin fences it (seen with librdkafka
 2.x on a three-broker cluster after SIGKILL of the coordinator). A component that only logged the
-error would idle for good, and an idle acker turns every tree into a timeout (DESIGN section 7.5).
+error would idle for good, and an idle acker turns every tree into a timeout (docs/design.md section 7.5).
 
 The policy, one place for every component:
 

@@ -95,7 +95,7 @@ class OutcomeListener:
 
     def _rebuild(self, failed: ClientFailed) -> None:
         """A new consumer after a fatal error, assigned where the old one stood: every outcome
-        before ``_next`` was delivered, none after it is missed (DESIGN section 7.5)."""
+        before ``_next`` was delivered, none after it is missed (docs/design.md section 7.5)."""
         self._rebuilds.allow(failed)  # raises past its limit: the spout or Spark driver stops
         old, self._consumer = self._consumer, None
         try:

@@ -1,6 +1,6 @@
 """Quarantine and dead-letter writes: a record is parked with the ``rk-parked`` header, never lost.
 
-Parking never raises because of the record (DESIGN 3, 4): one too large to copy is parked as a
+Parking never raises because of the record (docs/design.md section 3, 4): one too large to copy is parked as a
 reference, and a copy that failed is written again.
 """
 

@@ -1,4 +1,4 @@
-"""Operators' tools (DESIGN section 9): status snapshots, verdicts, Prometheus metrics, a live page.
+"""Operators' tools (docs/design.md section 9): status snapshots, verdicts, Prometheus metrics, a live page.
 
 - :mod:`.snapshot`: a read-only view of a running component's counters;
 - :mod:`.reporter`: publishes snapshots to ``<topology>.status`` and serves ``/metrics``;

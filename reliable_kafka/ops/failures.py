@@ -309,7 +309,7 @@ class FailureIndex:
                 self._catch_up()
             except Exception as exc:  # a missing topic or an away broker: the reason stays unknown
                 if isinstance(exc, AuthorizationError):
-                    raise  # a missing permission: the spout stops and says which (DESIGN 10)
+                    raise  # a missing permission: the spout stops and says which (docs/design.md section 10)
                 log.warning("failure records of %s not read: %s", self.topic, exc)
             self._caught_up = self._clock.monotonic()
         return {root: self._by_root.pop(root) for root in roots if root in self._by_root}

@@ -1,4 +1,4 @@
-"""PySpark Structured Streaming jobs as members of tuple trees (DESIGN section 7).
+"""PySpark Structured Streaming jobs as members of tuple trees (docs/design.md section 7).
 
 The only subpackage that imports pyspark (lazily: importing it starts no JVM).
 

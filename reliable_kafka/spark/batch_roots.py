@@ -1,4 +1,4 @@
-"""A Spark spout's micro-batch made roots in the driver (DESIGN 7.1 and 7.2), two ways, same ids.
+"""A Spark spout's micro-batch made roots in the driver (docs/design.md section 7.1 and 7.2), two ways, same ids.
 
 * **From offset ranges** (stream batches): Spark's Kafka source reads exactly ``[start, end)`` per
   partition, and its offset log planned those ranges before the batch ran (``offsets/<id>``: the

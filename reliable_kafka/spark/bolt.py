@@ -5,8 +5,8 @@ outputs are anchored to the inputs they derive from and trees pass through Spark
 Python bolt. Per micro-batch: (1) records whose header does not decode are counted and copied to
 ``<topology>.quarantine`` (they are skipped: their trees time out upstream and replay); (2) the
 transform runs and Spark's own Kafka sink writes the outputs, each anchored to its inputs' roots
-with fresh child edges whose XOR per root the same write reports (``writer.write_in_jvm``, DESIGN
-7.2; rows failed with ``rk_fail`` fail their roots); (3) after the write succeeded the driver acks
+with fresh child edges whose XOR per root the same write reports (``writer.write_in_jvm``, docs/design.md
+section 7.2; rows failed with ``rk_fail`` fail their roots); (3) after the write succeeded the driver acks
 every input's own edges, folded with those XORs. A batch whose transform or write fails fails its
 inputs' roots (Storm's ``collector.fail``), so the spouts redeliver them.
 

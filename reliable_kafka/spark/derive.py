@@ -1,4 +1,4 @@
-"""Root and edge ids derived from a per-batch salt and a record's coordinates (DESIGN 7.1).
+"""Root and edge ids derived from a per-batch salt and a record's coordinates (docs/design.md section 7.1).
 
 Spark may compute a batch's DataFrame more than once (a cache eviction, a retried stage, a second
 action). Ids drawn at random inside it would differ between computations, and the INIT the driver

@@ -1,7 +1,7 @@
 """What Spark spouts and Spark bolts share: the streaming query, the writer, the driver's acks.
 
 A job is one Structured Streaming query over Spark's Kafka source whose ``foreachBatch`` runs the
-tracking of DESIGN 7.1 around the user's ``transform``. Subclasses decide where a batch's anchors
+tracking of docs/design.md section 7.1 around the user's ``transform``. Subclasses decide where a batch's anchors
 come from (fresh roots for a spout, the ``rk-anchors`` header for a bolt).
 """
 
@@ -151,7 +151,7 @@ class SparkJob:
         self.kafka_config = client_config(
             kafka_config, consumer_config=consumer_config, producer_config=producer_config
         )
-        # Security settings of kafka_config reach Spark's Kafka reader too (DESIGN 10).
+        # Security settings of kafka_config reach Spark's Kafka reader too (docs/design.md section 10).
         self.spark_kafka_options = {
             "kafka.isolation.level": "read_committed",
             **spark_security_options(self.kafka_config),
@@ -330,7 +330,7 @@ class SparkJob:
         self, inputs: DataFrame | Callable[[], DataFrame], salt: int, *, batch: DataFrame | None = None
     ) -> tuple[int, int, tuple[Any, Any]]:
         """Run the transform and write its outputs through Spark's Kafka sink (``writer.write_in_jvm``,
-        DESIGN 7.2); (outputs written, rows failed with ``rk_fail``, children). ``children`` is (roots,
+        docs/design.md section 7.2); (outputs written, rows failed with ``rk_fail``, children). ``children`` is (roots,
         XOR of their child edges) as int64 arrays, observed during the write, which the caller must
         fold into the inputs' final acks (:func:`final_acks`). Rows failed with ``rk_fail`` are
         observed in the same write; their failure records and FAIL entries are sent (flushed) before
@@ -506,7 +506,7 @@ def offsets_json(offsets: dict[tuple[str, int], int]) -> str:
 
 def final_acks(inputs: list[tuple[int, int]] | np.ndarray, children: tuple[Any, Any]) -> list[tuple[int, int]]:
     """The inputs' own (root, edge) pairs folded with their children's XOR (roots, xors): one ACK
-    entry per root, whose val cancels both the inputs' edges and the children's (DESIGN 7.2).
+    entry per root, whose val cancels both the inputs' edges and the children's (docs/design.md section 7.2).
     ``inputs``: a list of pairs or an (n, 2) int64 array (a batch's pairs already folded in Spark)."""
     roots, vals = final_ack_columns(inputs, children)
     return list(zip(roots, vals))

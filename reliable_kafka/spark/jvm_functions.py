@@ -1,5 +1,5 @@
 """reliable-kafka's own Spark functions in Java (``jvm/*.java``), for the per-row work of the JVM
-output path (``writer.write_in_jvm``, DESIGN 7.2) that Spark SQL can only do slowly:
+output path (``writer.write_in_jvm``, docs/design.md section 7.2) that Spark SQL can only do slowly:
 
 - ``rk_anchors_v2(root, edge)``: the one-pair ``rk-anchors`` v2 header (18 bytes), where SQL goes
   through hex strings (ANSI mode refuses ``CAST(bigint AS binary)``);

@@ -2,7 +2,7 @@
 
 Only the group's commit says what is done; Spark's checkpoint says where Spark resumes reading.
 Records between the two that the commit metadata does not list as done were handed to an earlier
-incarnation and may not have completed: the spout processes them again first (DESIGN 7.1, Restart).
+incarnation and may not have completed: the spout processes them again first (docs/design.md section 7.1, Restart).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A Spark Structured Streaming job as a spout: every source record it reads is a root.
 
 Spark's Kafka source and micro-batch engine do the reading; ``foreachBatch`` adds tracking
-(DESIGN 7 and 7.1). Per batch the driver
+(docs/design.md section 7 and 7.1). Per batch the driver
 
 1. derives each record's root and edge from a fresh salt (``reliable_kafka.spark.derive``): for
    a stream batch in NumPy from its offset ranges in Spark's offset log, otherwise collected as

@@ -1,5 +1,5 @@
 """Writing a batch's outputs with their anchors through Spark's own Kafka sink (``write_in_jvm``,
-DESIGN 7.2): no output row passes through Python; the driver learns each root's XOR of child edges
+docs/design.md section 7.2): no output row passes through Python; the driver learns each root's XOR of child edges
 from the write itself and folds it into the inputs' final acks.
 """
 
@@ -24,7 +24,7 @@ __all__ = ["in_session", "release_observations", "v2_write_session", "write_in_j
 log = logging.getLogger(__name__)
 
 
-# --- the JVM output path (DESIGN 7.2) ---------------------------------------------------------------
+# --- the JVM output path (docs/design.md section 7.2) ---------------------------------------------------------------
 #
 # No output row passes through Python, and the outputs are computed once, by the write itself.
 # ``write_in_jvm``:
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 # checks the count under retries, on both paths.
 # Child edges are distinct within a root: row ids are unique in the job and roots unique within a
 # row, so two edges of one root are equal only if xxhash64 collides (about 2^-64 a pair, the odds
-# DESIGN 2 accepts for any XOR coincidence).
+# docs/design.md section 2 accepts for any XOR coincidence).
 
 ROW_ID = "rk_row"
 CHILDREN = "rk_children"
@@ -100,7 +100,7 @@ def pairs_bytes_sql(pairs: str) -> str:
 
 def anchors_header_v2_sql(pairs: str, body: str | None = None) -> str:
     """SQL: ``rk-anchors`` v2 of an ``array<struct<root, edge>>`` expression: 0x02, then Avro
-    ``bytes`` (zigzag varint of 16n, then n big-endian int64 pairs; DESIGN 3). ``body``: an
+    ``bytes`` (zigzag varint of 16n, then n big-endian int64 pairs; docs/design.md section 3). ``body``: an
     expression already holding :func:`pairs_bytes_sql` of ``pairs``. One pair: 0x02 0x20 root edge."""
     body = body or pairs_bytes_sql(pairs)
     zigzag = f"CAST(size({pairs}) AS BIGINT) * 32"  # 2 * 16n: non-negative, so zigzag doubles it

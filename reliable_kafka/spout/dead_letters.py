@@ -1,5 +1,5 @@
 """The dead-letter path of :class:`~reliable_kafka.spout.roots.RootOwner`: the guard, the writes to
-``<topology>.dlq`` and their confirmation (DESIGN 5 and 9).
+``<topology>.dlq`` and their confirmation (docs/design.md section 5 and 9).
 
 Dead letters take three steps, so that each spout confirms them its own way: :meth:`act` binds a
 record for the DLQ (the guard counts it), :meth:`write_dead_letters` parks it, and

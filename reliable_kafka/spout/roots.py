@@ -1,7 +1,7 @@
 """The roots a spout owns: the one core that the Python, transactional and Spark spouts compose.
 
 A spout reads source records and commits; everything between is the same for all three and lives
-here (DESIGN 5 and 9): the in-flight tracker, the outcome listener, acting on outcomes (done,
+here (docs/design.md section 5 and 9): the in-flight tracker, the outcome listener, acting on outcomes (done,
 redeliver, dead-letter), why an attempt failed (``reliable_kafka.ops.failures``), the dead-letter
 writes and their guard, the root index that ``reliable-kafka trace`` reads, and the commit point
 with its metadata. A spout tells :class:`RootOwner` only what differs: how a record it no longer

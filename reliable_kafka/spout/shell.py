@@ -1,5 +1,5 @@
 """What both Python spouts are made of (:class:`SpoutShell`): configuration, the handler and its
-collector, the clients, emission, and the root-owning core (DESIGN section 5)."""
+collector, the clients, emission, and the root-owning core (docs/design.md section 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The spout: source topics in, tracked tuple trees out (DESIGN section 5).
+"""The spout: source topics in, tracked tuple trees out (docs/design.md section 5).
 
 Each source record becomes the root of a tree: the user's handler emits tuples anchored to it (by
 default the record itself, forwarded to ``emit_to``), the spout sends one INIT for the root, and

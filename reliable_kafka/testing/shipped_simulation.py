@@ -8,7 +8,7 @@ transactions, and outages: a burst of every kind at once, as a broker restart lo
 clients), crashes with restarts at any step (redeliveries: the duplicates the contract allows),
 and expired consumer sessions (rebalances). Plain bolts may be parallel (a parallelism and an
 ordering chosen per seed): their handler calls wait in a :class:`SteppedCalls` until the scheduler
-finishes them, in any order. After every step it checks DESIGN section 8 from the
+finishes them, in any order. After every step it checks docs/design.md section 8 from the
 logs alone:
 
 1. no loss: every source offset below the spouts' committed offset completed (an acker published

@@ -1,4 +1,4 @@
-"""The simulation's checker: DESIGN section 8's invariants, read from the in-memory Kafka's logs alone.
+"""The simulation's checker: docs/design.md section 8's invariants, read from the in-memory Kafka's logs alone.
 
 It reads on from where it stopped after every step (the records a ``read_committed`` consumer
 sees) and holds what the logs say: the roots written per source record, the reference acker's

@@ -1,6 +1,6 @@
 """An acker worker that dies of an error loses no outcome; the ack topic's timestamps (issue 9).
 
-DESIGN section 4: never commit past a record that was read but not folded, and a worker that dies
+docs/design.md section 4: never commit past a record that was read but not folded, and a worker that dies
 of an error commits nothing on its way out beyond what was safe before the error.
 """
 

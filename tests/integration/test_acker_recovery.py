@@ -1,4 +1,4 @@
-"""Acker recovery from its own log (issue 5, item 1; DESIGN sections 4 and 8).
+"""Acker recovery from its own log (issue 5, item 1; docs/design.md sections 4 and 8).
 
 An acker worker's table is never saved: the committed offset on each ack partition is the
 smallest first offset of a pending root, and whoever owns the partition next (a restart, or

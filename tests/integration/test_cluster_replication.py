@@ -1,5 +1,5 @@
-"""Topology topics on three brokers: three copies and ``min.insync.replicas`` 2 by default (DESIGN
-section 7.5), from ``ensure_topics``, ``AckerWorker`` and ``reliable-kafka topics``; a warning for an
+"""Topology topics on three brokers: three copies and ``min.insync.replicas`` 2 by default
+(docs/design.md section 7.5), from ``ensure_topics``, ``AckerWorker`` and ``reliable-kafka topics``; a warning for an
 existing topology topic with fewer copies than the cluster allows."""
 
 from __future__ import annotations

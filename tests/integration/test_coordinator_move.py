@@ -1,4 +1,4 @@
-"""Liveness when the ackers' group coordinator moves (DESIGN sections 7.5 and 8.3), on three brokers.
+"""Liveness when the ackers' group coordinator moves (docs/design.md sections 7.5 and 8.3), on three brokers.
 
 One named acker (``reliable-kafka acker --name``: static membership), one named bolt and one spout
 run as separate processes while records flow; the broker that coordinates the ackers' group is

@@ -1,4 +1,4 @@
-"""``reliable-kafka lag`` against the real broker: the true figure beside Kafka's (DESIGN 5)."""
+"""``reliable-kafka lag`` against the real broker: the true figure beside Kafka's (docs/design.md section 5)."""
 
 from __future__ import annotations
 

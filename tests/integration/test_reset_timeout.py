@@ -1,4 +1,4 @@
-"""RESET_TIMEOUT reaches the owning spout (issue 9 item 5, DESIGN sections 4 and 5).
+"""RESET_TIMEOUT reaches the owning spout (issue 9 item 5, docs/design.md sections 4 and 5).
 
 A bolt that works long on one tuple keeps its tree alive with ``reset_timeout``. The acker pushes
 its own deadline and, as Storm's acker does, tells the owning spout, whose backstop timer

@@ -1,5 +1,5 @@
 """A secured embedded broker (SASL/SCRAM-SHA-256, StandardAuthorizer) and the trust model of
-DESIGN 10: a principal without WRITE on the ack topic cannot forge an ack; a member can."""
+docs/design.md section 10: a principal without WRITE on the ack topic cannot forge an ack; a member can."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Least privilege on a secured broker (DESIGN 10): each role runs with exactly the ACLs that
+"""Least privilege on a secured broker (docs/design.md section 10): each role runs with exactly the ACLs that
 `reliable-kafka acls` grants it, under its own principal, with no authorization denial in the
 broker log; a missing permission stops the component with an AuthorizationError naming it, and
 nothing goes to the dead-letter topic; an outsider cannot forge an ack."""

@@ -1,4 +1,4 @@
-"""SparkBolt: trees pass through Spark jobs and Python bolts alike (DESIGN 7, 2, 3)."""
+"""SparkBolt: trees pass through Spark jobs and Python bolts alike (docs/design.md section 7, 2, 3)."""
 
 from __future__ import annotations
 

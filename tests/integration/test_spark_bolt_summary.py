@@ -1,5 +1,5 @@
 """The Spark bolt's batch summary (reliable_kafka.spark.bolt.input_summary), computed in Spark,
-against the per-record Python the driver ran before (DESIGN 7.2: the driver handles batches in
+against the per-record Python the driver ran before (docs/design.md section 7.2: the driver handles batches in
 columns): the same final acks, ends, and counts. Spark in local mode, no broker."""
 
 from __future__ import annotations

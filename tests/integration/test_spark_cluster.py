@@ -1,4 +1,4 @@
-"""A SparkSpout on a real Spark standalone cluster on loopback (DESIGN 7.3, 8).
+"""A SparkSpout on a real Spark standalone cluster on loopback (docs/design.md section 7.3, 8).
 
 The suite starts a master and two workers (1 core, 1g each) with pyspark's own ``spark-class``;
 the driver is ``spark_driver_script.py`` submitted with ``reliable-kafka spark-submit --master

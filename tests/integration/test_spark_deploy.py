@@ -1,4 +1,4 @@
-"""Spark beyond a session made in the test process (DESIGN 7.3).
+"""Spark beyond a session made in the test process (docs/design.md section 7.3).
 
 - ``reliable-kafka spark-submit`` runs an application under spark-submit with the connector added,
   and ``spark_session()`` keeps the master spark-submit was given; plain spark-submit without the

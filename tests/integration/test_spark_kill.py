@@ -1,4 +1,4 @@
-"""Kill the Spark driver (SIGKILL) mid-run and restart it on the same checkpoint (DESIGN 8.1, 8.4).
+"""Kill the Spark driver (SIGKILL) mid-run and restart it on the same checkpoint (docs/design.md section 8.1, 8.4).
 
 The driver is its own process (spark_driver_script.py). While it runs, the test samples the
 job's committed offsets; at the end it checks that no record was lost (every source record has

@@ -1,4 +1,4 @@
-"""SparkSpout against a real broker and acker, Spark in local mode (DESIGN 7, 7.1, 8).
+"""SparkSpout against a real broker and acker, Spark in local mode (docs/design.md section 7, 7.1, 8).
 
 One SparkSession for the module, ``local[2,3]``: two cores, and a failed task is retried (local
 mode ignores ``spark.task.maxFailures``). The task-retry test arms a failpoint in the JVM output

@@ -55,7 +55,7 @@ def observed_write(rows) -> tuple[int, dict[int, int]]:
 
 
 def v2_header(pairs) -> bytes:
-    """DESIGN 3's v2 layout by hand: 0x02, zigzag varint of 16n, n big-endian (root, edge)."""
+    """docs/design.md section 3's v2 layout by hand: 0x02, zigzag varint of 16n, n big-endian (root, edge)."""
     zigzag, out = 32 * len(pairs), bytearray([2])
     while True:
         byte, zigzag = zigzag & 0x7F, zigzag >> 7

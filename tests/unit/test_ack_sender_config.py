@@ -1,4 +1,4 @@
-"""Ack senders refuse a kafka_config that could write an ack record twice (DESIGN 3).
+"""Ack senders refuse a kafka_config that could write an ack record twice (docs/design.md section 3).
 
 A duplicated INIT record completes its trees before any ack (XOR cancels); a duplicated ACK
 record makes them time out. Every component that sends ack events refuses such a configuration

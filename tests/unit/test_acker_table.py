@@ -474,7 +474,7 @@ def test_owner_index_stays_one_byte_when_a_compaction_makes_room():
 
 
 def random_trees(rnd: random.Random, n_roots: int):
-    """Events of random tuple trees built with the edge rule (DESIGN section 2)."""
+    """Events of random tuple trees built with the edge rule (docs/design.md section 2)."""
 
     def fresh() -> int:
         return to_int64(rnd.getrandbits(64) or 1)
@@ -743,7 +743,7 @@ def test_fold_records_decides_as_folding_one_by_one(records, timeout):
 
 
 def traffic(rnd: random.Random, n_roots: int):
-    """Records of tree traffic (DESIGN section 2) with what real streams hold besides: a FAIL in
+    """Records of tree traffic (docs/design.md section 2) with what real streams hold besides: a FAIL in
     place of some acks with the sibling's ACK after it, a FAIL before its INIT, RESET_TIMEOUTs,
     duplicated records, and time steps that let roots time out. (entries, sender, dt) each."""
     events, _ = random_trees(rnd, n_roots)

@@ -1,5 +1,5 @@
 """A basic bolt's batch loop: its one-tree emit path and the acks it packs once per batch keep the
-XOR rule (DESIGN 2) exactly as the per-tuple ``collector.ack`` and ``anchor_child`` do."""
+XOR rule (docs/design.md section 2) exactly as the per-tuple ``collector.ack`` and ``anchor_child`` do."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A basic bolt's ``batch_handler``: one call per consumed batch, records in columns, tuples made on
 demand. Its acks, fails, quarantines, offsets and counters are those of the per-tuple handler doing
-the same work, and the XOR rule (DESIGN 2) holds for the children it emits."""
+the same work, and the XOR rule (docs/design.md section 2) holds for the children it emits."""
 
 from __future__ import annotations
 

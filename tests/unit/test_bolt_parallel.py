@@ -1,4 +1,4 @@
-"""Parallel bolts (DESIGN 6.1) on the in-memory Kafka: per-key order, a commit that never passes a
+"""Parallel bolts (docs/design.md section 6.1) on the in-memory Kafka: per-key order, a commit that never passes a
 tuple not done, bounded in-flight, failure isolation, revoke and close mid-flight, async handlers
 and a rich bolt acking from another thread. Calls are finished out of order by a seeded
 :class:`SteppedCalls` (no timing), or run on the real thread pool and asyncio loop."""

@@ -1,4 +1,4 @@
-"""A spout's emits keep the XOR rule (DESIGN 2): each tuple carries ``{root: edge}`` with a fresh
+"""A spout's emits keep the XOR rule (docs/design.md section 2): each tuple carries ``{root: edge}`` with a fresh
 edge, and the root's INIT entry is the XOR of its tuples' edges, on the one-tree fast path (no
 headers of the user's) and on the general path (the record's own headers forwarded)."""
 

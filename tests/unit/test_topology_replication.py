@@ -1,4 +1,4 @@
-"""How many copies new topology topics get (DESIGN section 7.5): min(3, brokers), min.insync.replicas
+"""How many copies new topology topics get (docs/design.md section 7.5): min(3, brokers), min.insync.replicas
 min(2, copies), unless given; wrong values are a ConfigError naming them."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import org.apache.spark.unsafe.Platform;
 
 /**
  * reliable-kafka's per-row work on Spark's side of the output path (reliable_kafka.spark.writer,
- * DESIGN 7.2), where Spark SQL has no cheap built-in: a long as 8 big-endian bytes (ANSI mode
+ * docs/design.md section 7.2), where Spark SQL has no cheap built-in: a long as 8 big-endian bytes (ANSI mode
  * refuses CAST(bigint AS binary)) and a per-key XOR that an observation can carry to the driver.
  *
  * <ul>
