@@ -21,8 +21,13 @@ from reliable_kafka.errors import ArgumentError
 
 TPS = [("orders", 0), ("orders", 1)]
 BACKOFF = Backoff(initial_ms=10, multiplier=2, max_ms=50)
-KINDS = {"failed": OutcomeKind.FAILED, "timed_out": OutcomeKind.TIMED_OUT, "reset": OutcomeKind.RESET_TIMEOUT}
-KINDS["completed"] = OutcomeKind.COMPLETED
+KINDS = {
+    "failed": OutcomeKind.FAILED,
+    "timed_out": OutcomeKind.TIMED_OUT,
+    "reset": OutcomeKind.RESET_TIMEOUT,
+    "completed": OutcomeKind.COMPLETED,
+}
+ACTION_FIELDS = ("kind", "tp", "offset", "attempt", "reason", "due_ms", "root")  # OutcomeAction's
 
 
 class _Clock:
@@ -55,8 +60,6 @@ def _observed(tracker, tps):
 
 def _expected(model, tps):
     """The same from the model."""
-    held = [(tp, o) for tp, part in model.parts.items() for o, e in part.pending.items() if e.record is not None]
-    in_flight = len(model.roots)
     return {
         "points": model.commit_points(),
         "partitions": sorted(model.parts),
@@ -64,9 +67,9 @@ def _expected(model, tps):
         "pending": {tp: model.pending_offsets(tp) for tp in tps},
         "unsettled": {tp: model.unsettled(tp) for tp in tps},
         "summary": model.pending_summary(),
-        "roots": in_flight,
-        "over_max_pending": model.max_pending is not None and in_flight >= model.max_pending,
-        "records_held": sorted(held),
+        "roots": len(model.roots),
+        "over_max_pending": model.over_max_pending(),
+        "records_held": model.records_held(),
         "stats": model.stats,
         "by_reason": model.by_reason,
         "first_unseen": {tp: model.first_unseen(tp) for tp in tps},
@@ -76,10 +79,7 @@ def _expected(model, tps):
 
 
 def _action(action):
-    return None if action is None else tuple(getattr(action, f) for f in _ACTION_FIELDS)
-
-
-_ACTION_FIELDS = ("kind", "tp", "offset", "attempt", "reason", "due_ms", "root")
+    return None if action is None else tuple(getattr(action, f) for f in ACTION_FIELDS)
 
 
 def _call(fn, *args, **kwargs):
@@ -239,7 +239,7 @@ def _pick(roots, model, i):
 def _pick_offset(model, tp, i, *states):
     """``(tp, offset)`` for a dead-letter step: even ``i`` a pending offset of any partition in one of
     ``states`` (if any), as a shell that acts on the tracker's actions; odd ``i`` ``tp`` and one of 0..20."""
-    found = sorted((t, o) for t, part in model.parts.items() for o, e in part.pending.items() if e.state in states)
+    found = model.pending_in(*states)
     return found[i // 2 % len(found)] if i % 2 == 0 and found else (tp, i // 2)
 
 

@@ -239,6 +239,18 @@ class TrackerModel:
         part = self.parts.get(tp)
         return 0 if part is None else max(part.first_new() or 0, part.restored_above)
 
+    def pending_in(self, *states):
+        """``(tp, offset)`` of the pending offsets in one of ``states``, sorted."""
+        return sorted((tp, offset) for state in states for tp, offset, _ in self._entries(state))
+
+    def records_held(self):
+        return sorted(
+            (tp, o) for tp, part in self.parts.items() for o, e in part.pending.items() if e.record is not None
+        )
+
+    def over_max_pending(self):
+        return self.max_pending is not None and len(self.roots) >= self.max_pending
+
     def pending_offsets(self, tp):
         return sorted(self.parts[tp].pending) if tp in self.parts else []
 
