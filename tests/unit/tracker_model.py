@@ -57,7 +57,9 @@ class Partition:
         return point
 
     def first_new(self) -> int | None:
-        """An offset below this is registered only again while it is pending (a re-emission)."""
+        """Registering an offset below this is refused unless it is pending (a re-emission): past
+        every offset committed, registered or done, and past the commit point (which may have moved
+        over offsets restored as done; those not passed yet may still be registered)."""
         point = self.commit_point()
         return None if point is None else max(point, self.position or 0)
 
