@@ -54,7 +54,11 @@ if __name__ == "__main__":
                 lambda: (
                     committed_offsets(bootstrap, "wordcount-spout", "sentences") == end_offsets(bootstrap, "sentences")
                 ),
-                timeout=120,
+                timeout=300,  # seconds on an idle machine; a busy one may need minutes
                 what="all sentences done",
+                progress=lambda: (
+                    f"committed {committed_offsets(bootstrap, 'wordcount-spout', 'sentences')}, "
+                    f"spout {components[1].stats}, tracker {components[1].tracker.stats}"
+                ),
             )
         print(dict(counts.most_common()))

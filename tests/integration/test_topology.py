@@ -438,7 +438,7 @@ def test_word_count_example_runs_as_a_script():
         [sys.executable, str(script)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=420,  # the script waits up to 300 s for its sentences
         env={**os.environ, "PYTHONPATH": str(script.parents[1])},
     )
     assert done.returncode == 0, done.stderr[-2000:]
