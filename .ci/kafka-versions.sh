@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The integration core on every tested Kafka release other than the default (the main suite ran on
-# that one): topology, acker recovery, bad input, transactions and the Spark source, each on an
-# embedded broker of that version (RK_KAFKA_VERSION; its jars resolved by Maven on first use), and
+# that one): the topology (spouts, bolts, ackers, DLQ, replays, rebalances), transactions and the
+# Spark source, each on an embedded broker of that version (RK_KAFKA_VERSION; its jars resolved by Maven on first use), and
 # the check that tells a broker's release (test_broker_versions.py).
 # One version at a time (a broker each); a skipped test fails the stage, as a skip would hide a
 # version the core does not run on.
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 ./rk --help >/dev/null  # the venv
 python=${RK_VENV:-.venv}/bin/python
 versions=${RK_CI_KAFKA_VERSIONS:-$("$python" -c 'from reliable_kafka.jars import KAFKA_VERSION, TESTED_KAFKA_VERSIONS as T; print(" ".join(v for v in T if v != KAFKA_VERSION))')}
-core=${RK_CI_KAFKA_CORE:-tests/integration/test_broker_versions.py tests/integration/test_topology.py tests/integration/test_acker_recovery.py tests/integration/test_bad_input.py tests/integration/test_transactional.py tests/integration/test_spark_spout.py}
+core=${RK_CI_KAFKA_CORE:-tests/integration/test_broker_versions.py tests/integration/test_topology.py tests/integration/test_transactional.py tests/integration/test_spark_spout.py}
 log=$(mktemp -t rk-kafka-versions.XXXXXX)
 trap 'rm -f "$log"' EXIT
 for version in $versions; do
