@@ -216,13 +216,15 @@ def test_a_blocked_bolt_shows_its_true_lag_the_same_as_the_lag_command(kafka_boo
                 agrees, timeout=60, what="status and `reliable-kafka lag` agree", detail=lambda: f"{reports.detail()}"
             )
             assert tool >= 100
+
             # the snapshot says the same (its figures go to /metrics): read by the reporter thread
             # from the broker while the bolt's own loop is blocked
+            def snapshot_lag() -> int | None:  # None while a partition's lag is not read yet
+                lags = [p["lag"] for p in read_snapshots(kafka_bootstrap, topology)[split.name]["partitions"]]
+                return None if None in lags else sum(lags)
+
             _wait(
-                lambda: (
-                    sum(p["lag"] for p in read_snapshots(kafka_bootstrap, topology)[split.name]["partitions"])
-                    == lag_command()
-                ),
+                lambda: snapshot_lag() == lag_command(),
                 timeout=60,
                 what="the blocked bolt's snapshot shows the lag the broker gives",
                 detail=lambda: str(read_snapshots(kafka_bootstrap, topology)[split.name]["partitions"]),
