@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.ops.errors import last_error_of
@@ -80,14 +80,20 @@ def _consumer_partitions(consumer: Consumer | None) -> list[Partition]:
 
 def _lag(partitions: list[Partition], start_at: str = "committed") -> int | None:
     """Records between ``start_at`` (the group's committed offset, or the consumer's position) and
-    the end, summed (None: unknown); a partition without a committed offset counts from the position."""
+    the end, summed (None: unknown); a partition without one counts as :func:`_partition_lag` does."""
     total, known = 0, False
     for p in partitions:
-        start = p.get(start_at) if p.get(start_at) is not None else p.get("position")
-        if start is not None and p.get("end") is not None:
-            total += max(0, p["end"] - start)
+        lag = _partition_lag(p, (start_at, "start", "position"))
+        if lag is not None:
+            total += lag
             known = True
     return total if known or not partitions else None
+
+
+class BrokerAnswer(NamedTuple):
+    committed: int | None  # the group's commit point (None: nothing committed)
+    start: int | None  # the log's first offset
+    end: int | None  # the offset the next record will get
 
 
 class BrokerOffsets:
@@ -102,15 +108,16 @@ class BrokerOffsets:
         self.max_age_s = max_age_s
         self._consumer: Consumer | None = None
         self._read_at = -1e9
-        self._known: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+        self._known: dict[tuple[str, int], BrokerAnswer] = {}
 
-    def read(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int | None, int | None]]:
-        """(topic, partition) -> (committed, end) for ``tps``; (None, None) when not known."""
+    def read(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], BrokerAnswer]:
+        """(topic, partition) -> the group's committed offset and the log's start and end, for
+        ``tps``; a partition missing from the answer was not read this round."""
         now = time.monotonic()
         if now - self._read_at < self.max_age_s and all(tp in self._known for tp in tps):
             return self._known
         self._read_at = now
-        known: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+        known: dict[tuple[str, int], BrokerAnswer] = {}
         try:
             from confluent_kafka import TopicPartition
 
@@ -120,8 +127,10 @@ class BrokerOffsets:
                 for tp in consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=self.TIMEOUT_S):
                     committed[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
             for t, p in tps:
-                _, end = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=self.TIMEOUT_S, cached=False)
-                known[(t, p)] = (committed.get((t, p)), end if end >= 0 else None)
+                start, end = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=self.TIMEOUT_S, cached=False)
+                known[(t, p)] = BrokerAnswer(
+                    committed.get((t, p)), start if start >= 0 else None, end if end >= 0 else None
+                )
         except Exception as exc:  # the broker is away, or a client closed meanwhile: unknown this round
             log.debug("%s: broker offsets not read: %s", getattr(self.worker, "name", "?"), exc)
         self._known = known
@@ -163,6 +172,13 @@ class ComponentView:
         self.consumer_partitions: list[Partition] = []  # as of the last refresh()
         self.broker = BrokerOffsets(worker)
 
+    @property
+    def reads_from_start(self) -> bool:
+        """True when the worker's consumer begins a partition without a commit at the log's start
+        (``auto.offset.reset=earliest``, reliable-kafka's default)."""
+        config = getattr(self.worker, "kafka_config", None) or {}
+        return str(config.get("auto.offset.reset", "earliest")).lower() in ("earliest", "smallest", "beginning")
+
     def refresh(self) -> None:
         """In the worker's thread: the consumer's assigned partitions, positions and cached ends."""
         self.consumer_partitions = _consumer_partitions(getattr(self.worker, "_consumer", None))
@@ -178,11 +194,15 @@ class ComponentView:
             return partitions
         answers = self.broker.read([(p["topic"], p["partition"]) for p in partitions])
         for p in partitions:
-            committed, end = answers.get((p["topic"], p["partition"]), (None, None))
-            if end is not None:
-                p["end"] = end
+            answer = answers.get((p["topic"], p["partition"]))
+            if answer is None:
+                continue
+            if answer.end is not None:
+                p["end"] = answer.end
+            if answer.start is not None and self.reads_from_start:
+                p["start"] = answer.start  # where the consumer begins without a commit
             if self.broker_committed:
-                p["committed"] = committed
+                p["committed"] = answer.committed
         return partitions
 
     def last_error(self) -> dict[str, Any] | None:
@@ -337,9 +357,14 @@ def _calls(worker: Worker) -> dict[str, Any]:
     return found
 
 
-def _partition_lag(p: Partition) -> int | None:
-    start = p.get("committed") if p.get("committed") is not None else p.get("position")
-    return None if start is None or p.get("end") is None else max(0, p["end"] - start)
+def _partition_lag(p: Partition, order: tuple[str, ...] = ("committed", "start", "position")) -> int | None:
+    """End minus the commit point. Without a commit: from the log's start where the consumer begins
+    there (the records read are not done either; ``reliable-kafka lag`` counts the same), else from
+    the consumer's position."""
+    for key in order:
+        if p.get(key) is not None:
+            return None if p.get("end") is None else max(0, p["end"] - p[key])
+    return None
 
 
 class AckerView(ComponentView):
