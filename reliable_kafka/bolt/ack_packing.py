@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from reliable_kafka.codec.anchors import ANCHORS_VERSION  # a one-pair header is read inline
-from reliable_kafka.core.kinds import ACK
+from reliable_kafka.core.kinds import EventKind
 
 if TYPE_CHECKING:
     from reliable_kafka.kafka.ack_sender import AckSender
@@ -48,6 +48,6 @@ def ack_columns(pairs: list[bytes], owed: list[int]) -> tuple[np.ndarray, np.nda
 def pack_acks(acks: AckSender | None, pairs: list[bytes], owed: list[int]) -> None:
     """Add the batch's kept entries to ``acks`` (an AckSender; None: not started) and empty the lists."""
     if pairs and acks is not None:
-        acks.extend(ACK, *ack_columns(pairs, owed))
+        acks.extend(EventKind.ACK, *ack_columns(pairs, owed))
     pairs.clear()
     owed.clear()

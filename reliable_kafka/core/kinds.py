@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["EventKind", "OutcomeKind", "INIT", "ACK", "COMPLETED", "FAILED", "RESET_TIMEOUT"]
+__all__ = ["EventKind", "OutcomeKind"]
 
 
 class EventKind(enum.IntEnum):
@@ -23,14 +23,3 @@ class OutcomeKind(enum.IntEnum):
     FAILED = 1
     TIMED_OUT = 2
     RESET_TIMEOUT = 3  # not a decision: a bolt pushed the deadline, push the backstop too
-
-
-# HOT_KINDS: the members the per-root and per-tuple loops read (spout/shell.py, spout/forward.py,
-# spout/roots.py, bolt/collector.py, bolt/ack_packing.py, core/tracker.py) as module globals: an
-# enum member read through its class costs about 0.17 us more on Python 3.11, once or more per
-# root or tuple (bench/bench_bolt_overhead.py and bench/bench_spout_phases.py measure those loops).
-INIT = EventKind.INIT
-ACK = EventKind.ACK
-COMPLETED = OutcomeKind.COMPLETED
-FAILED = OutcomeKind.FAILED
-RESET_TIMEOUT = OutcomeKind.RESET_TIMEOUT

@@ -44,14 +44,13 @@ import numpy as np
 from reliable_kafka.core.backoff import Backoff
 from reliable_kafka.core.clock import monotonic_ms
 from reliable_kafka.core.ids import new_id
-from reliable_kafka.core.kinds import COMPLETED, RESET_TIMEOUT, OutcomeKind
+from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.core.outcome_actions import ActionKind, OutcomeAction, Redelivery, TopicPartition
 
 # the tracker's short names for its per-partition bookkeeping
-from reliable_kafka.core.pending import SEQ_BITS, DoneEntry
+from reliable_kafka.core.pending import SEQ_BITS, DoneEntry, PendingState
 from reliable_kafka.core.pending import PartitionOffsets as _Partition
-from reliable_kafka.core.pending import PendingState as _State
 from reliable_kafka.errors import ArgumentError, ConfigError
 
 __all__ = [
@@ -95,32 +94,6 @@ class TrackerStats:
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
-
-
-# Read as module globals once or more per root (as core/kinds.py says, HOT_KINDS; ``OutcomeKind(kind)``
-# costs ~0.8 us more than a read of this tuple: bench/bench_spout_phases.py).
-_IN_FLIGHT = int(_State.IN_FLIGHT)  # the states column's bytes
-_RETRY = int(_State.RETRY)
-_REDELIVERING = int(_State.REDELIVERING)
-_DEAD_LETTER_STATE = int(_State.DEAD_LETTER)
-_DONE = ActionKind.DONE
-_SET_KIND, _SET_TP, _SET_OFFSET, _SET_ATTEMPT, _SET_REASON, _SET_DUE_MS, _SET_ROOT = (
-    OutcomeAction.__dict__[f.name].__set__ for f in dataclasses.fields(OutcomeAction)
-)
-
-
-def _done_action(tp: TopicPartition, offset: int, attempt: int) -> OutcomeAction:
-    """``OutcomeAction(ActionKind.DONE, tp, offset, attempt, "COMPLETED")``, set slot by slot: a
-    frozen dataclass's ``__init__`` (object.__setattr__ per field) is ~5x slower, once per completed root."""
-    action = object.__new__(OutcomeAction)
-    _SET_KIND(action, _DONE)
-    _SET_TP(action, tp)
-    _SET_OFFSET(action, offset)
-    _SET_ATTEMPT(action, attempt)
-    _SET_REASON(action, "COMPLETED")
-    _SET_DUE_MS(action, None)
-    _SET_ROOT(action, None)
-    return action
 
 
 def _out_of_order(tp: TopicPartition, offset: int, position: int) -> ArgumentError:
@@ -336,7 +309,7 @@ class InFlightTracker:
                 del held[old]  # the old root is forgotten: its late outcome is ignored
             part.roots[i] = root
             part.attempts[i] = attempt
-            part.states[i] = _IN_FLIGHT
+            part.states[i] = PendingState.IN_FLIGHT
             part.tokens[i] = token
             part.emitted_ms[i] = now
         seq = part.base + i
@@ -464,7 +437,7 @@ class InFlightTracker:
         """
         part = self._partitions.get(tp)
         i = part.pending_index(offset) if part is not None else -1
-        if i < 0 or part is None or part.states[i] != _DEAD_LETTER_STATE:
+        if i < 0 or part is None or part.states[i] != PendingState.DEAD_LETTER:
             return
         reason = part.reasons.get(part.base + i, "")
         self._finish(part, offset)
@@ -491,13 +464,17 @@ class InFlightTracker:
         """
         if type(kind) is not OutcomeKind:
             kind = OutcomeKind(kind)
-        if kind is RESET_TIMEOUT:
+        if kind is OutcomeKind.RESET_TIMEOUT:
             if not self.reset_timeout(root):
                 self.stats.ignored_outcomes += 1
             return None
-        if kind is COMPLETED:
+        if kind is OutcomeKind.COMPLETED:
             entry = self.complete(root)
-            return None if entry is None else _done_action(entry.tp, entry.offset, entry.attempt)
+            return (
+                None
+                if entry is None
+                else OutcomeAction(ActionKind.DONE, entry.tp, entry.offset, entry.attempt, "COMPLETED")
+            )
         code = self._roots.pop(root, None)
         if code is None:
             self.stats.ignored_outcomes += 1
@@ -586,11 +563,11 @@ class InFlightTracker:
         token = part.tokens[i] = next(self._tokens)
         attempt, offset = part.attempts[i], part.offsets[i]
         if self.max_retries is None or attempt <= self.max_retries:
-            part.states[i] = _RETRY
+            part.states[i] = PendingState.RETRY
             due = now_ms + self.backoff.delay_ms(attempt)
             heapq.heappush(self._retries, (due, token, part, seq))
             return OutcomeAction(ActionKind.REDELIVER, part.tp, offset, attempt, reason, due, root)
-        part.states[i] = _DEAD_LETTER_STATE
+        part.states[i] = PendingState.DEAD_LETTER
         return OutcomeAction(ActionKind.DEAD_LETTER, part.tp, offset, attempt, reason, None, root)
 
     def give_up(self, tp: TopicPartition, offset: int, reason: str) -> OutcomeAction | None:
@@ -601,9 +578,9 @@ class InFlightTracker:
         """
         part = self._partitions.get(tp)
         i = part.pending_index(offset) if part is not None else -1
-        if i < 0 or part is None or part.states[i] not in (_RETRY, _REDELIVERING):
+        if i < 0 or part is None or part.states[i] not in (PendingState.RETRY, PendingState.REDELIVERING):
             return None
-        part.states[i] = _DEAD_LETTER_STATE
+        part.states[i] = PendingState.DEAD_LETTER
         part.reasons[part.base + i] = reason
         part.tokens[i] = next(self._tokens)  # its queued retry is stale now
         return OutcomeAction(ActionKind.DEAD_LETTER, part.tp, offset, part.attempts[i], reason)
@@ -648,7 +625,7 @@ class InFlightTracker:
             if i < 0:
                 continue
             part = item[2]
-            part.states[i] = _REDELIVERING
+            part.states[i] = PendingState.REDELIVERING
             part.tokens[i] = next(self._tokens)
             out.append(Redelivery(part.tp, part.offsets[i], part.attempts[i] + 1, part.reasons.get(item[3], "")))
         self.stats.redelivered += len(out)
@@ -726,7 +703,7 @@ class InFlightTracker:
             if not slots:
                 continue
             states = part.states
-            retrying = sum(1 for i in slots if states[i] != _IN_FLIGHT)
+            retrying = sum(1 for i in slots if states[i] != PendingState.IN_FLIGHT)
             oldest = slots[0]
             summary[tp] = (len(slots), retrying, part.offsets[oldest], part.first_ms[oldest])
         return summary
@@ -778,7 +755,7 @@ class InFlightTracker:
             return []
         offsets, attempts, states = part.offsets, part.attempts, part.states
         return [
-            (offsets[i], attempts[i], states[i] != _IN_FLIGHT)
+            (offsets[i], attempts[i], states[i] != PendingState.IN_FLIGHT)
             for i in part.pending_slots()
-            if attempts[i] > 1 or states[i] != _IN_FLIGHT
+            if attempts[i] > 1 or states[i] != PendingState.IN_FLIGHT
         ]

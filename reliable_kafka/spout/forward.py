@@ -11,11 +11,12 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from reliable_kafka.codec import ANCHORS_HEADER as _ANCHORS
 from reliable_kafka.codec import encode_one_anchor
 from reliable_kafka.core.ids import new_id
-from reliable_kafka.core.kinds import INIT
+from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import AuthorizationError
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.fatal import raise_if_fatal, static_member
 from reliable_kafka.kafka.produce import ProducerUnusable, produce_headers, produce_tuple
+from reliable_kafka.spout.overrides import overridden
 from reliable_kafka.spout.records import source_record
 from reliable_kafka.spout.shell import SpoutShell, TopicPartitionKey
 
@@ -34,7 +35,8 @@ class ForwardingShell(SpoutShell):
         :meth:`_forward_untracked`. A subclass that overrides :meth:`_process` gets it called per record.
         """
         topic = self._forward_topic
-        if topic is not None and type(self)._process is SpoutShell._process:
+        # Speed: the default handler takes a batch at once (./rk bench spout_path: a record at a time is 2.2-2.9x)
+        if topic is not None and not overridden(self, SpoutShell, "_process"):
             if self.tracking and self._derive_root is None and self._senders is None:
                 self._forward_tracked(messages, topic)
                 return
@@ -127,7 +129,7 @@ class ForwardingShell(SpoutShell):
             stats.emitted += emitted
             for key, (offsets, key_roots, kept) in tracked.items():
                 self._roots.track_many(key, offsets, key_roots, 1, kept)
-            self._acks.extend(INIT, roots, edges)
+            self._acks.extend(EventKind.INIT, roots, edges)
             if roots:
                 self.output_topics.add(topic)
 

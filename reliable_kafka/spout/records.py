@@ -110,23 +110,21 @@ def forward_to(topic: str) -> Callable[[SourceRecord, SpoutCollector], None]:
     return forward
 
 
-_new_object = object.__new__
-
-
 def source_record(message: Message) -> SourceRecord:
-    # SourceRecord(...) field by field through its __dict__: a frozen dataclass's __init__ sets each
-    # field with object.__setattr__ (3.3 us a record against 0.6 us, ~9% of a tracked spout's CPU)
+    """The consumed ``message`` as the handler's :class:`SourceRecord` (its first attempt)."""
+    # Speed: the frozen dataclass's __init__ (a setattr a field) takes 3x as long (./rk bench spout_path, HookedSpout)
     timestamp = message.timestamp()
-    record = _new_object(SourceRecord)
-    fields = record.__dict__
-    fields["topic"] = message.topic()
-    fields["partition"] = message.partition()
-    fields["offset"] = message.offset()
-    fields["key"] = message.key()
-    fields["value"] = message.value()
-    fields["headers"] = list(message.headers() or [])
-    fields["timestamp_ms"] = timestamp[1] if timestamp else -1
-    fields["attempt"] = 1
+    record = object.__new__(SourceRecord)
+    record.__dict__.update(
+        topic=message.topic(),
+        partition=message.partition(),
+        offset=message.offset(),
+        key=message.key(),
+        value=message.value(),
+        headers=list(message.headers() or []),
+        timestamp_ms=timestamp[1] if timestamp else -1,
+        attempt=1,
+    )
     return record
 
 

@@ -5,7 +5,6 @@ model and a ground truth of which records are really done (invariant 1: nothing 
 point is pending or lost, also across revoke/assign with commit metadata).
 """
 
-import dataclasses
 import random
 
 import pytest
@@ -1016,18 +1015,6 @@ def test_should_skip_is_exactly_done_or_below_the_commit_point(committed, done_a
         assert tracker.should_skip(TP, offset) == expected, offset
         if offset >= tracker.first_unseen(TP):  # a consumed batch checks only below it
             assert not expected, offset
-
-
-def test_completed_action_is_the_dataclass_one():
-    # on_outcome builds DONE actions slot by slot (the hot path): the same value as the constructor
-    from reliable_kafka.core.tracker import ActionKind, OutcomeAction, _done_action
-
-    made = _done_action(("t", 3), 17, 2)
-    expected = OutcomeAction(ActionKind.DONE, ("t", 3), 17, 2, "COMPLETED")
-    assert made == expected and hash(made) == hash(expected) and repr(made) == repr(expected)
-    assert made.due_ms is None and made.root is None
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        made.offset = 1
 
 
 @settings(max_examples=60, deadline=None)
