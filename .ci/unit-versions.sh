@@ -29,7 +29,7 @@ for version in $versions; do
   echo "== unit tests on Python $version ($python): started =="
   # the simulation's 1,000 seeds a mode run on 3.11 in the main suite; 200 here keep the stage short
   (RK_SIM_SEEDS=${RK_SIM_SEEDS:-200} RK_PYTHON=$python RK_VENV=$PWD/.venv-py$version \
-    ./rk test tests/unit -q -p no:cacheprovider >"$logs/$version.log" 2>&1; echo $? >"$logs/$version.rc") &
+    RK_TEST_WORKERS=0 ./rk test tests/unit -q -p no:cacheprovider >"$logs/$version.log" 2>&1; echo $? >"$logs/$version.rc") &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid" || true; done
