@@ -56,9 +56,10 @@ def run(bootstrap: str, *, sentences: int = 500, timeout: float = 180.0) -> dict
     ):
         spark = spark_session("spark-word-count")
         try:
-            job = SparkSpout(
+            job = SparkSpout(  # the Spark jobs take Kafka's names as keywords
                 spark,
-                **on,
+                topology=topology,
+                bootstrap_servers=bootstrap,
                 source_topics=source,
                 group_id=f"{topology}.spark",
                 checkpoint_dir=checkpoint,
