@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from confluent_kafka import Producer
 
-from reliable_kafka import AckerWorker, codec
+from reliable_kafka import AckerWorker, Tracking, codec
 from reliable_kafka.acker.worker import FOLD_GROUP
 from reliable_kafka.core.acker_table import AckerTable
 from reliable_kafka.core.kinds import EventKind
@@ -113,9 +113,8 @@ def rebuild(name: str, bootstrap: str, topology: str, roots: int) -> Rebuild:
     """Time a fresh worker (new group: it replays the whole partition) until ``roots`` are pending."""
     worker = AckerWorker(
         topology=topology,
-        bootstrap_servers=bootstrap,
-        ackers=1,
-        message_timeout_ms=TIMEOUT_MS,
+        connection=bootstrap,
+        tracking=Tracking(ackers=1, message_timeout_ms=TIMEOUT_MS),
         group_id=unique_name(f"{topology}.rebuild"),
         create_topics=False,
     )

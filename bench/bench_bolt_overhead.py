@@ -76,7 +76,7 @@ def _bolt(counts, *, split: bool = False, together: bool = False) -> BasicBolt:
 
     bolt = BasicBolt(
         topology="bench",
-        bootstrap_servers="unused:9092",
+        connection="unused:9092",
         source_topics="words",
         group_id="bench",
         **({"batch_handler": count_batch} if together else {"handler": split_words if split else count}),
@@ -271,7 +271,7 @@ def _bolt_loop(role: str, topic: str, out_topic: str, records: int, bootstrap: s
     AckPacker.drain = timed("ack records: drain", AckPacker.drain)  # type: ignore[method-assign]
     bolt = BasicBolt(
         topology=topology,
-        bootstrap_servers=bootstrap,
+        connection=bootstrap,
         source_topics=topic,
         group_id=f"bolt-{time.time()}",
         handler=count if role == "count" else split,

@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from reliable_kafka import Loop, Parallel, Tracking
+
 PARTITIONS = 8
 KEYS = 10_000
 COMMIT_INTERVAL_MS = 200
@@ -125,16 +127,16 @@ def _profiled(profile_dir: str | None, point: Point) -> Iterator[None]:
 def _tracked(role, topology, bootstrap, source, stage, point: Point, first_call):
     from reliable_kafka import AckerWorker, BasicBolt, Spout
 
-    on = {"topology": topology, "bootstrap_servers": bootstrap, "name": f"bench-{role}"}
+    on = {"topology": topology, "connection": bootstrap, "name": f"bench-{role}"}
     if role == "acker":
-        return AckerWorker(**on, ackers=1)
+        return AckerWorker(**on, tracking=Tracking(ackers=1))
     if role == "spout":
         return Spout(
             **on,
             source_topics=source,
             group_id=f"{topology}-spout",
             emit_to=stage,
-            commit_interval_ms=COMMIT_INTERVAL_MS,
+            loop=Loop(commit_interval_ms=COMMIT_INTERVAL_MS),
         )
     delay, errors = point.delay_ms / 1000.0, point.errors
 
@@ -159,16 +161,12 @@ def _tracked(role, topology, bootstrap, source, stage, point: Point, first_call)
         _cpu_work()
 
     handler: Any = {"sleep": wait, "async": wait_async, "cpu": compute}[point.kind]
-    # parallelism=1 with a plain handler is today's serial bolt: leave the options out, so that this
-    # file also measures a checkout from before parallel bolts
-    parallel: dict[str, Any] = (
-        {}
-        if point.parallelism == 1 and point.kind != "async"
-        else {"parallelism": point.parallelism, "ordering": "key"}
-    )
-    if parallel and os.environ.get("RK_BENCH_MAX_IN_FLIGHT"):  # what backpressure costs: a larger bound
-        parallel["max_in_flight"] = max(point.parallelism, int(os.environ["RK_BENCH_MAX_IN_FLIGHT"]))
-    return BasicBolt(**on, source_topics=stage, group_id=f"{topology}-bolt", handler=handler, **parallel)
+    # parallelism=1 with a plain handler is the serial bolt (Parallel(1) picks the inline loop)
+    max_in_flight = None
+    if os.environ.get("RK_BENCH_MAX_IN_FLIGHT"):  # what backpressure costs: a larger bound
+        max_in_flight = max(point.parallelism, int(os.environ["RK_BENCH_MAX_IN_FLIGHT"]))
+    parallel = Parallel(point.parallelism, ordering="key", max_in_flight=max_in_flight)
+    return BasicBolt(**on, source_topics=stage, group_id=f"{topology}-bolt", handler=handler, parallel=parallel)
 
 
 # --- the hand-written loop -------------------------------------------------------------------------

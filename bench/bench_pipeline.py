@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reliable_kafka import Tracking
+
 WORDS_PER_SENTENCE = 8
 VOCABULARY = [f"w{i:03d}" for i in range(1000)]
 PARTITIONS = 2  # of source, sentences and words
@@ -208,31 +210,30 @@ def _tracked_spout_class(hops: bool = False):
 
 
 def _ours(role: str, config: str, topics: dict, bootstrap: str, probe: _Probe):
-    from reliable_kafka import AckerWorker
+    from reliable_kafka import AckerWorker, Connection
     from reliable_kafka.bolt import BasicBolt
 
     on = {
         "topology": topics["topology"],
-        "bootstrap_servers": bootstrap,
-        "kafka_config": _client_config(probe, topics.get("kafka_config")),
+        "connection": Connection(bootstrap, kafka_config=_client_config(probe, topics.get("kafka_config"))),
     }
     if role == "acker":
-        acker = AckerWorker(**on, ackers=1, name="acker")
+        acker = AckerWorker(**on, tracking=Tracking(ackers=1), name="acker")
         return acker
     if role == "spout":
-        options = (
-            {"guarantee": "at_least_once"}
+        tracking = (
+            Tracking(guarantee="at_least_once")
             if config.startswith("tracked")
-            else {"guarantee": "at_least_once", "ackers": 0}
+            else Tracking(guarantee="at_least_once", ackers=0)
             if config == "ackers0"
-            else {"guarantee": "none"}
+            else Tracking(guarantee="none")
         )
         spout = _tracked_spout_class(hops=bool(topics.get("hops")))(
             **on,
             source_topics=topics["source"],
             group_id=f"{topics['topology']}-spout",
             emit_to=topics["sentences"],
-            **options,
+            tracking=tracking,
         )
         spout.probe = probe
         return spout

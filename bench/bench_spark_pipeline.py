@@ -58,6 +58,7 @@ import tempfile
 import threading
 import time
 
+from reliable_kafka import Tracking
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
 
@@ -76,7 +77,9 @@ def split_words(df):
 def _acker(bootstrap: str, topology: str, ready, stop) -> None:
     from reliable_kafka.acker.worker import AckerWorker
 
-    worker = AckerWorker(topology=topology, bootstrap_servers=bootstrap, ackers=2, message_timeout_ms=600_000)
+    worker = AckerWorker(
+        topology=topology, connection=bootstrap, tracking=Tracking(ackers=2, message_timeout_ms=600_000)
+    )
     ready.set()
     worker.run(stop)
 
@@ -86,7 +89,7 @@ def _bolt(bootstrap: str, topology: str, topic: str, stop) -> None:
 
     BasicBolt(
         topology=topology,
-        bootstrap_servers=bootstrap,
+        connection=bootstrap,
         source_topics=topic,
         group_id=f"{topic}.count",
         handler=lambda tuple_, collector: None,

@@ -15,7 +15,7 @@ import argparse
 import statistics
 import time
 
-from reliable_kafka.core.tracker import InFlightTracker
+from reliable_kafka.config import Connection, Tracking
 from reliable_kafka.spark.batch_roots import register_ranges
 from reliable_kafka.spout.roots import RootOwner
 from reliable_kafka.topology import TopologyTopics
@@ -26,10 +26,10 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=25_000)
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
-    tracker = InFlightTracker(max_pending=None)
     owner = RootOwner(
-        component="bench", topics=TopologyTopics("b"), tracker=tracker, bootstrap_servers="", kafka_config={}
+        component="bench", topics=TopologyTopics("b"), connection=Connection("-"), tracking=Tracking(max_pending=None)
     )
+    tracker = owner.tracker
     tp = ("src", 0)
     tracker.assign(tp, committed=0, done_above=range(5, 50, 7))  # a few done above the commit: skipped
     register_ms, complete_ms = [], []

@@ -15,6 +15,7 @@ import statistics
 import time
 from typing import Any, cast
 
+from reliable_kafka import Tracking
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.spout import Spout
 from reliable_kafka.testing.memory_broker import new_message
@@ -35,11 +36,11 @@ def _spout(spout_class) -> tuple[Spout, RecordingProducer]:
     producer = RecordingProducer()
     spout = spout_class(
         topology="t",
-        bootstrap_servers="127.0.0.1:1",
+        connection="127.0.0.1:1",
+        tracking=Tracking(max_pending=None),
         source_topics="src",
         group_id="g",
         emit_to="out",
-        max_pending=None,
     )
     spout._producer = producer
     spout._acks = AckSender(cast(Any, producer), acks_topic="t.acks", ack_partitions=1, sender=spout.task_id)

@@ -11,7 +11,7 @@ Run:  .venv/bin/python examples/parallel_service.py   (an embedded broker, 2,000
 import asyncio
 import random
 
-from reliable_kafka import AckerWorker, BasicBolt, Spout
+from reliable_kafka import AckerWorker, BasicBolt, Parallel, Spout, Tracking
 
 
 class FakeService:
@@ -35,23 +35,22 @@ def build(bootstrap, *, topology="orders", source="orders", service=None, parall
     async def send(order, collector):
         await service.put(order.key, order.value)  # returns: acked; raises: failed, replayed
 
-    on = {"topology": topology, "bootstrap_servers": bootstrap}
+    on = {"topology": topology, "connection": bootstrap}
     return service, [
-        AckerWorker(**on, ackers=1, message_timeout_ms=timeout_ms),
+        AckerWorker(**on, tracking=Tracking(ackers=1, message_timeout_ms=timeout_ms)),
         Spout(
             **on,
             source_topics=source,
             group_id=f"{topology}-spout",
             emit_to=f"{topology}.orders",
-            message_timeout_ms=timeout_ms,
+            tracking=Tracking(message_timeout_ms=timeout_ms),
         ),
         BasicBolt(
             **on,
             source_topics=f"{topology}.orders",
             group_id=f"{topology}-service",
             handler=send,
-            parallelism=parallelism,  # calls in flight at once (an async handler: tasks on one loop)
-            ordering="key",  # one call at a time per customer, in offset order
+            parallel=Parallel(parallelism, ordering="key"),
         ),
     ]
 

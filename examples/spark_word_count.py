@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections import Counter
 
+from reliable_kafka import Tracking
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
@@ -45,19 +46,20 @@ def run(bootstrap: str, *, sentences: int = 500, timeout: float = 180.0) -> dict
     def add_count(tuple_, collector) -> None:
         totals[tuple_.key.decode()] += int(tuple_.value)
 
-    on = {"topology": topology, "bootstrap_servers": bootstrap}
+    on = {"topology": topology, "connection": bootstrap}
     with (
         LocalCluster(
-            AckerWorker(**on, ackers=2, message_timeout_ms=20_000),
+            AckerWorker(**on, tracking=Tracking(ackers=2, message_timeout_ms=20_000)),
             BasicBolt(**on, source_topics=counts_topic, group_id=f"{topology}.sum", handler=add_count),
         ),
         tempfile.TemporaryDirectory(prefix="rk-wordcount-ckpt-") as checkpoint,
     ):
         spark = spark_session("spark-word-count")
         try:
-            job = SparkSpout(
+            job = SparkSpout(  # the Spark jobs take Kafka's names as keywords
                 spark,
-                **on,
+                topology=topology,
+                bootstrap_servers=bootstrap,
                 source_topics=source,
                 group_id=f"{topology}.spark",
                 checkpoint_dir=checkpoint,

@@ -7,10 +7,12 @@ Run:  .venv/bin/python examples/word_count.py   (an embedded broker, 1,000 sente
 
 from collections import Counter
 
-from reliable_kafka import AckerWorker, BasicBolt, Spout
+from reliable_kafka import AckerWorker, BasicBolt, Spout, Tracking
 
 
-def build(bootstrap, *, topology="wordcount", sentences="sentences", words="words", timeout_ms=30_000, **spout_options):
+def build(bootstrap, *, topology="wordcount", sentences="sentences", words="words", tracking=None):
+    """The components; ``tracking`` is the spout's (its timeout is the ackers' too)."""
+    tracking = tracking or Tracking()
     counts = Counter()
 
     def split(sentence, collector):
@@ -20,16 +22,15 @@ def build(bootstrap, *, topology="wordcount", sentences="sentences", words="word
     def count(word, collector):
         counts[word.value.decode()] += 1
 
-    on = {"topology": topology, "bootstrap_servers": bootstrap}
+    on = {"topology": topology, "connection": bootstrap}
     return counts, [
-        AckerWorker(**on, ackers=2, message_timeout_ms=timeout_ms),
+        AckerWorker(**on, tracking=Tracking(ackers=2, message_timeout_ms=tracking.message_timeout_ms)),
         Spout(
             **on,
             source_topics=sentences,
             group_id=f"{topology}-spout",
             emit_to=f"{topology}.sentences",
-            message_timeout_ms=timeout_ms,
-            **spout_options,
+            tracking=tracking,
         ),
         BasicBolt(**on, source_topics=f"{topology}.sentences", group_id=f"{topology}-split", handler=split),
         BasicBolt(**on, source_topics=words, group_id=f"{topology}-count", handler=count),

@@ -5,7 +5,8 @@ separately, so that plain consumers never load Spark).
 """
 
 from reliable_kafka.acker import AckerStats, AckerWorker
-from reliable_kafka.bolt import BasicBolt, Bolt, BoltCollector, BoltStats, Tuple
+from reliable_kafka.bolt import BasicBolt, Bolt, BoltCollector, BoltStats, Parallel, Tuple
+from reliable_kafka.config import Connection, Loop, TopicCreation, Tracking
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.errors import (
     ArgumentError,
@@ -28,6 +29,11 @@ from reliable_kafka.version import __version__
 
 __all__ = [
     "__version__",
+    "Connection",
+    "Tracking",
+    "Loop",
+    "TopicCreation",
+    "Parallel",
     "AckerWorker",
     "AckerStats",
     "Spout",

@@ -24,6 +24,7 @@ from typing import Any, Protocol, TextIO, cast
 
 from reliable_kafka.acker import AckerWorker
 from reliable_kafka.bolt import BasicBolt, BoltCollector, Tuple
+from reliable_kafka.config import Tracking
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.errors import MissingExtraError, ReliableKafkaError
@@ -182,7 +183,7 @@ class _PythonJob:
 
     def __init__(self, bootstrap: str, topology: str, sentences: str, words: str) -> None:
         self.group_id = f"{topology}-spout"
-        on: dict[str, Any] = {"topology": topology, "bootstrap_servers": bootstrap}
+        on: dict[str, Any] = {"topology": topology, "connection": bootstrap}
         create_topics(bootstrap, {f"{topology}.sentences": 2})
 
         def split(sentence: Tuple, collector: BoltCollector) -> None:
@@ -194,8 +195,7 @@ class _PythonJob:
             source_topics=sentences,
             group_id=self.group_id,
             emit_to=f"{topology}.sentences",
-            max_retries=10,
-            backoff=Backoff(initial_ms=50, max_ms=1000),
+            tracking=Tracking(max_retries=10, backoff=Backoff(initial_ms=50, max_ms=1000)),
         )
         self.components: list[Component] = [
             self.spout,
@@ -276,8 +276,8 @@ def _run(
             with lock:
                 counted[cast(bytes, word.key).decode()] += int(cast(bytes, word.value))  # split's (word, count)
 
-        on: dict[str, Any] = {"topology": topology, "bootstrap_servers": bootstrap}
-        ackers = [AckerWorker(**on, ackers=2, name=f"acker-{i}") for i in range(2)]
+        on: dict[str, Any] = {"topology": topology, "connection": bootstrap}
+        ackers = [AckerWorker(**on, tracking=Tracking(ackers=2), name=f"acker-{i}") for i in range(2)]
         counter = BasicBolt(**on, source_topics=word_topic, group_id=f"{topology}-count", handler=count)
         for component in (*ackers, counter):
             # an optional attribute that ops.reporter reads (getattr with a default)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any, cast
 
 import numpy as np
@@ -21,19 +20,17 @@ from reliable_kafka import codec
 from reliable_kafka import validation as v
 from reliable_kafka.acker.outcomes import OUTCOME_PRODUCER_DEFAULTS, OutcomePublisher
 from reliable_kafka.acker.state import AckerPartition, AckerStats
+from reliable_kafka.config import Connection, Loop, TopicCreation, Tracking
 from reliable_kafka.core.acker_table import AckerTable, Outcomes
-from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.ids import new_id, partitions_for_roots
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.root_store import MAX_BUCKETS
-from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.errors import DecodeError, DeliveryError, TopologyError
 from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD
 from reliable_kafka.kafka.admin import admin_client, ensure_topics, partition_count, warn_if_create_time
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import new_consumer, new_producer
-from reliable_kafka.kafka.config import client_config, consumer_settings, producer_settings
-from reliable_kafka.kafka.factory import KafkaClients
+from reliable_kafka.kafka.config import consumer_settings, producer_settings
 from reliable_kafka.kafka.fatal import (
     ClientFailed,
     Rebuilds,
@@ -66,100 +63,81 @@ MAX_EVENT_KIND = int(max(EventKind))  # a plain int: NumPy compares with it ~6x 
 class AckerWorker(OutcomePublisher):
     """One acker process (or thread). Several workers with the same group share the partitions.
 
-    Keyword arguments (defaults in brackets):
-    - ``topology``, ``bootstrap_servers``: required.
-    - ``ackers`` [None]: N, the ack topic's partitions. A missing topic is created with N (1 when
-      None); an existing one must have N partitions (None: any), with ``create_topics`` or without,
-      or the worker refuses to start (:class:`TopologyError` naming the topic and both counts).
-    - ``message_timeout_ms`` [30000]: as Storm's ``topology.message.timeout.secs`` (``timeout_ms``,
-      its old name, still works with a DeprecationWarning).
+    Keyword arguments (defaults in brackets; docs/configuration.md has every field):
+    - ``topology``, ``connection``: required; ``connection`` is a bootstrap servers string or a
+      :class:`~reliable_kafka.config.Connection` (the consumer's ``session.timeout.ms`` defaults to
+      6000 here, ``heartbeat.interval.ms`` to 1000: a killed worker's partitions move after about
+      6 s; a stopped one leaves at once).
+    - ``tracking`` [``Tracking()``]: the worker reads ``ackers`` and ``message_timeout_ms`` from it
+      (give the topology's spouts the same object). ``ackers`` is N, the ack topic's partitions: a
+      missing topic is created with N (1 when None); an existing one must have N partitions (None:
+      any), or the worker refuses to start (:class:`TopologyError` naming the topic and both counts).
     - ``timeout_buckets`` [4]: rotating buckets; a root times out between ``message_timeout_ms`` and
       ``message_timeout_ms * (1 + 1/buckets)`` after its last INIT or RESET_TIMEOUT.
-    - ``group_id`` [``<topology>.ackers``], ``commit_interval_ms`` [1000], ``batch_size`` [500].
-    - ``create_topics`` [True]: create missing topology topics (else refuse to start without them).
-    - ``replication_factor`` [None: min(3, brokers)], ``min_insync_replicas`` [None: min(2, factor)]:
-      for topics this worker creates (an existing topic with fewer copies than the cluster allows is
-      warned about).
+    - ``group_id`` [``<topology>.ackers``].
+    - ``create_topics`` [True]: create missing topology topics (False: refuse to start without
+      them); a :class:`~reliable_kafka.config.TopicCreation` creates them with its replication
+      (default: ``replication_factor`` min(3, brokers), ``min_insync_replicas`` min(2, factor); an
+      existing topic with fewer copies than the cluster allows is warned about).
     - ``max_entries_per_record`` [100000]: larger ack records are quarantined, not folded.
-    - ``kafka_config``: librdkafka settings passed through to the consumer and producer
-      (``consumer_config`` / ``producer_config``: merged over it for one of them only)
-      (the consumer's ``session.timeout.ms`` defaults to 6000 here, ``heartbeat.interval.ms`` to
-      1000: a killed worker's partitions move after about 6 s; a stopped one leaves at once).
-    - ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
+    - ``loop`` [``Loop()``]: batch size, commit interval, ``/metrics`` port and clock.
     - ``name`` [random]: give each worker process a stable name to use static group membership
       (``group.instance.id``), so that a restarted worker gets its partitions back without waiting
       for the dead one's session to expire. A named worker that stops and is not restarted holds
       its partitions until its session expires (static members do not leave the group).
-    - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
-      :class:`reliable_kafka.testing.MemoryKafka` runs the worker without a broker).
-    - ``clock`` [the ``time`` module]: what the worker reads time from (:mod:`reliable_kafka.core.clock`).
     """
 
     component = "acker"  # its kind in status reports and metrics (reliable_kafka.ops.snapshot)
 
-    @renamed_keywords(timeout_ms="message_timeout_ms")
     def __init__(
         self,
         *,
         topology: str,
-        bootstrap_servers: str,
-        ackers: int | None = None,
-        message_timeout_ms: int = 30_000,
+        connection: str | Connection,
+        tracking: Tracking | None = None,
         timeout_buckets: int = 4,
         group_id: str | None = None,
-        commit_interval_ms: int = 1000,
-        batch_size: int = 500,
-        create_topics: bool = True,
-        replication_factor: int | None = None,
-        min_insync_replicas: int | None = None,
+        create_topics: bool | TopicCreation = True,
         max_entries_per_record: int = 100_000,
-        kafka_config: dict[str, Any] | None = None,
-        consumer_config: dict[str, Any] | None = None,
-        producer_config: dict[str, Any] | None = None,
+        loop: Loop | None = None,
         name: str | None = None,
-        metrics_port: int | None = None,
-        clients: KafkaClients | None = None,
-        clock: Clock = time,
     ) -> None:
         v.require_topology("AckerWorker", "topology", topology)
-        v.require_str("AckerWorker", "bootstrap_servers", bootstrap_servers)
-        v.require_int("AckerWorker", "ackers", ackers, minimum=1, optional=True)
-        v.require_int("AckerWorker", "message_timeout_ms", message_timeout_ms, minimum=1)
+        connection = Connection.of("AckerWorker", connection)
+        tracking = tracking if tracking is not None else Tracking()
+        v.require_instance("AckerWorker", "tracking", tracking, Tracking)
+        ackers, message_timeout_ms = tracking.ackers, tracking.message_timeout_ms
+        v.require_int("AckerWorker", "tracking.ackers", ackers, minimum=1, optional=True)
+        v.require_int("AckerWorker", "tracking.message_timeout_ms", message_timeout_ms, minimum=1)
         v.require_int("AckerWorker", "timeout_buckets", timeout_buckets, minimum=1, maximum=MAX_BUCKETS)
         v.require_str("AckerWorker", "group_id", group_id, optional=True)
-        v.require_int("AckerWorker", "commit_interval_ms", commit_interval_ms, minimum=0)
-        v.require_int("AckerWorker", "batch_size", batch_size, minimum=1)
-        v.require_bool("AckerWorker", "create_topics", create_topics)
-        v.require_int("AckerWorker", "replication_factor", replication_factor, minimum=1, optional=True)
+        v.require_instance("AckerWorker", "create_topics", create_topics, (bool, TopicCreation), optional=False)
         # senders pack up to MAX_ENTRIES_PER_RECORD entries a record: a lower limit quarantines them
         v.require_int("AckerWorker", "max_entries_per_record", max_entries_per_record, minimum=MAX_ENTRIES_PER_RECORD)
-        v.require_mapping("AckerWorker", "kafka_config", kafka_config)
-        v.require_mapping("AckerWorker", "consumer_config", consumer_config)
-        v.require_mapping("AckerWorker", "producer_config", producer_config)
+        loop = loop if loop is not None else Loop()
+        v.require_instance("AckerWorker", "loop", loop, Loop)
         v.require_str("AckerWorker", "name", name, optional=True)
-        v.require_int("AckerWorker", "metrics_port", metrics_port, minimum=0, maximum=65535, optional=True)
-        v.require_having("AckerWorker", "clients", clients, ("producer", "consumer", "admin"))
-        v.require_having("AckerWorker", "clock", clock, ("monotonic", "time", "sleep"), optional=False)
-        v.require_int("AckerWorker", "min_insync_replicas", min_insync_replicas, minimum=1, optional=True)
+        creation = create_topics if isinstance(create_topics, TopicCreation) else TopicCreation()
+        clock = loop.clock
+        self.connection = connection
+        self.loop = loop
         self.topics = TopologyTopics(topology, ackers=ackers or 1)
         self.ackers = ackers  # None: whatever the existing ack topic has (start() then sets topics.ackers)
-        self.bootstrap_servers = bootstrap_servers
-        self.message_timeout_ms = message_timeout_ms
+        self.bootstrap_servers = connection.bootstrap_servers
+        self.message_timeout_ms: int = cast(int, message_timeout_ms)  # checked above: not None
         self.timeout_buckets = timeout_buckets
         self.group_id = group_id or f"{topology}.ackers"
-        self.commit_interval_ms = commit_interval_ms
-        self.batch_size = batch_size
-        self.create_topics = create_topics
-        self.replication_factor = replication_factor
-        self.min_insync_replicas = min_insync_replicas
+        self.commit_interval_ms = loop.commit_interval_ms
+        self.batch_size = loop.batch_size
+        self.create_topics = create_topics is not False
+        self.replication_factor = creation.replication_factor
+        self.min_insync_replicas = creation.min_insync_replicas
         self.max_entries_per_record = max_entries_per_record
-        self.kafka_config = client_config(
-            kafka_config, consumer_config=consumer_config, producer_config=producer_config
-        )
+        self.kafka_config = connection.client_config()
         self._stable_name = name is not None
         self.name = name or f"acker-{new_id() & 0xFFFF:04x}"
         self.stats = AckerStats()
-        self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
+        self.metrics_port = loop.metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
         self.metrics_host: str | None = None  # where /metrics listens (None: $RK_METRICS_HOST, else 127.0.0.1)
         self._partitions: dict[int, AckerPartition] = {}
         self._outcome_partitions = 0
@@ -174,7 +152,7 @@ class AckerWorker(OutcomePublisher):
         self._rebuilds = Rebuilds(clock=clock)  # new clients after fatal errors, within bounds
         self._fenced: ClientFailed | None = None  # a commit result said the consumer was fenced
         self.ready = threading.Event()  # set once the worker consumes (for tests and supervisors)
-        self.clients = clients
+        self.clients = connection.clients
         self._clock = clock
 
     # --- lifecycle ------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from reliable_kafka.bolt.executors import (
     SteppedCalls,
     ThreadCalls,
 )
+from reliable_kafka.bolt.options import Parallel
 from reliable_kafka.codec.anchors import ANCHORS_HEADER, decode_anchors
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
 from reliable_kafka.core.input_offsets import InputOffsets
@@ -46,11 +47,10 @@ from reliable_kafka.kafka.produce import ConsumedHeaders, Header
 if TYPE_CHECKING:
     from reliable_kafka.bolt.runner import Bolt
 
-__all__ = ["InFlightCalls", "CallCollector", "read_tuple", "parallel_calls", "ORDERINGS"]
+__all__ = ["InFlightCalls", "CallCollector", "read_tuple", "parallel_calls"]
 
 log = logging.getLogger(__name__)
 
-ORDERINGS = ("key", "partition", "none")
 
 # held full this long, the bolt pauses its partitions (a shorter fill only skips consuming)
 PAUSE_AFTER_S = 1.0
@@ -500,34 +500,11 @@ class InFlightCalls:
         return max(0.0, now - min(call.started for call in begun)) if begun else None
 
 
-def parallel_calls(
-    bolt: Bolt,
-    *,
-    parallelism: int,
-    ordering: str,
-    key_of: Callable[[Tuple], object] | None,
-    max_in_flight: int | None,
-    executor: CallExecutor | None,
-) -> InFlightCalls | None:
-    """``bolt``'s calls in flight (None: the serial loop), its parallel options checked (ConfigError)."""
+def parallel_calls(bolt: Bolt, options: Parallel) -> InFlightCalls | None:
+    """``bolt``'s calls in flight (None: the serial loop); ConfigError where ``options`` do not fit the bolt."""
     who = type(bolt).__name__
-    if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
-        raise ConfigError(f"{who}: parallelism must be an int >= 1 (handler calls in flight), got {parallelism!r}")
-    if ordering not in ORDERINGS:
-        raise ConfigError(f"{who}: ordering must be one of {', '.join(map(repr, ORDERINGS))}, got {ordering!r}")
-    if key_of is not None and not callable(key_of):
-        raise ConfigError(f"{who}: key_of must be callable (tuple -> ordering key) or None, got {key_of!r}")
-    if max_in_flight is None:
-        max_in_flight = 4 * parallelism
-    elif not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool) or max_in_flight < parallelism:
-        raise ConfigError(f"{who}: max_in_flight must be an int >= parallelism ({parallelism}), got {max_in_flight!r}")
-    wait = bolt.revoke_wait_s
-    if not isinstance(wait, (int, float)) or isinstance(wait, bool) or not wait >= 0:  # NaN fails >= 0
-        raise ConfigError(f"{who}: revoke_wait_s must be a number of seconds >= 0, got {wait!r}")
-    if executor is not None and not all(callable(getattr(executor, m, None)) for m in ("start", "submit", "close")):
-        raise ConfigError(
-            f"{who}: executor must run calls (start, submit and close: reliable_kafka.bolt.executors), got {executor!r}"
-        )
+    parallelism, executor = options.parallelism, options.executor
+    max_in_flight = 4 * parallelism if options.max_in_flight is None else options.max_in_flight
     is_async = bolt.handler is not None and _is_async(bolt.handler)
     if parallelism == 1 and not is_async and executor is None:
         return None  # the serial loop: no threads, queues or locks
@@ -548,8 +525,8 @@ def parallel_calls(
         executor,
         parallelism=parallelism,
         max_in_flight=max_in_flight,
-        ordering=ordering,
-        key_of=key_of,
+        ordering=options.ordering,
+        key_of=options.key_of,
         is_async=is_async,
     )
 

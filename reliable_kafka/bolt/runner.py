@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -20,10 +19,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from reliable_kafka import validation as v
 from reliable_kafka.bolt.ack_packing import pack_acks
 from reliable_kafka.bolt.collector import BasicCollector, BoltCollector, BoltStats, Tuple, TupleBatch
-from reliable_kafka.bolt.executors import CallExecutor
+from reliable_kafka.bolt.options import Parallel
 from reliable_kafka.bolt.parallel import parallel_calls
 from reliable_kafka.bolt.serial import FATAL, PROCESS_TIMED_RUN, handle_batch, handle_serially
-from reliable_kafka.core.clock import Clock
+from reliable_kafka.config import Connection, Loop
 from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.latency import LatencyHistogram
 from reliable_kafka.errors import AuthorizationError, ConfigError, TopologyError
@@ -32,8 +31,6 @@ from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.authorization import check_consumed
 from reliable_kafka.kafka.clients import ERRORS_ONLY, SENT_PER_POLL, check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.commit_wait import commit_wait
-from reliable_kafka.kafka.config import client_config
-from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.fatal import raise_if_fatal, static_member
 from reliable_kafka.kafka.parking import Quarantine
 from reliable_kafka.kafka.produce import (
@@ -63,7 +60,8 @@ class Bolt:
     """Runs ``handler(tuple, collector)`` for each record of ``source_topics``.
 
     Keyword arguments (defaults in brackets):
-    - ``topology``, ``bootstrap_servers``, ``source_topics``, ``group_id``: required.
+    - ``topology``, ``connection``, ``source_topics``, ``group_id``: required. ``connection`` is a
+      bootstrap servers string or a :class:`~reliable_kafka.config.Connection`.
     - ``handler(tuple, collector)``, or for a ``BasicBolt`` ``batch_handler(batch, collector)``:
       exactly one. A batch handler is called once per consumed batch with a :class:`TupleBatch`
       (``batch.keys()``, ``batch.values()``, ``batch[i]``): no Python object or call per tuple
@@ -75,27 +73,12 @@ class Bolt:
       ``name`` so that its restart fences the dead incarnation at once; a named transactional bolt
       is also a static group member, ``group.instance.id`` = ``<group_id>.<name>``, so a restart
       gets its partitions back without a rebalance).
-    - ``batch_size`` [500], ``commit_interval_ms`` [1000], ``kafka_config`` (librdkafka, copied),
-      ``consumer_config`` / ``producer_config`` (merged over it for consumers / producers only),
-      ``name`` [random], ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
-    - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
-      :class:`reliable_kafka.testing.MemoryKafka` runs the bolt without a broker).
-    - ``clock`` [the ``time`` module]: what the bolt reads time from (:mod:`reliable_kafka.core.clock`).
-    - ``parallelism`` [1]: handler calls in flight at once. 1 with a plain function: the loop calls
-      the handler inline, one tuple after another (today's path and cost). Above 1, or with an
-      ``async def`` handler: a plain handler runs on ``parallelism`` threads, an ``async def`` one
-      as tasks on one asyncio loop with at most ``parallelism`` in flight (docs/guarantees.md).
-    - ``ordering`` ["key"]: with parallelism, ``"key"`` runs the tuples of one key one at a time in
-      offset order (Storm's fields grouping; the record key, or ``key_of(tuple)``; tuples whose key
-      is None are ordered per partition), ``"partition"`` one at a time per partition, ``"none"``
-      in any order.
-    - ``key_of`` [None: the record key]: derives the ordering key of a tuple (hashable).
-    - ``max_in_flight`` [4 x parallelism]: tuples held at most (running and waiting for their key);
-      beyond it the bolt pauses its partitions until calls end.
-    - ``revoke_wait_s`` [10.0]: how long a revoke or ``close()`` waits for running calls before it
-      commits the done prefix and abandons them (their trees time out and replay).
-    - ``executor`` [None: by handler kind]: runs a parallel bolt's calls
-      (:mod:`reliable_kafka.bolt.executors`; ``SteppedCalls`` lets a test finish calls in any order).
+    - ``parallel`` [1]: handler calls in flight at once, an int or a
+      :class:`~reliable_kafka.bolt.options.Parallel` (ordering, key, bound, executor).
+    - ``loop`` [``Loop()``]: batch size, commit interval, ``/metrics`` port and clock
+      (:class:`~reliable_kafka.config.Loop`).
+    - ``name`` [random]: the bolt's name in logs, status and metrics (a transactional bolt's
+      ``transactional.id``).
 
     Ack entries go out as one ack record per consumed batch; while full batches keep coming (the
     bolt is behind) a few batches share one, up to :data:`ACK_HOLD_ENTRIES` entries or
@@ -116,45 +99,28 @@ class Bolt:
         self,
         *,
         topology: str,
-        bootstrap_servers: str,
+        connection: str | Connection,
         source_topics: list[str] | str,
         group_id: str,
         handler: Callable[[Tuple, BoltCollector], None] | None = None,
         batch_handler: Callable[[TupleBatch, BoltCollector], None] | None = None,
         transactional: bool = False,
-        batch_size: int = 500,
-        commit_interval_ms: int = 1000,
-        kafka_config: dict[str, Any] | None = None,
-        consumer_config: dict[str, Any] | None = None,
-        producer_config: dict[str, Any] | None = None,
+        parallel: int | Parallel = 1,
+        loop: Loop | None = None,
         name: str | None = None,
-        metrics_port: int | None = None,
-        clients: KafkaClients | None = None,
-        clock: Clock = time,
-        parallelism: int = 1,
-        ordering: str = "key",
-        key_of: Callable[[Tuple], object] | None = None,
-        max_in_flight: int | None = None,
-        revoke_wait_s: float = 10.0,
-        executor: CallExecutor | None = None,
     ) -> None:
         where = type(self).__name__  # the arguments' checks (reliable_kafka.validation)
         v.require_topology(where, "topology", topology)
-        v.require_str(where, "bootstrap_servers", bootstrap_servers)
+        connection = Connection.of(where, connection)
         v.require_topics(where, "source_topics", source_topics)
         v.require_str(where, "group_id", group_id)
         v.require_callable(where, "handler", handler, optional=True)
         v.require_callable(where, "batch_handler", batch_handler, optional=True)
         v.require_bool(where, "transactional", transactional)
-        v.require_int(where, "batch_size", batch_size, minimum=1)
-        v.require_int(where, "commit_interval_ms", commit_interval_ms, minimum=0)
-        v.require_mapping(where, "kafka_config", kafka_config)
-        v.require_mapping(where, "consumer_config", consumer_config)
-        v.require_mapping(where, "producer_config", producer_config)
+        parallel = Parallel.of(where, parallel)
+        loop = loop if loop is not None else Loop()
+        v.require_instance(where, "loop", loop, Loop)
         v.require_str(where, "name", name, optional=True)
-        v.require_int(where, "metrics_port", metrics_port, minimum=0, maximum=65535, optional=True)
-        v.require_having(where, "clients", clients, ("producer", "consumer", "admin"))
-        v.require_having(where, "clock", clock, ("monotonic", "time", "sleep"), optional=False)
         if (handler is None) == (batch_handler is None):
             raise ConfigError("Bolt: give exactly one of handler (called per tuple) and batch_handler (per batch)")
         if batch_handler is not None and not self._acks_on_return:
@@ -163,23 +129,23 @@ class Bolt:
         if not callable(given):
             raise ConfigError(f"Bolt: handler must be callable, got {given!r}")
         self.topics = TopologyTopics(topology)
-        self.bootstrap_servers = bootstrap_servers
+        self.connection = connection
+        self.loop = loop
+        self.bootstrap_servers = connection.bootstrap_servers
         self.source_topics = [source_topics] if isinstance(source_topics, str) else list(source_topics)
         self.group_id = group_id
         self.handler = handler
         self.batch_handler = batch_handler
         self.transactional = transactional
-        self.batch_size = batch_size
-        self.commit_interval_ms = commit_interval_ms
-        self.kafka_config = client_config(
-            kafka_config, consumer_config=consumer_config, producer_config=producer_config
-        )
+        self.batch_size = loop.batch_size
+        self.commit_interval_ms = loop.commit_interval_ms
+        self.kafka_config = connection.client_config()
         self.task_id = new_id()
         self._stable_name = name is not None
         self.name = name or f"bolt-{self.task_id & 0xFFFF:04x}"
         check_ack_sender_config(self.kafka_config, component=self.name)
         self.stats = BoltStats()
-        self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
+        self.metrics_port = loop.metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
         self.metrics_host: str | None = None  # where /metrics listens (None: $RK_METRICS_HOST, else 127.0.0.1)
         # handler calls, each at its run's average (PROCESS_TIMED_RUN); its count is the tuples handled
         self.process_latency = LatencyHistogram()
@@ -204,19 +170,13 @@ class Bolt:
         self._ack_owed: list[int] = []
         self._transactions: Transactions | None = None
         self.ready = threading.Event()
-        self.clients = clients
-        self._clock = clock
+        self.clients = connection.clients
+        self._clock = loop.clock
         self._run_started: float | None = None  # a serial bolt's current run of calls began (monotonic)
-        self.parallelism = parallelism
-        self.revoke_wait_s = revoke_wait_s
-        self._parallel = parallel_calls(
-            self,
-            parallelism=parallelism,
-            ordering=ordering,
-            key_of=key_of,
-            max_in_flight=max_in_flight,
-            executor=executor,
-        )
+        self.parallel = parallel
+        self.parallelism = parallel.parallelism
+        self.revoke_wait_s = parallel.revoke_wait_s
+        self._parallel = parallel_calls(self, parallel)
 
     # --- status (safe from any thread) ----------------------------------------------------------
 

@@ -19,7 +19,8 @@ import time
 from typing import Any, cast
 
 from reliable_kafka.acker import AckerWorker
-from reliable_kafka.bolt import BasicBolt, BoltCollector, Tuple
+from reliable_kafka.bolt import BasicBolt, BoltCollector, Parallel, Tuple
+from reliable_kafka.config import Connection, Loop, Tracking
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.spout import Spout, TransactionalSpout
 
@@ -48,26 +49,32 @@ def build(
     topics = topic_names(topology)
     on: dict[str, Any] = {
         "topology": topology,
-        "bootstrap_servers": bootstrap,
-        "kafka_config": dict(CLIENT_CONFIG),
+        "connection": Connection(bootstrap, kafka_config=dict(CLIENT_CONFIG)),
         "name": name,
     }
     if role == "acker":
-        return AckerWorker(**on, ackers=ackers, message_timeout_ms=message_timeout_ms, commit_interval_ms=500)
+        return AckerWorker(
+            **on,
+            tracking=Tracking(ackers=ackers, message_timeout_ms=message_timeout_ms),
+            loop=Loop(commit_interval_ms=500),
+        )
     if role == "spout":
-        spout_class = TransactionalSpout if transactional else Spout
-        return spout_class(
+        spout: Spout | TransactionalSpout = Spout(
             **on,
             source_topics=topics["source"],
             group_id=f"{topology}-spout",
             emit_to=topics["stage1"],
-            message_timeout_ms=message_timeout_ms,
-            backstop_grace_ms=message_timeout_ms,
-            max_retries=50,
-            max_pending=max_pending,
-            backoff=Backoff(initial_ms=100, max_ms=2000),
-            commit_interval_ms=250,
+            tracking=Tracking(
+                message_timeout_ms=message_timeout_ms,
+                backstop_grace_ms=message_timeout_ms,
+                max_retries=50,
+                max_pending=max_pending,
+                backoff=Backoff(initial_ms=100, max_ms=2000),
+            ),
+            transactional=transactional,
+            loop=Loop(commit_interval_ms=250),
         )
+        return spout
 
     def split(tuple_: Tuple, collector: BoltCollector) -> None:
         wait()
@@ -84,15 +91,14 @@ def build(
             time.sleep(random.uniform(*PARALLEL_WAIT_S))
 
     handler, source = (split, topics["stage1"]) if role == "split" else (sink, topics["stage2"])
-    parallel: dict[str, Any] = {"parallelism": parallelism, "ordering": "key"} if parallelism > 1 else {}
     return BasicBolt(
         **on,
         source_topics=source,
         group_id=f"{topology}-{role}",
         handler=handler,
         transactional=transactional,
-        commit_interval_ms=250,
-        **parallel,
+        loop=Loop(commit_interval_ms=250),
+        parallel=Parallel(parallelism, ordering="key"),
     )
 
 

@@ -14,6 +14,7 @@ from reliable_kafka.cli.arguments import (
     setup_logging,
     topology_arguments,
 )
+from reliable_kafka.config import Connection, Loop, TopicCreation, Tracking
 
 __all__ = ["register"]
 
@@ -83,19 +84,17 @@ def _acker(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     worker = AckerWorker(
         topology=args.topology,
-        bootstrap_servers=args.bootstrap_servers,
-        ackers=args.ackers,
-        message_timeout_ms=args.message_timeout_ms,
+        connection=Connection(
+            args.bootstrap_servers, kafka_config=client_settings(args), consumer_config=dict(args.consumer_config)
+        ),
+        tracking=Tracking(ackers=args.ackers, message_timeout_ms=args.message_timeout_ms),
+        create_topics=TopicCreation(
+            replication_factor=args.replication_factor, min_insync_replicas=args.min_insync_replicas
+        ),
+        loop=Loop(commit_interval_ms=args.commit_interval_ms, metrics_port=args.metrics_port),
         timeout_buckets=args.timeout_buckets,
-        commit_interval_ms=args.commit_interval_ms,
         group_id=args.group,
         name=args.name,
-        replication_factor=args.replication_factor,
-        min_insync_replicas=args.min_insync_replicas,
-        create_topics=args.create_topics,
-        kafka_config=client_settings(args),
-        consumer_config=dict(args.consumer_config),
-        metrics_port=args.metrics_port,
     )
     worker.metrics_host = args.metrics_host  # read when /metrics starts (ops.reporter.attach)
     if args.status_interval is not None:

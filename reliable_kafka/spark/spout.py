@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka import validation as v
+from reliable_kafka.config import DEAD_LETTER_RATIO, DEAD_LETTER_WINDOW, Connection, Tracking
 from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker, Redelivery
@@ -49,7 +50,6 @@ from reliable_kafka.spark.derive import EDGE_TAG, ROOT_TAG, edge_column, id_sql,
 from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, final_ack_columns
 from reliable_kafka.spark.offset_reads import chunks, read_ranges, read_redeliveries
 from reliable_kafka.spark.recovery import committed_offsets, plan_recovery
-from reliable_kafka.spout.dead_letters import DEAD_LETTER_RATIO, DEAD_LETTER_WINDOW
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
 from reliable_kafka.spout.spout import source_record
@@ -169,13 +169,6 @@ class SparkSpout(SparkJob):
         )
         self.commit_interval_ms = commit_interval_ms
         self.reuse_batch_plans = reuse_batch_plans
-        self.tracker = InFlightTracker(
-            max_pending=max_pending,
-            max_retries=max_retries,
-            backoff=backoff,
-            message_timeout_ms=message_timeout_ms,
-            backstop_grace_ms=backstop_grace_ms,
-        )
         self.partitions: list[TP] = []
         self.recovered = 0  # records processed again on start (between group commit and checkpoint)
         self.commits = 0
@@ -191,13 +184,18 @@ class SparkSpout(SparkJob):
         self._roots = RootOwner(
             component=self.name,
             topics=self.topics,
-            tracker=self.tracker,
+            connection=Connection(self.bootstrap_servers, kafka_config=self.kafka_config),
+            tracking=Tracking(
+                max_pending=max_pending,
+                max_retries=max_retries,
+                backoff=backoff,
+                message_timeout_ms=message_timeout_ms,
+                backstop_grace_ms=backstop_grace_ms,
+                max_dead_letter_ratio=max_dead_letter_ratio,
+                dead_letter_window=dead_letter_window,
+            ),
             stats=RootStats(),
-            bootstrap_servers=self.bootstrap_servers,
-            kafka_config=self.kafka_config,
             lock=self._lock,
-            max_dead_letter_ratio=max_dead_letter_ratio,
-            dead_letter_window=dead_letter_window,
             reason_with_attempts=False,
         )  # a Spark job's dead letters always said just FAILED or TIMED_OUT
         self._rereader = SourceRereader(
@@ -218,6 +216,11 @@ class SparkSpout(SparkJob):
             max_offsets_per_trigger=max_offsets_per_trigger,
             lock=self._lock,
         )
+
+    @property
+    def tracker(self) -> InFlightTracker:
+        """The in-flight tracker, which the root owner builds and owns."""
+        return self._roots.tracker
 
     @property
     def skipped(self) -> int:

@@ -19,6 +19,7 @@ from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Any, cast
 
 from reliable_kafka.codec import ParkedRecord
+from reliable_kafka.config import DEAD_LETTER_RATIO, DEAD_LETTER_WINDOW
 from reliable_kafka.core.clock import Clock
 from reliable_kafka.core.tracker import InFlightTracker, OutcomeAction
 from reliable_kafka.errors import DeadLetterGuardTripped
@@ -26,7 +27,6 @@ from reliable_kafka.kafka.parking import park, park_reference
 from reliable_kafka.ops.failures import Attempt, attempt_headers
 from reliable_kafka.spout.reread import DELETED
 from reliable_kafka.topology import TopologyTopics
-from reliable_kafka.validation import require_int, require_number
 
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message, Producer
@@ -39,7 +39,6 @@ __all__ = [
     "GONE_REASON",
     "DEAD_LETTER_RATIO",
     "DEAD_LETTER_WINDOW",
-    "check_guard_config",
 ]
 
 log = logging.getLogger("reliable_kafka.spout.roots")  # the owner's logger, as before the split
@@ -50,18 +49,7 @@ TopicPartitionKey = tuple[str, int]
 RecordKey = tuple[TopicPartitionKey, int]
 
 
-# The dead-letter guard's defaults: stop the spout when more than half of the last 200 settled
-# records (completed or dead-lettered) were bound for the DLQ. So nothing trips before 101 records
-# were dead-lettered (the minimum sample), and a deploy that fails everything stops after about
-# 100 dead letters instead of draining the stream (Arroyo's DlqLimit has the same purpose; it
-# counts per partition and refuses a dead letter before any record succeeded). None turns it off.
-DEAD_LETTER_RATIO = 0.5
-DEAD_LETTER_WINDOW = 200
-
-
-def check_guard_config(component: str, max_dead_letter_ratio: float | None, dead_letter_window: int) -> None:
-    require_number(component, "max_dead_letter_ratio", max_dead_letter_ratio, minimum=0, below=1, optional=True)
-    require_int(component, "dead_letter_window", dead_letter_window, minimum=1)
+# The dead-letter guard's defaults live with the rest of Tracking's (reliable_kafka.config).
 
 
 class DeadLetters:

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from confluent_kafka import TopicPartition
 
-from reliable_kafka.core.clock import Clock
+from reliable_kafka.config import Connection, Tracking
+from reliable_kafka.core.clock import Clock, monotonic_ms
 from reliable_kafka.core.commit_metadata import decode_done_above, encode_done_above
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import ActionKind, InFlightTracker, OutcomeAction, Run
@@ -40,7 +41,6 @@ from reliable_kafka.spout.dead_letters import (
     DeadLetterWrite,
     RecordKey,
     TopicPartitionKey,
-    check_guard_config,
 )
 from reliable_kafka.spout.root_index import RootIndex
 from reliable_kafka.topology import TopologyTopics
@@ -48,9 +48,7 @@ from reliable_kafka.topology import TopologyTopics
 if TYPE_CHECKING:
     from confluent_kafka import Producer
 
-    from reliable_kafka.kafka.factory import KafkaClients
-
-__all__ = ["RootOwner", "HeldRecords", "RootStats", "POISON_PILL", "GONE_REASON", "check_guard_config"]
+__all__ = ["RootOwner", "HeldRecords", "RootStats", "POISON_PILL", "GONE_REASON"]
 
 log = logging.getLogger(__name__)
 _COMPLETED_VALUE = int(OutcomeKind.COMPLETED)
@@ -130,7 +128,10 @@ class RootOwner(DeadLetters):
     that does not keep records gives ``reread(keys)``, which puts them there when a dead letter
     needs one (a record it cannot find because Kafka deleted it is counted and marked done by it).
     ``lock`` (optional) guards the tracker when several threads share it (the Spark driver).
-    ``clock`` (:mod:`reliable_kafka.core.clock`) stamps attempts and dead letters; the tracker has its own.
+    ``tracking`` (:class:`~reliable_kafka.config.Tracking`): the owner builds the in-flight tracker
+    from it (``owner.tracker``; the spout keeps none of its own) and guards dead letters by it.
+    ``connection``: how the outcome listener, the dead-letter writes and the root index reach Kafka.
+    ``clock`` (:mod:`reliable_kafka.core.clock`) stamps attempts and dead letters and times the tracker.
     ``on_completed(records)``: called with the held records whose trees completed, a list per outcome batch.
     ``to_record``: makes what the spout kept with an offset (``track_many(records=...)``, e.g. the
     consumed message) into its source record, when one is asked for (:class:`HeldRecords`).
@@ -143,15 +144,11 @@ class RootOwner(DeadLetters):
         *,
         component: str,
         topics: TopologyTopics,
-        tracker: InFlightTracker,
-        bootstrap_servers: str,
-        kafka_config: dict[str, Any],
-        clients: KafkaClients | None = None,
+        connection: Connection,
+        tracking: Tracking,
         stats: RootCounters | None = None,
         reread: Callable[[list[RecordKey]], None] | None = None,
         encode_metadata: Callable[[TopicPartitionKey, int], tuple[str, bool]] | None = None,
-        max_dead_letter_ratio: float | None = None,
-        dead_letter_window: int = 1000,
         reason_with_attempts: bool = True,
         read_failure_reasons: bool = True,
         on_completed: Callable[[list[Any]], None] | None = None,  # the records as to_record made them
@@ -159,21 +156,28 @@ class RootOwner(DeadLetters):
         lock: AbstractContextManager[object] | None = None,
         clock: Clock = time,
     ) -> None:
-        check_guard_config(component, max_dead_letter_ratio, dead_letter_window)
         self.component = component
         self.topics = topics
-        self.tracker = tracker
-        self.bootstrap_servers = bootstrap_servers
-        self.kafka_config = kafka_config
-        self.clients = clients  # the component's client factory (None: confluent-kafka)
+        # the owner's tracker: the spout reaches it here (owner.tracker), it keeps no copy of its own
+        self.tracker = InFlightTracker(
+            max_pending=tracking.max_pending,
+            max_retries=tracking.max_retries,
+            backoff=tracking.backoff,
+            message_timeout_ms=tracking.message_timeout_ms,
+            backstop_grace_ms=tracking.backstop_grace_ms,
+            clock=monotonic_ms(clock),
+        )
+        self.bootstrap_servers = connection.bootstrap_servers
+        self.kafka_config = connection.client_config()
+        self.clients = connection.clients  # the component's client factory (None: confluent-kafka)
         self._clock = clock
         self.stats: RootCounters = stats if stats is not None else RootStats()
-        self.records: HeldRecords = HeldRecords(tracker, to_record)
+        self.records: HeldRecords = HeldRecords(self.tracker, to_record)
         self.producer: Producer | None = None  # set by use_producer before anything is written
         self.listener: OutcomeListener | None = None
         self.root_index: RootIndex | None = None
-        self.max_dead_letter_ratio = max_dead_letter_ratio
-        self.dead_letter_window = dead_letter_window
+        self.max_dead_letter_ratio = tracking.max_dead_letter_ratio
+        self.dead_letter_window = tracking.dead_letter_window
         self.guard_tripped: DeadLetterGuardTripped | None = None
         self.reread = reread  # how a record not held is read again (None: it cannot be)
         self.encode_metadata = encode_metadata or self._done_above_metadata  # how commit metadata is written

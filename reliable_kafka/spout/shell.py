@@ -5,29 +5,25 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from reliable_kafka.codec import ANCHORS_HEADER as _ANCHORS
 from reliable_kafka.codec import encode_one_anchor
-from reliable_kafka.core.clock import Clock, monotonic_ms
+from reliable_kafka.config import Connection, Guarantee, Loop, Tracking
 from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.core.tracker import Backoff, InFlightTracker
+from reliable_kafka.core.tracker import InFlightTracker
 from reliable_kafka.errors import AuthorizationError, ConfigError, OutputRefused, TopologyError
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.clients import SENT_PER_POLL, check_ack_sender_config, new_consumer, new_producer
-from reliable_kafka.kafka.config import client_config
-from reliable_kafka.kafka.factory import KafkaClients
 from reliable_kafka.kafka.produce import Header, ProducerUnusable, produce_headers, produce_tuple
 from reliable_kafka.lifecycle import Pollable, run_until_stopped
 from reliable_kafka.ops.failures import FailureRecord
-from reliable_kafka.spout.dead_letters import DEAD_LETTER_RATIO, DEAD_LETTER_WINDOW
 from reliable_kafka.spout.overrides import overridden
 from reliable_kafka.spout.records import SourceRecord, SpoutCollector, SpoutStats, forward_to, source_record_of
 from reliable_kafka.spout.roots import RootOwner
@@ -36,12 +32,7 @@ from reliable_kafka.validation import (
     refused_outputs,
     require_bool,
     require_callable,
-    require_choice,
-    require_having,
     require_instance,
-    require_int,
-    require_mapping,
-    require_number,
     require_output_topic,
     require_str,
     require_topics,
@@ -59,7 +50,6 @@ __all__ = ["SpoutShell", "Guarantee"]
 
 log = logging.getLogger("reliable_kafka.spout.spout")  # the spouts' logger, as before the split
 
-Guarantee = Literal["at_least_once", "at_most_once", "none"]
 TopicPartitionKey = tuple[str, int]
 
 
@@ -72,120 +62,85 @@ class SpoutShell:
 
     topic_wait_s = 30.0  # how long start() waits for an acker to create the topology's topics
 
+    transactional = False  # the transactional spout's class says True
+
     def __init__(
         self,
         *,
         topology: str,
-        bootstrap_servers: str,
+        connection: str | Connection,
         source_topics: list[str] | str,
         group_id: str,
         emit_to: str | None = None,
         handler: Callable[[SourceRecord, SpoutCollector], None] | None = None,
-        guarantee: Guarantee = "at_least_once",
-        ackers: int | None = None,
-        max_pending: int = 10_000,
-        max_retries: int = 5,
-        backoff: Backoff | None = None,
-        message_timeout_ms: int = 30_000,
-        backstop_grace_ms: int = 10_000,
-        commit_interval_ms: int = 1000,
-        batch_size: int = 500,
-        kafka_config: dict[str, Any] | None = None,
-        consumer_config: dict[str, Any] | None = None,
-        producer_config: dict[str, Any] | None = None,
+        tracking: Tracking | None = None,
+        transactional: bool = False,
+        loop: Loop | None = None,
         name: str | None = None,
-        metrics_port: int | None = None,
-        max_dead_letter_ratio: float | None = DEAD_LETTER_RATIO,
-        dead_letter_window: int = DEAD_LETTER_WINDOW,
-        root_index: bool = True,
-        clients: KafkaClients | None = None,
-        clock: Clock = time,
     ) -> None:
         where = type(self).__name__  # Spout or TransactionalSpout
         require_topology(where, "topology", topology)
-        require_str(where, "bootstrap_servers", bootstrap_servers)
+        connection = Connection.of(where, connection)
         sources = require_topics(where, "source_topics", source_topics)
         require_str(where, "group_id", group_id)
         if (emit_to is None) == (handler is None):
             raise ConfigError(f"{where}: give exactly one of emit_to (forward records) or handler")
         require_callable(where, "handler", handler, optional=True)
-        require_choice(where, "guarantee", guarantee, ("at_least_once", "at_most_once", "none"))
-        require_int(where, "ackers", ackers, minimum=0, optional=True)
-        require_int(where, "max_pending", max_pending, minimum=1, optional=True)
-        require_int(where, "max_retries", max_retries, minimum=0, optional=True)
-        require_instance(where, "backoff", backoff, Backoff)
-        require_int(where, "message_timeout_ms", message_timeout_ms, minimum=1, optional=True)
-        require_int(where, "backstop_grace_ms", backstop_grace_ms, minimum=0)
-        require_int(where, "commit_interval_ms", commit_interval_ms, minimum=0)
-        require_int(where, "batch_size", batch_size, minimum=1)
-        require_mapping(where, "kafka_config", kafka_config)
-        require_mapping(where, "consumer_config", consumer_config)
-        require_mapping(where, "producer_config", producer_config)
+        tracking = tracking if tracking is not None else Tracking()
+        require_instance(where, "tracking", tracking, Tracking)
+        require_bool(where, "transactional", transactional)
+        if transactional != self.transactional:  # Spout.__new__ picks the class by this flag
+            raise ConfigError(f"{where}: transactional={transactional!r} given to {type(self).__name__}")
+        loop = loop if loop is not None else Loop()
+        require_instance(where, "loop", loop, Loop)
         require_str(where, "name", name, optional=True)
-        require_int(where, "metrics_port", metrics_port, minimum=0, maximum=65535, optional=True)
-        require_number(where, "max_dead_letter_ratio", max_dead_letter_ratio, minimum=0, below=1, optional=True)
-        require_int(where, "dead_letter_window", dead_letter_window, minimum=1)
-        require_bool(where, "root_index", root_index)
-        require_having(where, "clients", clients, ("producer", "consumer", "admin"))
-        require_having(where, "clock", clock, ("monotonic", "time", "sleep"), optional=False)
         self.topics = TopologyTopics(topology)
         if emit_to is not None:
             require_output_topic(where, "emit_to", emit_to, refused_outputs(self.topics, sources))
-        self.bootstrap_servers = bootstrap_servers
+        self.connection = connection
+        self.loop = loop
+        self.bootstrap_servers = connection.bootstrap_servers
         self.source_topics = sources
         self.group_id = group_id
         self.handler = handler or forward_to(cast(str, emit_to))  # checked above: one of the two is given
         self._forward_topic = emit_to  # the default handler's topic: poll_once forwards a batch at a time
-        self.guarantee = guarantee
-        self.ackers = ackers
-        self.commit_interval_ms = commit_interval_ms
-        self.batch_size = batch_size
-        self.kafka_config = client_config(
-            kafka_config, consumer_config=consumer_config, producer_config=producer_config
-        )
-        self.clients = clients
+        self.guarantee = tracking.guarantee
+        self.ackers = tracking.ackers
+        self.commit_interval_ms = loop.commit_interval_ms
+        self.batch_size = loop.batch_size
+        self.kafka_config = connection.client_config()
+        self.clients = connection.clients
+        clock = loop.clock
         self._clock = clock
         self.task_id = new_id()
         self.name = name or f"spout-{self.task_id & 0xFFFF:04x}"
-        self._sends_acks = guarantee == "at_least_once" and ackers != 0
+        self._sends_acks = self.guarantee == "at_least_once" and self.ackers != 0
         # only at-least-once commits the tracker's commit point ("none" auto-commits, at-most-once
         # commits before emitting): the others keep no per-record bookkeeping (issue 11)
-        self._tracks_offsets = guarantee == "at_least_once"
+        self._tracks_offsets = self.guarantee == "at_least_once"
         if self._sends_acks:
             check_ack_sender_config(self.kafka_config, component=self.name)
-        self.tracker = InFlightTracker(
-            max_pending=max_pending,
-            max_retries=max_retries,
-            backoff=backoff,
-            message_timeout_ms=message_timeout_ms,
-            backstop_grace_ms=backstop_grace_ms,
-            clock=monotonic_ms(clock),
-        )
         self.stats = SpoutStats()
         # where _process and emits count (a TransactionalSpout's: its round's, added when the round commits)
         self._counts = self.stats
         # set by the rebalance callbacks: backpressure is applied to the new assignment afresh
         self._assignment_moved = False
-        self.metrics_port = metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
+        self.metrics_port = loop.metrics_port  # serve /metrics here (0: any free port); see reliable_kafka.ops
         self.metrics_host: str | None = None  # where /metrics listens (None: $RK_METRICS_HOST, else 127.0.0.1)
         self.output_topics: set[str] = set()  # for the status page's graph
         # a first emit to a topic (not yet in output_topics) is checked against these (_new_output)
         self._refused_outputs = refused_outputs(self.topics, sources)
         self.emit_to_missing = False  # set by start(): emit_to did not exist then (_check_emit_to)
-        self.max_dead_letter_ratio = max_dead_letter_ratio
-        self.dead_letter_window = dead_letter_window
-        self.root_index = root_index
+        self.max_dead_letter_ratio = tracking.max_dead_letter_ratio
+        self.dead_letter_window = tracking.dead_letter_window
+        self.root_index = tracking.root_index
         self.ready = threading.Event()
         self._roots = RootOwner(
             component=self.name,
             topics=self.topics,
-            tracker=self.tracker,
+            connection=connection,
+            tracking=tracking,
             stats=self.stats,
-            bootstrap_servers=bootstrap_servers,
-            kafka_config=self.kafka_config,
-            clients=clients,
-            max_dead_letter_ratio=max_dead_letter_ratio,
-            dead_letter_window=dead_letter_window,
             # Speed: without a hook, no SourceRecord per completed root (./rk bench spout_path, Spout: 1.3-1.5x)
             on_completed=self._completed_many
             if overridden(self, SpoutShell, "_completed", "_completed_many")
@@ -200,6 +155,11 @@ class SpoutShell:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._acks: AckSender | None = None
+
+    @property
+    def tracker(self) -> InFlightTracker:
+        """The in-flight tracker, which the root owner builds and owns."""
+        return self._roots.tracker
 
     @property
     def stopped_by(self) -> str | None:

@@ -8,8 +8,9 @@ offset is the tracker's commit point: every record below it completed or was dea
 
 from __future__ import annotations
 
+import inspect
 import logging
-from typing import cast
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -42,33 +43,31 @@ DEAD_LETTER_FLUSH_S = 1.0  # how long a round waits to learn that its dead lette
 class Spout(ForwardingShell):
     """Reads source topics in a consumer group and owns the roots of their records' trees.
 
-    Keyword arguments (defaults in brackets):
-    - ``topology``, ``bootstrap_servers``, ``source_topics``, ``group_id``: required.
+    Keyword arguments (defaults in brackets; docs/configuration.md has every field):
+    - ``topology``, ``connection``, ``source_topics``, ``group_id``: required. ``connection`` is a
+      bootstrap servers string or a :class:`~reliable_kafka.config.Connection` (librdkafka
+      settings, security, the client factory).
     - ``emit_to`` / ``handler``: where tuples go. ``emit_to="t"`` forwards each record to topic t;
       ``handler(record, collector)`` emits any number of tuples (none: the record is done at once).
-    - ``guarantee`` ["at_least_once"]: "at_most_once" commits before emitting and tracks nothing;
-      "none" tracks nothing and commits as it reads (its producer is not idempotent unless
-      ``kafka_config`` sets ``enable.idempotence``: a retried send may duplicate or reorder, as a
-      plain producer's).
-    - ``ackers`` [None]: None reads N from the ack topic; 0 turns tracking off (every emit counts as
-      completed at once, as Storm with zero ackers).
-    - ``max_pending`` [10000], ``max_retries`` [5], ``backoff`` [Backoff()],
-      ``message_timeout_ms`` [30000], ``backstop_grace_ms`` [10000]: as Storm's
-      ``topology.max.spout.pending`` and ``topology.message.timeout.secs``; the backstop fails a
-      root locally when no outcome arrives within timeout + grace (no acker running).
-    - ``commit_interval_ms`` [1000], ``batch_size`` [500], ``kafka_config`` (librdkafka, copied),
-      ``consumer_config`` / ``producer_config`` (merged over it for consumers / producers only).
-    - ``metrics_port`` [None: no /metrics; 0: a free port] (docs/operations.md).
-    - ``max_dead_letter_ratio`` [None: off], ``dead_letter_window`` [1000]: stop the spout with
-      :class:`DeadLetterGuardTripped` when more than this share of the last ``dead_letter_window``
-      settled records (completed or dead-lettered) went to the DLQ (docs/operations.md).
-    - ``root_index`` [True]: write (offset, root) pairs to ``<topology>.roots`` about once a
-      second, 16 bytes a root, so that ``reliable-kafka trace`` finds a record's trees.
-    - ``clients`` [None: confluent-kafka]: makes the Kafka clients (:mod:`reliable_kafka.kafka.factory`;
-      :class:`reliable_kafka.testing.MemoryKafka` runs the spout without a broker).
-    - ``clock`` [the ``time`` module]: what the spout reads time from (:mod:`reliable_kafka.core.clock`;
-      :class:`reliable_kafka.testing.ManualClock` moves only when told to).
+    - ``tracking`` [``Tracking()``]: the guarantee, ackers, max pending, retries, backoff, message
+      timeout, the dead-letter guard and the root index (:class:`~reliable_kafka.config.Tracking`).
+    - ``transactional`` [False]: True makes the transactional spout: each round's emits, INITs, dead
+      letters and commits are one Kafka transaction (needs a stable ``name``; docs/guarantees.md).
+    - ``loop`` [``Loop()``]: batch size, commit interval, ``/metrics`` port and clock
+      (:class:`~reliable_kafka.config.Loop`).
+    - ``name`` [a random ``spout-xxxx``]: the spout's name in logs, status and metrics.
     """
+
+    def __new__(cls, *, transactional: bool = False, **options: Any) -> Spout:
+        if transactional is True and cls is Spout:
+            # the transactional spout builds on this module: imported when asked for
+            from reliable_kafka.spout.transactional import TransactionalSpout
+
+            spout = object.__new__(TransactionalSpout)  # not its __new__: that one warns of the old spelling
+            TransactionalSpout.__init__(spout, transactional=True, **options)
+            # typed as a Spout: both are SpoutShells, with the same public API (run, stats, name...)
+            return cast(Spout, spout)
+        return super().__new__(cls)
 
     component = "spout"  # its kind in status reports and metrics (reliable_kafka.ops.snapshot)
 
@@ -210,3 +209,7 @@ class Spout(ForwardingShell):
                     tp.offset,
                     error or tp.error,
                 )
+
+
+# help(Spout) and editors show the keywords, not __new__'s (transactional, **options)
+Spout.__signature__ = inspect.signature(SpoutShell)  # type: ignore[attr-defined]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -68,15 +69,28 @@ class TransactionalSpout(SpoutShell):
     """
 
     component = "transactional-spout"  # its kind in status reports and metrics (reliable_kafka.ops.snapshot)
+    transactional = True
+
+    def __new__(cls, **options: Any) -> TransactionalSpout:
+        # Spout(transactional=True) makes this class without coming here: only the old spelling warns
+        warnings.warn(
+            "TransactionalSpout is deprecated; use Spout(transactional=True) (the same spout)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return super().__new__(cls)
 
     def __init__(self, *, name: str, **options: Any) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigError(
                 f"TransactionalSpout: name must be a non-empty str (a stable name: its transactional.id), got {name!r}"
             )
-        if options.get("guarantee", "at_least_once") != "at_least_once" or options.get("ackers") == 0:
-            raise ConfigError("TransactionalSpout tracks trees: guarantee must be at_least_once, with ackers")
+        options.setdefault("transactional", True)
         super().__init__(name=name, **options)
+        if self.guarantee != "at_least_once" or self.ackers == 0:
+            raise ConfigError(
+                "TransactionalSpout tracks trees: Tracking's guarantee must be at_least_once, with ackers"
+            )
         self._owners: dict[TopicPartitionKey, int] = {}
         self._senders: dict[TopicPartitionKey, AckSender] = {}  # one INIT sender per source partition, by owner id
         self._derive_root = self._root_of

@@ -33,6 +33,7 @@ This module is the world and its scheduler; the checks live in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import random
@@ -45,8 +46,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import numpy as np
 
 from reliable_kafka.acker.worker import AckerWorker
+from reliable_kafka.bolt import Parallel
 from reliable_kafka.bolt.executors import SteppedCalls
 from reliable_kafka.bolt.runner import BasicBolt, BoltCollector, Tuple
+from reliable_kafka.config import Connection, Loop, Tracking
 from reliable_kafka.core import ids
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.spout.spout import SourceRecord, Spout, SpoutCollector
@@ -157,30 +160,34 @@ class _Simulation:
             partition = i % config.source_partitions
             producer.produce(SOURCE, f"{partition}:{i // config.source_partitions}".encode(), partition=partition)
         producer.flush()
-        on: dict[str, Any] = {
-            "topology": TOPOLOGY,
-            "bootstrap_servers": "memory",
-            "commit_interval_ms": 0,
-            "clock": self.clock,
-        }
-        spout_options = dict(
-            on,
-            source_topics=SOURCE,
-            group_id=SPOUT_GROUP,
-            max_retries=config.max_retries,
-            backoff=Backoff(initial_ms=200),
-        )
+        on: dict[str, Any] = {"topology": TOPOLOGY, "loop": Loop(commit_interval_ms=0, clock=self.clock)}
+        tracking = Tracking(max_retries=config.max_retries, backoff=Backoff(initial_ms=200))
+        spout_options = dict(on, source_topics=SOURCE, group_id=SPOUT_GROUP)
         bolt_options = dict(on, source_topics=MID, group_id=BOLT_GROUP, handler=self._bolt_handler)
 
         def acker(c: _Clients) -> AckerWorker:
-            return AckerWorker(**on, clients=c, ackers=config.ack_partitions)
+            return AckerWorker(
+                **on, connection=Connection("memory", clients=c), tracking=Tracking(ackers=config.ack_partitions)
+            )
 
         # a restarted process keeps its name: its transactional.id, so that the restart fences the old one
         def spout(c: _Clients, name: str) -> Spout | TransactionalSpout:
             if config.transactional:
-                return TransactionalSpout(**spout_options, handler=_forward_coordinates, clients=c, name=name)
+                return Spout(
+                    **spout_options,
+                    handler=_forward_coordinates,
+                    connection=Connection("memory", clients=c),
+                    tracking=tracking,
+                    transactional=True,
+                    name=name,
+                )
             # the default handler: the spout forwards a consumed batch at a time (Spout._forward_tracked)
-            return Spout(**spout_options, emit_to=MID, clients=c, root_index=False)
+            return Spout(
+                **spout_options,
+                emit_to=MID,
+                connection=Connection("memory", clients=c),
+                tracking=dataclasses.replace(tracking, root_index=False),
+            )
 
         # each plain bolt's parallelism and ordering, from the seed (a restart keeps them)
         choices = random.Random(config.seed ^ 0x5EED)
@@ -191,19 +198,19 @@ class _Simulation:
 
         def bolt(c: _Clients, name: str) -> BasicBolt:
             if config.transactional:
-                return BasicBolt(**bolt_options, clients=c, transactional=True, name=name)
+                return BasicBolt(
+                    **bolt_options, connection=Connection("memory", clients=c), transactional=True, name=name
+                )
             parallelism, ordering = parallel[name] if config.parallel_bolts else (1, "key")
             if parallelism == 1:
-                return BasicBolt(**bolt_options, clients=c)
+                return BasicBolt(**bolt_options, connection=Connection("memory", clients=c))
             executor = self.calls[name] = SteppedCalls()  # the restarted process's, from now on
             return BasicBolt(
                 **bolt_options,
-                clients=c,
-                parallelism=parallelism,
-                ordering=ordering,
-                max_in_flight=2 * parallelism,
-                executor=executor,
-                revoke_wait_s=0,  # one thread: a call the scheduler has not finished is abandoned
+                connection=Connection("memory", clients=c),
+                parallel=Parallel(
+                    parallelism, ordering=ordering, max_in_flight=2 * parallelism, revoke_wait_s=0, executor=executor
+                ),
             )
 
         self.processes = [_Process("acker", acker) for _ in range(config.acker_workers)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from reliable_kafka import Connection, Loop, Tracking
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.spout import Spout
 
@@ -20,7 +21,7 @@ MESSAGE_TIMEOUT_MS = 10_000
 
 def main(role: str, topology: str, bootstrap: str) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s {role} %(levelname)s %(message)s")
-    common = {"topology": topology, "bootstrap_servers": bootstrap, "kafka_config": dict(CLIENT_CONFIG)}
+    common = {"topology": topology, "connection": Connection(bootstrap, kafka_config=dict(CLIENT_CONFIG))}
     if role == "spout":
         component = Spout(
             **common,
@@ -28,9 +29,8 @@ def main(role: str, topology: str, bootstrap: str) -> int:
             group_id=f"{topology}.spout",
             emit_to=f"{topology}.stage",
             name="spout-0",
-            message_timeout_ms=MESSAGE_TIMEOUT_MS,
-            backstop_grace_ms=MESSAGE_TIMEOUT_MS,  # no outcome within 20 s: failed locally, replayed
-            commit_interval_ms=250,
+            tracking=Tracking(message_timeout_ms=MESSAGE_TIMEOUT_MS, backstop_grace_ms=MESSAGE_TIMEOUT_MS),
+            loop=Loop(commit_interval_ms=250),
         )
     else:
 
@@ -43,7 +43,7 @@ def main(role: str, topology: str, bootstrap: str) -> int:
             group_id=f"{topology}.bolt",
             handler=sink,
             name="bolt-0",
-            commit_interval_ms=250,
+            loop=Loop(commit_interval_ms=250),
         )
     component.run(handle_signals=True)
     return 0

@@ -24,6 +24,7 @@ import random
 import threading
 import time
 
+from reliable_kafka import Connection, Loop, Parallel
 from reliable_kafka.bolt import BasicBolt, Bolt
 
 PARALLELISM = 32
@@ -56,14 +57,14 @@ def build(args) -> Bolt:
     effects = args.effects
     on = {
         "topology": args.topology,
-        "bootstrap_servers": args.bootstrap,
+        "connection": Connection(
+            args.bootstrap, kafka_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
+        ),
         "source_topics": args.words,
         "group_id": f"{args.topology}-count",
         "name": "count",
-        "commit_interval_ms": 250,
-        "kafka_config": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
-        "parallelism": PARALLELISM,
-        "ordering": "none" if args.mutant == "unordered" else "key",
+        "loop": Loop(commit_interval_ms=250),
+        "parallel": Parallel(PARALLELISM, ordering="none" if args.mutant == "unordered" else "key"),
     }
 
     def outcome(tuple_, collector) -> None:

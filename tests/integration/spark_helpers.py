@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from reliable_kafka import codec
+from reliable_kafka import Loop, Tracking, codec
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt import BasicBolt, Bolt, BoltCollector, Tuple
 from reliable_kafka.core.kinds import OutcomeKind
@@ -150,10 +150,9 @@ def acker_running(bootstrap: str, topology: str, *, ackers: int = 2, timeout_ms:
     stop = threading.Event()
     worker = AckerWorker(
         topology=topology,
-        bootstrap_servers=bootstrap,
-        ackers=ackers,
-        message_timeout_ms=timeout_ms,
-        commit_interval_ms=200,
+        connection=bootstrap,
+        tracking=Tracking(ackers=ackers, message_timeout_ms=timeout_ms),
+        loop=Loop(commit_interval_ms=200),
     )
     thread = threading.Thread(target=worker.run, args=(stop,), name="acker", daemon=True)
     thread.start()
@@ -229,11 +228,7 @@ def acking_bolt(
             log.ok[(partition, offset)].add(attempt)
 
     return BasicBolt(
-        topology=topology,
-        bootstrap_servers=bootstrap,
-        source_topics=topic,
-        group_id=f"{topic}.downstream",
-        handler=handle,
+        topology=topology, connection=bootstrap, source_topics=topic, group_id=f"{topic}.downstream", handler=handle
     )
 
 
@@ -262,11 +257,7 @@ def downstream_bolt(
 ) -> Bolt:
     """A plain Bolt over ``output`` whose ``handler`` decides what to ack (a withholding downstream)."""
     return Bolt(
-        topology=topology,
-        bootstrap_servers=bootstrap,
-        source_topics=output,
-        group_id=f"{output}.downstream",
-        handler=handler,
+        topology=topology, connection=bootstrap, source_topics=output, group_id=f"{output}.downstream", handler=handler
     )
 
 

@@ -12,7 +12,7 @@ import time
 from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from reliable_kafka import AckerWorker, LocalCluster, codec
+from reliable_kafka import AckerWorker, Connection, LocalCluster, Loop, Tracking, codec
 from reliable_kafka.acker import worker as worker_module
 from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
@@ -57,7 +57,7 @@ def test_a_worker_dying_mid_batch_commits_nothing_past_unfolded_records(kafka_bo
         return fold_records(table, records)
 
     monkeypatch.setattr(worker_module.AckerTable, "fold_records", failing_fold)
-    dying = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, commit_interval_ms=0)
+    dying = AckerWorker(topology=topics.topology, connection=kafka_bootstrap, loop=Loop(commit_interval_ms=0))
     cluster = LocalCluster(dying).start()
     try:
         deadline = time.monotonic() + 60
@@ -70,7 +70,7 @@ def test_a_worker_dying_mid_batch_commits_nothing_past_unfolded_records(kafka_bo
     assert committed <= FAIL_AT, f"committed {committed}, past records never folded (from {FAIL_AT})"
 
     monkeypatch.setattr(worker_module.AckerTable, "fold_records", fold_records)
-    successor = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, commit_interval_ms=100)
+    successor = AckerWorker(topology=topics.topology, connection=kafka_bootstrap, loop=Loop(commit_interval_ms=100))
     with LocalCluster(successor) as cluster:
         cluster.wait_until(
             lambda: set(roots) <= _outcomes(kafka_bootstrap, topics).keys(),
@@ -102,7 +102,7 @@ def test_an_ack_topic_with_create_time_is_warned_about_once(kafka_bootstrap, cap
     assert _timestamp_type(kafka_bootstrap, topics.acks) == "CreateTime"
     caplog.set_level(logging.WARNING, logger="reliable_kafka.topology")
     for _ in range(2):
-        worker = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap)
+        worker = AckerWorker(topology=topics.topology, connection=kafka_bootstrap)
         with LocalCluster(worker):
             pass
     warnings = [r.getMessage() for r in caplog.records if "CreateTime" in r.getMessage()]
@@ -124,7 +124,11 @@ def test_a_worker_that_stops_cleanly_leaves_the_group_at_once(kafka_bootstrap):
     ensure_topics(admin_client(kafka_bootstrap), topics)
     long_session = {"session.timeout.ms": 600_000, "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 600_000}
     staying, leaving = (
-        AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, ackers=2, kafka_config=long_session)
+        AckerWorker(
+            topology=topics.topology,
+            connection=Connection(kafka_bootstrap, kafka_config=long_session),
+            tracking=Tracking(ackers=2),
+        )
         for _ in range(2)
     )
     with LocalCluster(staying) as cluster:

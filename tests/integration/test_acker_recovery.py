@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from confluent_kafka import Producer
 
-from reliable_kafka import AckerWorker, Bolt, BoltCollector, LocalCluster, Spout, Tuple, codec
+from reliable_kafka import AckerWorker, Bolt, BoltCollector, LocalCluster, Loop, Spout, Tracking, Tuple, codec
 from reliable_kafka.core.ids import partition_for_root
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
@@ -234,13 +234,13 @@ def setup_topology(bootstrap: str, prefix: str, *, ackers: int) -> tuple[Topolog
 
 def spout_and_gate(bootstrap: str, topics: TopologyTopics, source: str, tuples: str) -> tuple[Spout, Bolt, Gate]:
     gate = Gate()
-    on = {"topology": topics.topology, "bootstrap_servers": bootstrap}
+    on = {"topology": topics.topology, "connection": bootstrap}
     spout = Spout(
         **on,
         source_topics=source,
         group_id=f"{topics.topology}-spout",
         emit_to=tuples,
-        message_timeout_ms=MESSAGE_TIMEOUT_MS,
+        tracking=Tracking(message_timeout_ms=MESSAGE_TIMEOUT_MS),
     )
     bolt = Bolt(**on, source_topics=tuples, group_id=f"{topics.topology}-gate", handler=gate)
     return spout, bolt, gate
@@ -527,11 +527,10 @@ def test_committed_low_point_never_passes_the_first_event_of_a_pending_root(kafk
     # In-process (no kill here): 30 buckets of 2 s make the low point move within the test.
     acker = AckerWorker(
         topology=topics.topology,
-        bootstrap_servers=bootstrap,
-        ackers=2,
-        message_timeout_ms=MESSAGE_TIMEOUT_MS,
+        connection=bootstrap,
+        tracking=Tracking(ackers=2, message_timeout_ms=MESSAGE_TIMEOUT_MS),
+        loop=Loop(commit_interval_ms=200),
         timeout_buckets=30,
-        commit_interval_ms=200,
     )
     group = f"{topics.topology}.ackers"
     per_wave, waves = 300, 3
@@ -630,10 +629,10 @@ def test_an_open_transaction_on_the_ack_topic_does_not_time_trees_out(kafka_boot
     zombie.init_transactions(30)
     acker = AckerWorker(
         topology=topology,
-        bootstrap_servers=kafka_bootstrap,
-        message_timeout_ms=3000,
+        connection=kafka_bootstrap,
+        tracking=Tracking(message_timeout_ms=3000),
+        loop=Loop(commit_interval_ms=200),
         timeout_buckets=2,
-        commit_interval_ms=200,
     )
     with LocalCluster(acker) as cluster:
         plain.produce(topics.acks, _ack_record(sender, 0, root, edge), partition=0)  # INIT

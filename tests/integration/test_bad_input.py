@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from confluent_kafka import Producer
 
-from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, codec
+from reliable_kafka import AckerWorker, Bolt, LocalCluster, Loop, Spout, Tracking, codec
 from reliable_kafka.core.ids import new_id, partition_for_root
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.kafka.ack_sender import MAX_ENTRIES_PER_RECORD
@@ -51,9 +51,9 @@ def test_acker_quarantines_every_kind_of_bad_ack_record_and_keeps_folding(kafka_
     _send(kafka_bootstrap, topics.acks, [(0, good_init), (0, garbage), (0, wrong_version), (0, oversized), (0, mixed)])
     worker = AckerWorker(
         topology=topics.topology,
-        bootstrap_servers=kafka_bootstrap,
+        connection=kafka_bootstrap,
+        loop=Loop(commit_interval_ms=100),
         max_entries_per_record=MAX_ENTRIES_PER_RECORD,
-        commit_interval_ms=100,
     )
     with LocalCluster(worker) as cluster:
         cluster.wait_until(
@@ -98,7 +98,7 @@ def test_bolt_quarantines_records_whose_anchors_header_is_invalid(kafka_bootstra
     seen = []
     bolt = Bolt(
         topology=topology,
-        bootstrap_servers=kafka_bootstrap,
+        connection=kafka_bootstrap,
         source_topics=source,
         group_id=f"{topology}-bolt",
         handler=lambda t, c: (seen.append((t.value, t.tracked)), c.ack(t)),
@@ -118,16 +118,12 @@ def test_spout_ignores_outcomes_for_unknown_roots_and_quarantines_undecodable_on
     create_topics(kafka_bootstrap, {source: 1, out: 1})
     topics = TopologyTopics(topology)
     spout = Spout(
-        topology=topology,
-        bootstrap_servers=kafka_bootstrap,
-        source_topics=source,
-        group_id=f"{topology}-spout",
-        emit_to=out,
+        topology=topology, connection=kafka_bootstrap, source_topics=source, group_id=f"{topology}-spout", emit_to=out
     )
-    acker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap)
+    acker = AckerWorker(topology=topology, connection=kafka_bootstrap)
     sink = Bolt(
         topology=topology,
-        bootstrap_servers=kafka_bootstrap,
+        connection=kafka_bootstrap,
         source_topics=out,
         group_id=f"{topology}-sink",
         handler=lambda t, c: c.ack(t),
@@ -168,13 +164,11 @@ def test_spout_ignores_commit_metadata_that_is_not_its_own(kafka_bootstrap):
     committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
     committer.commit(offsets=[TopicPartition(source, 0, 1, "some other tool's metadata")], asynchronous=False)
     committer.close()
-    acker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap)
-    spout = Spout(
-        topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source, group_id=group, emit_to=out
-    )
+    acker = AckerWorker(topology=topology, connection=kafka_bootstrap)
+    spout = Spout(topology=topology, connection=kafka_bootstrap, source_topics=source, group_id=group, emit_to=out)
     sink = Bolt(
         topology=topology,
-        bootstrap_servers=kafka_bootstrap,
+        connection=kafka_bootstrap,
         source_topics=out,
         group_id=f"{topology}-sink",
         handler=lambda t, c: c.ack(t),
@@ -215,7 +209,7 @@ def test_acker_parks_a_reference_to_records_too_large_to_copy_and_every_good_tre
         big.produce(topics.acks, value, partition=0)
     assert big.flush(30) == 0
     _send(kafka_bootstrap, topics.acks, [(0, init_after), (0, ack_after)])
-    worker = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, commit_interval_ms=100)
+    worker = AckerWorker(topology=topics.topology, connection=kafka_bootstrap, loop=Loop(commit_interval_ms=100))
     with LocalCluster(worker) as cluster:
         cluster.wait_until(
             lambda: worker.stats.completed == 400,
@@ -255,7 +249,7 @@ def test_acker_quarantines_entries_whose_root_belongs_to_another_partition_and_f
         spout, [EventKind.INIT] * len(roots) + [EventKind.ACK] * len(roots), roots + roots, edges + edges
     )
     _send(kafka_bootstrap, topics.acks, [(0, record)])
-    worker = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, ackers=3)
+    worker = AckerWorker(topology=topics.topology, connection=kafka_bootstrap, tracking=Tracking(ackers=3))
     with LocalCluster(worker) as cluster:
         cluster.wait_until(
             lambda: worker.stats.completed == len(ours),
@@ -284,7 +278,9 @@ def test_acker_counts_roots_that_expire_without_their_init(kafka_bootstrap):
         topics.acks,
         [(0, codec.encode_ack_batch(new_id(), [EventKind.ACK] * 3, orphans, [new_id() for _ in orphans]))],
     )
-    worker = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, message_timeout_ms=1000)
+    worker = AckerWorker(
+        topology=topics.topology, connection=kafka_bootstrap, tracking=Tracking(message_timeout_ms=1000)
+    )
     with LocalCluster(worker) as cluster:
         cluster.wait_until(
             lambda: worker.stats.expired_ownerless == 3,

@@ -51,7 +51,7 @@ def test_an_explicit_factor_and_min_insync_are_kept(kafka_cluster):
 
 def test_the_acker_and_the_topics_command_make_three_copies(kafka_cluster):
     bootstrap = kafka_cluster.bootstrap_servers
-    worker = AckerWorker(topology=unique_name("rf3-acker"), bootstrap_servers=bootstrap)
+    worker = AckerWorker(topology=unique_name("rf3-acker"), connection=bootstrap)
     stop = threading.Event()
     stop.set()  # start, then close at once
     worker.run(stop)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout
+from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout, Tracking
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.errors import ConfigError, DeadLetterGuardTripped, OutputRefused
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
@@ -23,15 +23,23 @@ from reliable_kafka.topology import TopologyTopics
 FAST_RETRY = Backoff(initial_ms=20, max_ms=200)
 
 
-def _spout_and_acker(bootstrap: str, prefix: str, **spout_options):
+def _spout_and_acker(bootstrap: str, prefix: str, *, emit_to=..., handler=None, **tracking):
+    """``tracking``: the spout's Tracking fields; ``emit_to``: the middle topic unless given."""
     topology = unique_name(prefix)
     source, middle = f"{topology}-src", f"{topology}-mid"
     create_topics(bootstrap, {source: 1, middle: 1})
     ensure_topics(admin_client(bootstrap), TopologyTopics(topology))
-    on = {"topology": topology, "bootstrap_servers": bootstrap}
-    spout_options.setdefault("emit_to", middle)
-    spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", name="spout", **spout_options)
-    acker = AckerWorker(**on, ackers=1, message_timeout_ms=20_000)
+    on = {"topology": topology, "connection": bootstrap}
+    spout = Spout(
+        **on,
+        source_topics=source,
+        group_id=f"{topology}-spout",
+        name="spout",
+        emit_to=middle if emit_to is ... else emit_to,
+        handler=handler,
+        tracking=Tracking(**tracking),
+    )
+    acker = AckerWorker(**on, tracking=Tracking(ackers=1, message_timeout_ms=20_000))
     return topology, source, middle, spout, acker
 
 
@@ -45,7 +53,7 @@ def test_the_default_guard_stops_a_spout_whose_bolt_fails_everything(kafka_boots
     )
     bolt = BasicBolt(
         topology=topology,
-        bootstrap_servers=kafka_bootstrap,
+        connection=kafka_bootstrap,
         source_topics=middle,
         group_id=f"{topology}-bolt",
         handler=fail_all,
@@ -84,7 +92,7 @@ def test_an_emit_to_the_spouts_own_source_is_refused(kafka_bootstrap):
     topology = unique_name("emit-source")
     source = f"{topology}-src"
     with pytest.raises(ConfigError, match=f"emit_to '{source}' is this component's own source"):
-        Spout(topology=topology, bootstrap_servers=kafka_bootstrap, source_topics=source, group_id="g", emit_to=source)
+        Spout(topology=topology, connection=kafka_bootstrap, source_topics=source, group_id="g", emit_to=source)
 
     def loop_back(record, collector):
         collector.emit(source, record.value)  # would read itself forever

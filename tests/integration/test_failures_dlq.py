@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, codec
+from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, Tracking, codec
 from reliable_kafka.cli import main
 from reliable_kafka.codec import ATTEMPTS_HEADER, REASON_HEADER
 from reliable_kafka.core.tracker import Backoff
@@ -16,7 +16,6 @@ from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, lag
 from reliable_kafka.ops.dlq import LINEAGE_HEADER
 from reliable_kafka.ops.failures import decode_attempts, decode_failure
-from reliable_kafka.spout import TransactionalSpout
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
@@ -24,25 +23,29 @@ from reliable_kafka.topology import TopologyTopics
 FAST_RETRY = Backoff(initial_ms=20, multiplier=2.0, max_ms=200)
 
 
-def _topology(bootstrap, prefix, handler, *, acker_timeout_ms=20_000, transactional=False, **spout_options):
+def _topology(bootstrap, prefix, handler, *, acker_timeout_ms=20_000, transactional=False, **tracking):
+    """``tracking``: the spout's Tracking fields (over a fast backoff and a 20 s timeout)."""
     topology = unique_name(prefix)
     source, middle = f"{topology}-src", f"{topology}-mid"
     create_topics(bootstrap, {source: 1, middle: 1})
     # created (with leaders) before the spout starts: it reads the outcome topic's end at once
     ensure_topics(admin_client(bootstrap), TopologyTopics(topology))
-    on = {"topology": topology, "bootstrap_servers": bootstrap}
-    spout = (TransactionalSpout if transactional else Spout)(
+    on = {"topology": topology, "connection": bootstrap}
+    spout = Spout(
         **on,
         source_topics=source,
         group_id=f"{topology}-spout",
         emit_to=middle,
-        backoff=FAST_RETRY,
-        message_timeout_ms=20_000,
+        tracking=Tracking(**{"backoff": FAST_RETRY, "message_timeout_ms": 20_000, **tracking}),
+        transactional=transactional,
         name="spout",
-        **spout_options,
     )
     bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-bolt", handler=handler, name="checker")
-    return topology, source, [AckerWorker(**on, ackers=1, message_timeout_ms=acker_timeout_ms), spout, bolt]
+    return (
+        topology,
+        source,
+        [AckerWorker(**on, tracking=Tracking(ackers=1, message_timeout_ms=acker_timeout_ms)), spout, bolt],
+    )
 
 
 def _checker(tuple_, collector):
@@ -344,7 +347,7 @@ def test_a_bolt_of_a_topology_without_a_failures_topic_fails_tuples_without_reas
     create_topics(kafka_bootstrap, {topics.acks: 1, topics.outcomes: 1, f"{topology}-in": 1})  # as before .failures
     bolt = Bolt(
         topology=topology,
-        bootstrap_servers=kafka_bootstrap,
+        connection=kafka_bootstrap,
         source_topics=f"{topology}-in",
         group_id=f"{topology}-bolt",
         handler=lambda t, c: None,

@@ -11,7 +11,7 @@ import time
 import urllib.error
 import urllib.request
 
-from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout
+from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout, Tracking
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
@@ -39,8 +39,8 @@ def test_every_component_serves_metrics_liveness_and_readiness(kafka_bootstrap):
     source, middle = f"{topology}-in", f"{topology}.mid"
     create_topics(kafka_bootstrap, {source: 2, middle: 1})
     ensure_topics(admin_client(kafka_bootstrap), TopologyTopics(topology, ackers=2))
-    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
-    acker = AckerWorker(**on, ackers=2)
+    on = {"topology": topology, "connection": kafka_bootstrap}
+    acker = AckerWorker(**on, tracking=Tracking(ackers=2))
     spout = Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle)
     bolts = [
         BasicBolt(**on, source_topics=middle, group_id=f"{topology}-bolt", handler=lambda t, c: None, name=f"bolt-{i}")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout
+from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Loop, Spout, Tracking
 from reliable_kafka.chaos.checks import early_commits
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
@@ -177,17 +177,17 @@ def run_word_count(bootstrap: str, tmp_path: Path, *, use_async: bool) -> dict:
         for j, word in enumerate(tokens):
             collector.emit(words, b"%s:%d" % (number, j), key=word)
 
-    on = {"topology": topology, "bootstrap_servers": bootstrap}
+    on = {"topology": topology, "connection": bootstrap}
     spout = Spout(
         **on,
         source_topics=sentences,
         group_id=f"{topology}-spout",
         emit_to=stage,
-        message_timeout_ms=TIMEOUT_MS,
-        commit_interval_ms=250,
+        tracking=Tracking(message_timeout_ms=TIMEOUT_MS),
+        loop=Loop(commit_interval_ms=250),
     )
     components = [
-        AckerWorker(**on, ackers=2, message_timeout_ms=TIMEOUT_MS),
+        AckerWorker(**on, tracking=Tracking(ackers=2, message_timeout_ms=TIMEOUT_MS)),
         spout,
         BasicBolt(**on, source_topics=stage, group_id=f"{topology}-split", handler=split),
     ]
@@ -344,19 +344,19 @@ def test_a_parallel_bolt_with_random_failures_completes_every_tree_in_key_order(
         await asyncio.sleep(pause)
         end(tuple_, fails)
 
-    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    on = {"topology": topology, "connection": kafka_bootstrap}
     chosen = handler if kind == "threads" else async_handler
-    bolt = BasicBolt(**on, source_topics=mid, group_id=f"{topology}-bolt", handler=chosen, parallelism=16)
+    bolt = BasicBolt(**on, source_topics=mid, group_id=f"{topology}-bolt", handler=chosen, parallel=16)
     spout = Spout(
         **on,
         source_topics=source,
         group_id=f"{topology}-spout",
         emit_to=mid,
-        max_retries=30,
-        backoff=Backoff(initial_ms=20, multiplier=2.0, max_ms=200),
-        message_timeout_ms=120_000,
+        tracking=Tracking(
+            max_retries=30, backoff=Backoff(initial_ms=20, multiplier=2.0, max_ms=200), message_timeout_ms=120_000
+        ),
     )
-    components = [AckerWorker(**on, ackers=2, message_timeout_ms=120_000), spout, bolt]
+    components = [AckerWorker(**on, tracking=Tracking(ackers=2, message_timeout_ms=120_000)), spout, bolt]
     with LocalCluster(*components) as cluster:
         cluster.wait_until(
             lambda: (

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout
+from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout, Tracking
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.testing.records import produce_values
@@ -79,15 +79,14 @@ def test_prometheus_fires_the_dead_letter_flood_alert_on_a_bolt_that_fails_every
     def always_raise(tuple_, collector):
         raise ValueError("this deploy fails every record")
 
-    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
-    acker = AckerWorker(**on, ackers=1)
+    on = {"topology": topology, "connection": kafka_bootstrap}
+    acker = AckerWorker(**on, tracking=Tracking(ackers=1))
     spout = Spout(
         **on,
         source_topics=source,
         group_id=f"{topology}-spout",
         emit_to=f"{topology}.mid",
-        max_retries=0,
-        backoff=Backoff(initial_ms=0),
+        tracking=Tracking(max_retries=0, backoff=Backoff(initial_ms=0)),
     )
     bolt = BasicBolt(**on, source_topics=f"{topology}.mid", group_id=f"{topology}-parse", handler=always_raise)
     components = [acker, spout, bolt]

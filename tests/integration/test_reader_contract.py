@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from confluent_kafka import Producer
 
-from reliable_kafka import AckerWorker, LocalCluster, codec
+from reliable_kafka import AckerWorker, LocalCluster, Loop, codec
 from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
@@ -27,7 +27,7 @@ def test_keys_are_not_read_empty_batches_are_valid_and_trailing_bytes_are_bad(ka
     for key, value in [(b"\xff not a key anyone reads", init), (None, empty), (b"", trailing), (b"another key", ack)]:
         producer.produce(topics.acks, value, key=key, partition=0)
     assert producer.flush(30) == 0
-    worker = AckerWorker(topology=topics.topology, bootstrap_servers=kafka_bootstrap, commit_interval_ms=100)
+    worker = AckerWorker(topology=topics.topology, connection=kafka_bootstrap, loop=Loop(commit_interval_ms=100))
     with LocalCluster(worker) as cluster:
         cluster.wait_until(
             lambda: worker.stats.records == 4 and worker.stats.completed == 1,

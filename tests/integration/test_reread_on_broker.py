@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from reliable_kafka import AckerWorker, LocalCluster
+from reliable_kafka import AckerWorker, LocalCluster, Loop, Spout, Tracking
 from reliable_kafka.client_log import with_log
 from reliable_kafka.core.spout_state import encode_spout_state
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets
 from reliable_kafka.ops import dlq
-from reliable_kafka.spout import TransactionalSpout
 from reliable_kafka.spout.reread import NOT_A_RECORD, SourceRereader
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
@@ -82,17 +81,17 @@ def test_a_transactional_spout_dead_letters_around_a_marker_at_the_end_and_commi
     committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
     committer.commit(offsets=[TopicPartition(source, 0, 0, metadata)], asynchronous=False)
     committer.close()
-    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
-    acker = AckerWorker(**on, ackers=1, name="acker")
-    spout = TransactionalSpout(
+    on = {"topology": topology, "connection": kafka_bootstrap}
+    acker = AckerWorker(**on, tracking=Tracking(ackers=1), name="acker")
+    spout = Spout(
         **on,
         name="spout",
         source_topics=source,
         group_id=group,
         emit_to=f"{topology}-stage",
-        max_retries=5,
-        backoff=Backoff(initial_ms=20, max_ms=200),
-        commit_interval_ms=100,
+        transactional=True,
+        tracking=Tracking(max_retries=5, backoff=Backoff(initial_ms=20, max_ms=200)),
+        loop=Loop(commit_interval_ms=100),
     )
     with LocalCluster(acker, spout) as cluster:
         cluster.wait_until(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, codec
+from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, Tracking, codec
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
@@ -52,17 +52,16 @@ def test_a_tree_kept_alive_past_the_backstop_completes_without_redelivery(kafka_
     source, held = f"{topology}-source", f"{topology}.held"
     create_topics(kafka_bootstrap, {source: 1, held: 1})
     produce_values(kafka_bootstrap, source, [b"long work"])
-    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    on = {"topology": topology, "connection": kafka_bootstrap}
     spout = Spout(
         **on,
         source_topics=source,
         group_id=f"{topology}-spout",
         emit_to=held,
-        message_timeout_ms=TIMEOUT_MS,
-        backstop_grace_ms=GRACE_MS,
+        tracking=Tracking(message_timeout_ms=TIMEOUT_MS, backstop_grace_ms=GRACE_MS),
     )
     bolt = KeepAliveBolt(**on, source_topics=held, group_id=f"{topology}-bolt")
-    acker = AckerWorker(**on, ackers=1, message_timeout_ms=TIMEOUT_MS)
+    acker = AckerWorker(**on, tracking=Tracking(ackers=1, message_timeout_ms=TIMEOUT_MS))
     with LocalCluster(acker, spout, bolt) as cluster:
         cluster.wait_until(
             lambda: spout.stats.completed + spout.stats.replayed > 0,

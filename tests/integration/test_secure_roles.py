@@ -23,14 +23,14 @@ from confluent_kafka.admin import (
 )
 from spark_helpers import wait_for
 
-from reliable_kafka import codec
+from reliable_kafka import Connection, Tracking, codec
 from reliable_kafka.acker import AckerWorker
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.cli import main
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.core.spout_state import decode_spout_state
 from reliable_kafka.errors import AuthorizationError
-from reliable_kafka.spout import Spout, TransactionalSpout
+from reliable_kafka.spout import Spout
 from reliable_kafka.testing.topics import unique_name
 from reliable_kafka.topology import TopologyTopics
 
@@ -174,24 +174,31 @@ class Deployment:
     def acker(self, *, timeout_ms: int = 20_000) -> AckerWorker:
         return AckerWorker(
             topology=self.topology,
-            bootstrap_servers=self.kafka.bootstrap,
+            connection=Connection(self.kafka.bootstrap, kafka_config=self.kafka.config("acker")),
+            tracking=Tracking(message_timeout_ms=timeout_ms),
             create_topics=False,
-            message_timeout_ms=timeout_ms,
-            kafka_config=self.kafka.config("acker"),
             name="acker",
         )
 
-    def spout(self, *, principal: str = "spout", name: str = "spout", **options) -> Spout:
-        kind = TransactionalSpout if self.transactional else Spout
-        return kind(
+    def spout(
+        self,
+        *,
+        principal: str = "spout",
+        name: str = "spout",
+        message_timeout_ms: int = 20_000,
+        consumer_config: dict | None = None,
+    ) -> Spout:
+        return Spout(
             topology=self.topology,
-            bootstrap_servers=self.kafka.bootstrap,
+            connection=Connection(
+                self.kafka.bootstrap, kafka_config=self.kafka.config(principal), consumer_config=consumer_config
+            ),
             source_topics=self.source,
             group_id=f"{self.topology}-spout",
             emit_to=self.middle,
-            kafka_config=self.kafka.config(principal),
+            tracking=Tracking(message_timeout_ms=message_timeout_ms),
+            transactional=self.transactional,
             name=name,
-            **{"message_timeout_ms": 20_000, **options},
         )
 
     def bolt(self, *, principal: str = "bolt") -> BasicBolt:
@@ -205,11 +212,10 @@ class Deployment:
 
         return BasicBolt(
             topology=self.topology,
-            bootstrap_servers=self.kafka.bootstrap,
+            connection=Connection(self.kafka.bootstrap, kafka_config=self.kafka.config(principal)),
             source_topics=self.middle,
             group_id=f"{self.topology}-bolt",
             handler=forward,
-            kafka_config=self.kafka.config(principal),
             name="bolt",
             transactional=self.transactional,
         )
@@ -515,8 +521,7 @@ def test_acker_left_to_create_topics_needs_no_permission_on_the_topics_it_does_n
     deployment.grant("acker", "User:acker")  # no --create-topics: nothing on the dlq, failures or roots
     acker = AckerWorker(
         topology=deployment.topology,
-        bootstrap_servers=deployment.kafka.bootstrap,
-        kafka_config=deployment.kafka.config("acker"),
+        connection=Connection(deployment.kafka.bootstrap, kafka_config=deployment.kafka.config("acker")),
         name="acker",
     )  # create_topics=True
     running = Running(acker)

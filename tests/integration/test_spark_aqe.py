@@ -58,7 +58,7 @@ def test_a_tracked_spout_with_aqe_completes_its_trees_and_commits(spark, kafka_b
 
     downstream = BasicBolt(
         topology=flow.topology,
-        bootstrap_servers=kafka_bootstrap,
+        connection=kafka_bootstrap,
         source_topics=flow.output,
         group_id=f"{flow.topology}.downstream",
         handler=add,

@@ -20,7 +20,7 @@ from spark_helpers import (
     wait_for,
 )
 
-from reliable_kafka import codec
+from reliable_kafka import Tracking, codec
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, end_offsets, lag
 from reliable_kafka.spark import merge_anchors, spark_session
@@ -82,15 +82,15 @@ def test_python_spout_spark_bolt_python_bolt(spark, kafka_bootstrap, tmp_path):
     # them, adding to the counts; a 60 s timeout makes that rare, and the checks below hold anyway
     python_spout = Spout(
         topology=topology,
-        bootstrap_servers=kafka_bootstrap,
+        connection=kafka_bootstrap,
+        tracking=Tracking(message_timeout_ms=60_000),
         source_topics=source,
         group_id=f"{topology}.spout",
         emit_to=sentences,
-        message_timeout_ms=60_000,
     )
     summer = BasicBolt(
         topology=topology,
-        bootstrap_servers=kafka_bootstrap,
+        connection=kafka_bootstrap,
         source_topics=counts,
         group_id=f"{topology}.sum",
         handler=add_count,

@@ -57,7 +57,7 @@ def test_records_deleted_while_their_redelivery_waits_leave_references_and_nothi
 
     bolt = BasicBolt(
         topology=topology,
-        bootstrap_servers=kafka_bootstrap,
+        connection=kafka_bootstrap,
         source_topics=output,
         group_id=f"{output}.downstream",
         handler=handle,

@@ -17,7 +17,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from examples.word_count import build
-from reliable_kafka import LocalCluster
+from reliable_kafka import LocalCluster, Tracking
 from reliable_kafka.demo import SENTENCES
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets, lag
@@ -121,7 +121,9 @@ def test_status_agrees_with_the_components_own_stats(kafka_bootstrap):
 
 
 def test_a_stalled_bolt_shows_stall_and_recovers_to_ok(kafka_bootstrap):
-    topology, sentences, _, components = _word_count(kafka_bootstrap, "st-stall", timeout_ms=120_000)
+    topology, sentences, _, components = _word_count(
+        kafka_bootstrap, "st-stall", tracking=Tracking(message_timeout_ms=120_000)
+    )
     split = components[2]
     stalled, release = threading.Event(), threading.Event()
     original = split.handler

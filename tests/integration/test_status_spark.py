@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from reliable_kafka import BasicBolt, LocalCluster
+from reliable_kafka import BasicBolt, LocalCluster, Tracking
 from reliable_kafka.acker import AckerWorker
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets
@@ -30,8 +30,8 @@ def test_a_spark_spout_reports_from_its_driver(kafka_bootstrap):
     keys = [b"%d" % i for i in range(200)]
     placed = produce_values(kafka_bootstrap, sentences, [b"the cow jumped over the moon"] * 200, keys=keys)
     assert {partition for partition, _ in placed} == {0, 1}
-    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
-    acker = AckerWorker(**on, ackers=1)
+    on = {"topology": topology, "connection": kafka_bootstrap}
+    acker = AckerWorker(**on, tracking=Tracking(ackers=1))
     counter = BasicBolt(**on, source_topics=words, group_id=f"{topology}-count", handler=lambda t, c: None)
     job = SparkWordCount(kafka_bootstrap, topology, sentences, words)
     job.job.status_interval_s = 1.0

@@ -17,7 +17,7 @@ import threading
 import time
 
 from examples.word_count import build
-from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout
+from reliable_kafka import AckerWorker, Bolt, LocalCluster, Spout, Tracking
 from reliable_kafka.cli import main
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.errors import TopologyError
@@ -61,24 +61,22 @@ class Reports:
         return render(self.last) if self.last else "no report yet"
 
 
-def _pipeline(bootstrap, prefix, handler, **spout_options):
+def _pipeline(bootstrap, prefix, handler, *, max_retries: int):
     topology = unique_name(prefix)
     source, middle = f"{topology}-src", f"{topology}-mid"
     create_topics(bootstrap, {source: 1, middle: 1})
     ensure_topics(admin_client(bootstrap), TopologyTopics(topology))
-    on = {"topology": topology, "bootstrap_servers": bootstrap}
+    on = {"topology": topology, "connection": bootstrap}
     spout = Spout(
         **on,
         source_topics=source,
         group_id=f"{topology}-spout",
         emit_to=middle,
-        backoff=FAST_RETRY,
-        message_timeout_ms=20_000,
+        tracking=Tracking(backoff=FAST_RETRY, message_timeout_ms=20_000, max_retries=max_retries),
         name="spout",
-        **spout_options,
     )
     bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-bolt", handler=handler, name="checker")
-    components = [AckerWorker(**on, ackers=1, message_timeout_ms=20_000), spout, bolt]
+    components = [AckerWorker(**on, tracking=Tracking(ackers=1, message_timeout_ms=20_000)), spout, bolt]
     for component in components:
         component.status_interval_s = INTERVAL_S
     return topology, source, components
@@ -174,7 +172,9 @@ def _word_count(bootstrap, prefix, **options):
 
 
 def test_a_blocked_bolt_shows_its_true_lag_the_same_as_the_lag_command(kafka_bootstrap, capsys):
-    topology, sentences, components = _word_count(kafka_bootstrap, "truth-lag", timeout_ms=120_000)
+    topology, sentences, components = _word_count(
+        kafka_bootstrap, "truth-lag", tracking=Tracking(message_timeout_ms=120_000)
+    )
     split = components[2]
     blocked, release = threading.Event(), threading.Event()
     original = split.handler
@@ -320,7 +320,7 @@ def test_a_killed_acker_replaced_by_another_leaves_the_topology_ok(kafka_bootstr
 def test_a_stopped_acker_is_stopped_the_topology_ok_and_forget_removes_it(kafka_bootstrap, capsys):
     topology = unique_name("truth-stop")
     ensure_topics(admin_client(kafka_bootstrap), TopologyTopics(topology, ackers=2))
-    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap, "ackers": 2}
+    on = {"topology": topology, "connection": kafka_bootstrap, "tracking": Tracking(ackers=2)}
     staying, leaving = AckerWorker(**on), AckerWorker(**on)
     for worker in (staying, leaving):
         worker.status_interval_s = INTERVAL_S
@@ -400,7 +400,7 @@ from reliable_kafka import Bolt
 bootstrap, topology, source = sys.argv[1:4]
 bolt = Bolt(
     topology=topology,
-    bootstrap_servers=bootstrap,
+    connection=bootstrap,
     source_topics=source,
     group_id=f"{topology}-frozen",
     handler=lambda tuple_, collector: collector.ack(tuple_),

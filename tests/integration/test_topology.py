@@ -11,7 +11,18 @@ import pytest
 from confluent_kafka import KafkaException
 
 from examples.word_count import build
-from reliable_kafka import AckerWorker, BasicBolt, Bolt, LocalCluster, Spout, TopologyError, codec
+from reliable_kafka import (
+    AckerWorker,
+    BasicBolt,
+    Bolt,
+    Connection,
+    LocalCluster,
+    Loop,
+    Spout,
+    TopologyError,
+    Tracking,
+    codec,
+)
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.demo import SENTENCES
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
@@ -80,7 +91,13 @@ def test_word_count_over_10000_sentences_completes_and_commits_to_the_end(kafka_
     produce_values(kafka_bootstrap, sentences, [s.encode() for s in batch])
     # at-least-once: a busy machine may time trees out and replay them (counts then grow), so the
     # timeout is long enough to hold under load and the counts are checked for loss, not equality
-    counts, components = build(kafka_bootstrap, topology=topology, sentences=sentences, words=words, timeout_ms=120_000)
+    counts, components = build(
+        kafka_bootstrap,
+        topology=topology,
+        sentences=sentences,
+        words=words,
+        tracking=Tracking(message_timeout_ms=120_000),
+    )
     spout = _run_word_count(
         kafka_bootstrap,
         topology,
@@ -103,7 +120,11 @@ def test_bolt_failing_ten_percent_still_completes_every_sentence_through_replays
     batch = [rng.choice(SENTENCES) for _ in range(2_000)]
     produce_values(kafka_bootstrap, sentences, [s.encode() for s in batch])
     counts, components = build(
-        kafka_bootstrap, topology=topology, sentences=sentences, words=words, max_retries=30, backoff=FAST_RETRY
+        kafka_bootstrap,
+        topology=topology,
+        sentences=sentences,
+        words=words,
+        tracking=Tracking(max_retries=30, backoff=FAST_RETRY),
     )
     coin = random.Random(3)
     flaky_counts = Counter()
@@ -136,9 +157,7 @@ def test_dropped_tuples_time_out_replay_and_complete_without_early_commit(kafka_
         topology=topology,
         sentences=sentences,
         words=words,
-        timeout_ms=2_000,
-        backoff=FAST_RETRY,
-        backstop_grace_ms=5_000,
+        tracking=Tracking(message_timeout_ms=2_000, backoff=FAST_RETRY, backstop_grace_ms=5_000),
     )
     seen: set[int] = set()
     retried_at: dict[int, float] = {}
@@ -157,7 +176,7 @@ def test_dropped_tuples_time_out_replay_and_complete_without_early_commit(kafka_
 
     components[2] = Bolt(
         topology=topology,
-        bootstrap_servers=kafka_bootstrap,
+        connection=kafka_bootstrap,
         source_topics=f"{topology}.sentences",
         group_id=f"{topology}-split",
         handler=split_dropping_first_sight,
@@ -223,21 +242,21 @@ def test_undelivered_tuples_are_counted_and_their_trees_time_out_and_replay(kafk
         collector.emit(sink_topic, oversize_once(tuple_.value), key=tuple_.value)
 
     received: list[bytes] = []
-    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    on = {"topology": topology, "connection": kafka_bootstrap}
     spout = Spout(
         **on,
         source_topics=source,
         group_id=f"{topology}-spout",
         emit_to=middle,
-        message_timeout_ms=2_000,
-        backoff=FAST_RETRY,
-        backstop_grace_ms=5_000,
+        tracking=Tracking(backoff=FAST_RETRY, message_timeout_ms=2_000, backstop_grace_ms=5_000),
     )
     relay_bolt = BasicBolt(**on, source_topics=middle, group_id=f"{topology}-relay", handler=relay)
     sink = BasicBolt(
         **on, source_topics=sink_topic, group_id=f"{topology}-sink", handler=lambda t, c: received.append(t.value)
     )
-    with LocalCluster(AckerWorker(**on, ackers=1, message_timeout_ms=2_000), spout, relay_bolt, sink) as cluster:
+    with LocalCluster(
+        AckerWorker(**on, tracking=Tracking(ackers=1, message_timeout_ms=2_000)), spout, relay_bolt, sink
+    ) as cluster:
         cluster.wait_until(
             lambda: _caught_up(kafka_bootstrap, f"{topology}-spout", source),
             timeout=120,
@@ -256,12 +275,17 @@ def test_spout_pauses_at_max_pending_and_resumes_when_trees_complete(kafka_boots
     create_topics(kafka_bootstrap, {source: 1, middle: 1})
     produce_values(kafka_bootstrap, source, [f"r{i}".encode() for i in range(60)])
     hold = _HoldAcks()
-    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    on = {"topology": topology, "connection": kafka_bootstrap}
     spout = Spout(
-        **on, source_topics=source, group_id=f"{topology}-spout", emit_to=middle, max_pending=5, batch_size=10
+        **on,
+        source_topics=source,
+        group_id=f"{topology}-spout",
+        emit_to=middle,
+        tracking=Tracking(max_pending=5),
+        loop=Loop(batch_size=10),
     )
     bolt = Bolt(**on, source_topics=middle, group_id=f"{topology}-hold", handler=hold)
-    with LocalCluster(AckerWorker(**on, ackers=1), spout, bolt) as cluster:
+    with LocalCluster(AckerWorker(**on, tracking=Tracking(ackers=1)), spout, bolt) as cluster:
         cluster.wait_until(lambda: spout.stats.paused, timeout=60, what="the spout paused at max_pending")
         read = spout.stats.read
         time.sleep(1.0)  # many rounds of the spout's loop: a paused spout reads nothing more
@@ -282,7 +306,11 @@ def test_poison_record_goes_to_the_dead_letter_topic_and_the_commit_moves_past_i
     batch[17] = "poison pill"
     placed = produce_values(kafka_bootstrap, sentences, [s.encode() for s in batch])
     counts, components = build(
-        kafka_bootstrap, topology=topology, sentences=sentences, words=words, max_retries=2, backoff=FAST_RETRY
+        kafka_bootstrap,
+        topology=topology,
+        sentences=sentences,
+        words=words,
+        tracking=Tracking(max_retries=2, backoff=FAST_RETRY),
     )
 
     def count_or_choke(word, collector):
@@ -317,14 +345,18 @@ def test_multi_anchored_output_keeps_both_trees_open_until_it_is_acked(kafka_boo
             for t in waiting:
                 collector.ack(t)
 
-    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    on = {"topology": topology, "connection": kafka_bootstrap}
     # trees are held open on purpose: a timeout that holds under load keeps them from replaying
     spout = Spout(
-        **on, source_topics=source, group_id=f"{topology}-spout", emit_to=f"{topology}.in", message_timeout_ms=120_000
+        **on,
+        source_topics=source,
+        group_id=f"{topology}-spout",
+        emit_to=f"{topology}.in",
+        tracking=Tracking(message_timeout_ms=120_000),
     )
     sink = Bolt(**on, source_topics=pairs, group_id=f"{topology}-sink", handler=hold)
     components = [
-        AckerWorker(**on, ackers=1, message_timeout_ms=120_000),
+        AckerWorker(**on, tracking=Tracking(ackers=1, message_timeout_ms=120_000)),
         spout,
         Bolt(**on, source_topics=f"{topology}.in", group_id=f"{topology}-pair", handler=pair_up),
         sink,
@@ -352,11 +384,11 @@ def test_zero_ackers_completes_every_emit_at_once(kafka_bootstrap):
     produce_values(kafka_bootstrap, source, [b"a", b"b", b"c"])
     spout = Spout(
         topology=topology,
-        bootstrap_servers=kafka_bootstrap,
+        connection=kafka_bootstrap,
+        tracking=Tracking(ackers=0),
         source_topics=source,
         group_id=f"{topology}-spout",
         emit_to=out,
-        ackers=0,
     )
     with LocalCluster(spout) as cluster:
         cluster.wait_until(
@@ -375,12 +407,11 @@ def test_untracked_guarantees_forward_without_anchors_and_commit(kafka_bootstrap
     produce_values(kafka_bootstrap, source, [b"x", b"y"])
     spout = Spout(
         topology=topology,
-        bootstrap_servers=kafka_bootstrap,
+        connection=Connection(kafka_bootstrap, kafka_config={"auto.commit.interval.ms": 200}),
+        tracking=Tracking(guarantee=guarantee),
         source_topics=source,
         group_id=f"{topology}-spout",
         emit_to=out,
-        guarantee=guarantee,
-        kafka_config={"auto.commit.interval.ms": 200},
     )
     with LocalCluster(spout) as cluster:
         cluster.wait_until(
@@ -396,16 +427,14 @@ def test_untracked_guarantees_forward_without_anchors_and_commit(kafka_bootstrap
 def test_acker_refuses_an_ack_topic_of_the_wrong_shape(kafka_bootstrap):
     topology = unique_name("shape")
     create_topics(kafka_bootstrap, {f"{topology}.acks": 3})
-    worker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap, ackers=2)
+    worker = AckerWorker(topology=topology, connection=kafka_bootstrap, tracking=Tracking(ackers=2))
     with pytest.raises(TopologyError, match=r"has 3 partitions, needs 2"):
         worker.run(threading.Event())
 
 
 def test_spout_refuses_to_start_without_the_topology_topics(kafka_bootstrap):
     topology = unique_name("missing")
-    spout = Spout(
-        topology=topology, bootstrap_servers=kafka_bootstrap, source_topics="nowhere", group_id="g", emit_to="out"
-    )
+    spout = Spout(topology=topology, connection=kafka_bootstrap, source_topics="nowhere", group_id="g", emit_to="out")
     spout.topic_wait_s = 0.5
     with pytest.raises(TopologyError, match="start an acker worker"):
         spout.start()
@@ -467,16 +496,16 @@ def test_word_count_with_batch_handlers_completes_every_sentence(kafka_bootstrap
     def count(words_batch, collector):
         counts.update(value.decode() for value in words_batch.values())
 
-    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    on = {"topology": topology, "connection": kafka_bootstrap}
     spout = Spout(
         **on,
         source_topics=sentences,
         group_id=f"{topology}-spout",
         emit_to=f"{topology}.sentences",
-        message_timeout_ms=120_000,
+        tracking=Tracking(message_timeout_ms=120_000),
     )
     components = [
-        AckerWorker(**on, ackers=2, message_timeout_ms=120_000),
+        AckerWorker(**on, tracking=Tracking(ackers=2, message_timeout_ms=120_000)),
         spout,
         BasicBolt(**on, source_topics=f"{topology}.sentences", group_id=f"{topology}-split", batch_handler=split),
         BasicBolt(**on, source_topics=words, group_id=f"{topology}-count", batch_handler=count),

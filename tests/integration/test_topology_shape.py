@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from reliable_kafka import AckerWorker, Spout, TopologyError
+from reliable_kafka import AckerWorker, Spout, TopologyError, Tracking
 from reliable_kafka.kafka.admin import admin_client, ensure_topics, partition_count
 from reliable_kafka.testing.topics import unique_name
 from reliable_kafka.topology import TopologyTopics
@@ -37,7 +37,9 @@ def test_more_copies_than_brokers_is_refused_by_the_broker_naming_the_topic(kafk
 def test_an_acker_that_does_not_create_topics_refuses_another_ackers(kafka_bootstrap):
     topology = unique_name("nocreate")
     ensure_topics(admin_client(kafka_bootstrap), TopologyTopics(topology, ackers=1))
-    worker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap, ackers=2, create_topics=False)
+    worker = AckerWorker(
+        topology=topology, connection=kafka_bootstrap, tracking=Tracking(ackers=2), create_topics=False
+    )
     with pytest.raises(TopologyError, match=rf"{topology}\.acks has 1 partitions, ackers=2; run with ackers=1"):
         worker.start()
     worker.close()
@@ -47,7 +49,7 @@ def test_an_acker_without_ackers_takes_the_existing_count(kafka_bootstrap):
     topology = unique_name("anyn")
     ensure_topics(admin_client(kafka_bootstrap), TopologyTopics(topology, ackers=3))
     for create in (True, False):
-        worker = AckerWorker(topology=topology, bootstrap_servers=kafka_bootstrap, create_topics=create)
+        worker = AckerWorker(topology=topology, connection=kafka_bootstrap, create_topics=create)
         try:
             worker.start()
             assert worker.topics.ackers == 3 and worker._ack_partitions == 3
@@ -59,7 +61,12 @@ def test_a_spout_refuses_another_ackers_saying_what_to_do(kafka_bootstrap):
     topology = unique_name("spoutn")
     ensure_topics(admin_client(kafka_bootstrap), TopologyTopics(topology, ackers=1))
     spout = Spout(
-        topology=topology, bootstrap_servers=kafka_bootstrap, source_topics="x", group_id="g", emit_to="y", ackers=2
+        topology=topology,
+        connection=kafka_bootstrap,
+        tracking=Tracking(ackers=2),
+        source_topics="x",
+        group_id="g",
+        emit_to="y",
     )
     with pytest.raises(TopologyError, match=r"has 1 partitions, ackers=2; run with ackers=1"):
         spout.start()

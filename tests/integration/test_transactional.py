@@ -6,7 +6,7 @@ from collections import Counter
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from reliable_kafka import AckerWorker, LocalCluster
+from reliable_kafka import AckerWorker, LocalCluster, Loop, Spout, Tracking
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.cli import main
 from reliable_kafka.core.commit_metadata import DEFAULT_MAX_BYTES, encode_done_above
@@ -15,7 +15,7 @@ from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.offsets import committed_offsets, end_offsets, lag
 from reliable_kafka.ops import dlq
-from reliable_kafka.spout import TransactionalSpout, transactional
+from reliable_kafka.spout import transactional
 from reliable_kafka.testing.records import produce_values, read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
@@ -30,19 +30,20 @@ def _topology(bootstrap: str, prefix: str, *, source_partitions: int = 2) -> tup
 
 
 def _components(bootstrap: str, topology: str, topics: dict[str, str]):
-    on = {"topology": topology, "bootstrap_servers": bootstrap}
+    on = {"topology": topology, "connection": bootstrap}
     # exactly once holds unless a tree times out: the timeout must hold under load (as the harness's)
-    acker = AckerWorker(**on, ackers=2, message_timeout_ms=120_000, commit_interval_ms=200, name="acker")
-    spout = TransactionalSpout(
+    acker = AckerWorker(
+        **on, tracking=Tracking(ackers=2, message_timeout_ms=120_000), loop=Loop(commit_interval_ms=200), name="acker"
+    )
+    spout = Spout(
         **on,
         name="spout",
         source_topics=topics["source"],
         group_id=f"{topology}-spout",
         emit_to=topics["stage"],
-        message_timeout_ms=120_000,
-        max_retries=5,
-        backoff=Backoff(initial_ms=20, max_ms=200),
-        commit_interval_ms=100,
+        transactional=True,
+        tracking=Tracking(max_retries=5, backoff=Backoff(initial_ms=20, max_ms=200), message_timeout_ms=120_000),
+        loop=Loop(commit_interval_ms=100),
     )
 
     def sink(tuple_, collector):
@@ -55,7 +56,7 @@ def _components(bootstrap: str, topology: str, topics: dict[str, str]):
         group_id=f"{topology}-sink",
         handler=sink,
         transactional=True,
-        commit_interval_ms=100,
+        loop=Loop(commit_interval_ms=100),
     )
     return acker, spout, bolt
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from examples.word_count import build
-from reliable_kafka import LocalCluster
+from reliable_kafka import LocalCluster, Tracking
 from reliable_kafka.demo import SENTENCES
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.ops.ui import StatusPage
@@ -166,16 +166,15 @@ def test_the_page_shows_dead_letters_one_failed_rate_and_gaps(kafka_bootstrap, t
     def always_raise(tuple_, collector):
         raise ValueError(f"cannot parse {tuple_.value[:12]!r}")
 
-    on = {"topology": topology, "bootstrap_servers": kafka_bootstrap}
+    on = {"topology": topology, "connection": kafka_bootstrap}
     components = [
-        AckerWorker(**on, ackers=1),
+        AckerWorker(**on, tracking=Tracking(ackers=1)),
         Spout(
             **on,
             source_topics=source,
             group_id=f"{topology}-spout",
             emit_to=f"{topology}.mid",
-            max_retries=0,
-            backoff=Backoff(initial_ms=0),
+            tracking=Tracking(max_retries=0, backoff=Backoff(initial_ms=0)),
         ),
         BasicBolt(**on, source_topics=f"{topology}.mid", group_id=f"{topology}-parse", handler=always_raise),
     ]

@@ -37,7 +37,7 @@ USER_PROGRAM = textwrap.dedent("""
     except MissingExtraError as exc:
         report["spark_error"] = str(exc)
     seen = []
-    on = {"topology": topology, "bootstrap_servers": bootstrap}
+    on = {"topology": topology, "connection": bootstrap}
     with LocalCluster(
         Spout(**on, source_topics=source, group_id=f"{topology}-spout", emit_to=f"{topology}.out"),
         BasicBolt(**on, source_topics=f"{topology}.out", group_id=f"{topology}-bolt",

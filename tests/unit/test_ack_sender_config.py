@@ -9,13 +9,13 @@ writer's tasks build their producers that way).
 import pytest
 from confluent_kafka import KafkaException, Producer
 
+from reliable_kafka import Connection, Tracking
 from reliable_kafka.bolt import Bolt
 from reliable_kafka.errors import ConfigError
 from reliable_kafka.kafka.clients import check_ack_sender_config, new_producer
 from reliable_kafka.spark.bolt import SparkBolt
 from reliable_kafka.spark.spout import SparkSpout
 from reliable_kafka.spout import Spout
-from reliable_kafka.spout.transactional import TransactionalSpout
 
 CLOSED = "127.0.0.1:1"  # nothing listens: these tests never reach a broker
 
@@ -108,14 +108,28 @@ def test_new_producer_refuses_for_an_ack_sender_only():
     new_producer(CLOSED, {"enable.idempotence": "false"})  # e.g. an acker's outcome producer
 
 
-_COMMON = {"topology": "t", "bootstrap_servers": CLOSED, "source_topics": "in", "group_id": "g"}
-_SPARK = {**_COMMON, "checkpoint_dir": "/nonexistent", "transform": lambda df: df, "output_topic": "out"}
+_COMMON = {"topology": "t", "source_topics": "in", "group_id": "g"}
+_SPARK = {
+    **_COMMON,
+    "bootstrap_servers": CLOSED,
+    "checkpoint_dir": "/nonexistent",
+    "transform": lambda df: df,
+    "output_topic": "out",
+}
 ENTRY_POINTS = {
-    "spout": lambda config: Spout(**_COMMON, emit_to="out", kafka_config=config),
-    "transactional spout": lambda config: TransactionalSpout(**_COMMON, emit_to="out", name="s1", kafka_config=config),
-    "bolt": lambda config: Bolt(**_COMMON, handler=lambda t, c: None, kafka_config=config),
+    "spout": lambda config: Spout(**_COMMON, emit_to="out", connection=Connection(CLOSED, kafka_config=config)),
+    "transactional spout": lambda config: Spout(
+        **_COMMON, emit_to="out", name="s1", connection=Connection(CLOSED, kafka_config=config), transactional=True
+    ),
+    "bolt": lambda config: Bolt(
+        **_COMMON, handler=lambda t, c: None, connection=Connection(CLOSED, kafka_config=config)
+    ),
     "transactional bolt": lambda config: Bolt(
-        **_COMMON, handler=lambda t, c: None, transactional=True, name="b1", kafka_config=config
+        **_COMMON,
+        handler=lambda t, c: None,
+        transactional=True,
+        name="b1",
+        connection=Connection(CLOSED, kafka_config=config),
     ),
     "spark spout": lambda config: SparkSpout(None, **_SPARK, kafka_config=config),
     "spark bolt": lambda config: SparkBolt(None, **_SPARK, kafka_config=config),
@@ -136,5 +150,15 @@ def test_every_ack_sending_component_accepts_the_defaults(entry):
 
 @pytest.mark.parametrize("guarantee", ["at_most_once", "none"])
 def test_a_spout_that_tracks_nothing_sends_no_ack_events_and_is_not_refused(guarantee):
-    Spout(**_COMMON, emit_to="out", guarantee=guarantee, kafka_config={"enable.idempotence": False})
-    Spout(**_COMMON, emit_to="out", ackers=0, kafka_config={"enable.idempotence": False})
+    Spout(
+        **_COMMON,
+        emit_to="out",
+        connection=Connection(CLOSED, kafka_config={"enable.idempotence": False}),
+        tracking=Tracking(guarantee=guarantee),
+    )
+    Spout(
+        **_COMMON,
+        emit_to="out",
+        connection=Connection(CLOSED, kafka_config={"enable.idempotence": False}),
+        tracking=Tracking(ackers=0),
+    )

@@ -4,7 +4,7 @@ that failed is sent again. Close still commits at once. In-memory Kafka, one thr
 
 from __future__ import annotations
 
-from reliable_kafka import codec
+from reliable_kafka import Connection, Loop, codec
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka
@@ -38,7 +38,9 @@ def _acker() -> tuple[ManualClock, MemoryKafka, AckerWorker, _Holding]:
     clock = ManualClock()
     kafka = MemoryKafka(clock=clock)
     acker = AckerWorker(
-        topology=TOPOLOGY, bootstrap_servers="memory", clients=kafka, clock=clock, commit_interval_ms=1000
+        topology=TOPOLOGY,
+        connection=Connection("memory", clients=kafka),
+        loop=Loop(commit_interval_ms=1000, clock=clock),
     )
     acker.start()
     holding = _Holding(acker._producer)

@@ -3,7 +3,7 @@ record is a produce request for the acker and a fetch for the spout. In-memory K
 
 from __future__ import annotations
 
-from reliable_kafka import codec
+from reliable_kafka import Connection, Loop, codec
 from reliable_kafka.acker.worker import FOLD_GROUP, AckerWorker
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka
@@ -14,7 +14,7 @@ OUTCOMES = f"{TOPOLOGY}.outcomes"
 
 
 def _assigned_acker(kafka: MemoryKafka, clock: ManualClock) -> AckerWorker:
-    acker = AckerWorker(topology=TOPOLOGY, bootstrap_servers="memory", clients=kafka, clock=clock)
+    acker = AckerWorker(topology=TOPOLOGY, connection=Connection("memory", clients=kafka), loop=Loop(clock=clock))
     acker.start()
     for _ in range(10):
         acker.poll_once(0)

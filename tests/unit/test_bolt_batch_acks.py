@@ -30,7 +30,7 @@ NONZERO = INT64.filter(bool)
 
 
 def _bolt(handler) -> tuple[BasicBolt, RecordingProducer]:
-    bolt = BasicBolt(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="in", group_id="g", handler=handler)
+    bolt = BasicBolt(topology="t", connection="127.0.0.1:1", source_topics="in", group_id="g", handler=handler)
     producer = RecordingProducer()
     bolt._producer = producer
     bolt._acks = AckSender(producer, acks_topic="t.acks", ack_partitions=1, sender=1)
@@ -721,7 +721,7 @@ def _any_bolt(kind: str, seen: list):
         for tuple_ in batch:
             note(tuple_, collector)
 
-    common = dict(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="in", group_id="g")
+    common = dict(topology="t", connection="127.0.0.1:1", source_topics="in", group_id="g")
     if kind == "rich":
         bolt = Bolt(handler=rich, **common)
     elif kind == "batch":

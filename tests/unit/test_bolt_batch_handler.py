@@ -31,7 +31,7 @@ class _Quarantine:
 
 
 def _bolt(**handlers) -> tuple[BasicBolt, RecordingProducer]:
-    bolt = BasicBolt(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="in", group_id="g", **handlers)
+    bolt = BasicBolt(topology="t", connection="127.0.0.1:1", source_topics="in", group_id="g", **handlers)
     producer = RecordingProducer()
     bolt._producer = producer
     bolt._acks = AckSender(producer, acks_topic="t.acks", ack_partitions=1, sender=1)
@@ -180,7 +180,7 @@ def test_an_emit_that_names_no_input_fails_the_batch_and_sends_nothing_untracked
 
 
 def test_exactly_one_handler_and_batch_handlers_only_for_basic_bolts():
-    on = {"topology": "t", "bootstrap_servers": "127.0.0.1:1", "source_topics": "in", "group_id": "g"}
+    on = {"topology": "t", "connection": "127.0.0.1:1", "source_topics": "in", "group_id": "g"}
     with pytest.raises(ConfigError):
         BasicBolt(**on)
     with pytest.raises(ConfigError):

@@ -4,6 +4,7 @@ interval without such a round does it flush and commit as before. Close and revo
 
 from __future__ import annotations
 
+from reliable_kafka import Loop
 from reliable_kafka.bolt import Bolt
 from reliable_kafka.kafka.produce import SEND_WAIT_S
 from reliable_kafka.testing import ManualClock
@@ -69,12 +70,11 @@ def _bolt() -> tuple[Bolt, _Consumer, _Producer, ManualClock]:
     clock = ManualClock()
     bolt = Bolt(
         topology="t",
-        bootstrap_servers="127.0.0.1:1",
+        connection="127.0.0.1:1",
+        loop=Loop(commit_interval_ms=1000, clock=clock),
         source_topics="words",
         group_id="g",
         handler=lambda tuple_, collector: None,
-        commit_interval_ms=1000,
-        clock=clock,
     )
     consumer, producer = _Consumer(), _Producer()
     bolt._consumer, bolt._producer, bolt._acks, bolt._quarantine = consumer, producer, _Acks(), _Quarantine()

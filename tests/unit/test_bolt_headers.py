@@ -53,7 +53,7 @@ def test_the_tuple_gets_the_last_anchors_header_and_every_other_header_in_order(
     seen = []
     bolt = Bolt(
         topology="t",
-        bootstrap_servers="127.0.0.1:1",
+        connection="127.0.0.1:1",
         source_topics="words",
         group_id="g",
         handler=lambda tuple_, collector: seen.append(tuple_),
@@ -125,7 +125,7 @@ def test_one_store_per_batch_past_each_partitions_last_record_even_a_quarantined
     handled = []
     bolt = Bolt(
         topology="t",
-        bootstrap_servers="127.0.0.1:1",
+        connection="127.0.0.1:1",
         source_topics="words",
         group_id="g",
         handler=lambda tuple_, collector: handled.append((tuple_.partition, tuple_.offset)),
@@ -143,7 +143,7 @@ def test_one_store_per_batch_past_each_partitions_last_record_even_a_quarantined
 def test_the_loops_commits_do_not_wait_but_close_waits_for_its_commit():
     bolt = Bolt(
         topology="t",
-        bootstrap_servers="127.0.0.1:1",
+        connection="127.0.0.1:1",
         source_topics="words",
         group_id="g",
         handler=lambda tuple_, collector: None,

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reliable_kafka import codec
-from reliable_kafka.bolt import BasicBolt, Bolt
+from reliable_kafka import Connection, Loop, codec
+from reliable_kafka.bolt import BasicBolt, Bolt, Parallel
 from reliable_kafka.bolt.executors import RUNNING, SteppedCalls
 from reliable_kafka.codec.ack_batch import decode_ack_batch
 from reliable_kafka.core.commit_metadata import decode_done_above
@@ -44,18 +44,17 @@ def _produce(kafka: MemoryKafka, records: list[tuple[int, bytes | None, dict[int
     producer.flush()
 
 
-def _bolt(kafka: MemoryKafka, handler, *, cls=BasicBolt, group: str = "g", **options):
-    options.setdefault("executor", SteppedCalls())
+def _bolt(kafka: MemoryKafka, handler, *, cls=BasicBolt, group: str = "g", batch_size: int = 500, **parallel):
+    """A started bolt; ``parallel`` are :class:`Parallel`'s fields (the executor: SteppedCalls)."""
+    parallel.setdefault("executor", SteppedCalls())
     bolt = cls(
         topology=TOPOLOGY,
-        bootstrap_servers="memory",
+        connection=Connection("memory", clients=kafka),
+        loop=Loop(commit_interval_ms=0, clock=kafka.clock, batch_size=batch_size),
         source_topics="in",
         group_id=group,
         handler=handler,
-        clients=kafka,
-        clock=kafka.clock,
-        commit_interval_ms=0,
-        **options,
+        parallel=Parallel(**parallel),
     )
     bolt.start()
     return bolt
@@ -78,13 +77,14 @@ def test_bad_parallel_options_are_refused_at_construction_naming_the_parameter()
     kafka = _kafka()
 
     def make(**options):
+        bolt_options = {k: options.pop(k) for k in ("handler", "batch_handler", "transactional") if k in options}
         return BasicBolt(
             topology=TOPOLOGY,
-            bootstrap_servers="memory",
+            connection=Connection("memory", clients=kafka),
             source_topics="in",
             group_id="g",
-            clients=kafka,
-            **{"handler": lambda t, c: None, **options},
+            parallel=Parallel(**options),
+            **{"handler": lambda t, c: None, **bolt_options},
         )
 
     for options, named in [
@@ -104,7 +104,7 @@ def test_bad_parallel_options_are_refused_at_construction_naming_the_parameter()
 
 
 def test_parallelism_one_with_a_plain_handler_keeps_the_serial_loop():
-    bolt = BasicBolt(topology=TOPOLOGY, bootstrap_servers="memory", source_topics="in", group_id="g", handler=print)
+    bolt = BasicBolt(topology=TOPOLOGY, connection="memory", source_topics="in", group_id="g", handler=print)
     assert bolt.parallelism == 1 and bolt._parallel is None and bolt.calls_in_flight() == 0
 
 

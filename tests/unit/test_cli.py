@@ -128,5 +128,5 @@ def test_the_acker_command_builds_its_worker_with_the_library_names(monkeypatch)
         )
         == 0
     )
-    assert built["bootstrap_servers"] == "b:1" and built["message_timeout_ms"] == 700
-    assert built["kafka_config"] == {"linger.ms": "5"}
+    assert built["connection"].bootstrap_servers == "b:1" and built["tracking"].message_timeout_ms == 700
+    assert built["connection"].kafka_config == {"linger.ms": "5"}

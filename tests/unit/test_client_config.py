@@ -6,10 +6,10 @@ line, and some settings want different values per role; each role gets only its 
 
 import pickle
 import types
-import warnings
 
 import pytest
 
+from reliable_kafka import Connection
 from reliable_kafka.acker import AckerWorker
 from reliable_kafka.bolt import Bolt
 from reliable_kafka.errors import ConfigError
@@ -17,20 +17,28 @@ from reliable_kafka.kafka import clients
 from reliable_kafka.kafka.config import ClientConfig, client_config, consumer_settings, producer_settings
 from reliable_kafka.spark.bolt import SparkBolt
 from reliable_kafka.spark.spout import SparkSpout
-from reliable_kafka.spout import Spout, TransactionalSpout
+from reliable_kafka.spout import Spout
 
 CLOSED = "127.0.0.1:1"  # nothing listens: these tests never reach a broker
 SHARED = {"client.id": "app", "security.protocol": "PLAINTEXT"}
 CONSUMER = {"fetch.max.bytes": 1_000_000, "client.id": "app-reader"}
 PRODUCER = {"linger.ms": 50, "compression.type": "zstd"}
 
-_COMMON = {"topology": "t", "bootstrap_servers": CLOSED, "source_topics": "in", "group_id": "g"}
-_SPARK = {**_COMMON, "checkpoint_dir": "/nonexistent", "transform": lambda df: df, "output_topic": "out"}
-COMPONENTS = {
-    "spout": lambda **c: Spout(**_COMMON, emit_to="out", **c),
-    "transactional spout": lambda **c: TransactionalSpout(**_COMMON, emit_to="out", name="s1", **c),
-    "bolt": lambda **c: Bolt(**_COMMON, handler=lambda t, col: None, **c),
-    "acker worker": lambda **c: AckerWorker(topology="t", bootstrap_servers=CLOSED, **c),
+_COMMON = {"topology": "t", "source_topics": "in", "group_id": "g"}
+_SPARK = {
+    **_COMMON,
+    "bootstrap_servers": CLOSED,
+    "checkpoint_dir": "/nonexistent",
+    "transform": lambda df: df,
+    "output_topic": "out",
+}
+COMPONENTS = {  # each takes the settings as its own keywords: a Connection's for the Python components
+    "spout": lambda **c: Spout(**_COMMON, emit_to="out", connection=Connection(CLOSED, **c)),
+    "transactional spout": lambda **c: Spout(
+        **_COMMON, emit_to="out", name="s1", transactional=True, connection=Connection(CLOSED, **c)
+    ),
+    "bolt": lambda **c: Bolt(**_COMMON, handler=lambda t, col: None, connection=Connection(CLOSED, **c)),
+    "acker worker": lambda **c: AckerWorker(topology="t", connection=Connection(CLOSED, **c)),
     "spark spout": lambda **c: SparkSpout(None, **_SPARK, **c),
     "spark bolt": lambda **c: SparkBolt(None, **_SPARK, **c),
 }
@@ -103,19 +111,6 @@ def test_an_ack_sender_refuses_a_producer_config_that_turns_idempotence_off(name
     with pytest.raises(ConfigError, match="enable.idempotence"):
         COMPONENTS[name](producer_config={"enable.idempotence": "false"})
     COMPONENTS[name](consumer_config={"enable.idempotence": "false"})  # no consumer sends acks
-
-
-def test_acker_worker_takes_timeout_ms_under_its_old_name_with_a_warning():
-    with pytest.warns(DeprecationWarning, match=r"AckerWorker: timeout_ms= is deprecated; use message_timeout_ms="):
-        worker = AckerWorker(topology="t", bootstrap_servers=CLOSED, timeout_ms=1234)
-    assert worker.message_timeout_ms == 1234
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new name warns about nothing
-        assert AckerWorker(topology="t", bootstrap_servers=CLOSED, message_timeout_ms=99).message_timeout_ms == 99
-    with pytest.raises(ConfigError, match="give message_timeout_ms only"):
-        AckerWorker(topology="t", bootstrap_servers=CLOSED, timeout_ms=1, message_timeout_ms=2)
-    with pytest.raises(ConfigError, match="message_timeout_ms must be an int >= 1"), pytest.warns(DeprecationWarning):
-        AckerWorker(topology="t", bootstrap_servers=CLOSED, timeout_ms=0)
 
 
 def test_demo_run_takes_bootstrap_servers_and_its_old_name_bootstrap():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from reliable_kafka import codec
+from reliable_kafka import Connection, Loop, Tracking, codec
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt.runner import BasicBolt
 from reliable_kafka.core.clock import monotonic_ms
@@ -42,25 +42,35 @@ def _on_one_clock() -> tuple[ManualClock, MemoryKafka, dict]:
     """A ManualClock, a MemoryKafka on it, and the keywords that put a component on both."""
     clock = ManualClock(start_ms=START_MS)
     kafka = MemoryKafka(clock=clock)
-    return clock, kafka, {"topology": "c", "bootstrap_servers": "memory", "clients": kafka, "clock": clock}
+    return (
+        clock,
+        kafka,
+        {
+            "topology": "c",
+            "connection": Connection("memory", clients=kafka),
+            "loop": Loop(clock=clock),
+        },
+    )
 
 
 def test_the_acker_times_out_and_the_spout_redelivers_and_dead_letters_on_their_clock():
     clock, kafka, on = _on_one_clock()
     kafka.create_topic("sentences")
     ListSource(kafka, "lines", [b"nobody reads this"])
-    acker = AckerWorker(**on, message_timeout_ms=TIMEOUT_MS)
+    acker = AckerWorker(**on, tracking=Tracking(message_timeout_ms=TIMEOUT_MS))
     acker.start()
     spout = Spout(
         **on,
         source_topics="lines",
         group_id="c.spout",
         emit_to="sentences",
-        message_timeout_ms=TIMEOUT_MS,
-        backstop_grace_ms=TIMEOUT_MS,  # the acker's TIMED_OUT comes first
-        max_retries=1,
-        backoff=Backoff(initial_ms=TIMEOUT_MS, max_ms=TIMEOUT_MS),
-        root_index=False,
+        tracking=Tracking(
+            max_retries=1,
+            backoff=Backoff(initial_ms=TIMEOUT_MS, max_ms=TIMEOUT_MS),
+            message_timeout_ms=TIMEOUT_MS,
+            backstop_grace_ms=TIMEOUT_MS,
+            root_index=False,
+        ),
     )
     spout.start()
     step_until(lambda: spout.stats.emitted == 1, spout, acker)
@@ -92,7 +102,8 @@ def test_a_bolt_stamps_its_failure_records_with_its_clock():
     def refuse(tuple_, collector):
         raise ValueError("not a word")
 
-    bolt = BasicBolt(**on, source_topics="words", group_id="c.bolt", handler=refuse, commit_interval_ms=0)
+    options = {**on, "loop": Loop(commit_interval_ms=0, clock=clock)}
+    bolt = BasicBolt(**options, source_topics="words", group_id="c.bolt", handler=refuse)
     bolt.start()
     step_until(lambda: bolt.stats.handler_errors == 1, bolt)
     bolt.poll_once(0)  # flushes the failure record with the commit

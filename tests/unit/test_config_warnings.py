@@ -8,6 +8,7 @@ import logging
 import pytest
 from confluent_kafka import KafkaError
 
+from reliable_kafka import Connection
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.acls import needed_on
 from reliable_kafka.kafka.authorization import refusal
@@ -53,15 +54,13 @@ def test_a_producer_setting_a_component_owns_is_named(kafka, caplog):
 def test_a_spout_warns_at_start_about_auto_commit(kafka, caplog):
     ListSource(kafka, "lines", [b"a"])
     kafka.create_topic("mid", 1)
-    AckerWorker(topology="wc", bootstrap_servers="memory", clients=kafka).start()
+    AckerWorker(topology="wc", connection=Connection("memory", clients=kafka)).start()
     spout = Spout(
         topology="wc",
-        bootstrap_servers="memory",
-        clients=kafka,
+        connection=Connection("memory", kafka_config={"enable.auto.commit": True}, clients=kafka),
         source_topics="lines",
         group_id="wc.spout-auto",
         emit_to="mid",
-        kafka_config={"enable.auto.commit": True},
     )
     with caplog.at_level(logging.WARNING):
         spout.start()

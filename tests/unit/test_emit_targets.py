@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from reliable_kafka import Backoff
+from reliable_kafka import Backoff, Connection, Loop, Tracking
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt.runner import BasicBolt, Bolt
 from reliable_kafka.errors import AuthorizationError, ConfigError, OutputRefused
@@ -25,22 +25,20 @@ def kafka() -> MemoryKafka:
 
 
 def _acker(kafka: MemoryKafka) -> AckerWorker:
-    acker = AckerWorker(topology="wc", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
+    acker = AckerWorker(topology="wc", connection=Connection("memory", clients=kafka), loop=Loop(commit_interval_ms=0))
     acker.start()
     return acker
 
 
-def _spout(kafka: MemoryKafka, **options) -> Spout:
+def _spout(kafka: MemoryKafka, max_dead_letter_ratio=DEAD_LETTER_RATIO, **options) -> Spout:
     options.setdefault("emit_to", "mid")
     return Spout(
         topology="wc",
-        bootstrap_servers="memory",
-        clients=kafka,
+        connection=Connection("memory", clients=kafka),
+        tracking=Tracking(backoff=Backoff(initial_ms=0), root_index=False, max_dead_letter_ratio=max_dead_letter_ratio),
+        loop=Loop(commit_interval_ms=0),
         source_topics="lines",
         group_id="wc.spout",
-        commit_interval_ms=0,
-        root_index=False,
-        backoff=Backoff(initial_ms=0),
         **options,
     )
 
@@ -79,12 +77,11 @@ def test_a_bolt_that_emits_to_its_source_or_a_topology_topic_stops_before_sendin
 
     bolt = bolt_class(
         topology="wc",
-        bootstrap_servers="memory",
-        clients=kafka,
+        connection=Connection("memory", clients=kafka),
+        loop=Loop(commit_interval_ms=0),
         source_topics="mid",
         group_id="wc.bolt",
         handler=handler,
-        commit_interval_ms=0,
     )
     bolt.start()
     with pytest.raises(OutputRefused, match=f"may not emit to '{target}'"):
@@ -103,12 +100,11 @@ def test_a_bolt_emits_to_its_own_outputs_as_before(kafka):
 
     bolt = BasicBolt(
         topology="wc",
-        bootstrap_servers="memory",
-        clients=kafka,
+        connection=Connection("memory", clients=kafka),
+        loop=Loop(commit_interval_ms=0),
         source_topics="mid",
         group_id="wc.bolt",
         handler=handler,
-        commit_interval_ms=0,
     )
     for component in (spout, bolt):
         component.start()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from reliable_kafka import codec
+from reliable_kafka import Connection, Loop, Tracking, codec
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.kafka.fatal import ClientFailed, Rebuilds, client_failed, fatal_error, is_fatal
@@ -112,7 +112,10 @@ def _completed(kafka: MemoryKafka) -> set[int]:
 
 def _named_acker(clock: ManualClock, kafka: MemoryKafka) -> AckerWorker:
     acker = AckerWorker(
-        topology=TOPOLOGY, bootstrap_servers="memory", clients=kafka, clock=clock, commit_interval_ms=0, name="a"
+        topology=TOPOLOGY,
+        connection=Connection("memory", clients=kafka),
+        loop=Loop(commit_interval_ms=0, clock=clock),
+        name="a",
     )
     acker.start()
     for _ in range(10):
@@ -217,18 +220,17 @@ def _fenced_while_running(kafka: MemoryKafka, component) -> ClientFailed:
 @pytest.mark.parametrize("transactional", [False, True])
 def test_a_fenced_spout_stops_with_client_failed(transactional):
     from reliable_kafka.spout.spout import Spout
-    from reliable_kafka.spout.transactional import TransactionalSpout
 
     kafka = MemoryKafka()
     for topic in ("src", "out"):
         kafka.create_topic(topic)
-    AckerWorker(topology=TOPOLOGY, bootstrap_servers="memory", clients=kafka).start()  # the topology's topics
+    AckerWorker(topology=TOPOLOGY, connection=Connection("memory", clients=kafka)).start()  # the topology's topics
     ListSource(kafka, "src").send([b"a"])
-    options = {"topology": TOPOLOGY, "bootstrap_servers": "memory", "clients": kafka, "source_topics": "src"}
+    options = {"topology": TOPOLOGY, "connection": Connection("memory", clients=kafka), "source_topics": "src"}
     spout = (
-        TransactionalSpout(**options, group_id="s", emit_to="out", name="s-1")
+        Spout(**options, group_id="s", emit_to="out", name="s-1", transactional=True)
         if transactional
-        else Spout(**options, group_id="s", emit_to="out", root_index=False)
+        else Spout(**options, group_id="s", emit_to="out", tracking=Tracking(root_index=False))
     )
     failed = _fenced_while_running(kafka, spout)
     assert failed.component == spout.name and failed.client == "consumer"
@@ -241,12 +243,11 @@ def test_a_fenced_bolt_stops_with_client_failed():
 
     kafka = MemoryKafka()
     kafka.create_topic("in")
-    AckerWorker(topology=TOPOLOGY, bootstrap_servers="memory", clients=kafka).start()
+    AckerWorker(topology=TOPOLOGY, connection=Connection("memory", clients=kafka)).start()
     ListSource(kafka, "in").send([b"a"])
     bolt = BasicBolt(
         topology=TOPOLOGY,
-        bootstrap_servers="memory",
-        clients=kafka,
+        connection=Connection("memory", clients=kafka),
         source_topics="in",
         group_id="b",
         handler=lambda tuple_, collector: None,

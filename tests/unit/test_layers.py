@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"errors", "validation", "deprecation", "version", "jars", "security", "client_log"},  # no I/O, no tracking
     {"core", "codec"},  # the protocol's pure logic and its wire format
     {"topology", "acls"},  # a topology's names, shapes and needed permissions
-    {"kafka", "broker", "offsets", "polling", "local"},  # clients, admin I/O, embedded brokers
+    {"kafka", "broker", "offsets", "polling", "local", "config"},  # clients, admin I/O, embedded brokers, settings
     {"ops"},  # what components report (status, failures, errors, metrics) and the tools that read it
     {"lifecycle"},  # a component's run loop and signals
     {"spout", "bolt", "acker"},  # the components

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
 
+from reliable_kafka import Connection, Loop, Tracking
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt.runner import BasicBolt
 from reliable_kafka.core.tracker import Backoff
@@ -17,23 +19,22 @@ from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka, TopicSi
 LINES = ["the cat", "the dog and the cat", "a bird"]
 
 
-def _spout(kafka: MemoryKafka, *, name: str = "wc", **options) -> Spout:
-    """A spout from ``lines`` to ``sentences`` in group ``<name>.spout`` (not started)."""
+def _spout(kafka: MemoryKafka, *, name: str = "wc", clock=time, kafka_config=None, **tracking) -> Spout:
+    """A spout from ``lines`` to ``sentences`` in group ``<name>.spout`` (not started); ``tracking``
+    are :class:`Tracking`'s fields."""
     return Spout(
         topology=name,
-        bootstrap_servers="memory",
-        clients=kafka,
+        connection=Connection("memory", kafka_config=kafka_config, clients=kafka),
+        tracking=Tracking(**{"root_index": False, **tracking}),
+        loop=Loop(commit_interval_ms=0, clock=clock),
         source_topics="lines",
         group_id=f"{name}.spout",
         emit_to="sentences",
-        commit_interval_ms=0,
-        root_index=False,
-        **options,
     )
 
 
 def _topology(kafka: MemoryKafka, *, split=None, count=None, max_retries: int = 5, name: str = "wc"):
-    acker = AckerWorker(topology=name, bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
+    acker = AckerWorker(topology=name, connection=Connection("memory", clients=kafka), loop=Loop(commit_interval_ms=0))
     acker.start()
     spout = _spout(kafka, name=name, backoff=Backoff(initial_ms=0), max_retries=max_retries)
     counts: Counter = Counter()
@@ -48,12 +49,11 @@ def _topology(kafka: MemoryKafka, *, split=None, count=None, max_retries: int = 
     def bolt(stage: str, source: str, handler) -> BasicBolt:
         return BasicBolt(
             topology=name,
-            bootstrap_servers="memory",
-            clients=kafka,
+            connection=Connection("memory", clients=kafka),
+            loop=Loop(commit_interval_ms=0),
             source_topics=source,
             group_id=f"{name}.{stage}",
             handler=handler,
-            commit_interval_ms=0,
         )
 
     splitter = bolt("split", "sentences", split or split_words)
@@ -176,7 +176,9 @@ def test_an_acker_that_crashes_is_replaced_and_the_trees_still_complete(kafka):
     step_until(lambda: acker.stats.entries_folded > 0, spout, splitter, counter, acker)
     kafka.crash(acker._consumer)  # dies without committing or publishing more
     kafka.crash(acker._producer)
-    replacement = AckerWorker(topology="wc", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
+    replacement = AckerWorker(
+        topology="wc", connection=Connection("memory", clients=kafka), loop=Loop(commit_interval_ms=0)
+    )
     replacement.start()
     step_until(lambda: spout.stats.completed == 2, spout, splitter, counter, replacement)
     assert counts == Counter("abcd".replace("", " ").split())
@@ -196,21 +198,20 @@ def _ends(kafka: MemoryKafka, topic: str) -> dict[int, int]:
 
 
 def test_transactional_spout_and_bolts_emit_each_word_once_though_a_bolt_is_fenced_mid_run(kafka):
-    from reliable_kafka.spout.transactional import TransactionalSpout
 
     ListSource(kafka, "lines", [f"w{i} x{i}".encode() for i in range(10)])
-    acker = AckerWorker(topology="tx", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
+    acker = AckerWorker(topology="tx", connection=Connection("memory", clients=kafka), loop=Loop(commit_interval_ms=0))
     acker.start()
-    spout = TransactionalSpout(
+    spout = Spout(
         topology="tx",
-        bootstrap_servers="memory",
-        clients=kafka,
+        connection=Connection("memory", clients=kafka),
+        transactional=True,
+        tracking=Tracking(backoff=Backoff(initial_ms=0)),
+        loop=Loop(batch_size=3),
         source_topics="lines",
         group_id="tx.spout",
         emit_to="sentences",
         name="spout-1",
-        batch_size=3,
-        backoff=Backoff(initial_ms=0),
     )
 
     def split_words(tuple_, collector):
@@ -219,14 +220,13 @@ def test_transactional_spout_and_bolts_emit_each_word_once_though_a_bolt_is_fenc
 
     splitter = BasicBolt(
         topology="tx",
-        bootstrap_servers="memory",
-        clients=kafka,
+        connection=Connection("memory", clients=kafka),
+        loop=Loop(batch_size=2),
         source_topics="sentences",
         group_id="tx.split",
         handler=split_words,
         transactional=True,
         name="split-1",
-        batch_size=2,
     )
     for component in (spout, splitter):
         component.start()
@@ -256,12 +256,11 @@ class _AckEverything:
     def __init__(self, kafka, topic, topology):
         self.bolt = BasicBolt(
             topology=topology,
-            bootstrap_servers="memory",
-            clients=kafka,
+            connection=Connection("memory", clients=kafka),
+            loop=Loop(commit_interval_ms=0),
             source_topics=topic,
             group_id=f"{topology}.sink",
             handler=lambda t, c: None,
-            commit_interval_ms=0,
         )
         self.bolt.start()
         self.name, self.stats = "sink", self.bolt.stats
@@ -282,7 +281,7 @@ class _StopAfter:
 
 
 def test_run_publishes_its_status_snapshots_to_the_same_in_memory_kafka(kafka):
-    acker = AckerWorker(topology="wc", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0)
+    acker = AckerWorker(topology="wc", connection=Connection("memory", clients=kafka), loop=Loop(commit_interval_ms=0))
     acker.run(_StopAfter(3))
     snapshots = TopicSink(kafka, "wc.status").messages()
     assert snapshots and snapshots[-1].key() == acker.name.encode()
@@ -339,7 +338,9 @@ def test_the_root_index_goes_about_once_a_second_and_what_it_held_goes_on_close(
     from reliable_kafka.codec.root_index import decode_root_index
 
     clock = kafka.clock
-    acker = AckerWorker(topology="wc", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0, clock=clock)
+    acker = AckerWorker(
+        topology="wc", connection=Connection("memory", clients=kafka), loop=Loop(commit_interval_ms=0, clock=clock)
+    )
     acker.start()  # creates <topology>.roots with the other topics
     source = ListSource(kafka, "lines", [b"first"])
     spout = _spout(kafka, clock=clock)
@@ -376,7 +377,7 @@ def test_the_root_index_goes_about_once_a_second_and_what_it_held_goes_on_close(
     ],
 )
 def test_only_a_spout_that_promises_nothing_has_a_producer_that_is_not_idempotent(kafka, options, idempotent):
-    AckerWorker(topology="wc", bootstrap_servers="memory", clients=kafka, commit_interval_ms=0).start()
+    AckerWorker(topology="wc", connection=Connection("memory", clients=kafka), loop=Loop(commit_interval_ms=0)).start()
     ListSource(kafka, "lines", [line.encode() for line in LINES], partitions=2)
     spout = _spout(kafka, **options)
     spout.start()

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from reliable_kafka import Connection, Loop, Tracking
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt.runner import BasicBolt
 from reliable_kafka.core.tracker import Backoff
@@ -54,16 +55,14 @@ def _run(lines: list[bytes], handler, *, max_retries: int = 1):
     kafka = MemoryKafka(clock=ManualClock())
     kafka.create_topic("sentences", 1)
     ListSource(kafka, "lines", lines)
-    on = {"topology": NAME, "bootstrap_servers": "memory", "clients": kafka, "commit_interval_ms": 0}
+    on = {"topology": NAME, "connection": Connection("memory", clients=kafka), "loop": Loop(commit_interval_ms=0)}
     acker = AckerWorker(**on)
     spout = Spout(
         **on,
         source_topics="lines",
         group_id=f"{NAME}.spout",
         emit_to="sentences",
-        root_index=False,
-        backoff=Backoff(initial_ms=0),
-        max_retries=max_retries,
+        tracking=Tracking(max_retries=max_retries, backoff=Backoff(initial_ms=0), root_index=False),
     )
     bolt = BasicBolt(**on, source_topics="sentences", group_id=f"{NAME}.bolt", handler=handler)
     for component in (acker, spout, bolt):

@@ -130,5 +130,5 @@ def test_a_bad_command_line_value_is_the_constructors_config_error_in_one_line(c
     code = main(["acker", "--topology", "t", "--bootstrap-servers", "127.0.0.1:1", "--ackers", "0"])
     assert code == 1
     assert capsys.readouterr().err.strip() == (
-        "reliable-kafka: error: AckerWorker: ackers must be an int >= 1 or None, got 0 (int)"
+        "reliable-kafka: error: AckerWorker: tracking.ackers must be an int >= 1 or None, got 0 (int)"
     )

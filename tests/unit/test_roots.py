@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 
 from reliable_kafka import codec
 from reliable_kafka.codec import ATTEMPTS_HEADER, REASON_HEADER
+from reliable_kafka.config import Connection, Tracking
 from reliable_kafka.core.commit_metadata import decode_done_above
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import Backoff, InFlightTracker
 from reliable_kafka.errors import ArgumentError, ConfigError, DeadLetterGuardTripped
 from reliable_kafka.ops.failures import FailureRecord, decode_attempts
 from reliable_kafka.spout.roots import RootOwner
+from reliable_kafka.testing import ManualClock
 from reliable_kafka.topology import TopologyTopics
 
 TP = ("src", 0)
@@ -62,16 +64,17 @@ class _Error:
 
 
 def _owner(*, max_retries=5, ratio=None, window=1000, reread=None):
-    clock = [0]
-    tracker = InFlightTracker(max_retries=max_retries, backoff=Backoff(initial_ms=0), clock=lambda: clock[0])
     owner = RootOwner(
         component="spout-t",
         topics=TopologyTopics("t"),
-        tracker=tracker,
-        bootstrap_servers="-",
-        kafka_config={},
-        max_dead_letter_ratio=ratio,
-        dead_letter_window=window,
+        connection=Connection("-"),
+        tracking=Tracking(
+            max_retries=max_retries,
+            backoff=Backoff(initial_ms=0),
+            max_dead_letter_ratio=ratio,
+            dead_letter_window=window,
+        ),
+        clock=ManualClock(),
         reread=reread,
         read_failure_reasons=False,
     )  # no broker here: reasons come from local failures
@@ -165,6 +168,32 @@ def test_the_guard_lets_a_trickle_through():
         owner.on_outcome(100 + offset, kind)
     owner.raise_if_guard_tripped()
     assert len(owner.bound_for_dead_letters()) == 4
+
+
+def test_the_owner_builds_its_tracker_from_tracking_and_times_it_on_its_clock():
+    clock = ManualClock(start_ms=0)
+    tracking = Tracking(max_pending=2, max_retries=0, message_timeout_ms=1_000, backstop_grace_ms=0)
+    owner = RootOwner(
+        component="c", topics=TopologyTopics("t"), connection=Connection("-"), tracking=tracking, clock=clock
+    )
+    tracker = owner.tracker
+    assert isinstance(tracker, InFlightTracker)
+    assert (tracker.max_pending, tracker.max_retries) == (2, 0)
+    owner.restore(TP, 0, None)
+    owner.track(TP, 0, 7, 1, Record(*TP, 0))
+    owner.track(TP, 1, 8, 1, Record(*TP, 1))
+    assert tracker.over_max_pending()
+    assert tracker.expire_backstop() == []  # timeout + grace not passed yet, on the owner's clock
+    clock.advance(1_001)
+    assert len(tracker.expire_backstop()) == 2  # the tracker reads the owner's clock
+
+
+def test_a_spout_reaches_the_tracker_through_its_root_owner():
+    from reliable_kafka import Spout
+
+    spout = Spout(topology="t", connection="127.0.0.1:1", source_topics="in", group_id="g", emit_to="out")
+    assert spout.tracker is spout._roots.tracker
+    assert spout.tracker.max_pending == Tracking().max_pending
 
 
 def test_guard_settings_are_checked():

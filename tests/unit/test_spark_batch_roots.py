@@ -5,6 +5,7 @@ reading the group's commit while a fresh broker's coordinator is not ready
 InFlightTracker.emitted_many)."""
 
 import contextlib
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -13,6 +14,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reliable_kafka.config import Connection, Tracking
 from reliable_kafka.core import tracker as tracker_module
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import InFlightTracker, Redelivery
@@ -23,7 +25,7 @@ from reliable_kafka.spark.checkpoint import LocalFiles
 from reliable_kafka.spark.derive import ZERO_REPLACEMENT, derive_edge, derive_ids, derive_root
 from reliable_kafka.spark.recovery import committed_offsets
 from reliable_kafka.spout.roots import RootOwner
-from reliable_kafka.testing.memory_broker import MemoryKafka
+from reliable_kafka.testing.memory_broker import ManualClock, MemoryKafka
 from reliable_kafka.topology import TopologyTopics
 
 longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -166,6 +168,18 @@ tracker_histories = st.fixed_dictionaries(
 
 def _tracker_after(history, clock) -> InFlightTracker:
     tracker = InFlightTracker(max_pending=None, max_retries=1, clock=lambda: clock[0])
+    _replay(tracker, history)
+    clock[0] += 5
+    return tracker
+
+
+def _owner_after(history) -> RootOwner:
+    owner = _owner(max_pending=None, max_retries=1)
+    _replay(owner.tracker, history)
+    return owner
+
+
+def _replay(tracker: InFlightTracker, history) -> None:
     tp = ("t", 0)
     if history["committed"] is not None:
         tracker.assign(tp, committed=history["committed"], done_above=history["done_above"])
@@ -178,8 +192,6 @@ def _tracker_after(history, clock) -> InFlightTracker:
     for offset, kind in history["settled"]:
         if offset in roots:
             tracker.on_outcome(roots[offset], OutcomeKind[kind])
-    clock[0] += 5
-    return tracker
 
 
 def _state(tracker: InFlightTracker):
@@ -259,12 +271,19 @@ def test_emitted_many_with_a_repeated_root_in_one_batch_raises_as_emitted_does()
         tracker.emitted_many(("t", 0), [1, 2], [5, 5])
 
 
-def _owner(tracker: InFlightTracker) -> RootOwner:
-    return RootOwner(component="c", topics=TopologyTopics("tp"), tracker=tracker, bootstrap_servers="", kafka_config={})
+def _owner(**tracking: Any) -> RootOwner:
+    """An owner on a clock that stands still: two owners given the same history compare equal."""
+    return RootOwner(
+        component="c",
+        topics=TopologyTopics("tp"),
+        connection=Connection("-"),
+        tracking=Tracking(**tracking),
+        clock=ManualClock(),
+    )
 
 
 def test_register_ranges_tracks_every_offset_except_those_done():
-    owner = _owner(InFlightTracker(max_pending=None))
+    owner = _owner(max_pending=None)
     owner.tracker.assign(("t", 0), committed=10, done_above=[12, 13])
     entries, skipped = register_ranges(owner, {("t", 0): (8, 15), ("t", 1): (0, 2)}, salt=99)
     expected_skipped = [derive_root(99, "t", 0, o, 1) for o in (8, 9, 12, 13)]
@@ -299,7 +318,7 @@ def test_register_collected_in_bulk_is_record_by_record(history, rows, ascending
     }
     asked = [(("t", p), o, a) for p, o, a in rows if a > 1] + [(("t", 0), o, 2) for o in unread]
     redeliveries = [Redelivery(tp, o, a, "FAILED") for tp, o, a in dict.fromkeys(asked)]
-    bulk, one = (_owner(_tracker_after(history, [0])) for _ in range(2))
+    bulk, one = (_owner_after(history) for _ in range(2))
     for owner in (bulk, one) if held else ():  # as due_redeliveries leaves them: pending
         for i, r in enumerate(redeliveries):
             if not owner.tracker.is_pending(r.tp, r.offset):
@@ -321,7 +340,7 @@ def test_register_collected_in_bulk_is_record_by_record(history, rows, ascending
 
 
 def test_a_collected_batch_in_offset_order_is_registered_a_partition_at_a_time(monkeypatch):
-    owner = _owner(InFlightTracker(max_pending=None))
+    owner = _owner(max_pending=None)
     monkeypatch.setattr(owner, "track", lambda *a, **k: pytest.fail("bulk path expected"))
     columns = {"topic": ["t"] * 4, "partition": [0, 1, 0, 1], "offset": [3, 0, 4, 1], "attempt": [1] * 4}
     columns |= {"root": [11, 12, 13, 14], "edge": [21, 22, 23, 24]}
@@ -334,7 +353,7 @@ def test_a_partition_collected_out_of_offset_order_is_registered_in_order():
     """A Kafka partition read by several Spark tasks can come back a chunk at a time, later chunk
     first: every record is registered (the tracker refuses registrations out of offset order), and
     the commit point waits for the earliest."""
-    owner = _owner(InFlightTracker(max_pending=None))
+    owner = _owner(max_pending=None)
     owner.tracker.assign(("t", 0), committed=0, done_above=[])
     columns = {"topic": ["t"] * 6, "partition": [0] * 6, "offset": [3, 4, 5, 0, 1, 2], "attempt": [1] * 6}
     columns |= {"root": [13, 14, 15, 10, 11, 12], "edge": [23, 24, 25, 20, 21, 22]}

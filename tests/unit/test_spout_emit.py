@@ -16,7 +16,7 @@ from reliable_kafka.testing.recording_producer import RecordingProducer
 
 
 def _spout(handler) -> tuple[Spout, RecordingProducer]:
-    spout = Spout(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="src", group_id="g", handler=handler)
+    spout = Spout(topology="t", connection="127.0.0.1:1", source_topics="src", group_id="g", handler=handler)
     producer = RecordingProducer()
     spout._producer = producer
     spout._acks = AckSender(producer, acks_topic="t.acks", ack_partitions=1, sender=spout.task_id)

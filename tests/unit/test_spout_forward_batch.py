@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from reliable_kafka import codec
+from reliable_kafka import Tracking, codec
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.produce import ProducerUnusable
@@ -20,11 +20,11 @@ from reliable_kafka.testing.recording_producer import RecordingProducer
 def _spout(producer, *, guarantee="at_least_once", spout_class=Spout) -> Spout:
     spout = spout_class(
         topology="t",
-        bootstrap_servers="127.0.0.1:1",
+        connection="127.0.0.1:1",
+        tracking=Tracking(guarantee=guarantee),
         source_topics="src",
         group_id="g",
         emit_to="out",
-        guarantee=guarantee,
     )
     spout._producer = producer
     spout._acks = AckSender(producer, acks_topic="t.acks", ack_partitions=1, sender=spout.task_id)

@@ -7,14 +7,22 @@ from __future__ import annotations
 
 import pytest
 
+from reliable_kafka import Tracking
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.spout import SourceRecord, Spout
 from reliable_kafka.testing.recording_producer import RecordingProducer
 
 
-def _spout(handler=None, **options) -> tuple[Spout, RecordingProducer]:
+def _spout(handler=None, **tracking) -> tuple[Spout, RecordingProducer]:
     where = {"handler": handler} if handler is not None else {"emit_to": "out"}
-    spout = Spout(topology="t", bootstrap_servers="127.0.0.1:1", source_topics="src", group_id="g", **where, **options)
+    spout = Spout(
+        topology="t",
+        connection="127.0.0.1:1",
+        source_topics="src",
+        group_id="g",
+        tracking=Tracking(**tracking),
+        **where,
+    )
     producer = RecordingProducer()
     spout._producer = producer
     spout._acks = AckSender(producer, acks_topic="t.acks", ack_partitions=0, sender=spout.task_id)

@@ -9,16 +9,17 @@ from collections.abc import Callable, Iterator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from reliable_kafka import Connection, Loop, Tracking
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt.runner import BasicBolt
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.ops.metrics import ComponentCollector
 from reliable_kafka.ops.reporter import ComponentReporter
 from reliable_kafka.ops.snapshot import view_of
-from reliable_kafka.spout.transactional import TransactionalSpout
+from reliable_kafka.spout import Spout, TransactionalSpout
 from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka, TopicSink, step_until
 
-ON = {"topology": "tx", "bootstrap_servers": "memory", "commit_interval_ms": 0}
+ON = {"topology": "tx", "loop": Loop(commit_interval_ms=0)}
 LINES = [b"a", b"b", b"c", b"d"]
 
 
@@ -51,18 +52,23 @@ class Run:
             if tuple_.value in fail_downstream and seen.count(tuple_.value) == 1:
                 raise ValueError(f"{tuple_.value!r} fails its first sight downstream")
 
-        self.acker = AckerWorker(**ON, clients=kafka)
+        self.acker = AckerWorker(**ON, connection=Connection("memory", clients=kafka))
         self.sink = BasicBolt(
-            **ON, clients=kafka, source_topics="sentences", group_id="tx.sink", handler=fail_first_sight
-        )
-        spout = self.spout = TransactionalSpout(
             **ON,
-            clients=kafka,
+            connection=Connection("memory", clients=kafka),
+            source_topics="sentences",
+            group_id="tx.sink",
+            handler=fail_first_sight,
+        )
+        spout = self.spout = Spout(
+            **ON,
+            connection=Connection("memory", clients=kafka),
+            transactional=True,
+            tracking=Tracking(backoff=Backoff(initial_ms=0)),
             source_topics="lines",
             group_id="tx.spout",
             **({"emit_to": "sentences"} if handler is None else {"handler": handler}),
             name="spout-1",
-            backoff=Backoff(initial_ms=0),
         )
         for component in (self.acker, self.sink, spout):
             component.start()

@@ -3,28 +3,29 @@ crash right after that transaction neither loses the record nor parks it twice (
 
 from __future__ import annotations
 
+from reliable_kafka import Connection, Loop, Tracking
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt.runner import BasicBolt
 from reliable_kafka.core.spout_state import decode_spout_state
 from reliable_kafka.core.tracker import Backoff
-from reliable_kafka.spout.transactional import TransactionalSpout
+from reliable_kafka.spout import Spout, TransactionalSpout
 from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka, TopicSink, step_until
 from reliable_kafka.topology import TopologyTopics
 
-ON = {"topology": "tx", "bootstrap_servers": "memory", "commit_interval_ms": 0}
+ON = {"topology": "tx", "loop": Loop(commit_interval_ms=0)}
 LINES = [b"a", b"poison", b"b", b"c"]
 
 
 def _spout(kafka: MemoryKafka) -> TransactionalSpout:
-    spout = TransactionalSpout(
+    spout = Spout(
         **ON,
-        clients=kafka,
+        connection=Connection("memory", clients=kafka),
+        transactional=True,
+        tracking=Tracking(max_retries=1, backoff=Backoff(initial_ms=0)),
         source_topics="lines",
         group_id="tx.spout",
         emit_to="sentences",
-        name="spout-1",  # a restart keeps the name: the same transactional.id and owner ids
-        max_retries=1,
-        backoff=Backoff(initial_ms=0),
+        name="spout-1",
     )
     spout.start()
     return spout
@@ -45,8 +46,14 @@ def _topology() -> tuple[MemoryKafka, AckerWorker, BasicBolt]:
     kafka = MemoryKafka(clock=ManualClock())
     kafka.create_topic("sentences", 1)
     ListSource(kafka, "lines", LINES)
-    acker = AckerWorker(**ON, clients=kafka)
-    sink = BasicBolt(**ON, clients=kafka, source_topics="sentences", group_id="tx.sink", handler=_fails_poison)
+    acker = AckerWorker(**ON, connection=Connection("memory", clients=kafka))
+    sink = BasicBolt(
+        **ON,
+        connection=Connection("memory", clients=kafka),
+        source_topics="sentences",
+        group_id="tx.sink",
+        handler=_fails_poison,
+    )
     acker.start()
     sink.start()
     return kafka, acker, sink

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from confluent_kafka import TopicPartition
 
-from reliable_kafka import codec
+from reliable_kafka import Connection, Loop, Tracking, codec
 from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt.runner import BasicBolt
 from reliable_kafka.codec import ATTEMPTS_HEADER, REASON_HEADER
@@ -13,11 +13,12 @@ from reliable_kafka.core.spout_state import encode_spout_state
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.ops.dlq import DeadLetter, render_list, render_one
 from reliable_kafka.ops.failures import decode_attempts
-from reliable_kafka.spout.transactional import GONE_REASON, TransactionalSpout
+from reliable_kafka.spout import Spout, TransactionalSpout
+from reliable_kafka.spout.transactional import GONE_REASON
 from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka, step_until
 from reliable_kafka.topology import TopologyTopics
 
-ON = {"topology": "tx", "bootstrap_servers": "memory", "commit_interval_ms": 0}
+ON = {"topology": "tx", "loop": Loop(commit_interval_ms=0)}
 
 
 def _predecessor_left(kafka: MemoryKafka, *, failed: list[int], done: list[int], upto: int, attempts: int = 2) -> None:
@@ -34,18 +35,25 @@ def _predecessor_left(kafka: MemoryKafka, *, failed: list[int], done: list[int],
 
 
 def _run(kafka: MemoryKafka, *, abort_first: bool = False) -> tuple[TransactionalSpout, list]:
-    acker = AckerWorker(**ON, clients=kafka)
+    acker = AckerWorker(**ON, connection=Connection("memory", clients=kafka))
     acker.start()
-    spout = TransactionalSpout(
+    spout = Spout(
         **ON,
-        clients=kafka,
+        connection=Connection("memory", clients=kafka),
+        transactional=True,
+        tracking=Tracking(backoff=Backoff(initial_ms=0)),
         source_topics="lines",
         group_id="tx.spout",
         emit_to="sentences",
         name="spout-1",
-        backoff=Backoff(initial_ms=0),
     )
-    sink = BasicBolt(**ON, clients=kafka, source_topics="sentences", group_id="tx.sink", handler=lambda t, c: None)
+    sink = BasicBolt(
+        **ON,
+        connection=Connection("memory", clients=kafka),
+        source_topics="sentences",
+        group_id="tx.sink",
+        handler=lambda t, c: None,
+    )
     for component in (spout, sink):
         component.start()
     if abort_first:  # the first transaction (the one that parks the references) aborts

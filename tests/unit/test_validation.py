@@ -21,10 +21,14 @@ from reliable_kafka import (
     Backoff,
     BasicBolt,
     Bolt,
+    Connection,
     LocalCluster,
+    Loop,
+    Parallel,
     Spout,
+    TopicCreation,
     TopologyTopics,
-    TransactionalSpout,
+    Tracking,
 )
 from reliable_kafka.broker import EmbeddedCluster, EmbeddedKafka
 from reliable_kafka.errors import ConfigError
@@ -49,68 +53,43 @@ def _handler(record, collector):
     pass
 
 
-KAFKA = {"topology": "t", "bootstrap_servers": CLOSED}
+KAFKA = {"topology": "t", "connection": CLOSED}
 SPOUT = {**KAFKA, "source_topics": "in", "group_id": "g", "emit_to": "out"}
 BOLT = {**KAFKA, "source_topics": "in", "group_id": "g", "handler": _handler}
 SPARK = {
-    **KAFKA,
+    "topology": "t",
+    "bootstrap_servers": CLOSED,
     "source_topics": "in",
     "group_id": "g",
     "checkpoint_dir": "/tmp/rk-validation-never-made",
     "transform": lambda frame: frame,
     "output_topic": "out",
 }
+NOT_CONNECTION = [None, 5, b"host:9092", {"bootstrap_servers": CLOSED}]
 
 SPOUT_BAD = {
     "topology": [None, 5, ""],
-    "bootstrap_servers": [None, *NOT_STR],
+    "connection": NOT_CONNECTION,
     "source_topics": NOT_TOPICS,
     "group_id": [None, *NOT_STR],
     "emit_to": [5, "", "in", "t.acks", "t.dlq", "t.outcomes", "t.status", "t.failures", "t.quarantine", "t.roots"],
     "handler": NOT_CALLABLE,
-    "guarantee": ["exactly_once", None, 1],
-    "ackers": [*NOT_INT, -1],
-    "max_pending": [*NOT_INT, 0],
-    "max_retries": [*NOT_INT, -1],
-    "backoff": [100, {"initial_ms": 1}],
-    "message_timeout_ms": [*NOT_INT, "1s", 0],
-    "backstop_grace_ms": [*NOT_INT, -1, None],
-    "commit_interval_ms": [*NOT_INT, "1s", -1, None],
-    "batch_size": [*NOT_INT, 0, None],
-    "kafka_config": NOT_MAPPING,
-    "consumer_config": NOT_MAPPING,
-    "producer_config": NOT_MAPPING,
+    "tracking": [{"guarantee": "none"}, "at_least_once", 5],
+    "transactional": NOT_BOOL,
+    "loop": [{"batch_size": 1}, 500],
     "name": NOT_STR,
-    "metrics_port": [*NOT_INT, -1, 70000],
-    "max_dead_letter_ratio": ["0.5", True, -0.1, 1, 1.5, float("nan")],
-    "dead_letter_window": [*NOT_INT, 0, None],
-    "root_index": NOT_BOOL,
-    "clients": NOT_CLIENTS,
-    "clock": NOT_CLOCK,
 }
 BOLT_BAD = {
     "topology": [None, 5, ""],
-    "bootstrap_servers": [None, *NOT_STR],
+    "connection": NOT_CONNECTION,
     "source_topics": NOT_TOPICS,
     "group_id": [None, *NOT_STR],
     "handler": NOT_CALLABLE,
     "batch_handler": NOT_CALLABLE,
     "transactional": NOT_BOOL,
-    "batch_size": [*NOT_INT, 0, None],
-    "commit_interval_ms": [*NOT_INT, -1, None],
-    "kafka_config": NOT_MAPPING,
-    "consumer_config": NOT_MAPPING,
-    "producer_config": NOT_MAPPING,
+    "parallel": ["4", 0, None, True, 1.5],
+    "loop": [{"batch_size": 1}, 500],
     "name": NOT_STR,
-    "metrics_port": [*NOT_INT, -1, 70000],
-    "clients": NOT_CLIENTS,
-    "clock": NOT_CLOCK,
-    "parallelism": [*NOT_INT, 0, None],
-    "ordering": ["fields", None, 1],
-    "key_of": NOT_CALLABLE,
-    "max_in_flight": [*NOT_INT, 0],
-    "revoke_wait_s": ["10", -1, None, float("nan")],
-    "executor": ["threads", 5],
 }
 SPARK_BAD = {
     "topology": [None, 5, ""],
@@ -134,10 +113,10 @@ SPARK_BAD = {
 # constructor -> (make(**kwargs), the valid arguments, each parameter's bad values)
 CONSTRUCTORS = {
     "Spout": (Spout, SPOUT, SPOUT_BAD),
-    "TransactionalSpout": (
-        TransactionalSpout,
+    "TransactionalSpout": (  # Spout(transactional=True): its errors name the class it makes
+        lambda **kw: Spout(**kw, transactional=True),
         {**SPOUT, "name": "s1"},
-        {**{k: v for k, v in SPOUT_BAD.items() if k != "name"}, "name": [None, 5, ""]},
+        {**{k: v for k, v in SPOUT_BAD.items() if k not in ("name", "transactional")}, "name": [None, 5, ""]},
     ),
     "Bolt": (Bolt, BOLT, BOLT_BAD),
     "BasicBolt": (BasicBolt, BOLT, BOLT_BAD),
@@ -146,24 +125,68 @@ CONSTRUCTORS = {
         KAFKA,
         {
             "topology": [None, 5, ""],
-            "bootstrap_servers": [None, *NOT_STR],
-            "ackers": [*NOT_INT, "2", 0],
-            "message_timeout_ms": [*NOT_INT, 0],
+            "connection": NOT_CONNECTION,
+            "tracking": [{"ackers": 1}, 5, Tracking(ackers=0), Tracking(message_timeout_ms=None)],
             "timeout_buckets": [*NOT_INT, 0, 10_000],
             "group_id": NOT_STR,
-            "commit_interval_ms": [*NOT_INT, -1],
-            "batch_size": [*NOT_INT, 0],
-            "create_topics": NOT_BOOL,
-            "replication_factor": [*NOT_INT, 0],
-            "min_insync_replicas": [*NOT_INT, 0],
+            "create_topics": [1, "true", None, {"replication_factor": 3}],
             "max_entries_per_record": [*NOT_INT, -1, 0, 100],
+            "loop": [{"batch_size": 1}, 500],
+            "name": NOT_STR,
+        },
+    ),
+    "Connection": (
+        Connection,
+        {"bootstrap_servers": CLOSED},
+        {
+            "bootstrap_servers": [None, *NOT_STR],
             "kafka_config": NOT_MAPPING,
             "consumer_config": NOT_MAPPING,
             "producer_config": NOT_MAPPING,
-            "name": NOT_STR,
-            "metrics_port": [*NOT_INT, -1, 70000],
             "clients": NOT_CLIENTS,
+        },
+    ),
+    "Tracking": (
+        Tracking,
+        {},
+        {
+            "guarantee": ["exactly_once", None, 1],
+            "ackers": [*NOT_INT, -1],
+            "max_pending": [*NOT_INT, 0],
+            "max_retries": [*NOT_INT, -1],
+            "backoff": [100, {"initial_ms": 1}],
+            "message_timeout_ms": [*NOT_INT, "1s", 0],
+            "backstop_grace_ms": [*NOT_INT, -1, None],
+            "max_dead_letter_ratio": ["0.5", True, -0.1, 1, 1.5, float("nan")],
+            "dead_letter_window": [*NOT_INT, 0, None],
+            "root_index": NOT_BOOL,
+        },
+    ),
+    "Loop": (
+        Loop,
+        {},
+        {
+            "batch_size": [*NOT_INT, 0, None],
+            "commit_interval_ms": [*NOT_INT, "1s", -1, None],
+            "metrics_port": [*NOT_INT, -1, 70000],
             "clock": NOT_CLOCK,
+        },
+    ),
+    "TopicCreation": (
+        TopicCreation,
+        {},
+        {"replication_factor": [*NOT_INT, 0], "min_insync_replicas": [*NOT_INT, 0]},
+    ),
+    "Parallel": (
+        Parallel,
+        {},
+        {
+            "parallelism": [*NOT_INT, 0, None],
+            "ordering": ["fields", None, 1],
+            "key_of": NOT_CALLABLE,
+            "max_in_flight": [*NOT_INT, 0],
+            "revoke_wait_s": ["10", -1, None, float("nan")],
+            "executor": ["threads", 5],
         },
     ),
     "Backoff": (
@@ -259,10 +282,15 @@ CONSTRUCTORS = {
 # the classes behind each entry, whose signatures the table must cover
 SIGNATURES = {
     "Spout": Spout,
-    "TransactionalSpout": None,  # name + the spout's keywords (its **options)
+    "TransactionalSpout": None,  # Spout(transactional=True): the spout's keywords, name required
     "Bolt": Bolt,
     "BasicBolt": BasicBolt,
     "AckerWorker": AckerWorker,
+    "Connection": Connection,
+    "Tracking": Tracking,
+    "Loop": Loop,
+    "TopicCreation": TopicCreation,
+    "Parallel": Parallel,
     "Backoff": Backoff,
     "TopologyTopics": TopologyTopics,
     "LocalCluster": LocalCluster,
@@ -314,7 +342,7 @@ def _parameters(cls) -> set[str]:
 @pytest.mark.parametrize("name", sorted(SIGNATURES))
 def test_every_parameter_of_every_public_constructor_has_bad_values_in_the_table(name):
     cls = SIGNATURES[name]
-    parameters = {"name"} | _parameters(SpoutShell) if cls is None else _parameters(cls)
+    parameters = _parameters(SpoutShell) - {"transactional"} if cls is None else _parameters(cls)
     if cls is EmbeddedKafka:
         parameters.discard("brokers")
     table = set(CONSTRUCTORS[name][2])
@@ -352,7 +380,7 @@ def test_a_spout_without_group_id_is_refused_before_librdkafka_sees_it():
     """confluent-kafka asserts in C on a None group.id: the interpreter aborted (exit 134)."""
     program = (
         "from reliable_kafka import Spout\n"
-        f"Spout(topology='t', bootstrap_servers={CLOSED!r}, source_topics='in', group_id=None, emit_to='out')\n"
+        f"Spout(topology='t', connection={CLOSED!r}, source_topics='in', group_id=None, emit_to='out')\n"
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
@@ -361,13 +389,13 @@ def test_a_spout_without_group_id_is_refused_before_librdkafka_sees_it():
 
 def test_a_transactional_spout_refuses_a_name_that_is_not_a_str():
     with pytest.raises(ConfigError, match="TransactionalSpout: name must be a non-empty str"):
-        TransactionalSpout(**SPOUT, name=5)
+        Spout(**SPOUT, transactional=True, name=5)
 
 
 def test_a_message_says_what_is_allowed_and_the_type_given():
     with pytest.raises(ConfigError) as raised:
-        Spout(**{**SPOUT, "commit_interval_ms": "1s"})
-    assert str(raised.value) == "Spout: commit_interval_ms must be an int >= 0, got '1s' (str)"
+        Loop(commit_interval_ms="1s")
+    assert str(raised.value) == "Loop: commit_interval_ms must be an int >= 0, got '1s' (str)"
     with pytest.raises(ConfigError, match=r"a topic of topology 't'"):
         Spout(**{**SPOUT, "emit_to": "t.acks"})
     with pytest.raises(ConfigError, match=r"own source"):
@@ -384,7 +412,7 @@ def test_the_checks_take_what_they_should():
     require_output_topic("C", "emit_to", "t.acks-mirror", {"t.acks": "a topic of topology 't'"})
     Backoff(initial_ms=0, max_ms=0, rng=random.Random(1))
     LocalCluster(Spout(**SPOUT))
-    Spout(**{**SPOUT, "clock": ManualClockLike()})
+    Spout(**{**SPOUT, "loop": Loop(clock=ManualClockLike())})
     EmbeddedKafka(data_dir=Path("/tmp/rk-never-made"))
 
 
