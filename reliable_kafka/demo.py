@@ -26,7 +26,6 @@ from reliable_kafka.acker import AckerWorker
 from reliable_kafka.bolt import BasicBolt, BoltCollector, Tuple
 from reliable_kafka.config import Tracking
 from reliable_kafka.core.tracker import Backoff
-from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.errors import MissingExtraError, ReliableKafkaError
 from reliable_kafka.local import Component, LocalCluster
 from reliable_kafka.offsets import committed_offsets, end_offsets
@@ -234,7 +233,6 @@ def _generate(bootstrap: str, topic: str, count: int, rng: random.Random) -> lis
     return written
 
 
-@renamed_keywords(bootstrap="bootstrap_servers")
 def run(
     *,
     sentences: int = 20_000,
@@ -247,7 +245,7 @@ def run(
     """Run the demo end to end and return its checked summary (also printed to ``out``).
 
     ``engine``: "spark", "python", or None for Spark when PySpark is installed (:func:`choose_engine`).
-    Without ``bootstrap_servers`` (old name ``bootstrap``, deprecated) an embedded broker is started."""
+    Without ``bootstrap_servers`` an embedded broker is started."""
     engine, note = choose_engine(engine)  # before anything starts: a missing extra fails at once
     if note:
         print(note, file=out, flush=True)

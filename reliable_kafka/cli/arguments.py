@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 __all__ = [
     "Subparsers",
@@ -111,34 +110,14 @@ def replication_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-class _OldName(argparse.Action):
-    """Stores the value; says on stderr when the option was given under its old name."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        if option_string is not None and option_string != self.option_strings[0]:
-            print(
-                f"{parser.prog}: {option_string} is deprecated; use {self.option_strings[0]} (the same)",
-                file=sys.stderr,
-            )
-        setattr(namespace, self.dest, values)
-
-
 def message_timeout_argument(parser: argparse.ArgumentParser, *, default: int | None, help: str) -> None:
-    """``--message-timeout-ms`` (``--timeout-ms``, its old name, still works) into ``args.message_timeout_ms``."""
+    """``--message-timeout-ms`` into ``args.message_timeout_ms``."""
     parser.add_argument(
         "--message-timeout-ms",
-        "--timeout-ms",
         dest="message_timeout_ms",
         type=int,
         default=default,
         metavar="MS",
-        action=_OldName,
         help=help,
     )
 

@@ -48,7 +48,6 @@ from reliable_kafka.core.acker_fold import MIX, Group, run_starts
 from reliable_kafka.core.acker_rule import FAIL_BIT, INIT_BIT, KIND_BITS, NOTHING, RESET_BIT
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.core.root_store import MAX_BUCKETS, RootStore
-from reliable_kafka.deprecation import renamed_keywords
 from reliable_kafka.errors import ArgumentError, ConfigError, ReliableKafkaError
 
 __all__ = ["AckerTable", "AckerStats", "Outcomes"]
@@ -147,15 +146,13 @@ class AckerTable:
     Keyword-only configuration:
 
     * ``message_timeout_ms`` (default 30_000, Storm's message timeout): how long a root may stay
-      pending after it was first seen, its INIT, or its last RESET_TIMEOUT, in event time. Its old
-      name ``timeout_ms`` still works, with a DeprecationWarning.
+      pending after it was first seen, its INIT, or its last RESET_TIMEOUT, in event time.
     * ``buckets`` (default 4, 1 to 30): timeout buckets; expiry comes at most ``message_timeout_ms /
       buckets`` late, and the commit low point moves in steps of about that much.
     * ``initial_capacity`` (default 1024): slots allocated up front (rounded up to a prime number
       of groups of 8). The table grows and shrinks by itself; this only saves early rebuilds.
     """
 
-    @renamed_keywords(timeout_ms="message_timeout_ms")
     def __init__(self, *, message_timeout_ms: int = 30_000, buckets: int = 4, initial_capacity: int = 1024) -> None:
         timeout_ms = message_timeout_ms
         if not isinstance(timeout_ms, int) or timeout_ms < 1:

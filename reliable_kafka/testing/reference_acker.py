@@ -18,7 +18,6 @@ from numpy.typing import ArrayLike
 
 from reliable_kafka.core.acker_table import AckerStats
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
-from reliable_kafka.deprecation import renamed_keywords
 
 __all__ = ["Decision", "ReferenceAcker", "ReferenceEntry"]
 
@@ -46,7 +45,6 @@ class ReferenceEntry:
 class ReferenceAcker:
     """Storm's acker over a dict, with the table's timeout buckets and counters."""
 
-    @renamed_keywords(timeout_ms="message_timeout_ms")
     def __init__(self, *, message_timeout_ms: int, buckets: int) -> None:
         self.timeout_ms = message_timeout_ms
         self.width = -(-message_timeout_ms // buckets)

@@ -910,19 +910,11 @@ def test_reference_acker_decides_as_documented():
     assert model.stats.reset_notices == 1 and model.pending == 1
 
 
-def test_message_timeout_ms_is_the_name_and_timeout_ms_its_deprecated_alias():
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new name warns about nothing
-        assert AckerTable(message_timeout_ms=1234).message_timeout_ms == 1234
-        assert ReferenceAcker(message_timeout_ms=1234, buckets=2).timeout_ms == 1234
-    with pytest.warns(DeprecationWarning, match=r"AckerTable: timeout_ms= is deprecated; use message_timeout_ms="):
-        assert AckerTable(timeout_ms=99).message_timeout_ms == 99
-    with pytest.warns(DeprecationWarning, match=r"ReferenceAcker: timeout_ms= is deprecated"):
-        assert ReferenceAcker(timeout_ms=99, buckets=2).timeout_ms == 99
-    with pytest.raises(ConfigError, match="give message_timeout_ms only"):
-        AckerTable(timeout_ms=1, message_timeout_ms=2)
+def test_message_timeout_ms_is_the_name():
+    assert AckerTable(message_timeout_ms=1234).message_timeout_ms == 1234
+    assert ReferenceAcker(message_timeout_ms=1234, buckets=2).timeout_ms == 1234
+    with pytest.raises(TypeError):
+        AckerTable(timeout_ms=99)  # its old name, gone before the first release
 
 
 @given(

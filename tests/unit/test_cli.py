@@ -1,5 +1,5 @@
 """One name per concept on the command line: ``--bootstrap-servers`` (``--bootstrap`` too) and
-``--message-timeout-ms`` (``--timeout-ms``, its old name, with a warning) wherever they apply."""
+``--message-timeout-ms`` wherever they apply."""
 
 import argparse
 
@@ -66,11 +66,10 @@ def test_no_command_spells_the_bootstrap_servers_another_way():
 
 
 @pytest.mark.parametrize("argv", [["acker", "--topology", "t", "--bootstrap-servers", "b"], ["chaos"]])
-def test_message_timeout_ms_and_its_old_name_which_warns(argv, capsys):
+def test_message_timeout_ms_is_the_one_spelling(argv, capsys):
     assert build_parser().parse_args([*argv, "--message-timeout-ms", "1500"]).message_timeout_ms == 1500
-    assert "deprecated" not in capsys.readouterr().err
-    assert build_parser().parse_args([*argv, "--timeout-ms", "2500"]).message_timeout_ms == 2500
-    assert "--timeout-ms is deprecated; use --message-timeout-ms" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*argv, "--timeout-ms", "2500"])  # its old name, gone before the first release
 
 
 def test_kafka_config_pairs_go_over_the_command_config_file(tmp_path):
@@ -118,7 +117,7 @@ def test_the_acker_command_builds_its_worker_with_the_library_names(monkeypatch)
                 "t",
                 "--bootstrap",
                 "b:1",
-                "--timeout-ms",
+                "--message-timeout-ms",
                 "700",
                 "--kafka-config",
                 "linger.ms=5",

@@ -113,11 +113,10 @@ def test_an_ack_sender_refuses_a_producer_config_that_turns_idempotence_off(name
     COMPONENTS[name](consumer_config={"enable.idempotence": "false"})  # no consumer sends acks
 
 
-def test_demo_run_takes_bootstrap_servers_and_its_old_name_bootstrap():
+def test_demo_run_takes_bootstrap_servers():
     import inspect
 
     from reliable_kafka import demo
 
     assert "bootstrap_servers" in inspect.signature(demo.run).parameters
-    with pytest.raises(ConfigError, match="give bootstrap_servers only"):  # checked before any broker starts
-        demo.run(bootstrap="127.0.0.1:1", bootstrap_servers="127.0.0.1:1")
+    assert "bootstrap" not in inspect.signature(demo.run).parameters

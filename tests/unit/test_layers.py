@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "reliable_kafka"
 
 # bottom first; a group is a subpackage or a top-level module of reliable_kafka
 LAYERS: list[set[str]] = [
-    {"errors", "validation", "deprecation", "version", "jars", "security", "client_log"},  # no I/O, no tracking
+    {"errors", "validation", "version", "jars", "security", "client_log"},  # no I/O, no tracking
     {"core", "codec"},  # the protocol's pure logic and its wire format
     {"topology", "acls"},  # a topology's names, shapes and needed permissions
     {"kafka", "broker", "offsets", "polling", "local", "config"},  # clients, admin I/O, embedded brokers, settings
