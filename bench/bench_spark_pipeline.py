@@ -419,7 +419,7 @@ def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int) -> d
 def run_tracked(
     spark, bootstrap: str, source: str, batch: int, sentences: int, jvm_pid: int, bolt: str, path: str
 ) -> dict:
-    from reliable_kafka.spark import SparkSpout
+    from reliable_kafka.spark import SparkOptions, SparkSpout
     from reliable_kafka.spark.jvm_functions import MODE_ENV
 
     os.environ[MODE_ENV] = {"jar": "on", "sql": "off"}[path]  # read by the writer at each batch
@@ -444,16 +444,14 @@ def run_tracked(
             job = SparkSpout(
                 spark,
                 topology=topology,
-                bootstrap_servers=bootstrap,
+                connection=bootstrap,
                 source_topics=source,
                 group_id=f"{topology}.spark",
                 checkpoint_dir=checkpoint,
                 transform=split_words,
                 output_topic=output,
-                available_now=True,
-                max_offsets_per_trigger=batch,
-                max_pending=sentences + batch,
-                message_timeout_ms=600_000,
+                options=SparkOptions(available_now=True, max_offsets_per_trigger=batch),
+                tracking=Tracking(max_pending=sentences + batch, message_timeout_ms=600_000),
             )
             if PROFILE is not None:
                 job._on_stream_batch = _profiled(job._on_stream_batch)  # type: ignore[method-assign]

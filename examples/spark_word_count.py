@@ -22,7 +22,7 @@ from reliable_kafka.acker.worker import AckerWorker
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.local import LocalCluster
-from reliable_kafka.spark import SparkSpout, spark_session
+from reliable_kafka.spark import SparkOptions, SparkSpout, spark_session
 from reliable_kafka.spark.demo_job import count_words
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
@@ -56,17 +56,17 @@ def run(bootstrap: str, *, sentences: int = 500, timeout: float = 180.0) -> dict
     ):
         spark = spark_session("spark-word-count")
         try:
-            job = SparkSpout(  # the Spark jobs take Kafka's names as keywords
+            job = SparkSpout(
                 spark,
                 topology=topology,
-                bootstrap_servers=bootstrap,
+                connection=bootstrap,
                 source_topics=source,
                 group_id=f"{topology}.spark",
                 checkpoint_dir=checkpoint,
                 transform=count_words,
                 output_topic=counts_topic,
-                available_now=True,
-                message_timeout_ms=20_000,
+                options=SparkOptions(available_now=True),
+                tracking=Tracking(message_timeout_ms=20_000),
             )
             job.start()
             try:

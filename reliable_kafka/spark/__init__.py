@@ -6,6 +6,7 @@ The only subpackage that imports pyspark (lazily: importing it starts no JVM).
 - :class:`SparkSpout`: a streaming job whose source records are roots; commits its consumer group
   only as far as every record's tree has completed; redelivers, dead-letters, recovers on restart.
 - :class:`SparkBolt`: a streaming job that reads a tracked topic and acks its inputs.
+- :class:`SparkOptions`: how either job's streaming query runs (trigger, batch size, errors).
 - :func:`merge_anchors` / :func:`concat_anchors`: carry anchors through aggregations and joins.
 """
 
@@ -22,6 +23,7 @@ from reliable_kafka.spark.anchors import ANCHORS_COLUMN, ANCHORS_TYPE, FAIL_COLU
 from reliable_kafka.spark.bolt import SparkBolt
 from reliable_kafka.spark.checkpoint import ResumePoint, read_resume_point
 from reliable_kafka.spark.job import SparkJobStats
+from reliable_kafka.spark.options import SparkOptions
 from reliable_kafka.spark.session import connector_jars, spark_session
 from reliable_kafka.spark.spout import SparkSpout
 
@@ -30,6 +32,7 @@ __all__ = [
     "connector_jars",
     "SparkSpout",
     "SparkBolt",
+    "SparkOptions",
     "SparkJobStats",
     "merge_anchors",
     "concat_anchors",

@@ -26,13 +26,15 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka.codec import ParkedRecord
+from reliable_kafka.config import Connection
 from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import StateError
 from reliable_kafka.kafka.parking import park
 from reliable_kafka.kafka.produce import flush_or_raise
 from reliable_kafka.spark.anchors import anchors_from_headers
-from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, final_acks
+from reliable_kafka.spark.job import SOURCE_COLUMNS, SparkJob, Transform, final_acks
+from reliable_kafka.spark.options import SparkOptions
 from reliable_kafka.spark.writer import fold_by_root, pairs_bytes_sql
 
 if TYPE_CHECKING:
@@ -46,13 +48,12 @@ log = logging.getLogger(__name__)
 class SparkBolt(SparkJob):
     """A PySpark streaming job that processes tracked tuples (see the module docstring).
 
-    Keyword arguments (defaults in brackets): ``topology``, ``bootstrap_servers``,
-    ``source_topics``, ``group_id``, ``checkpoint_dir``, ``transform`` (DataFrame -> DataFrame
-    with value, anchors and optionally key, headers, rk_fail), ``output_topic``: required;
-    ``trigger_seconds`` [1.0] or ``available_now`` [False]; ``max_offsets_per_trigger`` [None];
-    ``on_batch_error`` ["fail_roots"]; ``kafka_config`` (``consumer_config`` / ``producer_config``:
-    merged over it for the driver's and tasks' consumers / producers only); ``spark_kafka_options``;
-    ``name``.
+    Keyword arguments (defaults in brackets): ``topology``, ``connection`` (a bootstrap servers
+    string or a :class:`~reliable_kafka.config.Connection`), ``source_topics``, ``group_id``,
+    ``checkpoint_dir``, ``transform`` (DataFrame -> DataFrame with value, anchors and optionally
+    key, headers, rk_fail), ``output_topic``: required; ``options``
+    [``SparkOptions()``, :mod:`reliable_kafka.spark.options`]: the trigger, the batch size, the
+    batch error policy and Spark's Kafka options; ``name``.
     The transform's input has key, value, topic, partition, offset, timestamp, headers, anchors
     (null for untracked records).
     """
@@ -64,40 +65,26 @@ class SparkBolt(SparkJob):
         spark: SparkSession,
         *,
         topology: str,
-        bootstrap_servers: str,
+        connection: str | Connection,
         source_topics: str | list[str],
         group_id: str,
         checkpoint_dir: str,
         transform: Transform,
         output_topic: str,
-        trigger_seconds: float = 1.0,
-        available_now: bool = False,
-        max_offsets_per_trigger: int | None = None,
-        on_batch_error: BatchErrorPolicy = "fail_roots",
-        kafka_config: dict[str, Any] | None = None,
-        spark_kafka_options: dict[str, str] | None = None,
+        options: SparkOptions | None = None,
         name: str | None = None,
-        consumer_config: dict[str, Any] | None = None,
-        producer_config: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             spark,
             topology=topology,
-            bootstrap_servers=bootstrap_servers,
+            connection=connection,
             source_topics=source_topics,
+            group_id=group_id,
             checkpoint_dir=checkpoint_dir,
             transform=transform,
             output_topic=output_topic,
-            group_id=group_id,
-            trigger_seconds=trigger_seconds,
-            available_now=available_now,
-            max_offsets_per_trigger=max_offsets_per_trigger,
-            on_batch_error=on_batch_error,
-            kafka_config=kafka_config,
-            spark_kafka_options=spark_kafka_options,
+            options=options,
             name=name,
-            consumer_config=consumer_config,
-            producer_config=producer_config,
         )
         self.acked = 0  # input (root, edge) pairs acked
         self.failed = 0  # roots failed because their batch failed

@@ -11,7 +11,9 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from reliable_kafka.config import Connection
 from reliable_kafka.spark.bolt import SparkBolt
+from reliable_kafka.spark.options import SparkOptions
 from reliable_kafka.spark.session import spark_session
 
 if TYPE_CHECKING:
@@ -48,15 +50,13 @@ def run_spark_split(
     job = SparkBolt(
         spark,
         topology=topology,
-        bootstrap_servers=bootstrap,
+        connection=Connection(bootstrap, kafka_config=kafka_config),
         source_topics=f"{topology}.stage1",
         group_id=f"{topology}-split",
         checkpoint_dir=checkpoint_dir,
         transform=fan_out(fanout),
         output_topic=f"{topology}.stage2",
-        trigger_seconds=0.5,
-        max_offsets_per_trigger=2000,
-        kafka_config=kafka_config,
+        options=SparkOptions(trigger_seconds=0.5, max_offsets_per_trigger=2000),
         name=name,
     )
     job.start()

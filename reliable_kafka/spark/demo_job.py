@@ -10,8 +10,10 @@ from __future__ import annotations
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from reliable_kafka.config import Tracking
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.spark.anchors import merge_anchors
+from reliable_kafka.spark.options import SparkOptions
 from reliable_kafka.spark.session import spark_session
 from reliable_kafka.spark.spout import SparkSpout
 
@@ -48,17 +50,14 @@ class SparkWordCount:
         self.job = SparkSpout(
             self.spark,
             topology=topology,
-            bootstrap_servers=bootstrap,
+            connection=bootstrap,
             source_topics=sentences,
             group_id=self.group_id,
             checkpoint_dir=self._checkpoint.name,
             transform=count_words,
             output_topic=words,
-            trigger_seconds=1.0,
-            max_offsets_per_trigger=4000,
-            max_retries=10,
-            backoff=Backoff(initial_ms=200, max_ms=2000),
-            message_timeout_ms=30_000,
+            options=SparkOptions(trigger_seconds=1.0, max_offsets_per_trigger=4000),
+            tracking=Tracking(max_retries=10, message_timeout_ms=30_000, backoff=Backoff(initial_ms=200, max_ms=2000)),
         )
 
     def start(self) -> None:

@@ -14,18 +14,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from reliable_kafka import validation as v
+from reliable_kafka.config import Connection
 from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import AuthorizationError, ConfigError, DeliveryError, StateError, TopologyError
 from reliable_kafka.kafka.ack_sender import AckSender
 from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.clients import check_ack_sender_config, new_consumer, new_producer
-from reliable_kafka.kafka.config import client_config
 from reliable_kafka.kafka.produce import flush_or_raise, release_producer
 from reliable_kafka.ops import reporter as ops_reporter
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
@@ -35,6 +35,7 @@ from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
 from reliable_kafka.spark.batch_plans import BatchPlans
 from reliable_kafka.spark.failed_rows import FailedRow, failed_from_metrics, observe_failed
 from reliable_kafka.spark.jvm_functions import use_jvm_functions
+from reliable_kafka.spark.options import BatchErrorPolicy, SparkOptions
 from reliable_kafka.spark.writer import (
     RESERVED_COLUMNS,
     fold_by_root,
@@ -62,7 +63,6 @@ SOURCE_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "
 
 _CONSUMER_ONLY_OPTIONS = {"kafka.isolation.level", "kafka.group.id", "kafka.auto.offset.reset"}
 
-BatchErrorPolicy = Literal["fail_roots", "stop"]
 Transform = Callable[..., Any]  # (DataFrame) -> DataFrame; pyspark stays an optional import
 
 
@@ -101,61 +101,53 @@ class SparkJob:
         spark: SparkSession,
         *,
         topology: str,
-        bootstrap_servers: str,
+        connection: str | Connection,
         source_topics: str | list[str],
+        group_id: str,
         checkpoint_dir: str,
         transform: Transform,
         output_topic: str,
-        group_id: str,
-        trigger_seconds: float = 1.0,
-        available_now: bool = False,
-        max_offsets_per_trigger: int | None = None,
-        on_batch_error: BatchErrorPolicy = "fail_roots",
-        kafka_config: dict[str, Any] | None = None,
-        spark_kafka_options: dict[str, str] | None = None,
+        options: SparkOptions | None = None,
         name: str | None = None,
-        consumer_config: dict[str, Any] | None = None,
-        producer_config: dict[str, Any] | None = None,
     ) -> None:
         where = type(self).__name__  # the arguments' checks (reliable_kafka.validation)
         v.require_topology(where, "topology", topology)
-        v.require_str(where, "bootstrap_servers", bootstrap_servers)
+        connection = Connection.of(where, connection)
+        if connection.clients is not None:  # Spark's connector and the driver's clients are Kafka's own
+            raise ConfigError(
+                f"{where}: connection.clients must be None (a Spark job reaches Kafka through Spark's "
+                f"connector and confluent-kafka), got {connection.clients!r}"
+            )
         sources = v.require_topics(where, "source_topics", source_topics)
+        v.require_str(where, "group_id", group_id)
         v.require_str(where, "checkpoint_dir", str(checkpoint_dir) if checkpoint_dir is not None else None)
         v.require_callable(where, "transform", transform)
-        v.require_str(where, "group_id", group_id)
-        v.require_number(where, "trigger_seconds", trigger_seconds, above=0)
-        v.require_bool(where, "available_now", available_now)
-        v.require_int(where, "max_offsets_per_trigger", max_offsets_per_trigger, minimum=1, optional=True)
-        v.require_choice(where, "on_batch_error", on_batch_error, ("fail_roots", "stop"))
-        v.require_mapping(where, "kafka_config", kafka_config)
-        v.require_mapping(where, "spark_kafka_options", spark_kafka_options)
-        v.require_str(where, "name", name, optional=True)
-        v.require_mapping(where, "consumer_config", consumer_config)
-        v.require_mapping(where, "producer_config", producer_config)
         v.require_output_topic(
             where, "output_topic", output_topic, v.refused_outputs(TopologyTopics(topology), sources)
         )
+        options = SparkOptions() if options is None else options
+        v.require_instance(where, "options", options, SparkOptions)
+        v.require_str(where, "name", name, optional=True)
         self.spark = spark
         self.topics = TopologyTopics(topology)
-        self.bootstrap_servers = bootstrap_servers
+        self.connection = connection
+        self.options = options
+        self.bootstrap_servers = connection.bootstrap_servers
         self.source_topics = sources
         self.checkpoint_dir = str(checkpoint_dir)
         self.transform = transform
         self.output_topic = output_topic
         self.group_id = group_id
-        self.trigger_seconds = trigger_seconds
-        self.available_now = available_now
-        self.max_offsets_per_trigger = max_offsets_per_trigger
-        self.on_batch_error = on_batch_error
-        self.kafka_config = client_config(
-            kafka_config, consumer_config=consumer_config, producer_config=producer_config
-        )
+        self.trigger_seconds = options.trigger_seconds
+        self.available_now = options.available_now
+        self.max_offsets_per_trigger = options.max_offsets_per_trigger
+        self.on_batch_error = options.on_batch_error
+        self.kafka_config = connection.client_config()
         # Security settings of kafka_config reach Spark's Kafka reader too (docs/design.md section 10).
         self.spark_kafka_options = {
             "kafka.isolation.level": "read_committed",
             **spark_security_options(self.kafka_config),
-            **dict(spark_kafka_options or {}),
+            **dict(options.spark_kafka_options or {}),
         }
         self.task_id = new_id()
         self.name = name or f"{self.component}-{self.task_id & 0xFFFF:04x}"

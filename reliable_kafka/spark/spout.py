@@ -37,18 +37,19 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka import validation as v
-from reliable_kafka.config import DEAD_LETTER_RATIO, DEAD_LETTER_WINDOW, Connection, Tracking
+from reliable_kafka.config import Connection, Tracking
 from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind
-from reliable_kafka.core.tracker import Backoff, InFlightTracker, Redelivery
-from reliable_kafka.errors import StateError
+from reliable_kafka.core.tracker import InFlightTracker, Redelivery
+from reliable_kafka.errors import ConfigError, StateError
 from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.clients import new_consumer
 from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog
 from reliable_kafka.spark.checkpoint import HadoopFiles, read_resume_point
 from reliable_kafka.spark.derive import EDGE_TAG, ROOT_TAG, edge_column, id_sql, root_column
-from reliable_kafka.spark.job import SOURCE_COLUMNS, BatchErrorPolicy, SparkJob, Transform, final_ack_columns
+from reliable_kafka.spark.job import SOURCE_COLUMNS, SparkJob, Transform, final_ack_columns
 from reliable_kafka.spark.offset_reads import chunks, read_ranges, read_redeliveries
+from reliable_kafka.spark.options import SparkOptions
 from reliable_kafka.spark.recovery import committed_offsets, plan_recovery
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
@@ -80,29 +81,23 @@ class SparkSpout(SparkJob):
 
     Keyword arguments (defaults in brackets):
 
-    - ``topology``, ``bootstrap_servers``, ``source_topics``, ``group_id``, ``checkpoint_dir``,
-      ``transform`` (DataFrame -> DataFrame with value, anchors and optionally key, headers,
-      rk_fail), ``output_topic``: required. ``group_id`` is the consumer group whose committed
-      offsets are the job's true progress (Spark's own source never commits).
-    - ``trigger_seconds`` [1.0] (ProcessingTime) or ``available_now`` [False] (AvailableNow:
-      process what is there, then only redeliveries); ``max_offsets_per_trigger`` [None].
-    - ``max_retries`` [5], ``max_pending`` [10000], ``message_timeout_ms`` [30000],
-      ``backstop_grace_ms`` [10000], ``backoff`` [Backoff()]: as the Python spout.
-      ``max_pending`` holds the next micro-batch back while that many roots are in flight.
-    - ``commit_interval_ms`` [1000]; ``on_batch_error`` ["fail_roots"]: a batch whose transform or
-      write fails has its roots failed (redelivered, in the end dead-lettered) and the stream goes
-      on; "stop" stops the query instead.
-    - ``max_dead_letter_ratio`` [0.5; None: off], ``dead_letter_window`` [200]: as the Python spout's
-      guard; a tripped guard stops the job (``run_until``/``raise_if_failed`` raise
-      :class:`~reliable_kafka.errors.DeadLetterGuardTripped`).
-    - ``reuse_batch_plans`` [True]: with reliable-kafka's Java functions, a stream batch's output
-      plan is built (and ``transform`` called) once per query and rebound to each later batch
-      (``reliable_kafka.spark.batch_plans``), when it reads nothing but the batch; False: built
-      and transformed anew every batch (for a transform whose plan changes between batches).
-    - ``kafka_config`` (librdkafka settings for the driver's and tasks' clients; ``consumer_config``
-      / ``producer_config``: merged over it for consumers / producers only),
-      ``spark_kafka_options`` (options for Spark's Kafka reader, e.g. ``kafka.security.protocol``;
-      ``kafka.isolation.level`` defaults to read_committed).
+    - ``topology``, ``connection`` (a bootstrap servers string or a
+      :class:`~reliable_kafka.config.Connection`: the driver's and tasks' librdkafka settings, and
+      their security settings translated for Spark's Kafka reader and sink), ``source_topics``,
+      ``group_id``, ``checkpoint_dir``, ``transform`` (DataFrame -> DataFrame with value, anchors
+      and optionally key, headers, rk_fail), ``output_topic``: required. ``group_id`` is the
+      consumer group whose committed offsets are the job's true progress (Spark's own source never
+      commits).
+    - ``tracking`` [``Tracking()``]: a :class:`~reliable_kafka.config.Tracking`, as the Python
+      spout's: ``max_retries``, ``max_pending`` (holds the next micro-batch back while that many
+      roots are in flight), ``backoff``, ``message_timeout_ms``, ``backstop_grace_ms``, the
+      dead-letter guard (a tripped guard stops the job: ``run_until``/``raise_if_failed`` raise
+      :class:`~reliable_kafka.errors.DeadLetterGuardTripped`) and ``root_index``; the guarantee is
+      always ``"at_least_once"``, and ``ackers`` is the ackers' alone.
+    - ``options`` [``SparkOptions()``]: a :class:`~reliable_kafka.spark.options.SparkOptions`: the
+      trigger (``trigger_seconds`` or ``available_now``), ``max_offsets_per_trigger``,
+      ``on_batch_error``, ``spark_kafka_options``, ``commit_interval_ms`` and ``reuse_batch_plans``.
+    - ``name`` [``spark-spout-XXXX``].
     """
 
     component = "spark-spout"
@@ -112,63 +107,38 @@ class SparkSpout(SparkJob):
         spark: SparkSession,
         *,
         topology: str,
-        bootstrap_servers: str,
+        connection: str | Connection,
         source_topics: str | list[str],
         group_id: str,
         checkpoint_dir: str,
         transform: Transform,
         output_topic: str,
-        trigger_seconds: float = 1.0,
-        available_now: bool = False,
-        max_offsets_per_trigger: int | None = None,
-        max_retries: int = 5,
-        max_pending: int = 10_000,
-        message_timeout_ms: int = 30_000,
-        backstop_grace_ms: int = 10_000,
-        backoff: Backoff | None = None,
-        commit_interval_ms: int = 1000,
-        on_batch_error: BatchErrorPolicy = "fail_roots",
-        kafka_config: dict[str, Any] | None = None,
-        spark_kafka_options: dict[str, str] | None = None,
+        tracking: Tracking | None = None,
+        options: SparkOptions | None = None,
         name: str | None = None,
-        consumer_config: dict[str, Any] | None = None,
-        producer_config: dict[str, Any] | None = None,
-        max_dead_letter_ratio: float | None = DEAD_LETTER_RATIO,
-        dead_letter_window: int = DEAD_LETTER_WINDOW,
-        reuse_batch_plans: bool = True,
     ) -> None:
-        v.require_int("SparkSpout", "max_retries", max_retries, minimum=0, optional=True)
-        v.require_int("SparkSpout", "max_pending", max_pending, minimum=1, optional=True)
-        v.require_int("SparkSpout", "message_timeout_ms", message_timeout_ms, minimum=1, optional=True)
-        v.require_int("SparkSpout", "backstop_grace_ms", backstop_grace_ms, minimum=0)
-        v.require_instance("SparkSpout", "backoff", backoff, Backoff)
-        v.require_int("SparkSpout", "commit_interval_ms", commit_interval_ms, minimum=0)
-        v.require_number(
-            "SparkSpout", "max_dead_letter_ratio", max_dead_letter_ratio, minimum=0, below=1, optional=True
-        )
-        v.require_int("SparkSpout", "dead_letter_window", dead_letter_window, minimum=1)
-        v.require_bool("SparkSpout", "reuse_batch_plans", reuse_batch_plans)
+        tracking = Tracking() if tracking is None else tracking
+        v.require_instance("SparkSpout", "tracking", tracking, Tracking)
+        if tracking.guarantee != "at_least_once":  # a Spark spout always tracks and replays
+            raise ConfigError(
+                f"SparkSpout: tracking.guarantee must be 'at_least_once' (a Spark spout tracks every "
+                f"record), got {tracking.guarantee!r}"
+            )
         super().__init__(
             spark,
             topology=topology,
-            bootstrap_servers=bootstrap_servers,
+            connection=connection,
             source_topics=source_topics,
+            group_id=group_id,
             checkpoint_dir=checkpoint_dir,
             transform=transform,
             output_topic=output_topic,
-            group_id=group_id,
-            trigger_seconds=trigger_seconds,
-            available_now=available_now,
-            max_offsets_per_trigger=max_offsets_per_trigger,
-            on_batch_error=on_batch_error,
-            kafka_config=kafka_config,
-            spark_kafka_options=spark_kafka_options,
+            options=options,
             name=name,
-            consumer_config=consumer_config,
-            producer_config=producer_config,
         )
-        self.commit_interval_ms = commit_interval_ms
-        self.reuse_batch_plans = reuse_batch_plans
+        self.tracking = tracking
+        self.commit_interval_ms = self.options.commit_interval_ms
+        self.reuse_batch_plans = self.options.reuse_batch_plans
         self.partitions: list[TP] = []
         self.recovered = 0  # records processed again on start (between group commit and checkpoint)
         self.commits = 0
@@ -185,15 +155,7 @@ class SparkSpout(SparkJob):
             component=self.name,
             topics=self.topics,
             connection=Connection(self.bootstrap_servers, kafka_config=self.kafka_config),
-            tracking=Tracking(
-                max_pending=max_pending,
-                max_retries=max_retries,
-                backoff=backoff,
-                message_timeout_ms=message_timeout_ms,
-                backstop_grace_ms=backstop_grace_ms,
-                max_dead_letter_ratio=max_dead_letter_ratio,
-                dead_letter_window=dead_letter_window,
-            ),
+            tracking=tracking,
             stats=RootStats(),
             lock=self._lock,
             reason_with_attempts=False,
@@ -213,7 +175,7 @@ class SparkSpout(SparkJob):
             owner=self._roots,
             offset_log=None,
             low_watermark=self._low_watermark,
-            max_offsets_per_trigger=max_offsets_per_trigger,
+            max_offsets_per_trigger=self.max_offsets_per_trigger,
             lock=self._lock,
         )
 
@@ -250,7 +212,7 @@ class SparkSpout(SparkJob):
         self._roots.listen(self.task_id)  # before any INIT: no outcome of this incarnation can be missed
         # an older topology has no root index topic (an acker of this version creates it)
         admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
-        if partition_count(admin, self.topics.roots):
+        if self.tracking.root_index and partition_count(admin, self.topics.roots):
             self._roots.index_roots(self.task_id)  # so that `reliable-kafka trace` finds a record's trees
         self._batches.offset_log = OffsetLog(self.checkpoint_dir, HadoopFiles(self.spark))
         self._recover()

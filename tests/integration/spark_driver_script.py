@@ -81,23 +81,22 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
+    from reliable_kafka import Tracking
     from reliable_kafka.core.tracker import Backoff
-    from reliable_kafka.spark import SparkSpout, spark_session
+    from reliable_kafka.spark import SparkOptions, SparkSpout, spark_session
 
     spark = spark_session("rk-kill-test-driver")
     spout = SparkSpout(
         spark,
         topology=args.topology,
-        bootstrap_servers=args.bootstrap,
+        connection=args.bootstrap,
         source_topics=args.source,
         group_id=args.group,
         checkpoint_dir=args.checkpoint,
         transform=pausing(tag_with_source, args.pause_on, args.pause_file) if args.pause_on else tag_with_source,
         output_topic=args.output,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-        message_timeout_ms=args.message_timeout_ms,
-        backoff=Backoff(initial_ms=200),
-        commit_interval_ms=300,
+        options=SparkOptions(max_offsets_per_trigger=args.max_offsets_per_trigger, commit_interval_ms=300),
+        tracking=Tracking(message_timeout_ms=args.message_timeout_ms, backoff=Backoff(initial_ms=200)),
     )
     spout.start()
     print(json.dumps({"started": True, "recovered": spout.recovered, "master": spark.sparkContext.master}), flush=True)

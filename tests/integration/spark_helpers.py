@@ -95,7 +95,7 @@ def topology_spout(
     return spout_class(
         spark,
         topology=topology,
-        bootstrap_servers=bootstrap,
+        connection=bootstrap,
         source_topics=source,
         group_id=f"{topology}.job",
         checkpoint_dir=str(checkpoint),
@@ -123,7 +123,7 @@ def topology_bolt(
     return SparkBolt(
         spark,
         topology=topology,
-        bootstrap_servers=bootstrap,
+        connection=bootstrap,
         source_topics=source,
         group_id=group_id,
         checkpoint_dir=str(checkpoint),

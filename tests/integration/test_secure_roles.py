@@ -564,14 +564,13 @@ def test_least_privilege_spark_spout_completes_without_a_denial(deployment, secu
         job = SparkSpout(
             spark,
             topology=deployment.topology,
-            bootstrap_servers=secure_kafka.bootstrap,
+            connection=Connection(secure_kafka.bootstrap, kafka_config=secure_kafka.config("spark")),
             source_topics=deployment.source,
             group_id=group,
             checkpoint_dir=str(tmp_path / "ckpt"),
             transform=lambda df: df.select("key", "value", "anchors"),
             output_topic=deployment.middle,
-            message_timeout_ms=20_000,
-            kafka_config=secure_kafka.config("spark"),
+            tracking=Tracking(message_timeout_ms=20_000),
         )
         job.start()
         try:
@@ -621,13 +620,12 @@ def test_least_privilege_spark_bolt_completes_without_a_denial(deployment, secur
         job = SparkBolt(
             spark,
             topology=deployment.topology,
-            bootstrap_servers=secure_kafka.bootstrap,
+            connection=Connection(secure_kafka.bootstrap, kafka_config=secure_kafka.config("spark")),
             source_topics=deployment.middle,
             group_id=group,
             checkpoint_dir=str(tmp_path / "ckpt"),
             transform=lambda df: df.select("key", "value", F.expr("filter(anchors, a -> false)").alias("anchors")),
             output_topic=deployment.sink,
-            kafka_config=secure_kafka.config("spark"),
         )
         job.start()
         try:

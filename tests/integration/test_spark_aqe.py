@@ -11,10 +11,11 @@ import pytest
 from pyspark.sql import functions as F
 from spark_helpers import acker_running, bolt_running, spark_topology, started
 
+from reliable_kafka import Tracking
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, end_offsets
-from reliable_kafka.spark import merge_anchors, spark_session
+from reliable_kafka.spark import SparkOptions, merge_anchors, spark_session
 from reliable_kafka.testing.records import produce_values
 
 pytestmark = pytest.mark.spark
@@ -66,9 +67,8 @@ def test_a_tracked_spout_with_aqe_completes_its_trees_and_commits(spark, kafka_b
     with acker_running(kafka_bootstrap, flow.topology, timeout_ms=60_000), bolt_running(downstream):
         spout = flow.spout(
             transform=count_per_key,
-            max_offsets_per_trigger=200,
-            message_timeout_ms=60_000,
-            backoff=Backoff(initial_ms=200),
+            options=SparkOptions(max_offsets_per_trigger=200),
+            tracking=Tracking(message_timeout_ms=60_000, backoff=Backoff(initial_ms=200)),
         )
         with started(spout):
             assert spout._sink_session.conf.get("spark.sql.adaptive.enabled") == "true", "the write runs with AQE"

@@ -156,8 +156,7 @@ def test_spark_spout_spark_bolt_python_bolt_with_downstream_failures(spark, kafk
             middle,
             tmp_path / "spout-ckpt",
             transform=tag_with_source,
-            message_timeout_ms=60_000,
-            backoff=Backoff(initial_ms=200),
+            tracking=Tracking(message_timeout_ms=60_000, backoff=Backoff(initial_ms=200)),
         )
         bolt = topology_bolt(
             spark,

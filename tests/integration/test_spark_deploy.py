@@ -28,8 +28,9 @@ from spark_helpers import (
     topology_spout,
 )
 
+from reliable_kafka import Tracking
 from reliable_kafka.offsets import lag
-from reliable_kafka.spark import spark_session
+from reliable_kafka.spark import SparkOptions, spark_session
 from reliable_kafka.spark.checkpoint import read_resume_point
 from reliable_kafka.spark.session import spark_submit_command
 from reliable_kafka.testing.records import produce_values
@@ -124,8 +125,8 @@ def test_restart_recovers_through_hadoop_file_systems(spark, kafka_bootstrap, tm
             output,
             checkpoint,
             transform=tag_with_source,
-            available_now=True,
-            message_timeout_ms=60_000,
+            options=SparkOptions(available_now=True),
+            tracking=Tracking(message_timeout_ms=60_000),
         )
 
     with acker_running(kafka_bootstrap, topology, timeout_ms=60_000):

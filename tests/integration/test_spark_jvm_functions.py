@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from reliable_kafka import codec
-from reliable_kafka.spark import spark_session
+from reliable_kafka import Tracking, codec
+from reliable_kafka.spark import SparkOptions, spark_session
 from reliable_kafka.spark.anchors import ANCHORS_TYPE
 from reliable_kafka.spark.derive import derive_child_edge
 from reliable_kafka.spark.jvm_functions import MODE_ENV, use_jvm_functions
@@ -356,8 +356,8 @@ def test_spout_outputs_decode_downstream_and_every_tree_completes(spark, kafka_b
             output,
             tmp_path / "ckpt",
             transform=words_and_groups,
-            max_offsets_per_trigger=100,
-            message_timeout_ms=600_000,  # a slow batch on a busy machine must not time trees out
+            options=SparkOptions(max_offsets_per_trigger=100),
+            tracking=Tracking(message_timeout_ms=600_000),
         )
         with started(spout):
             assert spout.run_until(lambda job: job.caught_up(), timeout=600, poll_interval=0.5), spout.progress()

@@ -19,7 +19,7 @@ from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
 from reliable_kafka.ops.failures import decode_failure
-from reliable_kafka.spark import SparkBolt, merge_anchors, spark_session
+from reliable_kafka.spark import SparkBolt, SparkOptions, merge_anchors, spark_session
 from reliable_kafka.spark.writer import V1_SOURCES, write_in_jvm
 from reliable_kafka.testing.records import read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
@@ -71,7 +71,7 @@ def available_now_bolt(spark, bootstrap: str, topology: str, checkpoint, transfo
         group_id=f"{topology}.bolt",
         checkpoint=checkpoint,
         transform=transform,
-        available_now=True,
+        options=SparkOptions(available_now=True),
     )
 
 

@@ -24,11 +24,11 @@ from spark_helpers import (
     tag_with_source,
 )
 
-from reliable_kafka import codec
+from reliable_kafka import Tracking, codec
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.offsets import committed_offsets, lag
-from reliable_kafka.spark import spark_session
+from reliable_kafka.spark import SparkOptions, spark_session
 from reliable_kafka.spark.derive import (
     EDGE_TAG,
     ROOT_TAG,
@@ -134,11 +134,8 @@ def test_commits_only_completed_trees_and_redelivers_downstream_failures(spark, 
     with acked_downstream(kafka_bootstrap, flow.topology, flow.output, fail_first=fails_first) as log:
         spout = flow.spout(
             transform=tag_with_source,
-            max_offsets_per_trigger=800,
-            max_pending=300,
-            message_timeout_ms=10_000,
-            backoff=Backoff(initial_ms=200),
-            commit_interval_ms=300,
+            options=SparkOptions(max_offsets_per_trigger=800, commit_interval_ms=300),
+            tracking=Tracking(max_pending=300, message_timeout_ms=10_000, backoff=Backoff(initial_ms=200)),
         )
         with started(spout):
 
@@ -196,8 +193,7 @@ def test_task_retry_never_completes_a_tree_early(spark, kafka_bootstrap, tmp_pat
     with acker_running(kafka_bootstrap, flow.topology, timeout_ms=6_000), bolt_running(downstream):
         spout = flow.spout(
             transform=tag_with_source,
-            message_timeout_ms=6_000,
-            backoff=Backoff(initial_ms=100),
+            tracking=Tracking(message_timeout_ms=6_000, backoff=Backoff(initial_ms=100)),
         )
         with started(spout):
             assert spout.run_until(lambda job: job.caught_up(), timeout=180), spout.progress()
@@ -242,9 +238,7 @@ def test_record_that_always_fails_is_dead_lettered_and_does_not_stall_the_commit
     with acked_downstream(kafka_bootstrap, flow.topology, flow.output, timeout_ms=60_000) as log:
         spout = flow.spout(
             transform=tag_and_fail_poison,
-            max_retries=2,
-            backoff=Backoff(initial_ms=100),
-            message_timeout_ms=60_000,
+            tracking=Tracking(max_retries=2, message_timeout_ms=60_000, backoff=Backoff(initial_ms=100)),
         )
         with started(spout):
             assert spout.run_until(timeout=180), spout.progress()  # until idle: nothing in flight
@@ -281,8 +275,8 @@ def test_restart_processes_again_what_spark_will_not_reread_minus_what_is_done(s
     def new_run():  # both runs: the same checkpoint, AvailableNow
         return flow.spout(
             transform=tag_with_source,
-            available_now=True,
-            message_timeout_ms=60_000,
+            options=SparkOptions(available_now=True),
+            tracking=Tracking(message_timeout_ms=60_000),
         )
 
     with acker_running(kafka_bootstrap, flow.topology, timeout_ms=60_000):
@@ -317,9 +311,8 @@ def test_failed_batch_fails_its_roots_and_the_stream_goes_on(spark, kafka_bootst
     with acked_downstream(kafka_bootstrap, flow.topology, flow.output) as log:
         spout = flow.spout(
             transform=fail_first_attempt_of_rec_13,
-            max_offsets_per_trigger=100,
-            backoff=Backoff(initial_ms=100),
-            message_timeout_ms=10_000,
+            options=SparkOptions(max_offsets_per_trigger=100),
+            tracking=Tracking(message_timeout_ms=10_000, backoff=Backoff(initial_ms=100)),
         )
         with started(spout):
             assert spout.run_until(lambda job: job.caught_up(), timeout=180), spout.progress()
@@ -339,8 +332,8 @@ def test_failed_batch_stops_the_query_when_told_to(spark, kafka_bootstrap, tmp_p
     with acker_running(kafka_bootstrap, flow.topology):
         spout = flow.spout(
             transform=fail_first_attempt_of_rec_13,
-            on_batch_error="stop",
-            message_timeout_ms=10_000,
+            options=SparkOptions(on_batch_error="stop"),
+            tracking=Tracking(message_timeout_ms=10_000),
         )
         with started(spout), pytest.raises(Exception, match="transform fails on purpose"):
             spout.run_until(lambda job: False, timeout=120)

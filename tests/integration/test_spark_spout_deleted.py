@@ -8,6 +8,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from spark_helpers import DownstreamLog, acker_running, bolt_running, source_of, wait_for
 
+from reliable_kafka import Tracking
 from reliable_kafka.bolt import BasicBolt
 from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.kafka.admin import admin_client
@@ -66,15 +67,13 @@ def test_records_deleted_while_their_redelivery_waits_leave_references_and_nothi
         spout = SparkSpout(
             spark,
             topology=topology,
-            bootstrap_servers=kafka_bootstrap,
+            connection=kafka_bootstrap,
             source_topics=source,
             group_id=group,
             checkpoint_dir=str(tmp_path / "ckpt"),
             transform=_tagged,
             output_topic=output,
-            max_retries=20,  # never dead-lettered as copies: each failed attempt is redelivered
-            backoff=Backoff(initial_ms=500, max_ms=2000),
-            message_timeout_ms=60_000,
+            tracking=Tracking(max_retries=20, message_timeout_ms=60_000, backoff=Backoff(initial_ms=500, max_ms=2000)),
         )
         spout.start()
         try:

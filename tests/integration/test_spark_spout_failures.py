@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 from spark_helpers import acked_downstream, acker_running, source_tagged_value, spark_topology, started
 
-from reliable_kafka import codec
+from reliable_kafka import Tracking, codec
 from reliable_kafka.cli import main
 from reliable_kafka.codec import ATTEMPTS_HEADER, REASON_HEADER
 from reliable_kafka.core.tracker import Backoff
@@ -51,9 +51,7 @@ def test_a_poison_row_is_dead_lettered_at_once_and_trace_shows_spark_records(spa
     with acked_downstream(kafka_bootstrap, flow.topology, flow.output, ackers=1, timeout_ms=60_000):
         spout = flow.spout(
             transform=_tagged,
-            max_retries=3,
-            backoff=Backoff(initial_ms=100),
-            message_timeout_ms=60_000,
+            tracking=Tracking(max_retries=3, message_timeout_ms=60_000, backoff=Backoff(initial_ms=100)),
         )
         with started(spout):
             assert spout.run_until(timeout=180), spout.progress()
@@ -95,10 +93,9 @@ def test_a_stream_of_failing_rows_trips_the_dead_letter_guard(spark, kafka_boots
     with acker_running(kafka_bootstrap, flow.topology, ackers=1, timeout_ms=60_000):
         spout = flow.spout(
             transform=fail_every_row,
-            max_retries=0,
-            message_timeout_ms=60_000,
-            max_dead_letter_ratio=0.2,
-            dead_letter_window=10,
+            tracking=Tracking(
+                max_retries=0, message_timeout_ms=60_000, max_dead_letter_ratio=0.2, dead_letter_window=10
+            ),
         )
         with started(spout), pytest.raises(DeadLetterGuardTripped) as caught:
             spout.run_until(lambda job: False, timeout=180)

@@ -12,8 +12,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from spark_helpers import acked_downstream, acker_running, spark_topology, started, tag_with_source
 
+from reliable_kafka import Tracking
 from reliable_kafka.offsets import end_offsets, lag
-from reliable_kafka.spark import SparkSpout, spark_session
+from reliable_kafka.spark import SparkOptions, SparkSpout, spark_session
 from reliable_kafka.testing.topics import unique_name
 
 pytestmark = pytest.mark.spark
@@ -65,10 +66,8 @@ def test_a_transactional_source_completes_and_commits_past_its_markers(spark, ka
     with acked_downstream(kafka_bootstrap, flow.topology, flow.output) as log:
         spout = flow.spout(
             transform=fail_first_batch,
-            max_offsets_per_trigger=40,
-            available_now=True,
-            message_timeout_ms=20_000,
-            commit_interval_ms=200,
+            options=SparkOptions(available_now=True, max_offsets_per_trigger=40, commit_interval_ms=200),
+            tracking=Tracking(message_timeout_ms=20_000),
         )
         with started(spout):
             assert spout.run_until(lambda job: job.caught_up() and job.idle(), timeout=180), spout.progress()
@@ -113,7 +112,7 @@ def test_start_waits_for_a_group_coordinator_that_is_not_ready(spark, kafka_boot
         spout = flow.spout(
             spout_class=Spout,
             transform=tag_with_source,
-            available_now=True,
+            options=SparkOptions(available_now=True),
         )
         with started(spout):  # start() raised KafkaException(NOT_COORDINATOR) before
             assert spout.run_until(timeout=60), spout.progress()

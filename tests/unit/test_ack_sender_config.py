@@ -111,7 +111,6 @@ def test_new_producer_refuses_for_an_ack_sender_only():
 _COMMON = {"topology": "t", "source_topics": "in", "group_id": "g"}
 _SPARK = {
     **_COMMON,
-    "bootstrap_servers": CLOSED,
     "checkpoint_dir": "/nonexistent",
     "transform": lambda df: df,
     "output_topic": "out",
@@ -131,8 +130,16 @@ ENTRY_POINTS = {
         name="b1",
         connection=Connection(CLOSED, kafka_config=config),
     ),
-    "spark spout": lambda config: SparkSpout(None, **_SPARK, kafka_config=config),
-    "spark bolt": lambda config: SparkBolt(None, **_SPARK, kafka_config=config),
+    "spark spout": lambda config: SparkSpout(
+        None,
+        **_SPARK,
+        connection=Connection(CLOSED, kafka_config=config),
+    ),
+    "spark bolt": lambda config: SparkBolt(
+        None,
+        **_SPARK,
+        connection=Connection(CLOSED, kafka_config=config),
+    ),
 }
 
 

@@ -27,20 +27,19 @@ PRODUCER = {"linger.ms": 50, "compression.type": "zstd"}
 _COMMON = {"topology": "t", "source_topics": "in", "group_id": "g"}
 _SPARK = {
     **_COMMON,
-    "bootstrap_servers": CLOSED,
     "checkpoint_dir": "/nonexistent",
     "transform": lambda df: df,
     "output_topic": "out",
 }
-COMPONENTS = {  # each takes the settings as its own keywords: a Connection's for the Python components
+COMPONENTS = {  # each takes the settings in its Connection
     "spout": lambda **c: Spout(**_COMMON, emit_to="out", connection=Connection(CLOSED, **c)),
     "transactional spout": lambda **c: Spout(
         **_COMMON, emit_to="out", name="s1", transactional=True, connection=Connection(CLOSED, **c)
     ),
     "bolt": lambda **c: Bolt(**_COMMON, handler=lambda t, col: None, connection=Connection(CLOSED, **c)),
     "acker worker": lambda **c: AckerWorker(topology="t", connection=Connection(CLOSED, **c)),
-    "spark spout": lambda **c: SparkSpout(None, **_SPARK, **c),
-    "spark bolt": lambda **c: SparkBolt(None, **_SPARK, **c),
+    "spark spout": lambda **c: SparkSpout(None, **_SPARK, connection=Connection(CLOSED, **c)),
+    "spark bolt": lambda **c: SparkBolt(None, **_SPARK, connection=Connection(CLOSED, **c)),
 }
 
 

@@ -1,5 +1,5 @@
-"""The configuration objects (Connection, Tracking, Loop, TopicCreation, Parallel), the components'
-short constructors, ``Spout(transactional=True)`` and the deprecated ``TransactionalSpout``.
+"""The configuration objects (Connection, Tracking, Loop, TopicCreation, Parallel, SparkOptions),
+the components' short constructors, ``Spout(transactional=True)`` and the deprecated ``TransactionalSpout``.
 
 Each object's bad values are in tests/unit/test_validation.py's table (a ConfigError naming the
 object and the field); here: what the objects carry into the components, and the constructors' size.
@@ -29,6 +29,7 @@ from reliable_kafka import (
 )
 from reliable_kafka.errors import ConfigError
 from reliable_kafka.kafka.config import consumer_settings, producer_settings
+from reliable_kafka.spark import SparkBolt, SparkOptions, SparkSpout
 from reliable_kafka.spout.shell import SpoutShell
 from reliable_kafka.testing import ManualClock, MemoryKafka
 
@@ -36,10 +37,17 @@ CLOSED = "127.0.0.1:1"  # nothing listens: nothing here reaches a broker
 SPOUT = {"topology": "t", "connection": CLOSED, "source_topics": "in", "group_id": "g", "emit_to": "out"}
 
 # Every public component constructor takes at most this many keywords; the groups are the objects.
-# Not yet here: the Spark jobs (SparkSpout 26, SparkBolt 17), which keep their own keywords until
-# they take the same objects and a Spark job options object.
 MAX_KEYWORDS = 10
-COMPONENTS = [Spout, Bolt, BasicBolt, AckerWorker]
+COMPONENTS = [Spout, Bolt, BasicBolt, AckerWorker, SparkSpout, SparkBolt]
+SPARK = {  # a Spark job made with spark=None: nothing of Spark runs, nothing reaches a broker
+    "topology": "t",
+    "connection": CLOSED,
+    "source_topics": "in",
+    "group_id": "g",
+    "checkpoint_dir": "/tmp/rk-config-objects-never-made",
+    "transform": lambda frame: frame,
+    "output_topic": "out",
+}
 
 
 @pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.__name__)
@@ -187,3 +195,91 @@ def test_the_connection_string_is_the_bootstrap_servers_and_anything_else_is_ref
     assert Connection.of("Spout", Connection("memory", clients=kafka)).clients is kafka
     with pytest.raises(ConfigError, match=r"Bolt: connection must be a bootstrap servers string or a Connection"):
         Connection.of("Bolt", {"bootstrap_servers": "a:1"})
+
+
+def test_a_spark_job_takes_the_connection_and_its_options_from_the_objects():
+    kafka = Connection(
+        CLOSED,
+        kafka_config={"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"},
+        consumer_config={"fetch.max.bytes": 1},
+        producer_config={"linger.ms": 5},
+    )
+    options = SparkOptions(
+        trigger_seconds=0.5,
+        max_offsets_per_trigger=40,
+        on_batch_error="stop",
+        spark_kafka_options={"kafka.isolation.level": "read_uncommitted"},
+        commit_interval_ms=200,
+        reuse_batch_plans=False,
+    )
+    spout = SparkSpout(None, **{**SPARK, "connection": kafka}, options=options, name="job")
+    bolt = SparkBolt(None, **{**SPARK, "connection": kafka}, options=SparkOptions(available_now=True))
+    assert (spout.connection, spout.options, spout.bootstrap_servers) == (kafka, options, CLOSED)
+    assert (spout.trigger_seconds, spout.available_now, spout.max_offsets_per_trigger) == (0.5, False, 40)
+    assert (spout.on_batch_error, spout.commit_interval_ms, spout.reuse_batch_plans) == ("stop", 200, False)
+    assert (
+        bolt.available_now is True
+        and bolt.on_batch_error == "fail_roots"
+        and bolt.options == SparkOptions(available_now=True)
+    )
+    for job in (spout, bolt):  # the security settings reach Spark's reader, the given options win
+        assert consumer_settings(job.kafka_config)["fetch.max.bytes"] == 1
+        assert producer_settings(job.kafka_config)["linger.ms"] == 5
+        assert job.spark_kafka_options["kafka.security.protocol"] == "SASL_SSL"
+    assert spout.spark_kafka_options["kafka.isolation.level"] == "read_uncommitted"
+    assert bolt.spark_kafka_options["kafka.isolation.level"] == "read_committed"
+    assert SparkBolt(None, **SPARK).options == SparkOptions() and SparkBolt(None, **SPARK).trigger_seconds == 1.0
+
+
+def test_a_spark_spouts_tracking_reaches_its_tracker_and_root_owner():
+    spout = SparkSpout(
+        None,
+        **SPARK,
+        tracking=Tracking(max_pending=7, max_retries=2, message_timeout_ms=1234, max_dead_letter_ratio=None),
+    )
+    assert (spout.tracker.max_pending, spout.tracker.max_retries) == (7, 2)
+    assert spout.tracking.message_timeout_ms == 1234
+    default = SparkSpout(None, **SPARK)
+    assert default.tracking == Tracking() and (default.tracker.max_pending, default.tracker.max_retries) == (10_000, 5)
+    with pytest.raises(ConfigError, match=r"SparkSpout: tracking.guarantee must be 'at_least_once'.*'at_most_once'"):
+        SparkSpout(None, **SPARK, tracking=Tracking(guarantee="at_most_once"))
+
+
+def test_a_spark_job_refuses_a_connection_with_its_own_clients():
+    with pytest.raises(ConfigError, match=r"SparkBolt: connection.clients must be None"):
+        SparkBolt(None, **{**SPARK, "connection": Connection(CLOSED, clients=MemoryKafka())})
+
+
+@given(
+    trigger_seconds=st.one_of(st.floats(-1, 2), st.just(float("nan")), st.integers(-1, 2)),
+    max_offsets=st.one_of(st.none(), st.integers(-2, 3)),
+    commit_interval_ms=st.integers(-3, 3),
+    on_batch_error=st.sampled_from(["fail_roots", "stop", "ignore", "FAIL_ROOTS"]),
+)
+def test_spark_options_are_made_exactly_when_every_field_is_in_range(
+    trigger_seconds, max_offsets, commit_interval_ms, on_batch_error
+):
+    valid = (
+        trigger_seconds > 0  # NaN > 0 is False
+        and (max_offsets is None or max_offsets >= 1)
+        and commit_interval_ms >= 0
+        and on_batch_error in ("fail_roots", "stop")
+    )
+    try:
+        SparkOptions(
+            trigger_seconds=trigger_seconds,
+            max_offsets_per_trigger=max_offsets,
+            commit_interval_ms=commit_interval_ms,
+            on_batch_error=on_batch_error,
+        )
+    except ConfigError as error:
+        assert not valid and str(error).startswith("SparkOptions: ")
+    else:
+        assert valid
+
+
+def test_spark_options_are_frozen_and_compare_by_value():
+    options = SparkOptions(trigger_seconds=2.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.trigger_seconds = 3.0  # type: ignore[misc]
+    assert options == SparkOptions(trigger_seconds=2.0) != SparkOptions()

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from reliable_kafka import Connection
 from reliable_kafka.errors import ConfigError
 from reliable_kafka.security import spark_kafka_options
 
@@ -113,24 +114,26 @@ def test_what_cannot_be_translated_is_a_clear_error(config, words):
 
 
 def test_a_spark_job_hands_kafka_config_security_to_its_reader():
-    from reliable_kafka.spark import SparkSpout
+    from reliable_kafka.spark import SparkOptions, SparkSpout
 
     job = SparkSpout(
         None,
         topology="t",
-        bootstrap_servers="127.0.0.1:1",
+        connection=Connection(
+            "127.0.0.1:1",
+            kafka_config={
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": "job",
+                "sasl.password": "pw",
+            },
+        ),
         source_topics="s",
         group_id="g",
         checkpoint_dir="/tmp/none",
         transform=lambda df: df,
         output_topic="o",
-        kafka_config={
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "SCRAM-SHA-256",
-            "sasl.username": "job",
-            "sasl.password": "pw",
-        },
-        spark_kafka_options={"kafka.sasl.mechanism": "SCRAM-SHA-512"},
+        options=SparkOptions(spark_kafka_options={"kafka.sasl.mechanism": "SCRAM-SHA-512"}),
     )
     options = job.spark_kafka_options
     assert options["kafka.security.protocol"] == "SASL_PLAINTEXT"

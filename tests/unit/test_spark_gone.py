@@ -13,7 +13,7 @@ from confluent_kafka import TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reliable_kafka import codec
+from reliable_kafka import Tracking, codec
 from reliable_kafka.codec import ATTEMPTS_HEADER
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.core.tracker import Backoff
@@ -56,14 +56,13 @@ def _spout(kafka: MemoryKafka, *, max_retries: int = 0) -> SparkSpout:
     spout = SparkSpout(
         None,
         topology="sg",
-        bootstrap_servers="memory",
+        connection="memory",
         source_topics="src",
         group_id="sg.job",
         checkpoint_dir="/nonexistent",
         transform=lambda df: df,
         output_topic="out",
-        max_retries=max_retries,
-        backoff=Backoff(initial_ms=0),
+        tracking=Tracking(max_retries=max_retries, backoff=Backoff(initial_ms=0)),
     )
     spout._rereader.clients = spout._roots.clients = kafka
     spout._rereader.timeout_s = 5.0

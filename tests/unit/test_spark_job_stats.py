@@ -26,7 +26,7 @@ def _bolt(transform=lambda df: df) -> SparkBolt:
     return SparkBolt(
         None,
         topology="t",
-        bootstrap_servers=CLOSED,
+        connection=CLOSED,
         source_topics="in",
         group_id="g",
         checkpoint_dir="/nonexistent",

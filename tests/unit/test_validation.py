@@ -32,7 +32,7 @@ from reliable_kafka import (
 )
 from reliable_kafka.broker import EmbeddedCluster, EmbeddedKafka
 from reliable_kafka.errors import ConfigError
-from reliable_kafka.spark import SparkBolt, SparkSpout
+from reliable_kafka.spark import SparkBolt, SparkOptions, SparkSpout
 from reliable_kafka.spout.shell import SpoutShell
 from reliable_kafka.testing import ListSource, ManualClock, MemoryKafka, TopicSink
 from reliable_kafka.validation import require_int, require_number, require_output_topic, require_topics
@@ -58,7 +58,7 @@ SPOUT = {**KAFKA, "source_topics": "in", "group_id": "g", "emit_to": "out"}
 BOLT = {**KAFKA, "source_topics": "in", "group_id": "g", "handler": _handler}
 SPARK = {
     "topology": "t",
-    "bootstrap_servers": CLOSED,
+    "connection": CLOSED,
     "source_topics": "in",
     "group_id": "g",
     "checkpoint_dir": "/tmp/rk-validation-never-made",
@@ -93,21 +93,14 @@ BOLT_BAD = {
 }
 SPARK_BAD = {
     "topology": [None, 5, ""],
-    "bootstrap_servers": [None, *NOT_STR],
+    "connection": [*NOT_CONNECTION, Connection(CLOSED, clients=MemoryKafka())],  # Spark's connector only
     "source_topics": NOT_TOPICS,
     "group_id": [None, *NOT_STR],
     "checkpoint_dir": [None, ""],
     "transform": NOT_CALLABLE,
     "output_topic": [None, 5, "", "in", "t.acks", "t.dlq"],
-    "trigger_seconds": ["1", True, 0, -1.0],
-    "available_now": NOT_BOOL,
-    "max_offsets_per_trigger": [*NOT_INT, 0],
-    "on_batch_error": ["ignore", None],
-    "kafka_config": NOT_MAPPING,
-    "spark_kafka_options": NOT_MAPPING,
+    "options": [{"trigger_seconds": 1.0}, 1.0, Loop()],
     "name": NOT_STR,
-    "consumer_config": NOT_MAPPING,
-    "producer_config": NOT_MAPPING,
 }
 
 # constructor -> (make(**kwargs), the valid arguments, each parameter's bad values)
@@ -215,14 +208,19 @@ CONSTRUCTORS = {
         SPARK,
         {
             **SPARK_BAD,
-            "max_retries": [*NOT_INT, -1],
-            "max_pending": [*NOT_INT, 0],
-            "message_timeout_ms": [*NOT_INT, 0],
-            "backstop_grace_ms": [*NOT_INT, -1],
-            "backoff": [100],
+            "tracking": [{"max_retries": 1}, 5, Tracking(guarantee="at_most_once"), Tracking(guarantee="none")],
+        },
+    ),
+    "SparkOptions": (
+        SparkOptions,
+        {},
+        {
+            "trigger_seconds": ["1", True, 0, -1.0, float("nan")],
+            "available_now": NOT_BOOL,
+            "max_offsets_per_trigger": [*NOT_INT, 0],
+            "on_batch_error": ["ignore", None],
+            "spark_kafka_options": NOT_MAPPING,
             "commit_interval_ms": [*NOT_INT, -1],
-            "max_dead_letter_ratio": ["0.5", 1, -1],
-            "dead_letter_window": [*NOT_INT, 0],
             "reuse_batch_plans": NOT_BOOL,
         },
     ),
@@ -296,6 +294,7 @@ SIGNATURES = {
     "LocalCluster": LocalCluster,
     "SparkSpout": SparkSpout,
     "SparkBolt": SparkBolt,
+    "SparkOptions": SparkOptions,
     "EmbeddedKafka": EmbeddedKafka,
     "EmbeddedCluster": EmbeddedCluster,
     "MemoryKafka": MemoryKafka,
