@@ -1013,7 +1013,9 @@ def main() -> None:
             # also before a latency-only run: a cold broker compiles through its first minutes, and
             # that CPU lands on the busiest rate points (0.4 s of JIT per 1,000 sentences at 1,000/s)
             print("\nwarming up the broker (its JIT), not measured:", flush=True)
-            _warm_broker(ctx, bootstrap, broker_pids, pool, configs, sentences=sentences, kafka_config=args.kafka_config)
+            _warm_broker(
+                ctx, bootstrap, broker_pids, pool, configs, sentences=sentences, kafka_config=args.kafka_config
+            )
         if not args.no_throughput:
             print("\nthroughput, one process per component, alternating:", flush=True)
             bursts, clients = _throughput(
