@@ -26,7 +26,7 @@ from reliable_kafka.spout import Spout, TransactionalSpout
 
 FANOUT = 3
 ROLES = ("spout", "split", "sink", "acker", "spark")
-CLIENT_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
+CLIENT_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}  # consumers only: producers warn of them
 PARALLEL_WAIT_S = (0.0005, 0.005)  # a parallel bolt's call waits this long (uniform), as on I/O
 
 
@@ -49,7 +49,7 @@ def build(
     topics = topic_names(topology)
     on: dict[str, Any] = {
         "topology": topology,
-        "connection": Connection(bootstrap, kafka_config=dict(CLIENT_CONFIG)),
+        "connection": Connection(bootstrap, consumer_config=dict(CLIENT_CONFIG)),
         "name": name,
     }
     if role == "acker":

@@ -35,7 +35,7 @@ from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
 from reliable_kafka.spark.batch_plans import BatchPlans
 from reliable_kafka.spark.failed_rows import FailedRow, failed_from_metrics, observe_failed
 from reliable_kafka.spark.jvm_functions import use_jvm_functions
-from reliable_kafka.spark.options import BatchErrorPolicy, SparkOptions
+from reliable_kafka.spark.options import SparkOptions
 from reliable_kafka.spark.writer import (
     RESERVED_COLUMNS,
     fold_by_root,
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
     from reliable_kafka.ops.reporter import ComponentReporter
 
-__all__ = ["SOURCE_COLUMNS", "BatchErrorPolicy", "SparkJobStats", "Transform", "final_ack_columns", "final_acks"]
+__all__ = ["SOURCE_COLUMNS", "SparkJobStats", "Transform", "final_ack_columns", "final_acks"]
 
 log = logging.getLogger(__name__)
 

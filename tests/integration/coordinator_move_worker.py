@@ -21,7 +21,7 @@ MESSAGE_TIMEOUT_MS = 10_000
 
 def main(role: str, topology: str, bootstrap: str) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s {role} %(levelname)s %(message)s")
-    common = {"topology": topology, "connection": Connection(bootstrap, kafka_config=dict(CLIENT_CONFIG))}
+    common = {"topology": topology, "connection": Connection(bootstrap, consumer_config=dict(CLIENT_CONFIG))}
     if role == "spout":
         component = Spout(
             **common,
