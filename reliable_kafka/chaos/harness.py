@@ -307,10 +307,12 @@ def _processes(config: ChaosConfig, topology: str, bootstrap: str, log_dir: Path
                 # a slower stage (Spark; a transaction per batch; calls that wait on "I/O") needs
                 # fewer trees in flight: pending / throughput must stay well under the message
                 # timeout, even while a killed worker's partitions move. Else the first trees
-                # time out queued, their replays queue behind their stale tuples, and so on: with
-                # 10,000 pending, parallelism 4 and 0.5-5 ms calls, 17,781 of 50,000 records
-                # were not done after the 240 s settle (a sink does about 1,600 calls/s)
-                argv += ["--max-pending", "1000" if config.spark else "2000"]
+                # time out queued, their replays queue behind their stale tuples, and so on. With
+                # parallelism 4 and 0.5-5 ms calls a sink does about 1,450 calls/s, and a sink is
+                # often down: 2 spouts x 2,000 trees x 3 calls is 8 s of work against the 10 s
+                # timeout (the default run left 15,000 of 50,000 records not done; 10,000 pending
+                # left 17,781); 500 is about 2 s
+                argv += ["--max-pending", "1000" if config.spark else "500" if config.parallelism > 1 else "2000"]
             if config.transactional:
                 argv.append("--transactional")
             if role in ("split", "sink") and config.parallelism > 1:
