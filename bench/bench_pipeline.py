@@ -769,12 +769,13 @@ def _throughput(ctx, bootstrap, broker_pids, pool, configs, *, rounds, sentences
     return bursts, clients
 
 
-def _warm_broker(ctx, bootstrap, broker_pids, pool, configs, *, sentences, kafka_config=None) -> None:
-    """One untimed burst of each configuration on a broker this run started, then a steady rate
-    until the broker's JIT settles: a fresh JVM spends its first minutes compiling Kafka's code
-    (C1/C2), seconds of broker CPU that would otherwise land on the first rounds, mostly on the
-    configuration that exercises the most code paths (tracked), and on the latency points (half a
-    core at 1,000/s on 2 cores). A broker in service paid that long ago."""
+def _warm_broker(ctx, bootstrap, broker_pids, pool, configs, *, sentences, steady, kafka_config=None) -> None:
+    """One untimed burst of each configuration on a broker this run started, then (``steady``: a
+    run that measures latency) a steady rate until the broker's JIT settles: a fresh JVM spends its
+    first minutes compiling Kafka's code (C1/C2), seconds of broker CPU that would otherwise land on
+    the first rounds, mostly on the configuration that exercises the most code paths (tracked), and
+    on the latency points (half a core at 1,000/s on 2 cores). A broker in service paid that long
+    ago."""
     before = sum(_cpu_seconds(pid) for pid in broker_pids)
     jit_before = sum(_jit_seconds(pid) for pid in broker_pids)
     for config in configs:
@@ -783,7 +784,7 @@ def _warm_broker(ctx, bootstrap, broker_pids, pool, configs, *, sentences, kafka
             pipeline.burst(sentences, timeout=600)
             # a steady rate runs other code paths (small requests, delayed fetches): at 1,000/s the
             # JIT took 0.4 to 0.6 s per 1,000 sentences for its first 25 s, then under 0.08
-            for _ in range(WARM_STEADY_ROUNDS):
+            for _ in range(WARM_STEADY_ROUNDS if steady else 0):
                 *_, cpu = pipeline.offer(WARM_STEADY_RATE, 5.0, drain_timeout=60)
                 if cpu[JIT] < WARM_JIT_SETTLED:
                     break
@@ -1015,7 +1016,14 @@ def main() -> None:
             # that CPU lands on the busiest rate points (0.4 s of JIT per 1,000 sentences at 1,000/s)
             print("\nwarming up the broker (its JIT), not measured:", flush=True)
             _warm_broker(
-                ctx, bootstrap, broker_pids, pool, configs, sentences=sentences, kafka_config=args.kafka_config
+                ctx,
+                bootstrap,
+                broker_pids,
+                pool,
+                configs,
+                sentences=sentences,
+                steady=not args.no_latency,
+                kafka_config=args.kafka_config,
             )
         if not args.no_throughput:
             print("\nthroughput, one process per component, alternating:", flush=True)

@@ -312,7 +312,8 @@ def _processes(config: ChaosConfig, topology: str, bootstrap: str, log_dir: Path
                 # often down: 2 spouts x 2,000 trees x 3 calls is 8 s of work against the 10 s
                 # timeout (the default run left 15,000 of 50,000 records not done; 10,000 pending
                 # left 17,781); 500 is about 2 s
-                argv += ["--max-pending", "1000" if config.spark else "500" if config.parallelism > 1 else "2000"]
+                max_pending = 1000 if config.spark else 500 if config.parallelism > 1 else 2000
+                argv += ["--max-pending", str(max_pending)]
             if config.transactional:
                 argv.append("--transactional")
             if role in ("split", "sink") and config.parallelism > 1:

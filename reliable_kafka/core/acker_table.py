@@ -154,15 +154,14 @@ class AckerTable:
     """
 
     def __init__(self, *, message_timeout_ms: int = 30_000, buckets: int = 4, initial_capacity: int = 1024) -> None:
-        timeout_ms = message_timeout_ms
-        if not isinstance(timeout_ms, int) or timeout_ms < 1:
-            raise ConfigError(f"AckerTable: message_timeout_ms must be a positive int, got {timeout_ms!r}")
+        if not isinstance(message_timeout_ms, int) or message_timeout_ms < 1:
+            raise ConfigError(f"AckerTable: message_timeout_ms must be a positive int, got {message_timeout_ms!r}")
         if not isinstance(buckets, int) or not 1 <= buckets <= MAX_BUCKETS:
             raise ConfigError(f"AckerTable: buckets must be an int from 1 to {MAX_BUCKETS}, got {buckets!r}")
         if not isinstance(initial_capacity, int) or initial_capacity < 1:
             raise ConfigError(f"AckerTable: initial_capacity must be a positive int, got {initial_capacity!r}")
-        self._timeout = timeout_ms
-        self._width = -(-timeout_ms // buckets)
+        self._timeout = message_timeout_ms
+        self._width = -(-message_timeout_ms // buckets)
         self._ring = buckets + 1
         self._store = RootStore(ring=self._ring, initial_capacity=initial_capacity)
         self._clock: int | None = None
