@@ -457,6 +457,10 @@ class InFlightTracker:
         part = self._numbered[code >> SEQ_BITS]
         return part, (code & _SEQ_MASK) - part.base
 
+    def holds(self, root: int) -> bool:
+        """True while ``root`` is in flight here (an outcome for it would be acted on)."""
+        return root in self._roots
+
     def on_outcome(self, root: int, kind: OutcomeKind | int) -> OutcomeAction | None:
         """Apply an acker's outcome; None (and counted) when ``root`` is not held.
 

@@ -59,7 +59,7 @@ class OffsetLog:
         self.source_index = source_index
         self._last: tuple[int, dict[TP, int]] | None = None  # the newest batch read: the next one's starts
 
-    def _ends(self, batch_id: int) -> dict[TP, int] | None:
+    def ends(self, batch_id: int) -> dict[TP, int] | None:
         if self._last is not None and self._last[0] == batch_id:
             return self._last[1]
         try:
@@ -76,8 +76,8 @@ class OffsetLog:
     def ranges(self, batch_id: int) -> Ranges | None:
         """``(topic, partition) -> (start, end)`` of batch ``batch_id``; None when the log does not
         say exactly (a missing file, a partition without a start, an unresolved or backwards offset)."""
-        ends = self._ends(batch_id)
-        starts = self._ends(batch_id - 1) if ends is not None else None
+        ends = self.ends(batch_id)
+        starts = self.ends(batch_id - 1) if ends is not None else None
         if ends is None or starts is None:
             return None
         self._last = (batch_id, ends)

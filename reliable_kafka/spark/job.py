@@ -208,6 +208,20 @@ class SparkJob:
 
     def _start_query(self) -> StreamingQuery:
         self._batch_plans = BatchPlans(self.name) if self.reuse_batch_plans else None  # a template per query
+        writer = (
+            self._source()
+            .writeStream.queryName(self.name)
+            .option("checkpointLocation", self.checkpoint_dir)
+            .foreachBatch(self._on_batch)
+        )
+        if self.available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.trigger_seconds} seconds")
+        return writer.start()
+
+    def _source(self) -> DataFrame:
+        """The stream of the source topics through Spark's Kafka source, as the query reads it."""
         reader = (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.bootstrap_servers)
@@ -220,17 +234,7 @@ class SparkJob:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
         for key, value in self.spark_kafka_options.items():
             reader = reader.option(key, value)
-        writer = (
-            reader.load()
-            .writeStream.queryName(self.name)
-            .option("checkpointLocation", self.checkpoint_dir)
-            .foreachBatch(self._on_batch)
-        )
-        if self.available_now:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=f"{self.trigger_seconds} seconds")
-        return writer.start()
+        return reader.load()
 
     def stop(self, *, drain_timeout: float = 0.0) -> None:
         """Stop the query after the running batch; with ``drain_timeout``, keep tracking what is

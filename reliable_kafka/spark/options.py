@@ -7,15 +7,20 @@ are to them, Structured Streaming's trigger and Kafka reader are to a :class:`Sp
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from reliable_kafka.errors import ConfigError
 from reliable_kafka.validation import require_bool, require_choice, require_int, require_mapping, require_number
 
 __all__ = ["SparkOptions", "BatchErrorPolicy"]
 
 BatchErrorPolicy = Literal["fail_roots", "stop"]
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(milliseconds?|seconds?|minutes?|hours?)\s*$")
+_UNIT_SECONDS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 3600.0}
 
 
 @dataclass(frozen=True)
@@ -38,8 +43,16 @@ class SparkOptions:
       output plan is built (and ``transform`` called) once per query and rebound to each later
       batch; False: built anew every batch (for a transform whose plan changes between batches).
 
-    A :class:`SparkBolt` reads neither of the last two (it commits after every batch and builds
-    every batch's plan).
+    - ``single_query`` [False]: a spout runs as one streaming query, Spark's Kafka source to
+      Spark's Kafka sink, with no ``foreachBatch`` (docs/spark.md, "One streaming query"); its
+      ``transform`` must be row-wise (projections, filters, explode, UDFs: each source record's
+      outputs made in one task), which is checked when the query starts.
+    - ``real_time`` [None]: a batch duration such as ``"5 minutes"``: the spout's single query runs
+      in Spark's real-time mode (``trigger(realTime=...)``, PySpark 4.1 and later), records
+      processed as they arrive; implies ``single_query``.
+
+    A :class:`SparkBolt` reads none of the last four (it commits after every batch and builds
+    every batch's plan, through ``foreachBatch``).
     """
 
     trigger_seconds: float = 1.0
@@ -49,6 +62,8 @@ class SparkOptions:
     spark_kafka_options: Mapping[str, str] | None = None
     commit_interval_ms: int = 1000
     reuse_batch_plans: bool = True
+    single_query: bool = False
+    real_time: str | None = None
 
     def __post_init__(self) -> None:
         require_number("SparkOptions", "trigger_seconds", self.trigger_seconds, above=0)
@@ -58,3 +73,26 @@ class SparkOptions:
         require_mapping("SparkOptions", "spark_kafka_options", self.spark_kafka_options)
         require_int("SparkOptions", "commit_interval_ms", self.commit_interval_ms, minimum=0)
         require_bool("SparkOptions", "reuse_batch_plans", self.reuse_batch_plans)
+        require_bool("SparkOptions", "single_query", self.single_query)
+        if self.real_time is not None:
+            if not isinstance(self.real_time, str) or not _DURATION.match(self.real_time):
+                raise ConfigError(
+                    f"SparkOptions: real_time must be a batch duration such as '5 minutes' or '30 seconds', "
+                    f"got {self.real_time!r}"
+                )
+            if self.available_now:
+                raise ConfigError("SparkOptions: real_time and available_now=True exclude each other (one trigger)")
+
+    @property
+    def real_time_seconds(self) -> float | None:
+        """``real_time`` in seconds (None without it)."""
+        if self.real_time is None:
+            return None
+        match = _DURATION.match(self.real_time)
+        assert match is not None  # checked in __post_init__
+        return float(match.group(1)) * _UNIT_SECONDS[match.group(2).removesuffix("s")]
+
+    @property
+    def one_query(self) -> bool:
+        """True when a spout runs as one streaming query (``single_query``, or ``real_time``)."""
+        return self.single_query or self.real_time is not None

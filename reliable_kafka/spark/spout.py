@@ -32,8 +32,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
+import numpy as np
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reliable_kafka import validation as v
@@ -44,25 +45,44 @@ from reliable_kafka.core.tracker import InFlightTracker, Redelivery
 from reliable_kafka.errors import ConfigError, StateError
 from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.clients import new_consumer
-from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog
-from reliable_kafka.spark.checkpoint import HadoopFiles, read_resume_point
+from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog, register_ranges
+from reliable_kafka.spark.checkpoint import HadoopFiles, ResumePoint, read_resume_point
 from reliable_kafka.spark.derive import EDGE_TAG, ROOT_TAG, edge_column, id_sql, root_column
 from reliable_kafka.spark.job import SOURCE_COLUMNS, SparkJob, Transform, final_ack_columns
 from reliable_kafka.spark.offset_reads import chunks, read_ranges, read_redeliveries
 from reliable_kafka.spark.options import SparkOptions
 from reliable_kafka.spark.recovery import committed_offsets, plan_recovery
+from reliable_kafka.spark.single_query import (
+    CommitFollower,
+    EarlyOutcomes,
+    check_outputs,
+    check_row_wise,
+    checkpoint_files,
+    committed_ranges,
+    real_time_supported,
+    sink_options,
+    tracked_rows,
+)
 from reliable_kafka.spout.reread import RereadFailed, SourceRereader
 from reliable_kafka.spout.roots import RootOwner, RootStats
 from reliable_kafka.spout.spout import source_record
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = ["SparkSpout"]
 
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+
+REAL_TIME_FLUSH_MS = 5
+MICRO_BATCH_FLUSH_MS = 200
+"""A single query's task writes the INITs it has queued once the oldest waited this long (checked
+at its next row): promptly in real-time mode, where tasks last the whole batch; within a fraction
+of the message timeout in a micro-batch, so that a long task's early downstream acks never wait
+ownerless at the acker until they expire (its trees would time out)."""
 
 
 class _BeforeEmit(Exception):
@@ -137,6 +157,14 @@ class SparkSpout(SparkJob):
             name=name,
         )
         self.tracking = tracking
+        self.single_query = self.options.one_query
+        if self.options.real_time is not None and not real_time_supported():
+            import pyspark
+
+            raise ConfigError(
+                f"SparkSpout: options.real_time={self.options.real_time!r} needs Spark's real-time mode "
+                f"(PySpark 4.1 or later); PySpark {pyspark.__version__} is installed"
+            )
         self.commit_interval_ms = self.options.commit_interval_ms
         self.reuse_batch_plans = self.options.reuse_batch_plans
         self.partitions: list[TP] = []
@@ -150,6 +178,13 @@ class SparkSpout(SparkJob):
         self._loop: threading.Thread | None = None
         self._loop_stop = threading.Event()
         self._last_commit = 0.0
+        self._resume = ResumePoint()  # where Spark resumes: read by start()
+        self._follower: CommitFollower | None = None  # a single query's committed batches (start())
+        self._query_salt = 0  # a single query's ids: derived from this salt and the coordinates
+        # outcomes that came before their single-query batch was registered: kept until long after
+        # that batch can have ended (a real-time batch lasts its whole duration)
+        timeout_s = (tracking.message_timeout_ms or 30_000) / 1000.0
+        self._early = EarlyOutcomes(keep_s=2 * max(timeout_s, self.options.real_time_seconds or 0.0) + 600.0)
         # the root-owning core: outcomes, dead letters (records read again by offset), commits
         self._roots = RootOwner(
             component=self.name,
@@ -221,7 +256,7 @@ class SparkSpout(SparkJob):
 
     def _recover(self) -> None:
         """Track from the group's commit; process again what Spark will not re-read."""
-        resume = read_resume_point(self.checkpoint_dir, spark=self.spark)  # any Hadoop file system
+        self._resume = resume = read_resume_point(self.checkpoint_dir, spark=self.spark)  # any Hadoop file system
         assert self._group is not None  # start() made it just before
         committed = committed_offsets(self._group, self.partitions, component=self.name, group_id=self.group_id)
         ranges, self._starting = plan_recovery(self._roots, committed, resume, self.partitions)
@@ -243,6 +278,75 @@ class SparkSpout(SparkJob):
 
     def _starting_offsets(self) -> str | None:
         return self._starting
+
+    def _start_query(self) -> StreamingQuery:
+        if not self.single_query:
+            return super()._start_query()
+        self._query_salt = salt = new_id()  # a new run's roots are new (a re-run batch: new roots)
+        outputs = self.transform(_stream_inputs(self._source(), salt))
+        check_outputs(set(outputs.columns), component=self.name, transform=self.transform)
+        check_row_wise(outputs, component=self.name, transform=self.transform)
+        real_time = self.options.real_time is not None
+        sink = tracked_rows(
+            outputs,
+            output_topic=self.output_topic,
+            acks_topic=self.topics.acks,
+            ack_partitions=self._ack_partitions,
+            sender=self.task_id,
+            flush_ms=REAL_TIME_FLUSH_MS if real_time else MICRO_BATCH_FLUSH_MS,
+        )
+        writer = (
+            sink.writeStream.format("kafka")
+            .queryName(self.name)
+            .option("checkpointLocation", self.checkpoint_dir)
+            .option("kafka.bootstrap.servers", self.bootstrap_servers)
+        )
+        for key, value in sink_options(self._sink_options(), component=self.name).items():
+            writer = writer.option(key, value)
+        last = self._resume.last_committed
+        self._follower = CommitFollower(
+            self.checkpoint_dir,
+            checkpoint_files(self.checkpoint_dir, self.spark),
+            next_id=0 if last is None else last + 1,
+        )
+        self._roots.on_unknown = self._early.hold
+        if real_time:
+            # (PySpark's type stubs do not list realTime yet)
+            writer = cast(Any, writer).outputMode("update").trigger(realTime=self.options.real_time)
+        elif self.available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.trigger_seconds} seconds")
+        return writer.start()
+
+    def _take_committed_batches(self) -> None:
+        """A single query's batches whose commit Spark wrote since the last look: register each
+        one's offsets, apply the outcomes that came first, INIT(root, 0) for the other roots."""
+        assert self._follower is not None
+        while (batch_id := self._follower.committed()) is not None:
+            ranges = committed_ranges(self._batches.offset_log, batch_id, self._low_watermark)  # type: ignore[arg-type]
+            with self._lock:
+                entries, skipped = register_ranges(self._roots, ranges, self._query_salt)
+                self._batches.skipped += len(skipped)
+                roots = [root for root, _ in entries]
+                early = self._early.take(roots)
+                if early:
+                    self._roots.apply_outcomes(list(early), np.array(list(early.values()), dtype=np.uint8))
+                self.stats.batches += 1
+                self.stats.inputs += len(entries)
+                self.stats.last_batch_id = batch_id
+            self._follower.taken()
+            rest = [root for root in roots if root not in early] if early else roots
+            try:
+                if self._roots.root_index is not None:
+                    self._roots.root_index.send()  # flushed with the INITs
+                self._send_columns(EventKind.INIT, rest, [0] * len(rest), what=f"INIT of batch {batch_id}")
+            except Exception as exc:  # their trees cannot complete: redelivered
+                self._batches.fail_locally(rest, exc, task_id=self.task_id)
+                self._send_fails(rest)
+                log.warning(
+                    "%s: batch %d: INIT not delivered (%s); its records are redelivered", self.name, batch_id, exc
+                )
 
     # --- batches --------------------------------------------------------------------------------
 
@@ -359,6 +463,9 @@ class SparkSpout(SparkJob):
 
     def _drive_once(self) -> None:
         self._roots.take_outcomes(0.1, max_records=1000)
+        if self._follower is not None:
+            self._take_committed_batches()
+            self._early.expire()
         if self._roots.dead_letters_waiting:
             self._write_dead_letters()
         if self._roots.guard_tripped is None:
@@ -444,7 +551,8 @@ class SparkSpout(SparkJob):
         with self._lock:
             busy = self._in_flight()
             points = self.tracker.commit_points()
-        return not busy and points == self.committed_offsets() and super().idle()
+        followed = self._follower is None or self._follower.committed() is None
+        return not busy and followed and points == self.committed_offsets() and super().idle()
 
     def _in_flight(self) -> bool:
         """True while any record is not done: in flight, waiting for a retry or a dead-letter write."""
@@ -503,6 +611,7 @@ class SparkSpout(SparkJob):
                 "commits": self.commits,
                 "metadata_truncated": self.metadata_truncated,
                 "throttled": self.throttled,
+                "early_outcomes": len(self._early),
             }
 
 

@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+import numpy as np
 from confluent_kafka import TopicPartition
 
 from reliable_kafka.config import Connection, Tracking
@@ -180,6 +181,8 @@ class RootOwner(DeadLetters):
         self.dead_letter_window = tracking.dead_letter_window
         self.guard_tripped: DeadLetterGuardTripped | None = None
         self.reread = reread  # how a record not held is read again (None: it cannot be)
+        # outcomes of roots the tracker does not hold go here (None: ignored, counted by the tracker)
+        self.on_unknown: Callable[[int, int], None] | None = None
         self.encode_metadata = encode_metadata or self._done_above_metadata  # how commit metadata is written
         self._reason_with_attempts = reason_with_attempts  # Spark jobs write the bare outcome, as before
         self._read_failure_reasons = read_failure_reasons  # from <topology>.failures, after a FAILED outcome
@@ -272,24 +275,49 @@ class RootOwner(DeadLetters):
         batches = self.listener.poll_batches(timeout, max_records=max_records) if self.listener is not None else ()
         with self._lock:
             self._outcome_round += 1  # reasons of this batch's FAILED outcomes are read at most once
-            tracker = self.tracker
             for roots, kinds in batches:
-                if not (kinds != _COMPLETED_VALUE).any():  # the usual record: its roots done with one call
-                    self._done_runs(tracker.complete_runs(roots))
-                    continue
-                completed: list[int] = []  # a run of COMPLETED roots, done together (in order with the rest)
-                for root, kind in zip(roots, map(OutcomeKind, kinds.tolist())):
-                    if kind is OutcomeKind.COMPLETED:
-                        completed.append(root)
-                        continue
-                    if completed:
-                        self._done_runs(tracker.complete_runs(completed))
-                        completed = []
-                    self.act(tracker.on_outcome(root, kind))
-                if completed:
-                    self._done_runs(tracker.complete_runs(completed))
+                if self.on_unknown is None:
+                    self._apply(roots, kinds)
+                else:
+                    self._apply(*self._hand_over_unknown(roots, kinds))
             for action in self.tracker.expire_backstop():
                 self.act(action)
+
+    def apply_outcomes(self, roots: Sequence[int], kinds: np.ndarray) -> None:
+        """Act on outcomes ``kinds[i]`` (OutcomeKind values) of ``roots[i]``, in order, as if they had
+        just come from the ackers (a Spark single query's outcomes that came before their roots)."""
+        with self._lock:
+            self._apply(roots, kinds)
+
+    def _apply(self, roots: Sequence[int], kinds: np.ndarray) -> None:
+        tracker = self.tracker
+        if not (kinds != _COMPLETED_VALUE).any():  # the usual record: its roots done with one call
+            self._done_runs(tracker.complete_runs(roots))
+            return
+        completed: list[int] = []  # a run of COMPLETED roots, done together (in order with the rest)
+        for root, kind in zip(roots, map(OutcomeKind, kinds.tolist())):
+            if kind is OutcomeKind.COMPLETED:
+                completed.append(root)
+                continue
+            if completed:
+                self._done_runs(tracker.complete_runs(completed))
+                completed = []
+            self.act(tracker.on_outcome(root, kind))
+        if completed:
+            self._done_runs(tracker.complete_runs(completed))
+
+    def _hand_over_unknown(self, roots: Sequence[int], kinds: np.ndarray) -> tuple[Sequence[int], np.ndarray]:
+        """The outcomes of roots the tracker holds; the others go to ``on_unknown``."""
+        holds = self.tracker.holds
+        known = [holds(root) for root in roots]
+        if all(known):
+            return roots, kinds
+        assert self.on_unknown is not None
+        for root, kind, held in zip(roots, kinds.tolist(), known):
+            if not held:
+                self.on_unknown(root, kind)
+        mask = np.array(known, dtype=bool)
+        return [root for root, held in zip(roots, known) if held], kinds[mask]
 
     def on_outcome(self, root: int, kind: OutcomeKind | int) -> None:
         """Act on one acker outcome for ``root``, as :meth:`take_outcomes` acts on an outcome record's:
