@@ -84,16 +84,19 @@ def _acker(bootstrap: str, topology: str, ready, stop) -> None:
     worker.run(stop)
 
 
-def _bolt(bootstrap: str, topology: str, topic: str, stop) -> None:
+def _bolt(bootstrap: str, topology: str, topic: str, stop, downstream: str = "batch") -> None:
+    """The tracked job's downstream stage: a basic bolt acking every word, called per consumed batch
+    (``batch_handler``, as plain's consumer reads a batch at a time) or per tuple (``handler``)."""
     from reliable_kafka.bolt import BasicBolt
 
-    BasicBolt(
-        topology=topology,
-        connection=bootstrap,
-        source_topics=topic,
-        group_id=f"{topic}.count",
-        handler=lambda tuple_, collector: None,
-    ).run(stop)
+    def count(*_: object) -> None:
+        return None
+
+    where = {"topology": topology, "connection": bootstrap, "source_topics": topic, "group_id": f"{topic}.count"}
+    if downstream == "batch":
+        BasicBolt(**where, batch_handler=count).run(stop)  # type: ignore[arg-type]
+    else:
+        BasicBolt(**where, handler=count).run(stop)  # type: ignore[arg-type]
 
 
 def _stat(pid: int) -> list[str]:
@@ -297,6 +300,7 @@ PROFILE: cProfile.Profile | None = None
 THREADS = False  # --threads: the JVM's CPU per thread group (ThreadCpu) for each run
 DETAIL = False  # --per-batch: each batch's figures, Spark's codegen count included
 SPARK = None  # the bench's session, for --threads' JVM counters
+DOWNSTREAM = "batch"  # --downstream: the tracked job's bolt acks per consumed batch or per tuple
 
 
 def _jvm_counters() -> tuple[int, float]:
@@ -386,9 +390,44 @@ class Meter:
         self.workers = _workers_cpu(self.jvm_pid) - self.workers
 
 
-def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int) -> dict:
+def _plain_consumer(bootstrap: str, topic: str, expected: int, ready, done, cpu) -> None:
+    """Plain's downstream stage: reads every output (what a user's next job does), no tracking."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.count", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    ready.set()
+    begin, seen = time.process_time(), 0
+    while seen < expected:
+        seen += sum(1 for message in consumer.consume(1000, 0.5) if message.error() is None)
+    cpu.value = time.process_time() - begin
+    done.set()
+    consumer.close()
+
+
+def _process_cpu(pid: int | None) -> float:
+    """CPU seconds of process ``pid`` so far (0 once it is gone, or before it started)."""
+    if pid is None:
+        return 0.0
+    try:
+        return _jvm_cpu(pid)
+    except OSError:
+        return 0.0
+
+
+def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int, total: int) -> dict:
     output = unique_name("bench-plain-words")
     create_topics(bootstrap, {output: 2})
+    context = multiprocessing.get_context("spawn")
+    ready, done, consumer_cpu = context.Event(), context.Event(), context.Value("d", 0.0)
+    consumer = context.Process(
+        target=_plain_consumer,
+        args=(bootstrap, output, total * WORDS_PER_SENTENCE, ready, done, consumer_cpu),
+        daemon=True,
+    )
+    consumer.start()
+    ready.wait(120)
+    started, py, jvm = time.monotonic(), time.process_time(), _jvm_cpu(jvm_pid)
     with (
         tempfile.TemporaryDirectory(prefix="rk-bench-plain-") as checkpoint,
         Meter(jvm_pid) as meter,
@@ -412,8 +451,20 @@ def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int) -> d
             .start()
         )
         query.awaitTermination()
+    done.wait(900)
+    end_to_end = {
+        "wall": time.monotonic() - started,
+        "cpu": time.process_time() - py + _jvm_cpu(jvm_pid) - jvm + consumer_cpu.value,
+    }
+    consumer.join(30)
     figures = {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "workers": meter.workers}
-    return {**figures, "threads": meter.threads, "counters": meter.counters, "marks": marks}
+    return {
+        **figures,
+        "threads": meter.threads,
+        "counters": meter.counters,
+        "marks": marks,
+        "end_to_end": end_to_end if done.is_set() else None,
+    }
 
 
 def run_tracked(
@@ -422,7 +473,7 @@ def run_tracked(
     from reliable_kafka.spark import SparkOptions, SparkSpout
     from reliable_kafka.spark.jvm_functions import MODE_ENV
 
-    os.environ[MODE_ENV] = {"jar": "on", "sql": "off"}[path]  # read by the writer at each batch
+    os.environ[MODE_ENV] = {"jar": "on", "sql": "off", "single": "on"}[path]  # read by the writer at each batch
     from reliable_kafka.kafka.admin import admin_client, ensure_topics
     from reliable_kafka.topology import TopologyTopics
 
@@ -433,7 +484,7 @@ def run_tracked(
     context = multiprocessing.get_context("spawn")
     stop, ready = context.Event(), context.Event()
     helpers = [context.Process(target=_acker, args=(bootstrap, topology, ready, stop), daemon=True)]
-    downstream = context.Process(target=_bolt, args=(bootstrap, topology, output, stop), daemon=True)
+    downstream = context.Process(target=_bolt, args=(bootstrap, topology, output, stop, DOWNSTREAM), daemon=True)
     if bolt == "during":
         helpers.append(downstream)
     for process in helpers:
@@ -450,12 +501,13 @@ def run_tracked(
                 checkpoint_dir=checkpoint,
                 transform=split_words,
                 output_topic=output,
-                options=SparkOptions(available_now=True, max_offsets_per_trigger=batch),
+                options=SparkOptions(available_now=True, max_offsets_per_trigger=batch, single_query=path == "single"),
                 tracking=Tracking(max_pending=sentences + batch, message_timeout_ms=600_000),
             )
             if PROFILE is not None:
                 job._on_stream_batch = _profiled(job._on_stream_batch)  # type: ignore[method-assign]
-            started = time.monotonic()
+            helper_cpu = sum([_process_cpu(process.pid) for process in helpers])
+            started, py, jvm = time.monotonic(), time.process_time(), _jvm_cpu(jvm_pid)
             with (
                 Meter(jvm_pid) as meter,
                 BatchMarks(checkpoint, jvm_pid, detail=DETAIL, threads=meter.threads) as marks,
@@ -465,8 +517,17 @@ def run_tracked(
             if bolt == "after":
                 helpers.append(downstream)
                 downstream.start()
-            done = job.run_until(lambda _: job.caught_up(), timeout=900, poll_interval=0.5)
+            done = job.run_until(lambda _: job.caught_up(), timeout=900, poll_interval=0.2)
             completed = time.monotonic() - started
+            end_to_end = {  # the helpers: the acker and the downstream bolt (with --bolt during)
+                "wall": completed,
+                "cpu": time.process_time()
+                - py
+                + _jvm_cpu(jvm_pid)
+                - jvm
+                + sum([_process_cpu(process.pid) for process in helpers])
+                - helper_cpu,
+            }
             progress = job.progress()
             job.stop()
     finally:
@@ -485,6 +546,7 @@ def run_tracked(
         "threads": meter.threads,
         "counters": meter.counters,
         "completed": completed if done else None,
+        "end_to_end": end_to_end if done and bolt == "during" else None,
         "trees": progress["tracker"]["completed"],
         "plans": (progress.get("plans_reused", 0), progress["batches"]),
     }
@@ -664,7 +726,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tracked",
         default="jar",
-        help="tracked variants to alternate, comma-separated: jar (Java functions), sql (Spark SQL path)",
+        help="tracked variants to alternate, comma-separated: jar (foreachBatch with the Java functions), sql "
+        "(foreachBatch, Spark SQL path), single (one streaming query: SparkOptions(single_query=True))",
+    )
+    parser.add_argument(
+        "--downstream",
+        choices=("batch", "tuple"),
+        default="batch",
+        help="the tracked job's downstream bolt acks per consumed batch (batch_handler, default; plain's consumer "
+        "also reads a batch at a time) or calls its handler per tuple",
     )
     parser.add_argument("--profile", action="store_true", help="cProfile the tracked job's batches")
     parser.add_argument(
@@ -700,8 +770,8 @@ def main(argv: list[str] | None = None) -> int:
         return output_plan_time(args.output_plan_time, args.batch)
     if args.output_path_only:
         return output_path_only(args.output_path_only, args.rounds)
-    global PROFILE, THREADS, DETAIL
-    THREADS, DETAIL = args.threads, args.per_batch
+    global PROFILE, THREADS, DETAIL, DOWNSTREAM
+    THREADS, DETAIL, DOWNSTREAM = args.threads, args.per_batch, args.downstream
     if args.warmup_batches < 0:
         parser.error("--warmup-batches: 0 or more")
     if args.profile:
@@ -735,8 +805,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         paths = [path.strip() for path in args.tracked.split(",") if path.strip()]
-        if not paths or set(paths) - {"jar", "sql"}:
-            parser.error(f"--tracked: jar and/or sql, got {args.tracked!r}")
+        if not paths or set(paths) - {"jar", "sql", "single"}:
+            parser.error(f"--tracked: jar, sql and/or single, got {args.tracked!r}")
         names = ["plain", *(f"tracked-{path}" for path in paths)]
         results: dict[str, list[dict]] = {name: [] for name in names}
         try:
@@ -744,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name in names:
                     load = os.getloadavg()[0]
                     if name == "plain":
-                        figures = run_plain(spark, bootstrap, source, args.batch, jvm_pid)
+                        figures = run_plain(spark, bootstrap, source, args.batch, jvm_pid, total)
                     else:
                         path = name.split("-", 1)[1]
                         figures = run_tracked(spark, bootstrap, source, args.batch, total, jvm_pid, args.bolt, path)
@@ -810,6 +880,19 @@ def main(argv: list[str] | None = None) -> int:
                 else ""
             )
             print(f"  {name:11} driver CPU {cpu['py']:.3f} s per 1,000 sentences, JVM CPU {cpu['jvm']:.3f}{jit}")
+    if all(run.get("end_to_end") for runs in results.values() for run in runs):
+        wall = {name: statistics.median(run["end_to_end"]["wall"] for run in runs) for name, runs in results.items()}
+        cpu = {name: statistics.median(run["end_to_end"]["cpu"] for run in runs) for name, runs in results.items()}
+        print(
+            "end to end (from the query's start until the downstream stage handled every output; tracked: every "
+            "tree completed and the group committed to the end), median wall s: "
+            + ", ".join(f"{name} {wall[name]:.1f}" for name in names)
+            + "; wall ratio plain/tracked "
+            + ", ".join(f"{name} {wall['plain'] / wall[name]:.2f}" for name in names[1:])
+            + "; CPU ratio (driver + JVM + downstream processes, plain/tracked) "
+            + ", ".join(f"{name} {cpu['plain'] / cpu[name]:.2f}" for name in names[1:])
+            + " (target >= 0.7)"
+        )
     for name, runs in results.items():
         print(
             f"{name:11} whole runs: Python workers CPU "

@@ -22,6 +22,10 @@ leaves a dead-letter reference (coordinates, attempts, no value), and is done on
 Only that commit says what is done: Spark's checkpoint says only what was read. On start, records
 between the group's commit and the point where Spark resumes (``reliable_kafka.spark.recovery``)
 that are not recorded as done are processed again first.
+
+With ``SparkOptions(single_query=True)`` (or ``real_time=...``) there is no ``foreachBatch``: the
+query writes each record's outputs and its INIT itself, and the driver loop follows Spark's commit
+log to register each committed batch (``reliable_kafka.spark.single_query``, docs/spark.md).
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ import org.apache.spark.sql.RowFactory;
  * each output row with its {@code rk-anchors} header and, after each source record's rows, that
  * record's INIT in an AckBatch record for its ack partition. Public Dataset API only
  * ({@code Dataset.mapPartitions} with {@code Encoders.row}); one projection after it names each
- * row's topic and builds its headers in Spark's generated code.
+ * row's topic and builds its headers in Spark's generated code. It uses nothing else of Spark's, so
+ * it does not tie the single query to one Spark version.
  *
  * <p>Input rows: {@code key binary, value binary, roots array<bigint>, rk_fail boolean} and, when
  * the outputs have headers of their own, {@code headers} (passed through). The plan is row-wise
@@ -144,8 +145,8 @@ public final class TrackedRows implements MapPartitionsFunction<Row, Row> {
                 xor ^= edge;
                 header = new byte[HEADER_BYTES];
                 int pos = header(header, 1);
-                ReliableKafkaFunctions.putLong(header, pos, rowRoot);
-                ReliableKafkaFunctions.putLong(header, pos + 8, edge);
+                putLongBE(header, pos, rowRoot);
+                putLongBE(header, pos + 8, edge);
             }
             Object key = row.isNullAt(0) ? null : row.get(0);
             Object data = row.isNullAt(1) ? null : row.get(1);
@@ -290,6 +291,12 @@ public final class TrackedRows implements MapPartitionsFunction<Row, Row> {
         }
         out[at + n++] = (byte) value;
         return n;
+    }
+
+    static void putLongBE(byte[] out, int at, long value) {
+        for (int i = 0; i < 8; i++) {
+            out[at + i] = (byte) (value >>> (56 - 8 * i));
+        }
     }
 
     static void putLongLE(byte[] out, int at, long value) {
