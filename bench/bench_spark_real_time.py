@@ -2,7 +2,7 @@
 
 The same word split as ``bench_spark_pipeline`` (sentences of ``--words`` words; Spark's Kafka
 source and sink, local[2]) runs as a query in real-time mode (``trigger(realTime=...)``, PySpark
-4.1+; batches of ``--batch-duration``, so none ends while it is measured), fed ``--rate`` sentences a
+4.2+; batches of ``--batch-duration``, so none ends while it is measured), fed ``--rate`` sentences a
 second by a producer thread for ``--warmup`` seconds and then ``--seconds`` more, which are measured:
 
 * plain: the query alone; its latency is each output's Kafka timestamp (the sink's send) minus its
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     if not real_time_supported():
         import pyspark
 
-        print(f"PySpark {pyspark.__version__} has no real-time mode (4.1+): nothing to measure")
+        print(f"PySpark {pyspark.__version__} has no real-time mode (4.2+): nothing to measure")
         return 1
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap

@@ -65,7 +65,8 @@ _NOT_ROW_WISE = re.compile(
 
 
 def real_time_supported() -> bool:
-    """True when the installed PySpark's ``DataStreamWriter.trigger`` takes ``realTime`` (4.1+)."""
+    """True when the installed PySpark's ``DataStreamWriter.trigger`` takes ``realTime`` (4.2+;
+    Spark 4.1 has the mode in its JVM only)."""
     from pyspark.sql.streaming import DataStreamWriter
 
     return "realTime" in inspect.signature(DataStreamWriter.trigger).parameters

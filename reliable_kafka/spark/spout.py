@@ -167,7 +167,7 @@ class SparkSpout(SparkJob):
 
             raise ConfigError(
                 f"SparkSpout: options.real_time={self.options.real_time!r} needs Spark's real-time mode "
-                f"(PySpark 4.1 or later); PySpark {pyspark.__version__} is installed"
+                f"(PySpark 4.2 or later: 4.1 has it in the JVM only); PySpark {pyspark.__version__} is installed"
             )
         self.commit_interval_ms = self.options.commit_interval_ms
         self.reuse_batch_plans = self.options.reuse_batch_plans

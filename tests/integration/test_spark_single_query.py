@@ -172,7 +172,7 @@ def test_single_query_refuses_a_transform_that_is_not_row_wise(spark, kafka_boot
             spout.start()
 
 
-@pytest.mark.skipif(not real_time_supported(), reason="this PySpark has no real-time mode (4.1+)")
+@pytest.mark.skipif(not real_time_supported(), reason="this PySpark has no trigger(realTime=...) (4.2+)")
 def test_real_time_mode_tracks_every_record(spark, kafka_bootstrap, tmp_path):
     """Real-time mode (batches of 10 s): trees complete as records arrive; at each batch's end the
     driver registers them; the commit never passes an unhandled record and reaches the end."""
