@@ -87,7 +87,7 @@ def real_time_trigger(writer: DataStreamWriter, duration: str) -> DataStreamWrit
     """``writer`` in real-time mode with batches of ``duration``: ``trigger(realTime=...)``, or on
     PySpark 4.1 the JVM's public ``Trigger.RealTime``, set as PySpark 4.2's ``trigger`` sets it."""
     if _python_real_time():
-        return cast(DataStreamWriter, cast(Any, writer).trigger(realTime=duration))  # (stubs lack realTime)
+        return cast("DataStreamWriter", cast(Any, writer).trigger(realTime=duration))  # (stubs lack realTime)
     trigger = jvm_class(writer._spark, "org.apache.spark.sql.streaming.Trigger").RealTime(duration)
     writer._jwrite = writer._jwrite.trigger(trigger)
     return writer

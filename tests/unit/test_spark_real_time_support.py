@@ -22,3 +22,17 @@ def test_pyspark_with_the_python_api_is_supported(monkeypatch):
     monkeypatch.setattr(single_query, "_python_real_time", lambda: True)
     monkeypatch.setattr(pyspark, "__version__", "4.2.0")
     assert single_query.real_time_supported() is True
+
+
+def test_with_the_python_api_the_trigger_is_pysparks_own(monkeypatch):
+    calls = []
+
+    class Writer:
+        def trigger(self, **kwargs):
+            calls.append(kwargs)
+            return self
+
+    monkeypatch.setattr(single_query, "_python_real_time", lambda: True)
+    writer = Writer()
+    assert single_query.real_time_trigger(writer, "10 seconds") is writer
+    assert calls == [{"realTime": "10 seconds"}]
