@@ -1,7 +1,7 @@
 """Spark's real-time mode, plain against tracked: latency at a steady input rate.
 
 The same word split as ``bench_spark_pipeline`` (sentences of ``--words`` words; Spark's Kafka
-source and sink, local[2]) runs as a query in real-time mode (``trigger(realTime=...)``, PySpark
+source and sink, local[2]) runs as a query in real-time mode (``trigger(realTime=...)``, Spark
 4.1+; batches of ``--batch-duration``, so none ends while it is measured), fed ``--rate`` sentences a
 second by a producer thread for ``--warmup`` seconds and then ``--seconds`` more, which are measured:
 
@@ -121,16 +121,17 @@ def run_plain(spark, bootstrap: str, args) -> dict[str, list[float]]:
             .option("startingOffsets", "earliest")
             .load()
         )
-        query = (
+        from reliable_kafka.spark.single_query import real_time_trigger  # PySpark 4.1 has no realTime=
+
+        writer = (
             split_words(reader)
             .writeStream.format("kafka")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", output)
             .option("checkpointLocation", checkpoint)
             .outputMode("update")
-            .trigger(realTime=args.batch_duration)
-            .start()
         )
+        query = real_time_trigger(writer, args.batch_duration).start()
         try:
             window = timed_feed(bootstrap, source, args)
         finally:

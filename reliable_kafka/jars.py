@@ -32,7 +32,6 @@ __all__ = [
     "LOG4J2_VERSION",
     "OLDEST_SUPPORTED_KAFKA",
     "TESTED_KAFKA_VERSIONS",
-    "SPARK_KAFKA_ARTIFACT",
     "cache_dir",
     "kafka_artifacts",
     "kafka_jars",
@@ -62,9 +61,6 @@ KAFKA_VERSION_ENV = "RK_KAFKA_VERSION"
 # slf4j 2.x and would stay silent). Kafka 3.9's distribution logs through reload4j instead, which
 # its POM leaves out: the same log4j2 binding serves it.
 LOG4J2_VERSION = "2.24.3"
-
-SPARK_KAFKA_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
-"""Spark's Kafka connector for the pinned PySpark 4.2.0 (resolve as name "spark-kafka-4.2.0")."""
 
 _MAVEN_DEPENDENCY_PLUGIN = "3.8.1"
 _STAMP = ".resolved"

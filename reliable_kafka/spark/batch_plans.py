@@ -24,6 +24,7 @@ import struct
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from reliable_kafka.spark.jvm_functions import batch_plans_available
 from reliable_kafka.spark.writer import jvm_class
 
 if TYPE_CHECKING:
@@ -91,6 +92,9 @@ class BatchPlans:
         template, when it reads nothing but the batch."""
         self.built += 1
         session = rows.sparkSession
+        if not batch_plans_available(session):  # BatchPlans.java did not compile against this Spark
+            self.refused = "BatchPlans is not in reliable-kafka's jar"
+            return
         plans = jvm_class(session, JAVA_CLASS)
         plan, leaf = rows._jdf.logicalPlan(), batch._jdf.logicalPlan()
         salts = 0

@@ -48,7 +48,7 @@ class SparkOptions:
       ``transform`` must be row-wise (projections, filters, explode, UDFs: each source record's
       outputs made in one task), which is checked when the query starts.
     - ``real_time`` [None]: a batch duration such as ``"5 minutes"``: the spout's single query runs
-      in Spark's real-time mode (``trigger(realTime=...)``, PySpark 4.1 and later), records
+      in Spark's real-time mode (``trigger(realTime=...)``, Spark 4.1 and later), records
       processed as they arrive; implies ``single_query``.
 
     A :class:`SparkBolt` reads none of the last four (it commits after every batch and builds

@@ -23,7 +23,7 @@ import io
 import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
@@ -33,6 +33,7 @@ from reliable_kafka.spark.writer import jvm_class
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
 
 __all__ = [
     "TRACKED_ROWS_CLASS",
@@ -43,6 +44,7 @@ __all__ = [
     "checkpoint_files",
     "committed_ranges",
     "real_time_supported",
+    "real_time_trigger",
     "sink_options",
     "tracked_rows",
 ]
@@ -64,11 +66,31 @@ _NOT_ROW_WISE = re.compile(
 )
 
 
-def real_time_supported() -> bool:
-    """True when the installed PySpark's ``DataStreamWriter.trigger`` takes ``realTime`` (4.1+)."""
+def _python_real_time() -> bool:
+    """True when the installed PySpark's ``DataStreamWriter.trigger`` takes ``realTime`` (4.2+)."""
     from pyspark.sql.streaming import DataStreamWriter
 
     return "realTime" in inspect.signature(DataStreamWriter.trigger).parameters
+
+
+def real_time_supported() -> bool:
+    """True when the installed Spark has real-time mode: PySpark's ``trigger(realTime=...)`` (4.2+),
+    or Spark 4.1, whose JVM has it (``Trigger.RealTime``) though its Python API does not."""
+    import pyspark
+
+    from reliable_kafka.spark.connector import spark_release
+
+    return _python_real_time() or spark_release(pyspark.__version__)[:2] >= (4, 1)
+
+
+def real_time_trigger(writer: DataStreamWriter, duration: str) -> DataStreamWriter:
+    """``writer`` in real-time mode with batches of ``duration``: ``trigger(realTime=...)``, or on
+    PySpark 4.1 the JVM's public ``Trigger.RealTime``, set as PySpark 4.2's ``trigger`` sets it."""
+    if _python_real_time():
+        return cast("DataStreamWriter", cast(Any, writer).trigger(realTime=duration))  # (stubs lack realTime)
+    trigger = jvm_class(writer._spark, "org.apache.spark.sql.streaming.Trigger").RealTime(duration)
+    writer._jwrite = writer._jwrite.trigger(trigger)
+    return writer
 
 
 def sink_options(options: dict[str, str], *, component: str) -> dict[str, str]:

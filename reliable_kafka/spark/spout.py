@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -64,6 +64,7 @@ from reliable_kafka.spark.single_query import (
     checkpoint_files,
     committed_ranges,
     real_time_supported,
+    real_time_trigger,
     sink_options,
     tracked_rows,
 )
@@ -167,7 +168,7 @@ class SparkSpout(SparkJob):
 
             raise ConfigError(
                 f"SparkSpout: options.real_time={self.options.real_time!r} needs Spark's real-time mode "
-                f"(PySpark 4.1 or later); PySpark {pyspark.__version__} is installed"
+                f"(Spark 4.1 or later); PySpark {pyspark.__version__} is installed"
             )
         self.commit_interval_ms = self.options.commit_interval_ms
         self.reuse_batch_plans = self.options.reuse_batch_plans
@@ -314,9 +315,8 @@ class SparkSpout(SparkJob):
             next_id=0 if last is None else last + 1,
         )
         self._roots.on_unknown = self._early.hold
-        if real_time:
-            # (PySpark's type stubs do not list realTime yet)
-            writer = cast(Any, writer).outputMode("update").trigger(realTime=self.options.real_time)
+        if self.options.real_time is not None:
+            writer = real_time_trigger(writer.outputMode("update"), self.options.real_time)
         elif self.available_now:
             writer = writer.trigger(availableNow=True)
         else:

@@ -172,7 +172,7 @@ def test_single_query_refuses_a_transform_that_is_not_row_wise(spark, kafka_boot
             spout.start()
 
 
-@pytest.mark.skipif(not real_time_supported(), reason="this PySpark has no real-time mode (4.1+)")
+@pytest.mark.skipif(not real_time_supported(), reason="this Spark has no real-time mode (4.1+)")
 def test_real_time_mode_tracks_every_record(spark, kafka_bootstrap, tmp_path):
     """Real-time mode (batches of 10 s): trees complete as records arrive; at each batch's end the
     driver registers them; the commit never passes an unhandled record and reaches the end."""
@@ -184,6 +184,8 @@ def test_real_time_mode_tracks_every_record(spark, kafka_bootstrap, tmp_path):
             tracking=Tracking(message_timeout_ms=30_000, backoff=Backoff(initial_ms=200)),
         )
         with started(spout):
+            # in real-time mode on every supported Spark (4.1: set through the JVM's Trigger.RealTime)
+            assert "RealTimeTrigger" in spout.query._jsq.streamingQuery().trigger().toString()
             placed = placed_records(kafka_bootstrap, flow.source, 600)
             samples = run_and_sample(spout, kafka_bootstrap, flow, log, timeout=300)
     assert not passed_unhandled(samples)

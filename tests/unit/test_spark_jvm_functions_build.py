@@ -144,3 +144,60 @@ def test_a_directory_left_without_its_stamp_is_built_again(tmp_path):
     assert not (target / "stray").exists()
     names = zipfile.ZipFile(jar).namelist()
     assert {"reliablekafka/spark/ReliableKafkaFunctions.class", "reliablekafka/spark/ChildXor.class"} <= set(names)
+
+
+def _sources_with_an_internal_api_change(tmp_path, monkeypatch, broken: str):
+    """A copy of the Java sources where ``broken`` uses a Catalyst class this Spark lacks, as a
+    source using Spark internals would after an API change in another Spark release."""
+    if jvm_functions._tool("javac") is None:
+        pytest.skip("no javac on this machine: the fallback tests above cover it")
+    sources = tmp_path / "jvm"
+    shutil.copytree(jvm_functions._SOURCES, sources)
+    text = (sources / broken).read_text()
+    (sources / broken).write_text(
+        text.replace("import ", "import org.apache.spark.sql.catalyst.plans.logical.NoSuchPlanInThisSpark;\nimport ", 1)
+    )
+    monkeypatch.setattr(jvm_functions, "_SOURCES", sources)
+
+
+def _classes_in(jar):
+    import zipfile
+
+    names = zipfile.ZipFile(jar).namelist()
+    return {name.rsplit("/", 1)[-1].split("$")[0].removesuffix(".class") for name in names if name.endswith(".class")}
+
+
+def test_a_source_that_no_longer_compiles_costs_plan_reuse_only(monkeypatch, tmp_path, caplog):
+    """BatchPlans.java failing: the jar is built without it, keeps the functions and TrackedRows,
+    and says (once) that batch plan reuse is lost and why."""
+    _sources_with_an_internal_api_change(tmp_path, monkeypatch, "BatchPlans.java")
+    with caplog.at_level(logging.WARNING, logger=jvm_functions.__name__):
+        jar = functions_jar_or_none(cache=tmp_path / "cache")
+        assert functions_jar_or_none(cache=tmp_path / "cache") == jar
+    assert _classes_in(jar) == {"ChildXor", "ReliableKafkaFunctions", "RootXors", "TrackedRows"}
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert "batch plan reuse (BatchPlans.java) did not compile" in warnings[0]
+    assert "NoSuchPlanInThisSpark" in warnings[0]
+
+
+def test_when_the_functions_no_longer_compile_the_jar_keeps_tracked_rows(monkeypatch, tmp_path, caplog):
+    """ChildXor.java failing: only the public-API source is left, and the jar still holds it (the
+    single query needs it); the warning names what is lost."""
+    _sources_with_an_internal_api_change(tmp_path, monkeypatch, "ChildXor.java")
+    with caplog.at_level(logging.WARNING, logger=jvm_functions.__name__):
+        jar = functions_jar_or_none(cache=tmp_path / "cache")
+    assert _classes_in(jar) == {"TrackedRows"}
+    assert jvm_functions.lost(jar).startswith("batch plan reuse and the Java output functions")
+    assert any("Java output functions" in r.getMessage() for r in caplog.records)
+
+
+def test_a_jvm_without_batch_plans_builds_each_plan_anew_with_one_warning(monkeypatch, caplog):
+    session = _session_without_the_class()
+    with caplog.at_level(logging.WARNING, logger=jvm_functions.__name__):
+        assert jvm_functions.batch_plans_available(session) is False
+        assert jvm_functions.batch_plans_available(session) is False
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "batch plan reuse unavailable" in warnings[0] and "BatchPlans" in warnings[0]
+    monkeypatch.setenv(MODE_ENV, "off")
+    assert jvm_functions.batch_plans_available(None) is False  # never looks at the session
