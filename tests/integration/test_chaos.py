@@ -78,3 +78,22 @@ def test_a_pyspark_stage_survives_driver_kills_with_the_rest():
     )
     assert report.kills["spark"] >= 1
     assert report.lost == 0 and not report.early_commits and report.caught_up, report.render()
+
+
+@pytest.mark.spark
+def test_a_single_query_spark_spout_survives_driver_kills_with_the_rest():
+    # the spout stage is one SparkSpout (single query) under the spouts' group: the same checks
+    report = run(
+        ChaosConfig(
+            records=1000,
+            produce_seconds=30,
+            kill_interval=(2.0, 4.0),
+            broker_restarts=0,
+            message_timeout_ms=30_000,
+            settle_timeout=420,
+            spark_spout=True,
+            seed=7,
+        )
+    )
+    assert report.kills["spark-spout"] >= 1
+    assert report.lost == 0 and not report.early_commits and report.caught_up, report.render()

@@ -125,7 +125,13 @@ def start_driver(args: list[str], log_path: Path) -> subprocess.Popen:
     )
 
 
-def test_driver_killed_mid_run_loses_nothing_and_never_commits_past_an_incomplete_record(kafka_bootstrap, tmp_path):
+@pytest.mark.parametrize("single_query", [False, True], ids=["foreach-batch", "single-query"])
+def test_driver_killed_mid_run_loses_nothing_and_never_commits_past_an_incomplete_record(
+    kafka_bootstrap, tmp_path, single_query
+):
+    """Either path: the foreachBatch spout, or the spout as one streaming query, whose group commit
+    moves a batch at a time (a batch is registered when Spark commits it) but is held back the same
+    way by the trees still open downstream."""
     topology = unique_name("rk-spark-kill")
     source, output, group = f"{topology}.src", f"{topology}.out", f"{topology}.job"
     create_topics(kafka_bootstrap, {source: 2, output: 2})
@@ -133,6 +139,8 @@ def test_driver_killed_mid_run_loses_nothing_and_never_commits_past_an_incomplet
     ends = end_offsets(kafka_bootstrap, source)
     checkpoint = tmp_path / "ckpt"
     args = driver_args(kafka_bootstrap, topology, source, output, group, checkpoint, max_offsets_per_trigger=300)
+    if single_query:
+        args.append("--single-query")
     log_path = tmp_path / "driver.log"
     sampler = CommitSampler(kafka_bootstrap, group, source, len(ends))
     started: list[set[int]] = []
@@ -200,6 +208,7 @@ def test_driver_killed_mid_run_loses_nothing_and_never_commits_past_an_incomplet
 
     lines = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
     recovered = lines[0]["recovered"]
+    assert lines[0]["single_query"] is single_query, lines[0]
     print(f"killed with commits at {killed_at}; restart recovered {recovered} records; final {lines[-1]}")
 
     # No loss: every source record has an output.
