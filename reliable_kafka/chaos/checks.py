@@ -78,7 +78,7 @@ class ChaosReport:
             if times:
                 times = sorted(times)
                 lines.append(
-                    f"  recovery after {kind:<7}median {times[len(times) // 2]:.1f} s, max {times[-1]:.1f} s "
+                    f"  recovery after {kind:<6} median {times[len(times) // 2]:.1f} s, max {times[-1]:.1f} s "
                     f"({len(times)} kills)"
                 )
         lines.append(f"  time                  {self.seconds:.0f} s")

@@ -61,6 +61,7 @@ class ChaosConfig:
     transactional: bool = False  # spouts and bolts in Kafka transactions: the sink holds each effect once
     kill_spouts: bool = True
     spark: bool = False  # the split stage is a PySpark job (one driver process) instead of Python bolts
+    spark_spout: bool = False  # the spout stage is one single-query SparkSpout process (same group, topics)
     spouts: int = 2
     splits: int = 2
     sinks: int = 2
@@ -200,6 +201,7 @@ def _run_topology(
         f"topology {topology} on {bootstrap}: {config.records} records, "
         f"{'transactional' if config.transactional else 'at-least-once'}, {config.brokers} broker(s)"
         f"{', split stage on PySpark' if config.spark else ''}"
+        f"{', spout stage a single-query SparkSpout' if config.spark_spout else ''}"
         f"{f', bolts with parallelism {config.parallelism} (ordering key)' if config.parallelism > 1 else ''}"
     )
     log_dir = Path(tempfile.mkdtemp(prefix=f"{topology}-logs-"))
@@ -218,7 +220,7 @@ def _run_topology(
     crashes: Counter[str] = Counter()  # processes that died on their own (restarted, as a supervisor would)
     kill_times: list[tuple[str, float]] = []
     broker_faults = sorted(rng.uniform(0.2, 0.8) * config.produce_seconds for _ in range(config.broker_restarts))
-    targets = [p for p in processes if config.kill_spouts or p.role != "spout"]
+    targets = [p for p in processes if config.kill_spouts or p.role not in ("spout", "spark-spout")]
     try:
         while producer.is_alive():
             _sleep_supervising(rng.uniform(*config.kill_interval), processes, crashes, log)
@@ -277,7 +279,8 @@ def _run_topology(
 def _processes(config: ChaosConfig, topology: str, bootstrap: str, log_dir: Path) -> list[_Process]:
     counts = {
         "acker": config.ackers,
-        "spout": config.spouts,
+        "spout": 0 if config.spark_spout else config.spouts,
+        "spark-spout": 1 if config.spark_spout else 0,
         "split": 0 if config.spark else config.splits,
         "spark": 1 if config.spark else 0,
         "sink": config.sinks,
@@ -301,8 +304,10 @@ def _processes(config: ChaosConfig, topology: str, bootstrap: str, log_dir: Path
                 "--message-timeout-ms",
                 str(config.message_timeout_ms),
             ]
-            if role == "spark":
+            if role in ("spark", "spark-spout"):
                 argv += ["--checkpoint-dir", str(log_dir / f"{name}-checkpoint")]
+            if role == "spark-spout":  # as the Python spouts' bound beside a Spark stage, below
+                argv += ["--max-pending", "1000"]
             if role == "spout" and (config.spark or config.transactional or config.parallelism > 1):
                 # a slower stage (Spark; a transaction per batch; calls that wait on "I/O") needs
                 # fewer trees in flight: pending / throughput must stay well under the message

@@ -3,6 +3,8 @@
 The topology: source records ``"<id>"`` -> spout (forwards to ``<T>.stage1``) -> split bolt (emits
 ``FANOUT`` children ``"<id>:<j>"`` to ``<T>.stage2``) -> sink bolt (writes each child, unanchored,
 to ``<T>.sink`` and acks it). Every process stops cleanly on SIGTERM and can be SIGKILLed anywhere.
+Role ``spark`` is a PySpark split stage, ``spark-spout`` a PySpark spout stage
+(:mod:`reliable_kafka.spark.chaos_role`).
 
 With ``--parallelism N`` (above 1) the split and sink bolts keep up to N handler calls in flight
 (``ordering="key"``), and each call waits a moment as an I/O-bound handler would, so that a kill
@@ -25,7 +27,7 @@ from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.spout import Spout, TransactionalSpout
 
 FANOUT = 3
-ROLES = ("spout", "split", "sink", "acker", "spark")
+ROLES = ("spout", "split", "sink", "acker", "spark", "spark-spout")
 CLIENT_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}  # consumers only: producers warn of them
 PARALLEL_WAIT_S = (0.0005, 0.005)  # a parallel bolt's call waits this long (uniform), as on I/O
 
@@ -111,31 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transactional", action="store_true")
     parser.add_argument("--message-timeout-ms", type=int, default=10_000)
     parser.add_argument("--ackers", type=int, default=4)
-    parser.add_argument("--max-pending", type=int, default=10_000, help="for --role spout")
+    parser.add_argument("--max-pending", type=int, default=10_000, help="for --role spout and spark-spout")
     parser.add_argument("--parallelism", type=int, default=1, help="for --role split and sink: calls in flight")
-    parser.add_argument("--checkpoint-dir", help="for --role spark: the Spark checkpoint (stable across restarts)")
+    parser.add_argument(
+        "--checkpoint-dir", help="for --role spark and spark-spout: the Spark checkpoint (stable across restarts)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format=f"%(asctime)s {args.name} %(levelname)s %(name)s: %(message)s"
     )
-    if args.role == "spark":
-        import signal
-        import threading
-
-        from reliable_kafka.spark.chaos_role import run_spark_split
-
-        stop = threading.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: stop.set())
-        run_spark_split(
-            topology=args.topology,
-            bootstrap=args.bootstrap,
-            name=args.name,
-            checkpoint_dir=args.checkpoint_dir,
-            fanout=FANOUT,
-            kafka_config={},
-            stop=stop,
-        )
+    if args.role in ("spark", "spark-spout"):
+        _run_spark(args)
         return 0
     component = build(
         args.role,
@@ -150,6 +138,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     component.run(handle_signals=True)
     return 0
+
+
+def _run_spark(args: argparse.Namespace) -> None:
+    """A PySpark role, stopped by SIGTERM or SIGINT (pyspark is imported only here)."""
+    import signal
+    import threading
+
+    from reliable_kafka.spark.chaos_role import run_spark_split, run_spark_spout
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    on: dict[str, Any] = {
+        "topology": args.topology,
+        "bootstrap": args.bootstrap,
+        "name": args.name,
+        "checkpoint_dir": args.checkpoint_dir,
+        "kafka_config": {},
+        "stop": stop,
+    }
+    if args.role == "spark":
+        run_spark_split(**on, fanout=FANOUT)
+    else:
+        run_spark_spout(**on, message_timeout_ms=args.message_timeout_ms, max_pending=args.max_pending)
 
 
 if __name__ == "__main__":

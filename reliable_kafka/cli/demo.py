@@ -106,11 +106,16 @@ def _register_chaos(subparsers: Subparsers) -> None:
         action="store_true",
         help="run the split stage as a PySpark Structured Streaming job (killed like the rest)",
     )
+    chaos.add_argument(
+        "--spark-spout",
+        action="store_true",
+        help="run the spout stage as one PySpark SparkSpout in single-query mode (killed like the rest)",
+    )
     message_timeout_argument(
         chaos,
         default=None,
-        help="message timeout (default: 10000; 30000 with --spark; 120000 with --transactional, above the "
-        "longest stall of a transactional worker, since a timeout replays)",
+        help="message timeout (default: 10000; 30000 with --spark or --spark-spout; 120000 with --transactional, "
+        "above the longest stall of a transactional worker, since a timeout replays)",
     )
     chaos.add_argument(
         "--parallel",
@@ -125,7 +130,7 @@ def _register_chaos(subparsers: Subparsers) -> None:
         type=float,
         default=None,
         help="seconds the topology may take to finish after the faults (default: 240; 480 "
-        "with --spark, whose restarted driver catches up slowly on 2 cores)",
+        "with --spark or --spark-spout, whose restarted driver catches up slowly on 2 cores)",
     )
     chaos.set_defaults(handler=_chaos)
 
@@ -137,6 +142,9 @@ def _chaos(args: argparse.Namespace) -> int:
         raise SystemExit(f"chaos: --parallel must be >= 1, got {args.parallel}")
     if args.parallel > 1 and args.transactional:
         raise SystemExit("chaos: --parallel above 1 and --transactional do not mix (a transactional bolt is serial)")
+    if args.spark_spout and args.transactional:
+        raise SystemExit("chaos: --spark-spout and --transactional do not mix (a Spark spout is not transactional)")
+    spark = args.spark or args.spark_spout
     report = run(
         ChaosConfig(
             records=args.records,
@@ -146,11 +154,12 @@ def _chaos(args: argparse.Namespace) -> int:
             transactional=args.transactional,
             kill_spouts=not args.spare_spouts,
             spark=args.spark,
+            spark_spout=args.spark_spout,
             seed=args.seed,
             parallelism=args.parallel,
             message_timeout_ms=args.message_timeout_ms
-            or (120_000 if args.transactional else 30_000 if args.spark else 10_000),
-            settle_timeout=args.settle or (480.0 if args.spark else 240.0),
+            or (120_000 if args.transactional else 30_000 if spark else 10_000),
+            settle_timeout=args.settle or (480.0 if spark else 240.0),
         )
     )
     return 0 if report.ok else 1

@@ -1,7 +1,10 @@
-"""The chaos harness's PySpark process: a SparkBolt in place of the split bolts.
+"""The chaos harness's PySpark processes: a SparkBolt in place of the split bolts (``--spark``), or
+a SparkSpout run as one streaming query in place of the Python spouts (``--spark-spout``).
 
-It reads ``<T>.stage1`` and writes ``FANOUT`` children per record to ``<T>.stage2``, each anchored
-to its input; the harness SIGKILLs the driver (its JVM dies with it) and restarts it on the same
+The bolt reads ``<T>.stage1`` and writes ``FANOUT`` children per record to ``<T>.stage2``, each
+anchored to its input. The spout reads ``<T>.source`` and forwards each record to ``<T>.stage1``
+under the Python spouts' group ``<T>-spout`` (the group whose commits the harness samples and
+checks). The harness SIGKILLs either driver (its JVM dies with it) and restarts it on the same
 checkpoint.
 """
 
@@ -11,15 +14,17 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from reliable_kafka.config import Connection
+from reliable_kafka.config import Connection, Tracking
+from reliable_kafka.core.tracker import Backoff
 from reliable_kafka.spark.bolt import SparkBolt
 from reliable_kafka.spark.options import SparkOptions
 from reliable_kafka.spark.session import spark_session
+from reliable_kafka.spark.spout import SparkSpout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["run_spark_split"]
+__all__ = ["run_spark_split", "run_spark_spout"]
 
 
 def fan_out(fanout: int) -> Callable[[DataFrame], DataFrame]:
@@ -34,6 +39,11 @@ def fan_out(fanout: int) -> Callable[[DataFrame], DataFrame]:
         )
 
     return transform
+
+
+def forward(records: DataFrame) -> DataFrame:
+    """Each source record as it is (what the Python spout forwards): a projection, row-wise."""
+    return records.select("key", "value", "anchors")
 
 
 def run_spark_split(
@@ -57,6 +67,48 @@ def run_spark_split(
         transform=fan_out(fanout),
         output_topic=f"{topology}.stage2",
         options=SparkOptions(trigger_seconds=0.5, max_offsets_per_trigger=2000),
+        name=name,
+    )
+    job.start()
+    try:
+        while not stop.wait(0.5):
+            job.raise_if_failed()
+    finally:
+        job.stop()
+        spark.stop()
+
+
+def run_spark_spout(
+    *,
+    topology: str,
+    bootstrap: str,
+    name: str,
+    checkpoint_dir: str,
+    message_timeout_ms: int,
+    max_pending: int,
+    kafka_config: dict[str, Any],
+    stop: threading.Event,
+) -> None:
+    """The spout stage as one streaming query, tracked as the Python spouts' are (the same retries,
+    backoff and group)."""
+    spark = spark_session(f"chaos-{name}", master="local[1]")
+    job = SparkSpout(
+        spark,
+        topology=topology,
+        connection=Connection(bootstrap, kafka_config=kafka_config),
+        source_topics=f"{topology}.source",
+        group_id=f"{topology}-spout",
+        checkpoint_dir=checkpoint_dir,
+        transform=forward,
+        output_topic=f"{topology}.stage1",
+        tracking=Tracking(
+            message_timeout_ms=message_timeout_ms,
+            backstop_grace_ms=message_timeout_ms,
+            max_retries=50,
+            max_pending=max_pending,
+            backoff=Backoff(initial_ms=100, max_ms=2000),
+        ),
+        options=SparkOptions(single_query=True, trigger_seconds=0.5, max_offsets_per_trigger=2000),
         name=name,
     )
     job.start()

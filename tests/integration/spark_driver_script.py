@@ -5,10 +5,12 @@ killed. Outputs are ``value|partition|offset|attempt`` so the test can trace the
 
     python spark_driver_script.py --bootstrap HOST:PORT --topology T --source S --output O \
         --group G --checkpoint DIR [--max-offsets-per-trigger N] [--message-timeout-ms MS]
-        [--pause-on VALUE --pause-file PATH]
+        [--pause-on VALUE --pause-file PATH] [--single-query]
 
 ``--pause-on``: the task that transforms the record ``VALUE`` writes its Python worker's pid to
 ``PATH`` and waits (up to 120 s) for ``PATH.release``, so a test can kill its executor mid-batch.
+``--single-query``: the spout runs as one streaming query (``SparkOptions(single_query=True)``);
+the transform (a projection) is row-wise, as that path requires.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--message-timeout-ms", type=int, default=10_000)
     parser.add_argument("--pause-on", default=None)
     parser.add_argument("--pause-file", default=None)
+    parser.add_argument("--single-query", action="store_true")
     args = parser.parse_args(argv)
 
     logging.basicConfig(
@@ -95,11 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_dir=args.checkpoint,
         transform=pausing(tag_with_source, args.pause_on, args.pause_file) if args.pause_on else tag_with_source,
         output_topic=args.output,
-        options=SparkOptions(max_offsets_per_trigger=args.max_offsets_per_trigger, commit_interval_ms=300),
+        options=SparkOptions(
+            max_offsets_per_trigger=args.max_offsets_per_trigger, commit_interval_ms=300, single_query=args.single_query
+        ),
         tracking=Tracking(message_timeout_ms=args.message_timeout_ms, backoff=Backoff(initial_ms=200)),
     )
     spout.start()
-    print(json.dumps({"started": True, "recovered": spout.recovered, "master": spark.sparkContext.master}), flush=True)
+    started = {"started": True, "recovered": spout.recovered, "master": spark.sparkContext.master}
+    print(json.dumps({**started, "single_query": spout.single_query}), flush=True)
     try:
         while not stop.wait(0.5):
             spout.raise_if_failed()
