@@ -78,23 +78,3 @@ def test_a_pyspark_stage_survives_driver_kills_with_the_rest():
     )
     assert report.kills["spark"] >= 1
     assert report.lost == 0 and not report.early_commits and report.caught_up, report.render()
-
-
-@pytest.mark.spark
-def test_a_single_query_spark_spout_survives_driver_kills_with_the_rest():
-    # the spout stage is one SparkSpout (single query) under the spouts' group: the same checks;
-    # its driver can take 50 s to start and run a first batch on a loaded 2-core machine
-    report = run(
-        ChaosConfig(
-            records=1000,
-            produce_seconds=120,
-            kill_interval=(2.0, 4.0),
-            broker_restarts=0,
-            message_timeout_ms=30_000,
-            settle_timeout=420,
-            spark_spout=True,
-            seed=107,  # the Spark spout is killed once, about 100 s in, when it has run batches
-        )
-    )
-    assert report.kills["spark-spout"] >= 1
-    assert report.lost == 0 and not report.early_commits and report.caught_up, report.render()
