@@ -115,7 +115,8 @@ class SparkSpout(SparkJob):
       commits).
     - ``tracking`` [``Tracking()``]: a :class:`~reliable_kafka.config.Tracking`, as the Python
       spout's: ``max_retries``, ``max_pending`` (holds the next micro-batch back while that many
-      roots are in flight), ``backoff``, ``message_timeout_ms``, ``backstop_grace_ms``, the
+      roots are in flight; not with ``single_query``, which has no hook between batches: bound
+      its batches with ``max_offsets_per_trigger``), ``backoff``, ``message_timeout_ms``, ``backstop_grace_ms``, the
       dead-letter guard (a tripped guard stops the job: ``run_until``/``raise_if_failed`` raise
       :class:`~reliable_kafka.errors.DeadLetterGuardTripped`) and ``root_index``; the guarantee is
       always ``"at_least_once"``, and ``ackers`` is the ackers' alone.
