@@ -42,6 +42,7 @@ __all__ = [
     "check_row_wise",
     "checkpoint_files",
     "committed_ranges",
+    "not_row_wise",
     "real_time_supported",
     "sink_options",
     "tracked_rows",
@@ -106,11 +107,7 @@ def check_row_wise(outputs: DataFrame, *, component: str, transform: object) -> 
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
         outputs.explain(extended=True)
-    plan = text.getvalue()
-    start = plan.find("== Optimized Logical Plan ==")
-    end = plan.find("== Physical Plan ==")
-    section = plan[start:end] if start >= 0 else plan
-    found = sorted({match.group(1) for match in _NOT_ROW_WISE.finditer(section)})
+    found = not_row_wise(text.getvalue())
     if found:
         name = getattr(transform, "__name__", transform)
         raise ConfigError(
@@ -118,6 +115,16 @@ def check_row_wise(outputs: DataFrame, *, component: str, transform: object) -> 
             "needs each source record's outputs made in one task, one after another (projections, filters, "
             "explode, UDFs); run it without single_query (the foreachBatch path takes any transform)"
         )
+
+
+def not_row_wise(plan: str) -> list[str]:
+    """The node names of :data:`_NOT_ROW_WISE` in the optimized logical plan of ``plan`` (the text
+    ``DataFrame.explain(extended=True)`` prints), sorted; the other plans are not read (the parsed
+    and analysed ones hold nodes the optimizer removes, the physical one Spark's own operators)."""
+    start = plan.find("== Optimized Logical Plan ==")
+    end = plan.find("== Physical Plan ==")
+    section = plan[start:end] if 0 <= start < end else plan[start:] if start >= 0 else plan
+    return sorted({match.group(1) for match in _NOT_ROW_WISE.finditer(section)})
 
 
 def tracked_rows(
