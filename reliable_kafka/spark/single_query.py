@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
 from reliable_kafka.spark.batch_roots import OffsetLog, Ranges
@@ -223,8 +224,9 @@ class CommitFollower:
 class EarlyOutcomes:
     """Outcomes of roots the driver has not registered yet: in real-time mode a tree completes within
     milliseconds, and its batch is committed (and registered) only at the batch's end. The first
-    outcome of a root is kept; entries older than ``keep_s`` are dropped (roots never registered: a
-    task's INIT for a record already done, a zombie attempt's tree)."""
+    outcome of a root is kept (a RESET_TIMEOUT is no outcome: not held); entries older than
+    ``keep_s`` are dropped (roots never registered: a task's INIT for a record already done, a
+    zombie attempt's tree)."""
 
     def __init__(self, keep_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.keep_s = keep_s
@@ -236,6 +238,10 @@ class EarlyOutcomes:
         return len(self._first)
 
     def hold(self, root: int, kind: int) -> None:
+        if kind == OutcomeKind.RESET_TIMEOUT:
+            # no decision (a bolt pushed the tree's deadline): held as the first outcome, it would
+            # hide the decision after it, and the registered root would wait for its backstop
+            return
         self._first.setdefault(root, (kind, self.clock()))
 
     def take(self, roots: list[int]) -> dict[int, int]:
