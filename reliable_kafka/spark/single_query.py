@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
 from reliable_kafka.spark.batch_roots import OffsetLog, Ranges
@@ -43,6 +44,7 @@ __all__ = [
     "check_row_wise",
     "checkpoint_files",
     "committed_ranges",
+    "not_row_wise",
     "real_time_supported",
     "real_time_trigger",
     "sink_options",
@@ -128,11 +130,7 @@ def check_row_wise(outputs: DataFrame, *, component: str, transform: object) -> 
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
         outputs.explain(extended=True)
-    plan = text.getvalue()
-    start = plan.find("== Optimized Logical Plan ==")
-    end = plan.find("== Physical Plan ==")
-    section = plan[start:end] if start >= 0 else plan
-    found = sorted({match.group(1) for match in _NOT_ROW_WISE.finditer(section)})
+    found = not_row_wise(text.getvalue())
     if found:
         name = getattr(transform, "__name__", transform)
         raise ConfigError(
@@ -140,6 +138,16 @@ def check_row_wise(outputs: DataFrame, *, component: str, transform: object) -> 
             "needs each source record's outputs made in one task, one after another (projections, filters, "
             "explode, UDFs); run it without single_query (the foreachBatch path takes any transform)"
         )
+
+
+def not_row_wise(plan: str) -> list[str]:
+    """The node names of :data:`_NOT_ROW_WISE` in the optimized logical plan of ``plan`` (the text
+    ``DataFrame.explain(extended=True)`` prints), sorted; the other plans are not read (the parsed
+    and analysed ones hold nodes the optimizer removes, the physical one Spark's own operators)."""
+    start = plan.find("== Optimized Logical Plan ==")
+    end = plan.find("== Physical Plan ==")
+    section = plan[start:end] if 0 <= start < end else plan[start:] if start >= 0 else plan
+    return sorted({match.group(1) for match in _NOT_ROW_WISE.finditer(section)})
 
 
 def tracked_rows(
@@ -238,8 +246,9 @@ class CommitFollower:
 class EarlyOutcomes:
     """Outcomes of roots the driver has not registered yet: in real-time mode a tree completes within
     milliseconds, and its batch is committed (and registered) only at the batch's end. The first
-    outcome of a root is kept; entries older than ``keep_s`` are dropped (roots never registered: a
-    task's INIT for a record already done, a zombie attempt's tree)."""
+    outcome of a root is kept (a RESET_TIMEOUT is no outcome: not held); entries older than
+    ``keep_s`` are dropped (roots never registered: a task's INIT for a record already done, a
+    zombie attempt's tree)."""
 
     def __init__(self, keep_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.keep_s = keep_s
@@ -251,6 +260,10 @@ class EarlyOutcomes:
         return len(self._first)
 
     def hold(self, root: int, kind: int) -> None:
+        if kind == OutcomeKind.RESET_TIMEOUT:
+            # no decision (a bolt pushed the tree's deadline): held as the first outcome, it would
+            # hide the decision after it, and the registered root would wait for its backstop
+            return
         self._first.setdefault(root, (kind, self.clock()))
 
     def take(self, roots: list[int]) -> dict[int, int]:
