@@ -75,9 +75,10 @@ class SparkOptions:
         require_bool("SparkOptions", "reuse_batch_plans", self.reuse_batch_plans)
         require_bool("SparkOptions", "single_query", self.single_query)
         if self.real_time is not None:
-            if not isinstance(self.real_time, str) or not _DURATION.match(self.real_time):
+            match = _DURATION.match(self.real_time) if isinstance(self.real_time, str) else None
+            if match is None or int(match.group(1)) == 0:
                 raise ConfigError(
-                    f"SparkOptions: real_time must be a batch duration such as '5 minutes' or '30 seconds', "
+                    f"SparkOptions: real_time must be a batch duration above 0 such as '5 minutes' or '30 seconds', "
                     f"got {self.real_time!r}"
                 )
             if self.available_now:

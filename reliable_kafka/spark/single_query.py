@@ -283,11 +283,3 @@ class EarlyOutcomes:
         for root in old:
             del self._first[root]
         self.dropped += len(old)
-
-
-def query_writer(sink: DataFrame, options: dict[str, Any]) -> Any:
-    """``sink.writeStream`` to Kafka with ``options`` (the rows name their topics)."""
-    writer = sink.writeStream.format("kafka")
-    for key, value in options.items():
-        writer = writer.option(key, value)
-    return writer

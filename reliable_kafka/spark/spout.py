@@ -186,6 +186,7 @@ class SparkSpout(SparkJob):
         self._last_commit = 0.0
         self._resume = ResumePoint()  # where Spark resumes: read by start()
         self._follower: CommitFollower | None = None  # a single query's committed batches (start())
+        self._next_expiry = 0.0  # when the driver loop next drops held outcomes older than they can matter
         self._query_salt = 0  # a single query's ids: derived from this salt and the coordinates
         # outcomes that came before their single-query batch was registered: kept until long after
         # that batch can have ended (a real-time batch lasts its whole duration)
@@ -470,7 +471,9 @@ class SparkSpout(SparkJob):
         self._roots.take_outcomes(0.1, max_records=1000)
         if self._follower is not None:
             self._take_committed_batches()
-            self._early.expire()
+            if time.monotonic() >= self._next_expiry:  # a scan of every held outcome: not every loop
+                self._early.expire()
+                self._next_expiry = time.monotonic() + 10.0
         if self._roots.dead_letters_waiting:
             self._write_dead_letters()
         if self._roots.guard_tripped is None:

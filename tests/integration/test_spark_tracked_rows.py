@@ -286,13 +286,6 @@ def test_a_row_anchored_to_two_records_fails_its_task(spark):
     assert "an output row is anchored to two source records (6, 7)" in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TrackedRows ends a record at any row without a root (Rows.output: rowRoot != root), so an "
-    "untracked row among a record's rows splits its INIT in two; once 10,000 entries are queued (or the "
-    "timed flush runs) the first INIT is written before the record's later outputs exist, and the tree "
-    "completes when the first outputs are acked",
-)
 def test_an_untracked_row_among_a_records_rows_does_not_split_its_init(spark):
     """Record R makes three rows: tracked, untracked (no anchors), tracked. 9,999 one-row records
     come before it in its task, so R's first part is the 10,000th entry queued."""

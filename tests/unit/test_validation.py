@@ -223,7 +223,7 @@ CONSTRUCTORS = {
             "commit_interval_ms": [*NOT_INT, -1],
             "reuse_batch_plans": NOT_BOOL,
             "single_query": NOT_BOOL,
-            "real_time": [5, "", "soon", "5 parsecs", b"5 minutes"],
+            "real_time": [5, "", "soon", "5 parsecs", b"5 minutes", "0 seconds"],
         },
     ),
     "SparkBolt": (lambda **kw: SparkBolt(None, **kw), SPARK, SPARK_BAD),

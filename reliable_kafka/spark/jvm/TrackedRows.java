@@ -128,7 +128,7 @@ public final class TrackedRows implements MapPartitionsFunction<Row, Row> {
         /** The output row for {@code row}, or null (a failed row, or one without a root). */
         private Row output(Row row) {
             long rowRoot = rootOf(row.isNullAt(2) ? null : row.<Long>getList(2));
-            if (rowRoot != root) {
+            if (rowRoot != 0L && rowRoot != root) { // an untracked row belongs to no record: it ends none
                 finishRecord();
                 root = rowRoot;
             }
