@@ -358,7 +358,9 @@ def test_without_real_time_there_is_no_duration_and_single_query_is_one_query():
     assert SparkOptions(real_time="10 seconds").real_time_seconds == 10.0
 
 
-@pytest.mark.parametrize("bad", ["5 min", "fast", "", "-1 seconds", "1.5 seconds", "10", "seconds", "5 days", 5, "0 seconds"])
+@pytest.mark.parametrize(
+    "bad", ["5 min", "fast", "", "-1 seconds", "1.5 seconds", "10", "seconds", "5 days", 5, "0 seconds"]
+)
 def test_a_real_time_that_is_not_a_duration_is_refused(bad):
     with pytest.raises(ConfigError, match=r"SparkOptions: real_time must be a batch duration .* got"):
         SparkOptions(real_time=bad)
