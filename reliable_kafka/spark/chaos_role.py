@@ -22,7 +22,7 @@ from reliable_kafka.spark.session import spark_session
 from reliable_kafka.spark.spout import SparkSpout
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["run_spark_split", "run_spark_spout"]
 
@@ -69,13 +69,7 @@ def run_spark_split(
         options=SparkOptions(trigger_seconds=0.5, max_offsets_per_trigger=2000),
         name=name,
     )
-    job.start()
-    try:
-        while not stop.wait(0.5):
-            job.raise_if_failed()
-    finally:
-        job.stop()
-        spark.stop()
+    _serve(job, spark, stop)
 
 
 def run_spark_spout(
@@ -111,6 +105,11 @@ def run_spark_spout(
         options=SparkOptions(single_query=True, trigger_seconds=0.5, max_offsets_per_trigger=2000),
         name=name,
     )
+    _serve(job, spark, stop)
+
+
+def _serve(job: SparkBolt | SparkSpout, spark: SparkSession, stop: threading.Event) -> None:
+    """Run ``job`` until ``stop`` (or its query fails), then stop it and its session."""
     job.start()
     try:
         while not stop.wait(0.5):
