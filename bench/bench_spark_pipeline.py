@@ -452,10 +452,8 @@ def run_plain(spark, bootstrap: str, source: str, batch: int, jvm_pid: int, tota
         )
         query.awaitTermination()
     done.wait(900)
-    end_to_end = {
-        "wall": time.monotonic() - started,
-        "cpu": time.process_time() - py + _jvm_cpu(jvm_pid) - jvm + consumer_cpu.value,
-    }
+    parts = {"driver": time.process_time() - py, "JVM": _jvm_cpu(jvm_pid) - jvm, "consumer": consumer_cpu.value}
+    end_to_end = {"wall": time.monotonic() - started, "cpu": sum(parts.values()), "parts": parts}
     consumer.join(30)
     figures = {"wall": meter.wall, "py": meter.py, "jvm": meter.jvm, "workers": meter.workers}
     return {
@@ -506,7 +504,7 @@ def run_tracked(
             )
             if PROFILE is not None:
                 job._on_stream_batch = _profiled(job._on_stream_batch)  # type: ignore[method-assign]
-            helper_cpu = sum([_process_cpu(process.pid) for process in helpers])
+            helper_cpu = [_process_cpu(process.pid) for process in helpers]
             started, py, jvm = time.monotonic(), time.process_time(), _jvm_cpu(jvm_pid)
             with (
                 Meter(jvm_pid) as meter,
@@ -519,15 +517,15 @@ def run_tracked(
                 downstream.start()
             done = job.run_until(lambda _: job.caught_up(), timeout=900, poll_interval=0.2)
             completed = time.monotonic() - started
-            end_to_end = {  # the helpers: the acker and the downstream bolt (with --bolt during)
-                "wall": completed,
-                "cpu": time.process_time()
-                - py
-                + _jvm_cpu(jvm_pid)
-                - jvm
-                + sum([_process_cpu(process.pid) for process in helpers])
-                - helper_cpu,
+            parts = {  # the helpers: the acker and the downstream bolt (with --bolt during)
+                "driver": time.process_time() - py,
+                "JVM": _jvm_cpu(jvm_pid) - jvm,
+                **{
+                    name: _process_cpu(process.pid) - before
+                    for name, process, before in zip(("acker", "bolt"), helpers, helper_cpu, strict=False)
+                },
             }
+            end_to_end = {"wall": completed, "cpu": sum(parts.values()), "parts": parts}
             progress = job.progress()
             job.stop()
     finally:
@@ -893,6 +891,15 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{name} {cpu['plain'] / cpu[name]:.2f}" for name in names[1:])
             + " (target >= 0.7)"
         )
+        for name, runs in results.items():
+            keys = runs[0]["end_to_end"]["parts"]
+            print(
+                f"  {name:11} end-to-end CPU s per 1,000 sentences: "
+                + ", ".join(
+                    f"{key} {statistics.median(1000 * run['end_to_end']['parts'][key] / total for run in runs):.3f}"
+                    for key in keys
+                )
+            )
     for name, runs in results.items():
         print(
             f"{name:11} whole runs: Python workers CPU "

@@ -154,7 +154,7 @@ def tracked_rows(
     outputs: DataFrame, *, output_topic: str, acks_topic: str, ack_partitions: int, sender: int, flush_ms: int
 ) -> DataFrame:
     """The sink rows (``topic, partition, key, value, headers``) of the transform's ``outputs``:
-    ``TrackedRows`` over key, value, the anchors' roots, rk_fail (and the outputs' own headers, if
+    ``TrackedRows`` over key, value, the anchors' one root, rk_fail (and the outputs' own headers, if
     any), through the public ``Dataset.mapPartitions``, then one projection that names each row's
     topic and partition and builds its headers."""
     from pyspark.sql import DataFrame
@@ -168,7 +168,7 @@ def tracked_rows(
         return f"`{name}`" if types[name] == "binary" else f"CAST(CAST(`{name}` AS STRING) AS BINARY) AS `{name}`"
 
     fail = f"CAST(`{FAIL_COLUMN}` AS BOOLEAN)" if FAIL_COLUMN in types else "false"
-    columns = [as_binary("key"), as_binary("value"), f"`{ANCHORS_COLUMN}`.root AS roots", f"{fail} AS rk_fail"]
+    columns = [as_binary("key"), as_binary("value"), f"{_ONE_ROOT} AS root", f"{fail} AS rk_fail"]
     rows = outputs.selectExpr(*columns, *(["`headers`"] if theirs else []))
     session = outputs.sparkSession
     flat = (
@@ -187,6 +187,21 @@ def tracked_rows(
         "value",
         f"IF(rk_header IS NULL, {'headers' if theirs else f'CAST(NULL AS {HEADERS_TYPE})'}, {headers}) AS headers",
     )
+
+
+# an output row's one root (0: untracked), read by TrackedRows as a long: one pair is the common
+# case (no array reaches the JVM code, where a Row's array costs a Scala Seq of boxed Longs a row);
+# a row anchored to two records cannot come from a row-wise plan and fails its task, rather than
+# be tracked wrongly (each record's INIT must hold all of its child edges)
+_ROOTS = f"array_distinct(filter(`{ANCHORS_COLUMN}`.root, r -> r IS NOT NULL AND r != 0))"
+_ONE_ROOT = (
+    f"CASE WHEN size(`{ANCHORS_COLUMN}`) = 1 THEN coalesce(`{ANCHORS_COLUMN}`[0].root, 0L) "
+    f"WHEN `{ANCHORS_COLUMN}` IS NULL OR size(`{ANCHORS_COLUMN}`) < 1 THEN 0L "
+    f"WHEN size({_ROOTS}) > 1 THEN raise_error(concat('reliable-kafka single query: an output row is anchored to "
+    f"two source records (', array_join(CAST(slice({_ROOTS}, 1, 2) AS array<string>), ', '), '); a single query "
+    "needs a row-wise transform (no aggregation, join or union), see docs/spark.md')) "
+    f"ELSE coalesce(get({_ROOTS}, 0), 0L) END"
+)
 
 
 def _sql_string(text: str) -> str:

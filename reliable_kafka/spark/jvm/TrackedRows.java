@@ -5,7 +5,6 @@ import java.security.SecureRandom;
 import java.util.ArrayDeque;
 import java.util.Arrays;
 import java.util.Iterator;
-import java.util.List;
 import java.util.NoSuchElementException;
 import java.util.SplittableRandom;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
@@ -20,12 +19,13 @@ import org.apache.spark.sql.RowFactory;
  * row's topic and builds its headers in Spark's generated code. It uses nothing else of Spark's, so
  * it does not tie the single query to one Spark version.
  *
- * <p>Input rows: {@code key binary, value binary, roots array<bigint>, rk_fail boolean} and, when
- * the outputs have headers of their own, {@code headers} (passed through). The plan is row-wise
+ * <p>Input rows: {@code key binary, value binary, root bigint, rk_fail boolean} and, when the
+ * outputs have headers of their own, {@code headers} (passed through). The plan is row-wise
  * (checked by the driver before the query starts): the rows one source record made come together,
- * in one task, and each carries that record's root alone. Output rows: {@code ack_partition int}
- * (null for an output), {@code key, value, rk_header binary} (the {@code rk-anchors} value) and the
- * headers.
+ * in one task, and each carries that record's root (0: untracked; a row anchored to two records
+ * fails its task in the projection before this one, {@code single_query.tracked_rows}). Output
+ * rows: {@code ack_partition int} (null for an output), {@code key, value, rk_header binary} (the
+ * {@code rk-anchors} value) and the headers.
  *
  * <p>Each output row gets a child edge drawn at random for this task attempt (never derived: two
  * attempts must never send the same INIT, or the second would cancel the first). When the root
@@ -127,7 +127,7 @@ public final class TrackedRows implements MapPartitionsFunction<Row, Row> {
 
         /** The output row for {@code row}, or null (a failed row, or one without a root). */
         private Row output(Row row) {
-            long rowRoot = rootOf(row.isNullAt(2) ? null : row.<Long>getList(2));
+            long rowRoot = row.getLong(2);
             if (rowRoot != 0L && rowRoot != root) { // an untracked row belongs to no record: it ends none
                 finishRecord();
                 root = rowRoot;
@@ -171,31 +171,6 @@ public final class TrackedRows implements MapPartitionsFunction<Row, Row> {
             xor = 0L;
             failed = false;
         }
-    }
-
-    /**
-     * The one root of a row's anchors, 0 for none. A row anchored to two records cannot come from a
-     * row-wise plan; it is refused rather than tracked wrongly (each record's INIT must hold all of
-     * its child edges).
-     */
-    static long rootOf(List<Long> anchors) {
-        long found = 0L;
-        if (anchors == null) {
-            return 0L;
-        }
-        for (Long anchor : anchors) {
-            if (anchor == null || anchor == 0L || anchor == found) {
-                continue;
-            }
-            if (found != 0L) {
-                throw new IllegalStateException(
-                        "reliable-kafka single query: an output row is anchored to two source records ("
-                                + found + ", " + anchor + "); a single query needs a row-wise transform "
-                                + "(no aggregation, join or union), see docs/spark.md");
-            }
-            found = anchor;
-        }
-        return found;
     }
 
     /** The queued ack entries, per ack partition, and when the oldest was queued. */
