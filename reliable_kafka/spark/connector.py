@@ -18,16 +18,12 @@ and a second copy on the classpath only invites conflicts.
 
 from __future__ import annotations
 
-import fcntl
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from reliable_kafka.errors import ConfigError, JarResolutionError
-from reliable_kafka.jars import artifacts_digest, cache_dir, is_resolved, resolve_jars
+from reliable_kafka.jars import cache_dir, is_resolved, resolve_jars
 
 __all__ = [
     "CONNECTOR",
@@ -133,55 +129,13 @@ def connector_jars(*, cache: Path | None = None, version: str | None = None) -> 
 
 
 def _copy_single_artifact(name: str, artifact: str, root: Path) -> Path:
-    """Copy one artifact without its dependencies into ``<root>/jars/<name>`` (stamped)."""
-    target = root / "jars" / name
-    if not is_resolved(target, [artifact]):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target.parent / f".{name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not is_resolved(target, [artifact]):
-                _run_maven_copy(name, artifact, root, target)
-    return next(iter(sorted(target.glob("*.jar"))))
-
-
-def _run_maven_copy(name: str, artifact: str, root: Path, target: Path) -> None:
-    mvn = shutil.which("mvn")
-    if mvn is None:
+    """One artifact without its dependencies, in ``<root>/jars/<name>`` (resolved once, then cached)."""
+    try:
+        jars = resolve_jars(name, [artifact], cache_dir=root, transitive=False)
+    except JarResolutionError as error:
         raise JarResolutionError(
-            f"cannot resolve {artifact}: Maven ('mvn') is not on PATH; install Maven 3.6+ or put "
-            f"the jar in {target} yourself"
-        )
-    print(f"reliable-kafka: fetching {artifact} with Maven (first run only)...", file=sys.stderr, flush=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=target.parent))
-    command = [
-        mvn,
-        "-B",
-        "-q",
-        "dependency:copy",
-        f"-Dartifact={artifact}",
-        f"-DoutputDirectory={staging}",
-        f"-Dmaven.repo.local={root / 'm2'}",
-    ]
-    with tempfile.TemporaryDirectory(prefix="rk-mvn-") as work:
-        done = subprocess.run(
-            command,
-            cwd=work,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=1800,
-        )
-    if done.returncode != 0 or not any(staging.glob("*.jar")):
-        shutil.rmtree(staging, ignore_errors=True)
-        tail = "\n".join("    " + line for line in (done.stdout or "").strip().splitlines()[-15:])
-        raise JarResolutionError(
-            f"cannot fetch {artifact} (Maven exit code {done.returncode}): Maven Central may not "
-            f"serve the connector of this Spark release (install a PySpark release whose connector "
-            f"it serves), or it could not be reached (check access and retry).\n"
-            f"  Maven output (last lines):\n{tail}"
-        )
-    (staging / ".resolved").write_text(artifacts_digest([artifact]) + "\n")
-    if target.exists():
-        shutil.rmtree(target)
-    staging.rename(target)
+            f"{error}\n  Maven Central may not serve the Kafka connector of this Spark release: install a "
+            f"PySpark release whose connector it serves ({CONNECTOR})."
+        ) from None
+    artifact_id = artifact.split(":")[1]
+    return next(jar for jar in jars if jar.name.startswith(artifact_id))

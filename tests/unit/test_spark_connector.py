@@ -104,7 +104,7 @@ def test_a_token_provider_maven_lacks_falls_back_once_and_is_remembered(tmp_path
 
 def test_a_connector_maven_lacks_is_a_clear_error(tmp_path, monkeypatch):
     _fake_mvn(tmp_path, monkeypatch, missing=["spark-sql-kafka-0-10_2.13:4.1.4"])
-    with pytest.raises(JarResolutionError, match="(?s)cannot fetch .*:4.1.4.*PySpark release whose connector"):
+    with pytest.raises(JarResolutionError, match="(?s)kafka-0-10_2.13:4.1.4.*PySpark release whose connector"):
         connector_jars(cache=tmp_path / "cache", version="4.1.4")
 
 
