@@ -31,13 +31,12 @@ from reliable_kafka.ops import reporter as ops_reporter
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
 from reliable_kafka.security import spark_kafka_options as spark_security_options
 from reliable_kafka.spark import writer
-from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
+from reliable_kafka.spark.anchors import FAIL_COLUMN
 from reliable_kafka.spark.batch_plans import BatchPlans
 from reliable_kafka.spark.failed_rows import FailedRow, failed_from_metrics, observe_failed
 from reliable_kafka.spark.jvm_functions import use_jvm_functions
 from reliable_kafka.spark.options import SparkOptions
 from reliable_kafka.spark.writer import (
-    RESERVED_COLUMNS,
     fold_by_root,
     in_session,
     observed_metrics,
@@ -343,18 +342,7 @@ class SparkJob:
             return self._write_rows(None, salt, session, observed=observed)
         outputs = self.transform(inputs() if callable(inputs) else inputs)
         columns = set(getattr(outputs, "columns", ()))
-        if "value" not in columns or ANCHORS_COLUMN not in columns:
-            raise ConfigError(
-                f"{self.name}: transform {getattr(self.transform, '__name__', self.transform)} must return "
-                f"a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns (and optionally key, headers, "
-                f"rk_fail, rk_fail_reason, rk_fail_retry); got {sorted(columns)}"
-            )
-        reserved = sorted(columns & RESERVED_COLUMNS)
-        if reserved:
-            raise ConfigError(
-                f"{self.name}: transform {getattr(self.transform, '__name__', self.transform)} returned "
-                f"column(s) {reserved}, which reliable-kafka's output path adds itself; rename or drop them"
-            )
+        writer.check_outputs(columns, component=self.name, transform=self.transform)
         if session is None:
             raise StateError(f"{self.name}: not running; call start() first (and not after stop())")
         outputs = in_session(outputs, session)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
+from reliable_kafka.spark import writer
 from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
 from reliable_kafka.spark.batch_roots import OffsetLog, Ranges
 from reliable_kafka.spark.checkpoint import CheckpointFiles, HadoopFiles, LocalFiles
@@ -109,13 +110,10 @@ def sink_options(options: dict[str, str], *, component: str) -> dict[str, str]:
 
 
 def check_outputs(columns: set[str], *, component: str, transform: object) -> None:
-    """What a single query takes from a transform's outputs (refused at start otherwise)."""
+    """What a single query takes from a transform's outputs (refused at start otherwise): a tracked
+    write's (``writer.check_outputs``), and no failure details (its tasks write no failure records)."""
+    writer.check_outputs(columns, component=component, transform=transform)
     name = getattr(transform, "__name__", transform)
-    if "value" not in columns or ANCHORS_COLUMN not in columns:
-        raise ConfigError(
-            f"{component}: transform {name} must return a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns "
-            f"(and optionally key, headers, {FAIL_COLUMN}); got {sorted(columns)}"
-        )
     unsupported = sorted(columns & set(_UNSUPPORTED))
     if unsupported:
         raise ConfigError(

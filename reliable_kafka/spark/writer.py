@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reliable_kafka import codec
-from reliable_kafka.errors import StateError, WaitTimeoutError
-from reliable_kafka.spark.anchors import ANCHORS_COLUMN
+from reliable_kafka.errors import ConfigError, StateError, WaitTimeoutError
+from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
 
-__all__ = ["in_session", "release_observations", "v2_write_session", "write_in_jvm"]
+__all__ = ["check_outputs", "in_session", "release_observations", "v2_write_session", "write_in_jvm"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,25 @@ RESERVED_COLUMNS = frozenset({ROW_ID, CHILDREN, PAIRS, HEADER, "rk_headers", "rk
 be read in place of ours (Spark resolves a name to an input column before a lateral alias), so
 child edges could repeat within a root and cancel out of its XOR."""
 _HEADER_TYPE = "array<struct<key:string,value:binary>>"
+
+
+def check_outputs(columns: set[str], *, component: str, transform: object) -> None:
+    """What every tracked write takes from a transform's outputs: ``value`` and the anchors, and
+    none of :data:`RESERVED_COLUMNS` (:class:`ConfigError` otherwise, naming the transform)."""
+    name = getattr(transform, "__name__", transform)
+    if "value" not in columns or ANCHORS_COLUMN not in columns:
+        raise ConfigError(
+            f"{component}: transform {name} must return a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns "
+            f"(and optionally key, headers, {FAIL_COLUMN}, rk_fail_reason, rk_fail_retry); got {sorted(columns)}"
+        )
+    reserved = sorted(columns & RESERVED_COLUMNS)
+    if reserved:
+        raise ConfigError(
+            f"{component}: transform {name} returned column(s) {reserved}, which reliable-kafka's output path "
+            "adds itself; rename or drop them"
+        )
+
+
 V1_SOURCES = "spark.sql.sources.useV1SourceList"
 
 

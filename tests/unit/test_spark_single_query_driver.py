@@ -334,6 +334,12 @@ def test_outputs_without_value_or_anchors_are_refused(columns, message):
         check_outputs(columns, component="spout-x", transform=words)
 
 
+@pytest.mark.parametrize("column", ["rk_header", "rk_row"])
+def test_a_column_the_output_paths_add_is_refused_as_the_foreach_batch_path_refuses_it(column):
+    with pytest.raises(ConfigError, match=rf"transform words returned column\(s\) \['{column}'\].*adds itself"):
+        check_outputs({"value", "anchors", column}, component="spout-x", transform=words)
+
+
 @pytest.mark.parametrize("column", ["rk_fail_reason", "rk_fail_retry"])
 def test_failure_details_a_single_query_cannot_write_are_refused(column):
     with pytest.raises(ConfigError, match=rf"transform words returned \['{column}'\].*rk_fail alone"):
