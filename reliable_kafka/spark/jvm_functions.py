@@ -50,6 +50,7 @@ __all__ = [
     "MODE_ENV",
     "SOURCE_SETS",
     "functions_mode",
+    "require_class",
     "functions_jar",
     "functions_jar_or_none",
     "use_jvm_functions",
@@ -261,6 +262,17 @@ def use_jvm_functions(session: SparkSession) -> bool:
         return False
     functions.register(session._jsparkSession)
     return True
+
+
+def require_class(session: SparkSession, name: str, *, component: str, needs: str) -> Any:
+    """The JVM class ``name`` (a py4j JavaClass) that ``needs`` cannot run without; :class:`ConfigError`
+    saying why when the functions are off or the JVM lacks it (instead of py4j's error at first use)."""
+    if functions_mode() == "off":
+        raise ConfigError(f"{component}: {needs} needs reliable-kafka's Java functions, which {MODE_ENV}=off turns off")
+    found = _jvm_class(session, name)
+    if found is None:
+        raise ConfigError(f"{component}: {needs} needs reliable-kafka's Java functions, but {_missing(name)}")
+    return found
 
 
 def batch_plans_available(session: SparkSession) -> bool:

@@ -53,10 +53,12 @@ from reliable_kafka.spark.batch_roots import BatchRoots, OffsetLog, register_ran
 from reliable_kafka.spark.checkpoint import HadoopFiles, ResumePoint, read_resume_point
 from reliable_kafka.spark.derive import EDGE_TAG, ROOT_TAG, edge_column, id_sql, root_column
 from reliable_kafka.spark.job import SOURCE_COLUMNS, SparkJob, Transform, final_ack_columns
+from reliable_kafka.spark.jvm_functions import MODE_ENV, functions_mode, require_class
 from reliable_kafka.spark.offset_reads import chunks, read_ranges, read_redeliveries
 from reliable_kafka.spark.options import SparkOptions
 from reliable_kafka.spark.recovery import committed_offsets, plan_recovery
 from reliable_kafka.spark.single_query import (
+    TRACKED_ROWS_CLASS,
     CommitFollower,
     EarlyOutcomes,
     check_outputs,
@@ -173,6 +175,11 @@ class SparkSpout(SparkJob):
             raise ConfigError(
                 f"SparkSpout: options.real_time={self.options.real_time!r} needs Spark's real-time mode "
                 f"(Spark 4.1 or later); PySpark {pyspark.__version__} is installed"
+            )
+        if self.single_query and functions_mode() == "off":
+            raise ConfigError(
+                f"SparkSpout: options.single_query (or real_time) needs reliable-kafka's Java functions "
+                f"(TrackedRows), which {MODE_ENV}=off turns off; unset it or run without single_query"
             )
         self.commit_interval_ms = self.options.commit_interval_ms
         self.reuse_batch_plans = self.options.reuse_batch_plans
@@ -292,6 +299,7 @@ class SparkSpout(SparkJob):
     def _start_query(self) -> StreamingQuery:
         if not self.single_query:
             return super()._start_query()
+        require_class(self.spark, TRACKED_ROWS_CLASS, component=self.name, needs="single_query (TrackedRows)")
         self._query_salt = salt = new_id()  # a new run's roots are new (a re-run batch: new roots)
         outputs = self.transform(_stream_inputs(self._source(), salt, edges=False))
         check_outputs(set(outputs.columns), component=self.name, transform=self.transform)

@@ -245,6 +245,15 @@ def test_a_spark_spouts_tracking_reaches_its_tracker_and_root_owner():
         SparkSpout(None, **SPARK, tracking=Tracking(guarantee="at_most_once"))
 
 
+def test_a_single_query_with_the_java_functions_turned_off_is_refused_when_made(monkeypatch):
+    monkeypatch.setenv("RK_SPARK_JVM_FUNCTIONS", "off")
+    with pytest.raises(
+        ConfigError, match=r"SparkSpout: options.single_query .*TrackedRows.*RK_SPARK_JVM_FUNCTIONS=off"
+    ):
+        SparkSpout(None, **SPARK, options=SparkOptions(single_query=True))
+    assert SparkSpout(None, **SPARK).single_query is False  # the foreachBatch path has its SQL fallback
+
+
 def test_a_spark_job_refuses_a_connection_with_its_own_clients():
     with pytest.raises(ConfigError, match=r"SparkBolt: connection.clients must be None"):
         SparkBolt(None, **{**SPARK, "connection": Connection(CLOSED, clients=MemoryKafka())})

@@ -492,3 +492,17 @@ def test_held_outcomes_applied_later_act_in_order_as_heard():
     assert _state(owner, completed) == _state(reference, reference_completed)
     assert [r.offset for r in completed] == [0, 2], "the COMPLETED ones, in the order given"
     assert owner.tracker.stats.failed == 1 and owner.tracker.stats.timed_out == 1
+
+
+def test_a_jvm_without_tracked_rows_is_a_clear_error_at_start(monkeypatch):
+    from reliable_kafka.spark import jvm_functions
+
+    monkeypatch.setenv(jvm_functions.MODE_ENV, "auto")
+    monkeypatch.setattr(jvm_functions, "_jvm_class", lambda session, name: None)
+    missing = r"spout-x: single_query needs .*Java functions, but class reliablekafka.spark.TrackedRows is not"
+    with pytest.raises(ConfigError, match=missing):
+        jvm_functions.require_class(
+            object(), "reliablekafka.spark.TrackedRows", component="spout-x", needs="single_query"
+        )
+    monkeypatch.setattr(jvm_functions, "_jvm_class", lambda session, name: "the class")
+    assert jvm_functions.require_class(object(), "x", component="spout-x", needs="single_query") == "the class"
