@@ -98,6 +98,21 @@ class Pollable(Protocol[Stats]):
     def close(self) -> None: ...
 
 
+def _cluster_answers(worker: object, stop: threading.Event) -> bool:
+    """Wait for a real cluster to answer before a worker starts (``kafka.admin.wait_for_cluster``);
+    True at once for a worker without a :class:`Connection` of confluent-kafka's clients (tests and
+    the simulation give MemoryKafka's)."""
+    from reliable_kafka.config import Connection
+    from reliable_kafka.kafka.admin import admin_client, wait_for_cluster
+
+    connection = getattr(worker, "connection", None)
+    if not isinstance(connection, Connection) or connection.clients is not None:
+        return True
+    name = str(getattr(worker, "name", type(worker).__name__))
+    admin = admin_client(connection.bootstrap_servers, dict(connection.client_config()), component=name)
+    return wait_for_cluster(admin, stop, component=name, bootstrap_servers=connection.bootstrap_servers)
+
+
 def run_until_stopped(worker: Pollable[Stats], stop: threading.Event | None, *, handle_signals: bool) -> Stats:
     """Run ``worker`` until ``stop`` is set, or SIGTERM/SIGINT with ``handle_signals`` (main thread
     only); ``close`` always runs, so a stopped worker flushes and commits what it has."""
@@ -108,6 +123,8 @@ def run_until_stopped(worker: Pollable[Stats], stop: threading.Event | None, *, 
             signal.signal(signum, lambda *_: stop.set())
     reporter = None
     try:
+        if not _cluster_answers(worker, stop):
+            return worker.stats  # stopped while the cluster was not reachable: nothing started
         worker.start()  # inside: a start that fails half-way (a refused topic) still closes what it made
         reporter = ops_reporter.attach(worker)  # status snapshots and /metrics (reliable_kafka.ops)
         with young_collections_per_batch():

@@ -6,10 +6,11 @@ The names and shapes are :mod:`reliable_kafka.topology`'s; this module does the 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType, TopicMetadata
 
 from reliable_kafka.core.clock import Clock
@@ -19,7 +20,9 @@ from reliable_kafka.kafka.factory import KafkaClients, clients_or_default
 from reliable_kafka.topology import ACK_TOPIC_CONFIG, Replication, TopologyTopics
 
 __all__ = [
+    "UNREACHABLE",
     "admin_client",
+    "wait_for_cluster",
     "ensure_topics",
     "ensure_status_topic",
     "partition_count",
@@ -72,6 +75,55 @@ def admin_client(
     admin.component, admin.principal = component, principal_of(kafka_config)
     # confluent-kafka's, or a MemoryKafka admin: the factory's clients are duck-typed (KafkaClients returns Any)
     return admin  # type: ignore[no-any-return]
+
+
+UNREACHABLE = frozenset(
+    {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE}
+)
+"""Errors of a metadata request that say the cluster is not reachable (yet): down, starting,
+a wrong address, a name that does not resolve. Anything else (a refused login) is not waited out."""
+FIRST_RETRY_S, LONGEST_RETRY_S = 1.0, 30.0
+
+
+def wait_for_cluster(
+    admin: AdminClient,
+    stop: threading.Event,
+    *,
+    component: str,
+    bootstrap_servers: str,
+    timeout: float = 5.0,
+    clock: Clock = time,
+) -> bool:
+    """Block until the cluster answers a metadata request, as a Kafka client waits for its
+    bootstrap servers: a worker started before its broker (a restart of both, a deploy that starts
+    them together) runs once the broker does instead of exiting with librdkafka's error. Each
+    failed try is logged with the address and the error, the waits doubling from 1 s to 30 s.
+    False when ``stop`` is set first; an error that is not :data:`UNREACHABLE` is raised."""
+    wait, tries, since = FIRST_RETRY_S, 0, clock.monotonic()
+    while not stop.is_set():
+        try:
+            admin.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() not in UNREACHABLE:
+                raise
+            tries += 1
+            log.warning(
+                "%s: cannot reach Kafka at %s (%s); trying again in %.0f s (waiting %.0f s so far; check that the "
+                "broker runs and the address and listener are right)",
+                component,
+                bootstrap_servers,
+                error.str(),
+                wait,
+                clock.monotonic() - since,
+            )
+            stop.wait(wait)
+            wait = min(2 * wait, LONGEST_RETRY_S)
+            continue
+        if tries:
+            log.warning("%s: Kafka at %s answers after %d failed tries; starting", component, bootstrap_servers, tries)
+        return True
+    return False
 
 
 def _who(admin: AdminClient) -> dict[str, str]:

@@ -24,7 +24,7 @@ from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import AuthorizationError, ConfigError, DeliveryError, StateError, TopologyError
 from reliable_kafka.kafka.ack_sender import AckSender
-from reliable_kafka.kafka.admin import admin_client, partition_count
+from reliable_kafka.kafka.admin import admin_client, partition_count, wait_for_cluster
 from reliable_kafka.kafka.clients import check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.produce import flush_or_raise, release_producer
 from reliable_kafka.ops import reporter as ops_reporter
@@ -168,8 +168,11 @@ class SparkJob:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Connect, prepare (subclass), then start the streaming query."""
+        """Wait for the cluster to answer (``kafka.admin.wait_for_cluster``), connect, prepare
+        (subclass), then start the streaming query."""
         admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
+        if not wait_for_cluster(admin, self._stopping, component=self.name, bootstrap_servers=self.bootstrap_servers):
+            raise StateError(f"{self.name}: stopped while waiting for Kafka at {self.bootstrap_servers}; not started")
         found = partition_count(admin, self.topics.acks, wait=30.0)
         if found is None:
             raise TopologyError(

@@ -1,0 +1,101 @@
+"""``kafka.admin.wait_for_cluster``: what a worker does when its cluster does not answer at start
+(an admin client that fails as librdkafka does; the real broker started late is
+tests/integration/test_start_before_broker.py)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from reliable_kafka.kafka.admin import LONGEST_RETRY_S, UNREACHABLE, wait_for_cluster
+from reliable_kafka.lifecycle import run_until_stopped
+from reliable_kafka.testing import ManualClock
+
+
+class Waits(threading.Event):
+    """A stop event whose waits are recorded instead of slept; set after ``stop_after`` waits."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+        self.stop_after = stop_after
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(float(timeout or 0))
+        if self.stop_after is not None and len(self.waits) >= self.stop_after:
+            self.set()
+        return self.is_set()
+
+
+class Admin:
+    """Fails ``failures`` metadata requests with ``code``, then answers."""
+
+    def __init__(self, failures: int, code: int = KafkaError._TRANSPORT) -> None:
+        self.failures, self.code, self.calls = failures, code, 0
+
+    def list_topics(self, timeout: float) -> object:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise KafkaException(KafkaError(self.code, "Failed to get metadata: Local: Broker transport failure"))
+        return object()
+
+
+def wait(admin: Admin, stop: threading.Event) -> bool:
+    return wait_for_cluster(admin, stop, component="acker-1", bootstrap_servers="k:9092", clock=ManualClock())  # type: ignore[arg-type]
+
+
+def test_a_cluster_that_answers_at_once_is_not_waited_for(caplog):
+    stop = Waits()
+    assert wait(Admin(0), stop) is True
+    assert stop.waits == [] and caplog.text == ""
+
+
+@pytest.mark.parametrize("code", sorted(UNREACHABLE))
+def test_an_unreachable_cluster_is_retried_with_doubling_waits_each_logged(code, caplog):
+    caplog.set_level(logging.WARNING)
+    admin, stop = Admin(8, code), Waits()
+    assert wait(admin, stop) is True
+    assert admin.calls == 9
+    assert stop.waits == [1, 2, 4, 8, 16, LONGEST_RETRY_S, LONGEST_RETRY_S, LONGEST_RETRY_S]
+    assert caplog.text.count("acker-1: cannot reach Kafka at k:9092 (Failed to get metadata") == 8
+    assert "acker-1: Kafka at k:9092 answers after 8 failed tries; starting" in caplog.text
+
+
+def test_stopped_while_waiting_is_false_and_asks_no_more():
+    admin, stop = Admin(100), Waits(stop_after=3)
+    assert wait(admin, stop) is False
+    assert admin.calls == 3
+
+
+def test_an_error_that_waiting_cannot_mend_is_raised_at_once():
+    admin = Admin(1, KafkaError._AUTHENTICATION)
+    with pytest.raises(KafkaException) as raised:
+        wait(admin, Waits())
+    assert raised.value.args[0].code() == KafkaError._AUTHENTICATION and admin.calls == 1
+
+
+class Worker:
+    """A worker without a Connection (as a test's or the simulation's): never waited for."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stats, self.calls, self.stop = object(), [], stop
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def poll_once(self) -> None:
+        self.calls.append("poll")
+        self.stop.set()
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def test_a_worker_without_confluent_kafkas_clients_starts_at_once():
+    stop = threading.Event()
+    worker = Worker(stop)
+    run_until_stopped(worker, stop, handle_signals=False)  # type: ignore[arg-type]
+    assert worker.calls == ["start", "poll", "close"]
