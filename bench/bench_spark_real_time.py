@@ -36,6 +36,8 @@ from reliable_kafka import Tracking
 from reliable_kafka.testing.records import read_topic
 from reliable_kafka.testing.topics import create_topics, unique_name
 
+# above the default batch duration of 5 minutes (a SparkSpout refuses a batch as long as its timeout)
+TRACKING = Tracking(ackers=2, message_timeout_ms=600_000)
 WORDS = "the quick brown fox jumps over the lazy dog and a cat sat on one mat".split()
 
 
@@ -51,7 +53,7 @@ def split_words(df):
 def _acker(bootstrap: str, topology: str, ready, stop) -> None:
     from reliable_kafka.acker.worker import AckerWorker
 
-    worker = AckerWorker(topology=topology, connection=bootstrap, tracking=Tracking(ackers=2))
+    worker = AckerWorker(topology=topology, connection=bootstrap, tracking=TRACKING)
     ready.set()
     worker.run(stop)
 
@@ -179,6 +181,7 @@ def run_tracked(spark, bootstrap: str, args) -> dict[str, list[float]]:
                 transform=split_words,
                 output_topic=output,
                 options=SparkOptions(real_time=args.batch_duration),
+                tracking=TRACKING,
             )
             job.start()
             try:

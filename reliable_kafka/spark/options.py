@@ -47,9 +47,11 @@ class SparkOptions:
       Spark's Kafka sink, with no ``foreachBatch`` (docs/spark.md, "One streaming query"); its
       ``transform`` must be row-wise (projections, filters, explode, UDFs: each source record's
       outputs made in one task), which is checked when the query starts.
-    - ``real_time`` [None]: a batch duration such as ``"5 minutes"``: the spout's single query runs
+    - ``real_time`` [None]: a batch duration such as ``"20 seconds"``: the spout's single query runs
       in Spark's real-time mode (``trigger(realTime=...)``, Spark 4.1 and later), records
-      processed as they arrive; implies ``single_query``.
+      processed as they arrive; implies ``single_query``. A :class:`SparkSpout` refuses one not
+      shorter than its ``tracking.message_timeout_ms`` (a quiet partition's last record completes
+      at the batch's end at the latest).
 
     A :class:`SparkBolt` reads none of the last four (it commits after every batch and builds
     every batch's plan, through ``foreachBatch``).

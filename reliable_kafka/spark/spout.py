@@ -176,6 +176,15 @@ class SparkSpout(SparkJob):
                 f"SparkSpout: options.real_time={self.options.real_time!r} needs Spark's real-time mode "
                 f"(Spark 4.1 or later); PySpark {pyspark.__version__} is installed"
             )
+        seconds, timeout_ms = self.options.real_time_seconds, self.tracking.message_timeout_ms
+        if seconds is not None and timeout_ms is not None and seconds * 1000 >= timeout_ms:
+            raise ConfigError(
+                f"SparkSpout: options.real_time={self.options.real_time!r} is not below tracking.message_timeout_ms="
+                f"{self.tracking.message_timeout_ms}: a record's INIT is written when its task reads the next record "
+                f"or the batch ends, so after the last record before a pause its tree would time out and be replayed; "
+                f"give a shorter batch duration (e.g. '20 seconds' with the default 30 s timeout) or a longer "
+                f"message_timeout_ms (to the acker workers too)"
+            )
         if self.single_query and functions_mode() == "off":
             raise ConfigError(
                 f"SparkSpout: options.single_query (or real_time) needs reliable-kafka's Java functions "

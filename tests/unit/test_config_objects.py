@@ -254,6 +254,19 @@ def test_a_single_query_with_the_java_functions_turned_off_is_refused_when_made(
     assert SparkSpout(None, **SPARK).single_query is False  # the foreachBatch path has its SQL fallback
 
 
+def test_a_real_time_batch_not_shorter_than_the_message_timeout_is_refused_when_made(monkeypatch):
+    monkeypatch.setattr("reliable_kafka.spark.spout.real_time_supported", lambda: True)
+    for batch, timeout in (("30 seconds", 30_000), ("5 minutes", 30_000), ("2 minutes", 60_000)):
+        with pytest.raises(ConfigError, match=rf"options.real_time='{batch}' is not below .*={timeout}: .*replayed"):
+            SparkSpout(
+                None, **SPARK, options=SparkOptions(real_time=batch), tracking=Tracking(message_timeout_ms=timeout)
+            )
+    taken = SparkSpout(None, **SPARK, options=SparkOptions(real_time="29 seconds"))  # the default timeout: 30 s
+    assert taken.single_query and taken.options.real_time_seconds == 29.0
+    longer = Tracking(message_timeout_ms=600_000)
+    assert SparkSpout(None, **SPARK, options=SparkOptions(real_time="5 minutes"), tracking=longer).single_query
+
+
 def test_a_spark_job_refuses_a_connection_with_its_own_clients():
     with pytest.raises(ConfigError, match=r"SparkBolt: connection.clients must be None"):
         SparkBolt(None, **{**SPARK, "connection": Connection(CLOSED, clients=MemoryKafka())})
