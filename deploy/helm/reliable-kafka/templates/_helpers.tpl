@@ -48,6 +48,13 @@ livenessProbe:
   periodSeconds: {{ .Values.probes.liveness.periodSeconds }}
   timeoutSeconds: {{ .Values.probes.liveness.timeoutSeconds }}
   failureThreshold: {{ .Values.probes.liveness.failureThreshold }}
+startupProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  periodSeconds: {{ .Values.probes.startup.periodSeconds }}
+  timeoutSeconds: {{ .Values.probes.startup.timeoutSeconds }}
+  failureThreshold: {{ .Values.probes.startup.failureThreshold }}
 readinessProbe:
   httpGet:
     path: /readyz
