@@ -98,15 +98,19 @@ def wait_for_cluster(
     bootstrap servers: a worker started before its broker (a restart of both, a deploy that starts
     them together) runs once the broker does instead of exiting with librdkafka's error. Each
     failed try is logged with the address and the error, the waits doubling from 1 s to 30 s.
-    False when ``stop`` is set first; an error that is not :data:`UNREACHABLE` is raised."""
+    The cluster is asked once even if ``stop`` is already set (a worker run to start and close at
+    once still starts); False when ``stop`` is set while it does not answer; an error that is not
+    :data:`UNREACHABLE` is raised."""
     wait, tries, since = FIRST_RETRY_S, 0, clock.monotonic()
-    while not stop.is_set():
+    while True:
         try:
             admin.list_topics(timeout=timeout)
         except KafkaException as exc:
             error = exc.args[0]
             if error.code() not in UNREACHABLE:
                 raise
+            if stop.is_set():  # asked once even when stopped already (start, then close at once)
+                return False
             tries += 1
             log.warning(
                 "%s: cannot reach Kafka at %s (%s); trying again in %.0f s (waiting %.0f s so far; check that the "
@@ -117,13 +121,13 @@ def wait_for_cluster(
                 wait,
                 clock.monotonic() - since,
             )
-            stop.wait(wait)
+            if stop.wait(wait):
+                return False
             wait = min(2 * wait, LONGEST_RETRY_S)
             continue
         if tries:
             log.warning("%s: Kafka at %s answers after %d failed tries; starting", component, bootstrap_servers, tries)
         return True
-    return False
 
 
 def _who(admin: AdminClient) -> dict[str, str]:

@@ -70,6 +70,15 @@ def test_stopped_while_waiting_is_false_and_asks_no_more():
     assert admin.calls == 3
 
 
+def test_a_stop_set_before_the_first_try_still_asks_once():
+    stopped = Waits()
+    stopped.set()  # a worker run to start and close at once (run(stop) with stop set)
+    assert wait(Admin(0), stopped) is True
+    unreachable = Admin(5)
+    assert wait(unreachable, stopped) is False
+    assert unreachable.calls == 1 and stopped.waits == []
+
+
 def test_an_error_that_waiting_cannot_mend_is_raised_at_once():
     admin = Admin(1, KafkaError._AUTHENTICATION)
     with pytest.raises(KafkaException) as raised:
