@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from reliable_kafka.core.kinds import OutcomeKind
 from reliable_kafka.errors import ConfigError, DecodeError
 from reliable_kafka.spark import writer
-from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
+from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN, FAIL_REASON_COLUMN, FAIL_RETRY_COLUMN
 from reliable_kafka.spark.batch_roots import OffsetLog, Ranges
 from reliable_kafka.spark.checkpoint import CheckpointFiles, HadoopFiles, LocalFiles
 from reliable_kafka.spark.writer import jvm_class
@@ -56,7 +56,7 @@ TRACKED_ROWS_CLASS = "reliablekafka.spark.TrackedRows"
 HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 
 _FORCED_PRODUCER = {"kafka.enable.idempotence": "true", "kafka.acks": "all"}
-_UNSUPPORTED = ("rk_fail_reason", "rk_fail_retry")
+_UNSUPPORTED = (FAIL_REASON_COLUMN, FAIL_RETRY_COLUMN)
 
 # Logical plan nodes after which a source record's rows may come from several tasks, or not one
 # after another in their task: an INIT per record sent by the task that wrote its rows would then

@@ -84,15 +84,14 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 
-# a single query's tasks write their queued INITs once the oldest waited this long (checked at
-# each input row): real-time mode's completion waits for it (5 ms gave p50 27 ms at 1,000
-# sentences/s, 1 ms 21 ms: ./rk bench spark_real_time); a micro-batch's tasks end within seconds
 REAL_TIME_FLUSH_MS = 2
 MICRO_BATCH_FLUSH_MS = 200
 """A single query's task writes the INITs it has queued once the oldest waited this long (checked
-at its next row): promptly in real-time mode, where tasks last the whole batch; within a fraction
-of the message timeout in a micro-batch, so that a long task's early downstream acks never wait
-ownerless at the acker until they expire (its trees would time out)."""
+at its next row): promptly in real-time mode, where tasks last the whole batch and a tree's
+completion waits for its INIT (5 ms gave p50 27 ms at 1,000 sentences/s, 1 ms 21 ms: ``./rk bench
+spark_real_time``); within a fraction of the message timeout in a micro-batch, so that a long
+task's early downstream acks never wait ownerless at the acker until they expire (its trees would
+time out)."""
 
 
 class _BeforeEmit(Exception):
@@ -180,7 +179,7 @@ class SparkSpout(SparkJob):
         if seconds is not None and timeout_ms is not None and seconds * 1000 >= timeout_ms:
             raise ConfigError(
                 f"SparkSpout: options.real_time={self.options.real_time!r} is not below tracking.message_timeout_ms="
-                f"{self.tracking.message_timeout_ms}: a record's INIT is written when its task reads the next record "
+                f"{timeout_ms}: a record's INIT is written when its task reads the next record "
                 f"or the batch ends, so after the last record before a pause its tree would time out and be replayed; "
                 f"give a shorter batch duration (e.g. '20 seconds' with the default 30 s timeout) or a longer "
                 f"message_timeout_ms (to the acker workers too)"

@@ -14,7 +14,7 @@ import numpy as np
 
 from reliable_kafka import codec
 from reliable_kafka.errors import ConfigError, StateError, WaitTimeoutError
-from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN
+from reliable_kafka.spark.anchors import ANCHORS_COLUMN, FAIL_COLUMN, FAIL_REASON_COLUMN, FAIL_RETRY_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -65,6 +65,7 @@ RESERVED_COLUMNS = frozenset({ROW_ID, CHILDREN, PAIRS, HEADER, "rk_headers", "rk
 be read in place of ours (Spark resolves a name to an input column before a lateral alias), so
 child edges could repeat within a root and cancel out of its XOR."""
 _HEADER_TYPE = "array<struct<key:string,value:binary>>"
+V1_SOURCES = "spark.sql.sources.useV1SourceList"
 
 
 def check_outputs(columns: set[str], *, component: str, transform: object) -> None:
@@ -73,8 +74,8 @@ def check_outputs(columns: set[str], *, component: str, transform: object) -> No
     name = getattr(transform, "__name__", transform)
     if "value" not in columns or ANCHORS_COLUMN not in columns:
         raise ConfigError(
-            f"{component}: transform {name} must return a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns "
-            f"(and optionally key, headers, {FAIL_COLUMN}, rk_fail_reason, rk_fail_retry); got {sorted(columns)}"
+            f"{component}: transform {name} must return a DataFrame with 'value' and '{ANCHORS_COLUMN}' columns (and "
+            f"optionally key, headers, {FAIL_COLUMN}, {FAIL_REASON_COLUMN}, {FAIL_RETRY_COLUMN}); got {sorted(columns)}"
         )
     reserved = sorted(columns & RESERVED_COLUMNS)
     if reserved:
@@ -82,9 +83,6 @@ def check_outputs(columns: set[str], *, component: str, transform: object) -> No
             f"{component}: transform {name} returned column(s) {reserved}, which reliable-kafka's output path "
             "adds itself; rename or drop them"
         )
-
-
-V1_SOURCES = "spark.sql.sources.useV1SourceList"
 
 
 # The expressions are SQL text: one py4j call each, where building them from Column objects took

@@ -9,7 +9,6 @@ task side (``TrackedRows``) is ``tests/integration/test_spark_tracked_rows.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +32,7 @@ from reliable_kafka.spark.single_query import (
     not_row_wise,
     sink_options,
 )
+from reliable_kafka.spout.records import SourceRecord
 from reliable_kafka.spout.roots import RootOwner
 from reliable_kafka.testing import ManualClock
 from reliable_kafka.topology import TopologyTopics
@@ -382,17 +382,6 @@ def test_real_time_and_available_now_exclude_each_other():
 TP = ("src", 0)
 
 
-@dataclass
-class Record:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None = b"k"
-    value: bytes | None = b"v"
-    headers: list | None = None
-    timestamp_ms: int = 1
-
-
 class _Listener:
     """What :meth:`OutcomeListener.poll_batches` gives: ``(roots, kinds)`` per outcome record."""
 
@@ -424,7 +413,7 @@ def _track(owner: RootOwner, roots: dict[int, int]) -> list:
     completed: list = []
     owner._on_completed = completed.extend
     for offset, root in roots.items():
-        owner.track(TP, offset, root, 1, Record(*TP, offset))
+        owner.track(TP, offset, root, 1, SourceRecord(*TP, offset, b"k", b"v", [], 1))
     return completed
 
 
