@@ -12,10 +12,11 @@ Compare versions by running this file with ``PYTHONPATH`` set to another checkou
 ``--broker`` (an embedded broker; or ``--bootstrap-servers H:P``) measures what the in-process
 figures leave out: one bolt process reading a prefilled topic (``--records`` words with one
 ``rk-anchors`` pair each, 8 words a root as the split writes them, or a split's sentences), the
-count and split of the word count as ``plain`` confluent-kafka loops, untracked (``off``) and
-tracked bolts, each in a fresh process: us of CPU per input record of the loop's thread and of
-the whole process (librdkafka's threads), and where the loop thread's went (consume, the batch
-loop with the handler, the ack records, the flush) from ``thread_time`` around each step.
+count and split of the word count as ``plain`` confluent-kafka loops (``headers``: the same loop
+over the tracked records, reading each one's headers), untracked (``off``) and tracked bolts, each
+in a fresh process: us of CPU per input record of the loop's thread and of the whole process
+(librdkafka's threads), and where the loop thread's went (consume, the batch loop with the
+handler, the ack records, the flush) from ``thread_time`` around each step.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def main() -> None:
     parser.add_argument("--broker", action="store_true", help="bolt processes on a real broker (see above)")
     parser.add_argument("--bootstrap-servers", default=None, help="--broker on this broker instead of a new one")
     parser.add_argument("--records", type=int, default=200_000, help="--broker: words read by a count")
-    parser.add_argument("--configs", default="plain,off,tracked", help="--broker: of plain,off,tracked")
+    parser.add_argument("--configs", default="plain,headers,off,tracked", help="--broker: of plain,headers,off,tracked")
     parser.add_argument("--roles", default="count,split", help="--broker: of count,split")
     parser.add_argument("--rounds", type=int, default=1, help="--broker: rounds of every role and config")
     args = parser.parse_args()
@@ -194,8 +195,10 @@ def _split_words(value: bytes) -> tuple[bytes, list[bytes]]:
     return parts[0] + b" " + parts[1], parts[2:]
 
 
-def _plain_loop(role: str, topic: str, out_topic: str, records: int, bootstrap: str) -> tuple:
-    """The word count's plain confluent-kafka loop of ``role`` (bench_pipeline's), default settings."""
+def _plain_loop(role: str, topic: str, out_topic: str, records: int, bootstrap: str, headers: bool = False) -> tuple:
+    """The word count's plain confluent-kafka loop of ``role`` (bench_pipeline's), default settings;
+    ``headers``: on tracked records, and each record's headers read as well (``Message.headers()``:
+    what any consumer of a tracked topic pays to look at ``rk-anchors``, before decoding it)."""
     from confluent_kafka import Consumer, Producer
 
     counts: dict[bytes, int] = defaultdict(int)
@@ -215,6 +218,8 @@ def _plain_loop(role: str, topic: str, out_topic: str, records: int, bootstrap: 
             if message.error() is not None:
                 continue
             got += 1
+            if headers:
+                message.headers()
             if role == "count":
                 counts[message.key()] += 1
                 continue
@@ -297,8 +302,8 @@ def _bolt_loop(role: str, topic: str, out_topic: str, records: int, bootstrap: s
 
 
 def _measured(config, role, topic, out_topic, records, bootstrap, topology, queue) -> None:
-    if config == "plain":
-        started, ended, counted, steps = _plain_loop(role, topic, out_topic, records, bootstrap)
+    if config in ("plain", "headers"):
+        started, ended, counted, steps = _plain_loop(role, topic, out_topic, records, bootstrap, config == "headers")
     else:
         started, ended, counted, steps = _bolt_loop(role, topic, out_topic, records, bootstrap, topology)
     us = 1e6 / counted
@@ -374,7 +379,7 @@ def on_broker(args) -> None:
         for _ in range(args.rounds):
             for role in roles:
                 for config in configs:
-                    name, records = topics[(role, config == "tracked")]
+                    name, records = topics[(role, config in ("tracked", "headers"))]
                     queue = ctx.Queue()
                     process = ctx.Process(
                         target=_measured, args=(config, role, name, f"{name}-out", records, bootstrap, topology, queue)
