@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -93,6 +94,7 @@ def wait_for_cluster(
     bootstrap_servers: str,
     timeout: float = 5.0,
     clock: Clock = time,
+    on_failure: Callable[[str], None] | None = None,
 ) -> bool:
     """Block until the cluster answers a metadata request, as a Kafka client waits for its
     bootstrap servers: a worker started before its broker (a restart of both, a deploy that starts
@@ -100,7 +102,8 @@ def wait_for_cluster(
     failed try is logged with the address and the error, the waits doubling from 1 s to 30 s.
     The cluster is asked once even if ``stop`` is already set (a worker run to start and close at
     once still starts); False when ``stop`` is set while it does not answer; an error that is not
-    :data:`UNREACHABLE` is raised."""
+    :data:`UNREACHABLE` is raised. ``on_failure`` is called with librdkafka's error after each
+    failed try (the waiting component's endpoints say it, ``ops.waiting``)."""
     wait, tries, since = FIRST_RETRY_S, 0, clock.monotonic()
     while True:
         try:
@@ -112,6 +115,8 @@ def wait_for_cluster(
             if stop.is_set():  # asked once even when stopped already (start, then close at once)
                 return False
             tries += 1
+            if on_failure is not None:
+                on_failure(error.str())
             log.warning(
                 "%s: cannot reach Kafka at %s (%s); trying again in %.0f s (waiting %.0f s so far; check that the "
                 "broker runs and the address and listener are right)",

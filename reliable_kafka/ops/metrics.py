@@ -63,6 +63,12 @@ METRICS = {
         "verdict",
         "all",
     ),
+    "rk_component_waiting_for_kafka": (
+        "gauge",
+        "1 while the component waits for its Kafka cluster to answer before it starts, else 0",
+        "",
+        "all",
+    ),
     "rk_complete_latency_seconds": ("histogram", "Spout emit to COMPLETED outcome of a tree", "", "spouts"),
     "rk_trees_total": ("counter", "Tree outcomes seen by the spout", "outcome", "spouts"),
     "rk_pending_trees": ("gauge", "Trees in flight (emitted, no outcome yet)", "", "spouts"),
@@ -191,6 +197,11 @@ class ComponentCollector:
         verdict = _verdict_family("rk_component_verdict", METRICS["rk_component_verdict"][1], names)
         _add_state_set(verdict, values, _judge({**judged, "state": "running"}))
         yield verdict
+        waiting = family(  # 1 only from ops.waiting, before the component starts
+            GaugeMetricFamily, "rk_component_waiting_for_kafka", METRICS["rk_component_waiting_for_kafka"][1]
+        )
+        waiting.add_metric(values, 0)
+        yield waiting
 
         latency = snap.get("latency")
         if latency is not None:

@@ -20,6 +20,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,65 @@ def _wait(condition, *, timeout: float, what: str, detail=lambda: ""):
         time.sleep(0.5)
 
 
+def _start_prometheus(binary: str, tmp_path: Path, ports: list[int]) -> tuple[subprocess.Popen, str, Callable[[], str]]:
+    """A Prometheus scraping 127.0.0.1 at ``ports`` every second with the shipped rules (``for: 5s``),
+    answering its API: (the process, the API's URL, what its log said)."""
+    rules = tmp_path / "rules.yml"
+    rules.write_text(re.sub(r"\bfor: \S+", "for: 5s", RULES.read_text()))
+    config = tmp_path / "prometheus.yml"
+    targets = ", ".join(f'"127.0.0.1:{port}"' for port in ports)
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: [{json.dumps(str(rules))}]\n"
+        "scrape_configs:\n"
+        f"  - job_name: reliable-kafka\n    static_configs: [{{targets: [{targets}]}}]\n"
+    )
+    port = _free_port()
+    log = tmp_path / "prometheus.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    api = f"http://127.0.0.1:{port}/api/v1"
+
+    def said() -> str:
+        return f"prometheus log:\n{log.read_text()[-3000:]}"
+
+    try:
+        _wait(
+            lambda: _get(f"{api}/status/buildinfo")["status"] == "success",
+            timeout=60,
+            what="Prometheus up",
+            detail=said,
+        )
+    except BaseException:
+        _stop(server)
+        raise
+    return server, api, said
+
+
+def _stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def _firing(api: str, name: str) -> list[dict]:
+    alerts = _get(f"{api}/alerts")["data"]["alerts"]
+    return [a for a in alerts if a["labels"]["alertname"] == name and a["state"] == "firing"]
+
+
 def test_prometheus_fires_the_dead_letter_flood_alert_on_a_bolt_that_fails_everything(kafka_bootstrap, tmp_path):
     binary = _prometheus()
     topology = unique_name("prom")
@@ -107,38 +167,7 @@ def test_prometheus_fires_the_dead_letter_flood_alert_on_a_bolt_that_fails_every
     try:
         with LocalCluster(*components):
             _wait(lambda: all(c.metrics_port for c in components), timeout=60, what="every component serving /metrics")
-            rules = tmp_path / "rules.yml"
-            rules.write_text(re.sub(r"\bfor: \S+", "for: 5s", RULES.read_text()))
-            config = tmp_path / "prometheus.yml"
-            targets = ", ".join(f'"127.0.0.1:{c.metrics_port}"' for c in components)
-            config.write_text(
-                "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-                f"rule_files: [{json.dumps(str(rules))}]\n"
-                "scrape_configs:\n"
-                f"  - job_name: reliable-kafka\n    static_configs: [{{targets: [{targets}]}}]\n"
-            )
-            port = _free_port()
-            log = tmp_path / "prometheus.log"
-            with log.open("wb") as out:
-                server = subprocess.Popen(
-                    [
-                        binary,
-                        f"--config.file={config}",
-                        f"--storage.tsdb.path={tmp_path / 'data'}",
-                        f"--web.listen-address=127.0.0.1:{port}",
-                        "--log.level=warn",
-                    ],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            api = f"http://127.0.0.1:{port}/api/v1"
-            said = lambda: f"prometheus log:\n{log.read_text()[-3000:]}"  # noqa: E731
-            _wait(
-                lambda: _get(f"{api}/status/buildinfo")["status"] == "success",
-                timeout=60,
-                what="Prometheus up",
-                detail=said,
-            )
+            server, api, said = _start_prometheus(binary, tmp_path, [c.metrics_port for c in components])
             # the three targets are scraped, and the verdict gauges are in Prometheus
             query = lambda q: _get(f"{api}/query?query={urllib.parse.quote(q)}")["data"]["result"]  # noqa: E731
             _wait(
@@ -149,16 +178,8 @@ def test_prometheus_fires_the_dead_letter_flood_alert_on_a_bolt_that_fails_every
             )
             writer.start()
 
-            def flood() -> list[dict]:
-                alerts = _get(f"{api}/alerts")["data"]["alerts"]
-                return [
-                    a
-                    for a in alerts
-                    if a["labels"]["alertname"] == "ReliableKafkaDeadLetterFlood" and a["state"] == "firing"
-                ]
-
             [alert] = _wait(
-                flood,
+                lambda: _firing(api, "ReliableKafkaDeadLetterFlood"),
                 timeout=120,
                 what="ReliableKafkaDeadLetterFlood firing",
                 detail=lambda: json.dumps(_get(f"{api}/alerts"), indent=1)[-3000:] + "\n" + said(),
@@ -172,9 +193,38 @@ def test_prometheus_fires_the_dead_letter_flood_alert_on_a_bolt_that_fails_every
     finally:
         stop.set()
         if server is not None:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            _stop(server)
+
+
+def test_prometheus_sees_a_worker_that_waits_for_kafka_as_a_live_target_and_fires_the_waiting_alert(tmp_path):
+    """An acker started while its cluster does not answer (nothing listens on its port) serves its
+    metrics port meanwhile: the target is up, ``rk_component_waiting_for_kafka`` is 1 and the
+    waiting alert fires, not the target-down one."""
+    binary = _prometheus()
+    acker = AckerWorker(topology=unique_name("prom-wait"), connection=f"127.0.0.1:{_free_port()}")
+    acker.metrics_port = 0
+    stop = threading.Event()
+    thread = threading.Thread(target=acker.run, args=(stop,), daemon=True)
+    thread.start()
+    server = None
+    try:
+        _wait(lambda: acker.metrics_port, timeout=120, what="the waiting acker serving its metrics port")
+        server, api, said = _start_prometheus(binary, tmp_path, [acker.metrics_port])
+        [alert] = _wait(
+            lambda: _firing(api, "ReliableKafkaWaitingForKafka"),
+            timeout=120,
+            what="ReliableKafkaWaitingForKafka firing",
+            detail=lambda: json.dumps(_get(f"{api}/alerts"), indent=1)[-3000:] + "\n" + said(),
+        )
+        assert alert["labels"]["component"] == acker.name and alert["labels"]["topology"] == acker.topics.topology
+        assert "docs/operations.md#runbook-waiting" in alert["annotations"]["runbook"]
+        up = _get(f"{api}/query?query={urllib.parse.quote('up')}")["data"]["result"]
+        assert [sample["value"][1] for sample in up] == ["1"]
+        assert _firing(api, "ReliableKafkaTargetDown") == []
+        assert thread.is_alive()  # still waiting: never started
+    finally:
+        stop.set()
+        thread.join(60)
+        if server is not None:
+            _stop(server)
+    assert not thread.is_alive()

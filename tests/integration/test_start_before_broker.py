@@ -1,16 +1,22 @@
 """A worker started before its broker waits for it (``kafka.admin.wait_for_cluster``, called by the
 run loop every worker shares): each failed try is logged with the address, and once the broker
-runs the worker starts and works; stopped while it waits, it ends cleanly. A real broker started
-late on the port the worker was given."""
+runs the worker starts and works; stopped while it waits, it ends cleanly. Meanwhile its metrics
+port says so (``ops.waiting``: alive, not ready, ``rk_component_waiting_for_kafka 1``), and the
+same port serves the running worker after. A real broker started late on the port the worker was
+given."""
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 
 from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
 
 from reliable_kafka import AckerWorker, codec
 from reliable_kafka.broker.embedded import EmbeddedKafka
@@ -37,6 +43,24 @@ def _until(condition, what: str) -> None:
         time.sleep(0.1)
 
 
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _waiting_gauge(port: int) -> float | None:
+    """``rk_component_waiting_for_kafka`` as the port serves it now (None: not served)."""
+    status, body = _get(port, "/metrics")
+    assert status == 200, body
+    for family in text_string_to_metric_families(body.decode()):
+        if family.name == "rk_component_waiting_for_kafka":
+            return float(family.samples[0].value)
+    return None
+
+
 def _send(bootstrap: str, topic: str, value: bytes) -> None:
     producer = Producer({"bootstrap.servers": bootstrap})  # gone before the broker stops
     producer.produce(topic, value)
@@ -61,11 +85,21 @@ def test_an_acker_started_before_its_broker_waits_then_folds(tmp_path, caplog):
     bootstrap = f"127.0.0.1:{port}"
     topics = TopologyTopics(unique_name("start-before-broker"), ackers=1)
     worker = AckerWorker(topology=topics.topology, connection=bootstrap)
+    worker.metrics_port = 0  # any free port: the waiting endpoints pick it, the running worker keeps it
     stop, errors = threading.Event(), []
     thread = _run(worker, stop, errors)
     try:
         _until(lambda: "cannot reach Kafka at " + bootstrap in caplog.text, "the worker says it cannot reach Kafka")
         assert thread.is_alive() and not errors, errors  # waiting, not exited
+        _until(lambda: worker.metrics_port, "the waiting worker serves its metrics port")
+        metrics_port = worker.metrics_port
+        live, body = _get(metrics_port, "/healthz")
+        assert live == 200 and json.loads(body)["status"] == "ok", body
+        ready, body = _get(metrics_port, "/readyz")
+        assert ready == 503, body
+        (reason,) = json.loads(body)["reasons"]
+        assert f"waiting for Kafka at {bootstrap}" in reason and "last error" in reason, reason
+        assert _waiting_gauge(metrics_port) == 1.0
         with EmbeddedKafka(port=port, data_dir=tmp_path / "kafka") as kafka:
             assert kafka.bootstrap_servers == bootstrap
             ensure_topics(admin_client(bootstrap), topics)
@@ -86,6 +120,10 @@ def test_an_acker_started_before_its_broker_waits_then_folds(tmp_path, caplog):
             _until(lambda: root in decided(), "the late-started acker published the tree's outcome")
             assert decided()[root] == OutcomeKind.COMPLETED
             assert "answers after" in caplog.text
+            # the running worker serves the same port: no longer waiting, and ready once its partition is read
+            assert worker.metrics_port == metrics_port
+            assert _waiting_gauge(metrics_port) == 0.0
+            _until(lambda: _get(metrics_port, "/readyz")[0] == 200, "the running worker is ready")
             stop.set()
             thread.join(60)
     finally:

@@ -30,6 +30,7 @@ ALERTS = (
     "ReliableKafkaStall",
     "ReliableKafkaComponentDown",
     "ReliableKafkaTargetDown",
+    "ReliableKafkaWaitingForKafka",
     "ReliableKafkaCompletionLatencyHigh",
     "ReliableKafkaLagGrowing",
 )
@@ -170,6 +171,7 @@ def test_the_dashboard_is_json_and_names_only_metrics_the_code_registers():
     }
     off_the_dashboard = {
         "rk_component_start_time_seconds",
+        "rk_component_waiting_for_kafka",  # an alert: 1 only before a component starts
         "rk_records_read_total",
         "rk_tuples_emitted_total",
         "rk_bolt_untracked_tuples_total",

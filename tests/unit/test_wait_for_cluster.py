@@ -108,3 +108,64 @@ def test_a_worker_without_confluent_kafkas_clients_starts_at_once():
     worker = Worker(stop)
     run_until_stopped(worker, stop, handle_signals=False)  # type: ignore[arg-type]
     assert worker.calls == ["start", "poll", "close"]
+
+
+def test_each_failed_try_is_reported_with_librdkafkas_error_and_an_answer_is_not():
+    failures: list[str] = []
+    assert (
+        wait_for_cluster(
+            Admin(3),  # type: ignore[arg-type]
+            Waits(),
+            component="acker-1",
+            bootstrap_servers="k:9092",
+            clock=ManualClock(),
+            on_failure=failures.append,
+        )
+        is True
+    )
+    assert failures == ["Failed to get metadata: Local: Broker transport failure"] * 3
+
+
+def test_the_waiting_endpoints_say_alive_not_ready_and_waiting_then_free_the_port():
+    """ops.waiting on a free port: what a probe and Prometheus read while a worker waits."""
+    import json
+    import socket
+    import urllib.error
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from reliable_kafka.ops.waiting import WAITING_METRIC, WaitingEndpoints
+
+    def get(port: int, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    endpoints = WaitingEndpoints(
+        topology="wc", component="acker-1", kind="acker", bootstrap_servers="k:9092", host="127.0.0.1", port=0
+    )
+    port = endpoints.port
+    try:
+        endpoints.failed("Local: Broker transport failure")
+        status, body = get(port, "/healthz")
+        assert status == 200 and json.loads(body)["status"] == "ok"
+        status, body = get(port, "/readyz")
+        (reason,) = json.loads(body)["reasons"]
+        assert status == 503 and "waiting for Kafka at k:9092" in reason and "failed tries: 1;" in reason, reason
+        assert "last error: Local: Broker transport failure" in reason
+        status, body = get(port, "/metrics")
+        families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+        (sample,) = families[WAITING_METRIC].samples
+        assert sample.value == 1 and sample.labels == {"topology": "wc", "component": "acker-1"}
+        (info,) = families["rk_component_info"].samples
+        assert info.labels["kind"] == "acker"
+        assert "process_cpu_seconds" in families  # the process collectors, as a running component's
+        assert get(port, "/other")[0] == 404
+    finally:
+        endpoints.close()
+    with socket.socket() as again:  # closed: the running component's reporter can bind the port
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        again.bind(("127.0.0.1", port))

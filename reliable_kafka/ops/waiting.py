@@ -1,0 +1,126 @@
+"""What a component's metrics port says while the component waits for its Kafka cluster.
+
+A worker whose cluster does not answer when it starts waits for it (``kafka.admin.wait_for_cluster``,
+called by the run loop) before anything else exists: no consumer, no reporter. Without this its
+metrics port would be closed meanwhile, and Prometheus would report the target down (the
+``ReliableKafkaTargetDown`` alert) as if the process were gone. From the first failed try until the
+cluster answers, :class:`WaitingEndpoints` serves on the same port:
+
+- ``/healthz`` 200: the process is alive and doing what it should; restarting it would not bring
+  Kafka back (the reason says what it waits for);
+- ``/readyz`` 503, with the address, how long it has waited and librdkafka's last error;
+- ``/metrics``: ``rk_component_info``, ``rk_component_start_time_seconds`` and
+  ``rk_component_waiting_for_kafka 1`` (0 once the component runs), with the process collectors.
+
+It stops before the component's reporter opens the port again (``server_close``: the reporter's
+server binds with ``SO_REUSEADDR``); a port of 0 is written back to the worker, so both use the same.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from reliable_kafka.ops import health
+from reliable_kafka.ops.metrics import DEFAULT_METRICS_HOST, METRICS, component_registry
+from reliable_kafka.ops.reporter import METRICS_HOST_ENV
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+__all__ = ["WaitingEndpoints", "WAITING_METRIC"]
+
+WAITING_METRIC = "rk_component_waiting_for_kafka"
+
+
+class _WaitingCollector:
+    def __init__(self, endpoints: WaitingEndpoints) -> None:
+        self.endpoints = endpoints
+
+    def describe(self) -> list[Metric]:
+        return []  # families are made at scrape time (auto_describe is off)
+
+    def collect(self) -> Iterator[Metric]:
+        e = self.endpoints
+        labels, values = ["topology", "component"], [e.topology, e.component]
+        info = GaugeMetricFamily("rk_component_info", METRICS["rk_component_info"][1], labels=[*labels, "kind", "host"])
+        info.add_metric([*values, e.kind, socket.gethostname()], 1)
+        started = GaugeMetricFamily(
+            "rk_component_start_time_seconds", METRICS["rk_component_start_time_seconds"][1], labels=labels
+        )
+        started.add_metric(values, e.started_at)
+        waiting = GaugeMetricFamily(WAITING_METRIC, METRICS[WAITING_METRIC][1], labels=labels)
+        waiting.add_metric(values, 1)
+        yield from (info, started, waiting)
+
+
+class WaitingEndpoints:
+    """``/healthz``, ``/readyz`` and ``/metrics`` of a component waiting for its cluster (module doc)."""
+
+    def __init__(
+        self,
+        *,
+        topology: str,
+        component: str,
+        kind: str,
+        bootstrap_servers: str,
+        host: str | None,
+        port: int,
+        since: float | None = None,
+    ) -> None:
+        """``since``: when the wait began (``time.monotonic()``; default now)."""
+        self.topology, self.component, self.kind = topology, component, kind
+        self.bootstrap_servers = bootstrap_servers
+        self._since = time.monotonic() if since is None else since
+        self.started_at = time.time() - (time.monotonic() - self._since)
+        self._lock = threading.Lock()
+        self._error = ""
+        self._tries = 0
+        metrics_app: WSGIApplication = make_wsgi_app(component_registry(_WaitingCollector(self)))
+
+        def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO") or "/"
+            if path == "/metrics":
+                return metrics_app(environ, start_response)
+            if path in ("/healthz", "/readyz"):
+                live = path == "/healthz"
+                body = health.Check(ok=live, reasons=(self.reason(),)).body()
+                status = "200 OK" if live else "503 Service Unavailable"
+                start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+                return [body]
+            body = f"not found: {path} (served here: {', '.join(health.PATHS)})\n".encode()
+            start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+            return [body]
+
+        address = host or os.environ.get(METRICS_HOST_ENV) or DEFAULT_METRICS_HOST
+        self._server: WSGIServer | None = health.serve(app, host=address, port=port)
+        self.port: int = self._server.server_port
+
+    def failed(self, error: str) -> None:
+        """One more failed try, with librdkafka's error."""
+        with self._lock:
+            self._error, self._tries = error, self._tries + 1
+
+    def reason(self) -> str:
+        with self._lock:
+            error, tries = self._error, self._tries
+        waited = time.monotonic() - self._since
+        return (
+            f"waiting for Kafka at {self.bootstrap_servers} before starting (for {waited:.0f} s, failed tries: "
+            f"{tries}; last error: {error or 'none yet'})"
+        )
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
