@@ -7,7 +7,6 @@ import gc
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from typing import Protocol, TypeVar
 
@@ -106,44 +105,15 @@ def _cluster_answers(worker: object, stop: threading.Event) -> bool:
     failed try (``ops.waiting``: live, not ready, ``rk_component_waiting_for_kafka 1``) until the
     cluster answers, so the port does not look like a dead process meanwhile."""
     from reliable_kafka.config import Connection
-    from reliable_kafka.kafka.admin import admin_client, wait_for_cluster
-    from reliable_kafka.ops.waiting import WaitingEndpoints
+    from reliable_kafka.kafka.admin import admin_client
+    from reliable_kafka.ops.waiting import wait_serving
 
     connection = getattr(worker, "connection", None)
     if not isinstance(connection, Connection) or connection.clients is not None:
         return True
     name = str(getattr(worker, "name", type(worker).__name__))
-    endpoints: list[WaitingEndpoints] = []  # made at the first failed try: a reachable cluster opens nothing
-    since = time.monotonic()
-
-    def failed(error: str) -> None:
-        port = getattr(worker, "metrics_port", None)
-        if port is None:
-            return
-        if not endpoints:
-            topics = getattr(worker, "topics", None)
-            endpoints.append(
-                WaitingEndpoints(
-                    topology=str(getattr(topics, "topology", "")),
-                    component=name,
-                    kind=str(getattr(worker, "component", "")),
-                    bootstrap_servers=connection.bootstrap_servers,
-                    host=getattr(worker, "metrics_host", None),
-                    port=port,
-                    since=since,
-                )
-            )
-            worker.metrics_port = endpoints[0].port  # type: ignore[attr-defined]  # 0 asked for any: the reporter reuses it
-        endpoints[0].failed(error)
-
     admin = admin_client(connection.bootstrap_servers, dict(connection.client_config()), component=name)
-    try:
-        return wait_for_cluster(
-            admin, stop, component=name, bootstrap_servers=connection.bootstrap_servers, on_failure=failed
-        )
-    finally:
-        for served in endpoints:
-            served.close()  # before the reporter opens the same port
+    return wait_serving(worker, admin, stop, bootstrap_servers=connection.bootstrap_servers)
 
 
 def run_until_stopped(worker: Pollable[Stats], stop: threading.Event | None, *, handle_signals: bool) -> Stats:

@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -36,8 +36,9 @@ if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+    from confluent_kafka.admin import AdminClient
 
-__all__ = ["WaitingEndpoints", "WAITING_METRIC"]
+__all__ = ["WaitingEndpoints", "WAITING_METRIC", "wait_serving"]
 
 WAITING_METRIC = "rk_component_waiting_for_kafka"
 
@@ -124,3 +125,39 @@ class WaitingEndpoints:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def wait_serving(worker: Any, admin: AdminClient, stop: threading.Event, *, bootstrap_servers: str) -> bool:
+    """``kafka.admin.wait_for_cluster`` for ``worker`` (a spout, bolt, acker or Spark job): when it
+    has a ``metrics_port``, :class:`WaitingEndpoints` serve it from the first failed try until the
+    cluster answers or ``stop`` is set, and a port of 0 is written back (its reporter reuses it)."""
+    from reliable_kafka.kafka.admin import wait_for_cluster
+
+    name = str(getattr(worker, "name", type(worker).__name__))
+    endpoints: list[WaitingEndpoints] = []  # made at the first failed try: a reachable cluster opens nothing
+    since = time.monotonic()
+
+    def failed(error: str) -> None:
+        port = getattr(worker, "metrics_port", None)
+        if port is None:
+            return
+        if not endpoints:
+            endpoints.append(
+                WaitingEndpoints(
+                    topology=str(getattr(getattr(worker, "topics", None), "topology", "")),
+                    component=name,
+                    kind=str(getattr(worker, "component", "")),
+                    bootstrap_servers=bootstrap_servers,
+                    host=getattr(worker, "metrics_host", None),
+                    port=port,
+                    since=since,
+                )
+            )
+            worker.metrics_port = endpoints[0].port
+        endpoints[0].failed(error)
+
+    try:
+        return wait_for_cluster(admin, stop, component=name, bootstrap_servers=bootstrap_servers, on_failure=failed)
+    finally:
+        for served in endpoints:
+            served.close()  # before the component's reporter opens the same port

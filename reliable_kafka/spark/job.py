@@ -24,11 +24,12 @@ from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind
 from reliable_kafka.errors import AuthorizationError, ConfigError, DeliveryError, StateError, TopologyError
 from reliable_kafka.kafka.ack_sender import AckSender
-from reliable_kafka.kafka.admin import admin_client, partition_count, wait_for_cluster
+from reliable_kafka.kafka.admin import admin_client, partition_count
 from reliable_kafka.kafka.clients import check_ack_sender_config, new_consumer, new_producer
 from reliable_kafka.kafka.produce import flush_or_raise, release_producer
 from reliable_kafka.ops import reporter as ops_reporter
 from reliable_kafka.ops.failures import FailureLog, FailureRecord
+from reliable_kafka.ops.waiting import wait_serving
 from reliable_kafka.security import spark_kafka_options as spark_security_options
 from reliable_kafka.spark import writer
 from reliable_kafka.spark.anchors import FAIL_COLUMN
@@ -168,10 +169,11 @@ class SparkJob:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Wait for the cluster to answer (``kafka.admin.wait_for_cluster``), connect, prepare
+        """Wait for the cluster to answer (``ops.waiting.wait_serving``: the metrics port says so
+        meanwhile), connect, prepare
         (subclass), then start the streaming query."""
         admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
-        if not wait_for_cluster(admin, self._stopping, component=self.name, bootstrap_servers=self.bootstrap_servers):
+        if not wait_serving(self, admin, self._stopping, bootstrap_servers=self.bootstrap_servers):
             raise StateError(f"{self.name}: stopped while waiting for Kafka at {self.bootstrap_servers}; not started")
         found = partition_count(admin, self.topics.acks, wait=30.0)
         if found is None:

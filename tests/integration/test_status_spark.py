@@ -58,3 +58,69 @@ def test_a_spark_spout_reports_from_its_driver(kafka_bootstrap):
     assert snapshot["counters"]["completed"] == job.job.tracker.stats.completed == 200
     assert snapshot["latency"]["count"] == 200
     assert snapshot["outputs"] == [words] and snapshot["inputs"] == [sentences]
+
+
+def test_a_spark_spout_started_before_its_broker_serves_its_metrics_port_while_it_waits(tmp_path):
+    """``SparkJob.start`` waits for its cluster as the workers do (``ops.waiting.wait_serving``):
+    its metrics port says so meanwhile, and ``stop()`` from another thread ends the wait."""
+    import json
+    import socket
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from reliable_kafka.errors import StateError
+    from reliable_kafka.spark import SparkSpout, spark_session
+
+    def get(port: int, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        bootstrap = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens there
+    topology = unique_name("st-spark-wait")
+    job = SparkSpout(
+        spark_session("rk-test-spark-waiting"),
+        topology=topology,
+        connection=bootstrap,
+        source_topics=f"{topology}-in",
+        group_id=f"{topology}-spark",
+        checkpoint_dir=str(tmp_path / "checkpoint"),
+        transform=lambda df: df,
+        output_topic=f"{topology}-out",
+    )
+    job.metrics_port = 0
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            job.start()
+        except BaseException as exc:  # the test's to judge
+            errors.append(exc)
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not job.metrics_port:
+            assert time.monotonic() < deadline and not errors, errors
+            time.sleep(0.2)
+        status, body = get(job.metrics_port, "/readyz")
+        (reason,) = json.loads(body)["reasons"]
+        assert status == 503 and f"waiting for Kafka at {bootstrap}" in reason, body
+        assert get(job.metrics_port, "/healthz")[0] == 200
+        families = {f.name: f for f in text_string_to_metric_families(get(job.metrics_port, "/metrics")[1].decode())}
+        assert [s.value for s in families["rk_component_waiting_for_kafka"].samples] == [1.0]
+        assert families["rk_component_info"].samples[0].labels["kind"] == "spark-spout"
+    finally:
+        job.stop()
+        thread.join(60)
+    assert not thread.is_alive()
+    [error] = errors
+    assert isinstance(error, StateError) and "stopped while waiting" in str(error)
