@@ -8,22 +8,13 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 
 from reliable_kafka import AckerWorker, BasicBolt, LocalCluster, Spout, Tracking
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
+from reliable_kafka.testing.endpoints import http_get
 from reliable_kafka.testing.records import produce_values
 from reliable_kafka.testing.topics import create_topics, unique_name
 from reliable_kafka.topology import TopologyTopics
-
-
-def _get(port: int, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
 
 
 def _wait(condition, *, timeout: float, what: str, detail=lambda: ""):
@@ -55,7 +46,7 @@ def test_every_component_serves_metrics_liveness_and_readiness(kafka_bootstrap):
 
     def answers() -> str:
         return "\n".join(
-            f"{c.name}: {path} {_get(c.metrics_port, path)}" for c in components for path in ("/healthz", "/readyz")
+            f"{c.name}: {path} {http_get(c.metrics_port, path)}" for c in components for path in ("/healthz", "/readyz")
         )
 
     produce_values(kafka_bootstrap, source, [f"record {i}".encode() for i in range(20)])
@@ -63,7 +54,7 @@ def test_every_component_serves_metrics_liveness_and_readiness(kafka_bootstrap):
         _wait(lambda: all(c.metrics_port for c in components), timeout=60, what="every component serving")
         for component in (acker, spout):
             _wait(
-                lambda component=component: _get(component.metrics_port, "/readyz")[0] == 200,
+                lambda component=component: http_get(component.metrics_port, "/readyz")[0] == 200,
                 timeout=120,
                 what=f"{component.name} ready",
                 detail=answers,
@@ -72,7 +63,7 @@ def test_every_component_serves_metrics_liveness_and_readiness(kafka_bootstrap):
         # one bolt holds the middle topic's only partition: it is ready, the other is not. Both
         # answers come from one read: the group may still move the partition between two reads
         def one_ready_one_idle():
-            answers_now = [_get(b.metrics_port, "/readyz") for b in bolts]
+            answers_now = [http_get(b.metrics_port, "/readyz") for b in bolts]
             idle = [json.loads(body) for status, body in answers_now if status == 503]
             settled = sorted(status for status, _ in answers_now) == [200, 503]
             return settled and idle[0]["reasons"] == ["no partitions assigned"]
@@ -83,12 +74,12 @@ def test_every_component_serves_metrics_liveness_and_readiness(kafka_bootstrap):
             what="one bolt ready, the other not, saying it has no partitions",
             detail=answers,
         )
-        ready = json.loads(_get(acker.metrics_port, "/readyz")[1])
+        ready = json.loads(http_get(acker.metrics_port, "/readyz")[1])
         assert ready["status"] == "ok" and sorted(ready["partitions"]) == [f"{topology}.acks:0", f"{topology}.acks:1"]
         for component in components:
-            status, body = _get(component.metrics_port, "/healthz")
+            status, body = http_get(component.metrics_port, "/healthz")
             assert status == 200 and json.loads(body)["status"] == "ok", (component.name, body)
-            status, body = _get(component.metrics_port, "/metrics")
+            status, body = http_get(component.metrics_port, "/metrics")
             assert status == 200 and b"rk_component_info{" in body, component.name
             for path in ("/", "/metrics/x", "/ready"):
-                assert _get(component.metrics_port, path)[0] == 404, (component.name, path)
+                assert http_get(component.metrics_port, path)[0] == 404, (component.name, path)

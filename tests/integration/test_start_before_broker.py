@@ -12,8 +12,6 @@ import logging
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,6 +21,7 @@ from reliable_kafka.broker.embedded import EmbeddedKafka
 from reliable_kafka.core.ids import new_id
 from reliable_kafka.core.kinds import EventKind, OutcomeKind
 from reliable_kafka.kafka.admin import admin_client, ensure_topics
+from reliable_kafka.testing.endpoints import http_get
 from reliable_kafka.testing.records import read_topic
 from reliable_kafka.testing.topics import unique_name
 from reliable_kafka.topology import TopologyTopics
@@ -43,17 +42,9 @@ def _until(condition, what: str) -> None:
         time.sleep(0.1)
 
 
-def _get(port: int, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 def _waiting_gauge(port: int) -> float | None:
     """``rk_component_waiting_for_kafka`` as the port serves it now (None: not served)."""
-    status, body = _get(port, "/metrics")
+    status, body = http_get(port, "/metrics")
     assert status == 200, body
     for family in text_string_to_metric_families(body.decode()):
         if family.name == "rk_component_waiting_for_kafka":
@@ -93,9 +84,9 @@ def test_an_acker_started_before_its_broker_waits_then_folds(tmp_path, caplog):
         assert thread.is_alive() and not errors, errors  # waiting, not exited
         _until(lambda: worker.metrics_port, "the waiting worker serves its metrics port")
         metrics_port = worker.metrics_port
-        live, body = _get(metrics_port, "/healthz")
+        live, body = http_get(metrics_port, "/healthz")
         assert live == 200 and json.loads(body)["status"] == "ok", body
-        ready, body = _get(metrics_port, "/readyz")
+        ready, body = http_get(metrics_port, "/readyz")
         assert ready == 503, body
         (reason,) = json.loads(body)["reasons"]
         assert f"waiting for Kafka at {bootstrap}" in reason and "last error" in reason, reason
@@ -123,7 +114,7 @@ def test_an_acker_started_before_its_broker_waits_then_folds(tmp_path, caplog):
             # the running worker serves the same port: no longer waiting, and ready once its partition is read
             assert worker.metrics_port == metrics_port
             assert _waiting_gauge(metrics_port) == 0.0
-            _until(lambda: _get(metrics_port, "/readyz")[0] == 200, "the running worker is ready")
+            _until(lambda: http_get(metrics_port, "/readyz")[0] == 200, "the running worker is ready")
             stop.set()
             thread.join(60)
     finally:

@@ -66,20 +66,12 @@ def test_a_spark_spout_started_before_its_broker_serves_its_metrics_port_while_i
     import json
     import socket
     import threading
-    import urllib.error
-    import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
 
     from reliable_kafka.errors import StateError
     from reliable_kafka.spark import SparkSpout, spark_session
-
-    def get(port: int, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
+    from reliable_kafka.testing.endpoints import http_get
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -111,11 +103,13 @@ def test_a_spark_spout_started_before_its_broker_serves_its_metrics_port_while_i
         while not job.metrics_port:
             assert time.monotonic() < deadline and not errors, errors
             time.sleep(0.2)
-        status, body = get(job.metrics_port, "/readyz")
+        status, body = http_get(job.metrics_port, "/readyz")
         (reason,) = json.loads(body)["reasons"]
         assert status == 503 and f"waiting for Kafka at {bootstrap}" in reason, body
-        assert get(job.metrics_port, "/healthz")[0] == 200
-        families = {f.name: f for f in text_string_to_metric_families(get(job.metrics_port, "/metrics")[1].decode())}
+        assert http_get(job.metrics_port, "/healthz")[0] == 200
+        families = {
+            f.name: f for f in text_string_to_metric_families(http_get(job.metrics_port, "/metrics")[1].decode())
+        }
         assert [s.value for s in families["rk_component_waiting_for_kafka"].samples] == [1.0]
         assert families["rk_component_info"].samples[0].labels["kind"] == "spark-spout"
     finally:

@@ -130,19 +130,11 @@ def test_the_waiting_endpoints_say_alive_not_ready_and_waiting_then_free_the_por
     """ops.waiting on a free port: what a probe and Prometheus read while a worker waits."""
     import json
     import socket
-    import urllib.error
-    import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
 
     from reliable_kafka.ops.waiting import WAITING_METRIC, WaitingEndpoints
-
-    def get(port: int, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
+    from reliable_kafka.testing.endpoints import http_get
 
     endpoints = WaitingEndpoints(
         topology="wc", component="acker-1", kind="acker", bootstrap_servers="k:9092", host="127.0.0.1", port=0
@@ -150,20 +142,20 @@ def test_the_waiting_endpoints_say_alive_not_ready_and_waiting_then_free_the_por
     port = endpoints.port
     try:
         endpoints.failed("Local: Broker transport failure")
-        status, body = get(port, "/healthz")
+        status, body = http_get(port, "/healthz")
         assert status == 200 and json.loads(body)["status"] == "ok"
-        status, body = get(port, "/readyz")
+        status, body = http_get(port, "/readyz")
         (reason,) = json.loads(body)["reasons"]
         assert status == 503 and "waiting for Kafka at k:9092" in reason and "failed tries: 1;" in reason, reason
         assert "last error: Local: Broker transport failure" in reason
-        status, body = get(port, "/metrics")
+        status, body = http_get(port, "/metrics")
         families = {f.name: f for f in text_string_to_metric_families(body.decode())}
         (sample,) = families[WAITING_METRIC].samples
         assert sample.value == 1 and sample.labels == {"topology": "wc", "component": "acker-1"}
         (info,) = families["rk_component_info"].samples
         assert info.labels["kind"] == "acker"
         assert "process_cpu_seconds" in families  # the process collectors, as a running component's
-        assert get(port, "/other")[0] == 404
+        assert http_get(port, "/other")[0] == 404
     finally:
         endpoints.close()
     with socket.socket() as again:  # closed: the running component's reporter can bind the port
