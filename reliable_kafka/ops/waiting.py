@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from reliable_kafka.errors import ConfigError
 from reliable_kafka.ops import health
 from reliable_kafka.ops.metrics import DEFAULT_METRICS_HOST, METRICS, component_registry
 from reliable_kafka.ops.reporter import METRICS_HOST_ENV
@@ -103,7 +104,13 @@ class WaitingEndpoints:
             return [body]
 
         address = host or os.environ.get(METRICS_HOST_ENV) or DEFAULT_METRICS_HOST
-        self._server: WSGIServer | None = health.serve(app, host=address, port=port)
+        try:
+            self._server: WSGIServer | None = health.serve(app, host=address, port=port)
+        except OSError as exc:  # as the running component's reporter says it (ops.metrics.serve_metrics)
+            raise ConfigError(
+                f"{component}: cannot serve /metrics on {address}:{port}: {exc}; "
+                f"pick a free metrics_port (0: any free port) and a local address as metrics_host"
+            ) from exc
         self.port: int = self._server.server_port
 
     def failed(self, error: str) -> None:

@@ -170,8 +170,7 @@ class SparkJob:
 
     def start(self) -> None:
         """Wait for the cluster to answer (``ops.waiting.wait_serving``: the metrics port says so
-        meanwhile), connect, prepare
-        (subclass), then start the streaming query."""
+        meanwhile), connect, prepare (subclass), then start the streaming query."""
         admin = admin_client(self.bootstrap_servers, self.kafka_config, component=self.name)
         if not wait_serving(self, admin, self._stopping, bootstrap_servers=self.bootstrap_servers):
             raise StateError(f"{self.name}: stopped while waiting for Kafka at {self.bootstrap_servers}; not started")

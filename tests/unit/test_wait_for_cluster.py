@@ -161,3 +161,24 @@ def test_the_waiting_endpoints_say_alive_not_ready_and_waiting_then_free_the_por
     with socket.socket() as again:  # closed: the running component's reporter can bind the port
         again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         again.bind(("127.0.0.1", port))
+
+
+def test_a_metrics_port_in_use_while_waiting_is_a_config_error_naming_it():
+    import socket
+
+    from reliable_kafka.errors import ConfigError
+    from reliable_kafka.ops.waiting import WaitingEndpoints
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"acker-1: cannot serve /metrics on 127.0.0.1:{port}"):
+            WaitingEndpoints(
+                topology="wc",
+                component="acker-1",
+                kind="acker",
+                bootstrap_servers="k:9092",
+                host="127.0.0.1",
+                port=port,
+            )
