@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from socketserver import ThreadingMixIn
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Check",
     "Health",
+    "Probes",
     "health_of",
     "routes",
     "serve",
@@ -249,7 +250,16 @@ def health_of(view: ComponentView) -> Health:
 # --- HTTP ---------------------------------------------------------------------------------------
 
 
-def routes(metrics_app: WSGIApplication, health: Health) -> WSGIApplication:
+class Probes(Protocol):
+    """What ``/healthz`` and ``/readyz`` ask: a running component's :class:`Health`, or a waiting
+    one's endpoints (``ops.waiting``)."""
+
+    def liveness(self) -> Check: ...
+
+    def readiness(self) -> Check: ...
+
+
+def routes(metrics_app: WSGIApplication, health: Probes) -> WSGIApplication:
     """A WSGI app: ``/metrics`` (``metrics_app``), ``/healthz``, ``/readyz``; 404 elsewhere."""
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:

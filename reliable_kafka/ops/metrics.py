@@ -38,6 +38,7 @@ __all__ = [
     "ComponentCollector",
     "TopologyCollector",
     "serve_metrics",
+    "serve_endpoints",
     "component_registry",
     "METRICS",
     "TOPOLOGY_METRICS",
@@ -385,11 +386,19 @@ def serve_metrics(
     """Serve ``/metrics``, ``/healthz`` and ``/readyz`` (:mod:`.health`; 404 elsewhere) for
     ``reporter``'s component on ``addr:port``; returns (server, bound port)."""
     registry = component_registry(ComponentCollector(reporter))
+    return serve_endpoints(reporter.view.name, registry, reporter.health, port=port, addr=addr)
+
+
+def serve_endpoints(
+    name: str, registry: CollectorRegistry, probes: health.Probes, *, port: int, addr: str
+) -> tuple[WSGIServer, int]:
+    """Serve ``registry`` as ``/metrics`` and ``probes`` as ``/healthz`` and ``/readyz`` for the
+    component ``name`` on ``addr:port`` (a port in use is a ConfigError); returns (server, bound port)."""
     try:
-        server = health.serve(health.routes(make_wsgi_app(registry), reporter.health), host=addr, port=port)
+        server = health.serve(health.routes(make_wsgi_app(registry), probes), host=addr, port=port)
     except OSError as exc:
         raise ConfigError(
-            f"{reporter.view.name}: cannot serve /metrics on {addr}:{port}: {exc}; "
+            f"{name}: cannot serve /metrics on {addr}:{port}: {exc}; "
             f"pick a free metrics_port (0: any free port) and a local address as metrics_host"
         ) from exc
     return server, server.server_port

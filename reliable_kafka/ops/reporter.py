@@ -29,7 +29,15 @@ if TYPE_CHECKING:
 
     from confluent_kafka import Producer
 
-__all__ = ["ComponentReporter", "attach", "SCHEMA", "DEFAULT_INTERVAL_S", "HISTORY", "METRICS_HOST_ENV"]
+__all__ = [
+    "ComponentReporter",
+    "attach",
+    "metrics_address",
+    "SCHEMA",
+    "DEFAULT_INTERVAL_S",
+    "HISTORY",
+    "METRICS_HOST_ENV",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +45,14 @@ SCHEMA = 1
 DEFAULT_INTERVAL_S = 5.0  # a worker's ``status_interval_s`` attribute overrides it
 HISTORY = 12  # samples kept in each snapshot: the verdict's window (a minute at 5 s)
 METRICS_HOST_ENV = "RK_METRICS_HOST"  # where /metrics listens when the worker does not say (images: 0.0.0.0)
+
+
+def metrics_address(host: str | None) -> str:
+    """Where a component's endpoints listen: its ``metrics_host``, else ``$RK_METRICS_HOST``, else
+    loopback (``ops.metrics.DEFAULT_METRICS_HOST``)."""
+    from reliable_kafka.ops.metrics import DEFAULT_METRICS_HOST
+
+    return host or os.environ.get(METRICS_HOST_ENV) or DEFAULT_METRICS_HOST
 
 
 class ComponentReporter:
@@ -74,10 +90,11 @@ class ComponentReporter:
 
     def start(self) -> ComponentReporter:
         if self.metrics_port is not None:
-            from reliable_kafka.ops.metrics import DEFAULT_METRICS_HOST, serve_metrics
+            from reliable_kafka.ops.metrics import serve_metrics
 
-            host = self.metrics_host or os.environ.get(METRICS_HOST_ENV) or DEFAULT_METRICS_HOST
-            self._metrics_server, port = serve_metrics(self, port=self.metrics_port, addr=host)
+            self._metrics_server, port = serve_metrics(
+                self, port=self.metrics_port, addr=metrics_address(self.metrics_host)
+            )
             self.metrics_port = port
             self.view.worker.metrics_port = port  # 0 asked for a free port: say which one
         self._thread = threading.Thread(target=self._loop, name=f"{self.view.name}-status", daemon=True)

@@ -18,25 +18,21 @@ server binds with ``SO_REUSEADDR``); a port of 0 is written back to the worker, 
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from reliable_kafka.errors import ConfigError
 from reliable_kafka.ops import health
-from reliable_kafka.ops.metrics import DEFAULT_METRICS_HOST, METRICS, component_registry
-from reliable_kafka.ops.reporter import METRICS_HOST_ENV
+from reliable_kafka.ops.metrics import METRICS, component_registry, serve_endpoints
+from reliable_kafka.ops.reporter import metrics_address
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
     from confluent_kafka.admin import AdminClient
 
 __all__ = ["WaitingEndpoints", "WAITING_METRIC", "wait_serving"]
@@ -87,31 +83,16 @@ class WaitingEndpoints:
         self._lock = threading.Lock()
         self._error = ""
         self._tries = 0
-        metrics_app: WSGIApplication = make_wsgi_app(component_registry(_WaitingCollector(self)))
+        registry = component_registry(_WaitingCollector(self))
+        server, self.port = serve_endpoints(component, registry, self, port=port, addr=metrics_address(host))
+        self._server: WSGIServer | None = server
 
-        def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-            path = environ.get("PATH_INFO") or "/"
-            if path == "/metrics":
-                return metrics_app(environ, start_response)
-            if path in ("/healthz", "/readyz"):
-                live = path == "/healthz"
-                body = health.Check(ok=live, reasons=(self.reason(),)).body()
-                status = "200 OK" if live else "503 Service Unavailable"
-                start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
-                return [body]
-            body = f"not found: {path} (served here: {', '.join(health.PATHS)})\n".encode()
-            start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
-            return [body]
+    def liveness(self) -> health.Check:
+        """Alive: the process waits as it should; restarting it would not bring Kafka back."""
+        return health.Check(ok=True, reasons=(self.reason(),))
 
-        address = host or os.environ.get(METRICS_HOST_ENV) or DEFAULT_METRICS_HOST
-        try:
-            self._server: WSGIServer | None = health.serve(app, host=address, port=port)
-        except OSError as exc:  # as the running component's reporter says it (ops.metrics.serve_metrics)
-            raise ConfigError(
-                f"{component}: cannot serve /metrics on {address}:{port}: {exc}; "
-                f"pick a free metrics_port (0: any free port) and a local address as metrics_host"
-            ) from exc
-        self.port: int = self._server.server_port
+    def readiness(self) -> health.Check:
+        return health.Check(ok=False, reasons=(self.reason(),))
 
     def failed(self, error: str) -> None:
         """One more failed try, with librdkafka's error."""
